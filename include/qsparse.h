@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libqsparse public API: quantization of neural-network tensors to NF4, FP4, INT8, FP8, MXFP4,
+ * MXFP8 and NVFP4, bit-compatible with the reference formats named in spec/formats.md.
+ *
+ * Conventions used by every function below:
+ * - Every fallible function returns a qs_status: QS_OK (0) or a negative error code. The library
+ *   never aborts and never prints; the detailed message of the last failure is kept in the context
+ *   (qs_ctx_last_error).
+ * - On error, no output buffer has been written.
+ * - Element counts, shapes and byte capacities are int64_t and must be >= 0. Enum-valued arguments
+ *   are int32_t. Callers own every buffer; size queries give the exact bytes needed.
+ * - No alignment is required anywhere. Inputs and outputs must not overlap.
+ * - A qs_ctx is used by one thread at a time; distinct contexts are independent.
+ * - The library assumes the default floating-point environment (round to nearest, no
+ *   flush-to-zero) and never changes it.
+ */
+#ifndef QSPARSE_H
+#define QSPARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  if defined(QS_BUILDING_LIBRARY)
+#    define QS_API __declspec(dllexport)
+#  else
+#    define QS_API
+#  endif
+#elif defined(__GNUC__)
+#  define QS_API __attribute__((visibility("default")))
+#else
+#  define QS_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+
+#define QS_VERSION_MAJOR 0
+#define QS_VERSION_MINOR 1
+#define QS_VERSION_PATCH 0
+
+/** The library version as "MAJOR.MINOR.PATCH" (a static string). */
+QS_API const char *qs_version_string(void);
+/** The library version as MAJOR * 10000 + MINOR * 100 + PATCH. */
+QS_API int32_t qs_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes (values are pinned forever)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef int32_t qs_status;
+
+#define QS_OK                    0
+#define QS_ERR_INVALID_ARG      -1  /* null pointer, negative count, unknown enum, bad block size */
+#define QS_ERR_BUFFER_TOO_SMALL -2  /* an output capacity is below what a size query returns */
+#define QS_ERR_OVERFLOW         -3  /* a size or byte count does not fit in int64_t */
+#define QS_ERR_UNSUPPORTED      -4  /* valid values that this format or build does not support */
+#define QS_ERR_NONFINITE        -5  /* NaN or Inf input while the context rejects non-finite values */
+#define QS_ERR_OUT_OF_MEMORY    -6  /* the context's allocator returned NULL */
+#define QS_ERR_BAD_DATA         -7  /* quantized input that no quantizer can produce (corrupt) */
+#define QS_ERR_SHAPE            -8  /* shapes that do not fit the format (e.g. group size) */
+#define QS_ERR_BACKEND          -9  /* a backend that was explicitly asked for is not available */
+
+/** A static, human-readable name for a status ("QS_ERR_INVALID_ARG: invalid argument"). */
+QS_API const char *qs_status_str(qs_status status);
+
+/* ---------------------------------------------------------------------------------------------
+ * Element types of plain (unquantized) tensors
+ * ------------------------------------------------------------------------------------------- */
+
+#define QS_DTYPE_F32  0  /* IEEE binary32 */
+#define QS_DTYPE_F16  1  /* IEEE binary16, passed as uint16_t bits */
+#define QS_DTYPE_BF16 2  /* bfloat16, passed as uint16_t bits */
+
+/** Bytes per element of a dtype (4 or 2), or 0 for an unknown dtype. */
+QS_API int32_t qs_dtype_size(int32_t dtype);
+/** "float32", "float16", "bfloat16", or NULL for an unknown dtype. */
+QS_API const char *qs_dtype_name(int32_t dtype);
+/** The dtype for a name above (also "f32", "f16", "bf16"), or -1. */
+QS_API int32_t qs_dtype_from_name(const char *name);
+
+/* ---------------------------------------------------------------------------------------------
+ * Instruction sets and the context
+ * ------------------------------------------------------------------------------------------- */
+
+/* ISA bits. A mask of 0 means the scalar reference only. */
+#define QS_ISA_AVX2          (1u << 0)  /* x86-64 AVX2 + FMA + F16C, OS saves YMM state */
+#define QS_ISA_AVX512        (1u << 1)  /* AVX-512 F/BW/DQ/VL, OS saves ZMM and opmask state */
+#define QS_ISA_AVX512_VNNI   (1u << 2)
+#define QS_ISA_AVX512_BF16   (1u << 3)
+#define QS_ISA_NEON          (1u << 8)  /* AArch64 Advanced SIMD */
+#define QS_ISA_NEON_DOTPROD  (1u << 9)
+#define QS_ISA_NEON_FP16     (1u << 10)
+#define QS_ISA_NEON_BF16     (1u << 11)
+#define QS_ISA_SVE           (1u << 12) /* detected and reported; no SVE kernels yet */
+#define QS_ISA_ALL           0xFFFFFFFFu
+
+/** The ISA bits this CPU and OS support (detected on each call; cheap). */
+QS_API uint32_t qs_cpu_isa(void);
+/** Name of a single ISA bit ("avx2", "neon-dotprod", ...), "scalar" for 0, NULL otherwise. */
+QS_API const char *qs_isa_name(uint32_t isa_bit);
+
+/** Allocator hooks. alloc returns memory aligned to `align` (a power of two) or NULL. */
+typedef struct qs_allocator {
+    void *(*alloc)(void *user, size_t size, size_t align);
+    void (*free)(void *user, void *ptr);
+    void *user;
+} qs_allocator;
+
+/* Policy for NaN / Inf inputs of quantizers. */
+#define QS_NONFINITE_ENCODE 0 /* default: the defined bits of spec/formats.md */
+#define QS_NONFINITE_REJECT 1 /* return QS_ERR_NONFINITE before writing anything */
+
+/* Backends. */
+#define QS_BACKEND_AUTO 0 /* best available: CPU SIMD (CUDA when its plugin lands) */
+#define QS_BACKEND_CPU  1 /* CPU, best ISA allowed by isa_mask */
+
+typedef struct qs_ctx_params {
+    int32_t num_threads;  /* 0: OpenMP's default; 1: single-threaded */
+    int32_t backend;      /* QS_BACKEND_* */
+    uint32_t isa_mask;    /* intersected with qs_cpu_isa() and QS_FORCE_ISA; default QS_ISA_ALL */
+    int32_t nonfinite;    /* QS_NONFINITE_* */
+    qs_allocator allocator; /* alloc == NULL: the C library's aligned allocation */
+    int64_t reserved[8];  /* must be zero */
+} qs_ctx_params;
+
+typedef struct qs_ctx qs_ctx;
+
+/** Fill *params with the defaults. */
+QS_API void qs_ctx_params_init(qs_ctx_params *params);
+
+/**
+ * Create a context: detects the CPU once, intersects the result with params->isa_mask and the
+ * QS_FORCE_ISA environment variable ("scalar", "avx2", "avx512", "neon", "neon-dotprod"; a level
+ * above what the machine has is clamped, never honoured) and fills the context's kernel table.
+ * params may be NULL for the defaults. Returns QS_ERR_INVALID_ARG for a null `out` or bad params,
+ * QS_ERR_OUT_OF_MEMORY if the allocator fails. Thread-safe.
+ */
+QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out);
+/** Destroy a context (NULL is accepted). */
+QS_API void qs_ctx_destroy(qs_ctx *ctx);
+/** The message of the last failure in this context ("" if none; never NULL). */
+QS_API const char *qs_ctx_last_error(const qs_ctx *ctx);
+/** The ISA bits the context's kernel table was built for. */
+QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx);
+/** Name of the best ISA tier in use: "scalar", "avx2", "avx512", "neon", "neon-dotprod". */
+QS_API const char *qs_ctx_backend_name(const qs_ctx *ctx);
+
+/* Keys for qs_ctx_set / qs_ctx_get. */
+#define QS_PARAM_NUM_THREADS 1 /* >= 0; 0 = OpenMP default */
+#define QS_PARAM_NONFINITE   2 /* QS_NONFINITE_* */
+#define QS_PARAM_ISA         3 /* get only: same as qs_ctx_isa */
+
+/** Set a context parameter. QS_ERR_INVALID_ARG for an unknown key or value. */
+QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value);
+/** Read a context parameter into *value. */
+QS_API qs_status qs_ctx_get(const qs_ctx *ctx, int32_t key, int64_t *value);
+
+/** Number of kernel-table slots (one per kernel family and operation). */
+QS_API int32_t qs_ctx_kernel_count(const qs_ctx *ctx);
+/**
+ * Which kernel the context runs for slot `index` (0 <= index < qs_ctx_kernel_count): the slot
+ * name ("nf4_quant") in *slot and the function name ("qs_nf4_quant__avx2") in *impl.
+ */
+QS_API qs_status qs_ctx_kernel_info(const qs_ctx *ctx, int32_t index, const char **slot,
+                                    const char **impl);
+
+/* ---------------------------------------------------------------------------------------------
+ * Formats
+ * ------------------------------------------------------------------------------------------- */
+
+#define QS_FORMAT_NF4       1 /* bitsandbytes NF4 (spec §2, §3, §5) */
+#define QS_FORMAT_FP4       2 /* bitsandbytes FP4 (spec §4, §5); not OCP E2M1 */
+#define QS_FORMAT_INT8      3 /* plain INT8, per tensor / row / group, symmetric or not (§9) */
+#define QS_FORMAT_LLM_INT8  4 /* LLM.int8 row-wise absmax, stores the row absmax (SCB) (§8) */
+#define QS_FORMAT_FP8_E4M3  5 /* OCP E4M3 "fn", saturating, per-tensor f32 scale (§10) */
+#define QS_FORMAT_FP8_E5M2  6 /* OCP E5M2, saturating, per-tensor f32 scale (§10) */
+#define QS_FORMAT_MXFP4     7 /* OCP MX v1.0, E2M1 elements, 32-blocks, E8M0 scale (§13) */
+#define QS_FORMAT_MXFP8     8 /* OCP MX v1.0, E4M3 elements, 32-blocks, E8M0 scale (§13) */
+#define QS_FORMAT_NVFP4     9 /* NVIDIA NVFP4: E2M1, 16-blocks, E4M3 scale, f32 tensor scale (§14) */
+
+/** Number of the highest format code (formats are 1 ... qs_format_count()). */
+QS_API int32_t qs_format_count(void);
+/** Lower-case name ("nf4", "fp8_e4m3", "llm_int8", ...) or NULL for an unknown format. */
+QS_API const char *qs_format_name(int32_t format);
+/** Format code for a name above, or -1. */
+QS_API int32_t qs_format_from_name(const char *name);
+/** Default block size: 64 for NF4/FP4, 32 for MX, 16 for NVFP4, 0 for formats without blocks. */
+QS_API int32_t qs_format_block_size(int32_t format);
+/** Bits of one stored element code (4 or 8), or 0 for an unknown format. */
+QS_API int32_t qs_format_bits(int32_t format);
+
+/* INT8 granularity. */
+#define QS_GRAN_TENSOR 0 /* one scale for the whole tensor */
+#define QS_GRAN_ROW    1 /* one scale per row (= per output channel) */
+#define QS_GRAN_GROUP  2 /* one scale per `block_size` consecutive elements of a row */
+
+/* MX scale rounding. */
+#define QS_MX_SCALE_FLOOR 0 /* OCP sample algorithm: floor(log2 amax) - emax (default) */
+#define QS_MX_SCALE_RCEIL 1 /* NVIDIA: 2^ceil(log2(amax / elem_max)), never clips */
+
+/**
+ * Format parameters. Initialise with qs_quant_params_init(), then change what differs.
+ * Each field applies to some formats only; the others must keep their initial values.
+ */
+typedef struct qs_quant_params {
+    int32_t format;         /* QS_FORMAT_* */
+    int32_t block_size;     /* NF4/FP4: 32...4096 power of two (or an even size 2...4096);
+                               INT8 with QS_GRAN_GROUP: the group size, must divide cols;
+                               MX: 32, NVFP4: 16 (fixed) */
+    int32_t granularity;    /* INT8: QS_GRAN_*; default QS_GRAN_ROW. LLM.int8 is always by row */
+    int32_t symmetric;      /* INT8: 1 (default) symmetric, 0 asymmetric with zero points */
+    int32_t double_quant;   /* NF4/FP4: 1 quantizes the absmax again (spec §6) */
+    int32_t scale_rounding; /* MX: QS_MX_SCALE_FLOOR (default) or QS_MX_SCALE_RCEIL */
+    float scale;            /* FP8: a given scale (> 0, finite); 0 = from the data (amax / max).
+                               NVFP4: a given per-tensor scale; 0 = amax / 2688 */
+    int32_t reserved0;
+    int64_t reserved[6];    /* must be zero */
+} qs_quant_params;
+
+/** Fill *params with the defaults for `format` (also for an unknown one: checked later). */
+QS_API void qs_quant_params_init(qs_quant_params *params, int32_t format);
+
+/*
+ * A quantized tensor is a set of caller-owned planes:
+ *
+ * | format        | data                     | scale                               | zero_point    | nested_scale        |
+ * |---------------|--------------------------|-------------------------------------|---------------|---------------------|
+ * | NF4, FP4      | (n+1)/2 bytes, high nibble first | f32 absmax [nb]; with double_quant uint8 codes [nb] | - | f32 [ceil(nb/256)] (double_quant) |
+ * | INT8          | int8 [rows*cols]         | f32 [1 | rows | rows*cols/group]    | int8, same count (asymmetric) | - |
+ * | LLM_INT8      | int8 [rows*cols]         | f32 row absmax [rows] (SCB)         | -             | -                   |
+ * | FP8_E4M3/E5M2 | uint8 [rows*cols]        | f32 [1]                             | -             | -                   |
+ * | MXFP4         | rows*ceil(cols/2) bytes, low nibble first | E8M0 bytes [rows*ceil(cols/32)] | - | -              |
+ * | MXFP8         | uint8 [rows*cols] (E4M3) | E8M0 bytes [rows*ceil(cols/32)]     | -             | -                   |
+ * | NVFP4         | rows*ceil(cols/2) bytes, low nibble first | E4M3 bytes [rows*ceil(cols/16)] | - | -              |
+ *
+ * with n = rows * cols and nb = ceil(n / block_size): NF4/FP4 blocks run over the flattened tensor;
+ * INT8 groups, MX and NVFP4 blocks run along each row and never span two rows. A 1-D tensor is
+ * rows = 1. NVFP4 also has the f32 per-tensor scale (`global_scale`); double quantization the f32
+ * mean offset (`nested_offset`); they live in the struct itself.
+ */
+#define QS_PLANE_DATA         0
+#define QS_PLANE_SCALE        1
+#define QS_PLANE_ZERO_POINT   2
+#define QS_PLANE_NESTED_SCALE 3
+#define QS_PLANE_COUNT        4
+
+typedef struct qs_qtensor {
+    void *data;            int64_t data_bytes;
+    void *scale;           int64_t scale_bytes;
+    void *zero_point;      int64_t zero_point_bytes;
+    void *nested_scale;    int64_t nested_scale_bytes;
+    float global_scale;    /* NVFP4: written by quantize, read by dequantize */
+    float nested_offset;   /* NF4/FP4 double quantization: written by quantize, read by dequantize */
+    int64_t reserved[4];   /* must be zero */
+} qs_qtensor;
+
+/**
+ * Exact size in bytes of one plane (QS_PLANE_*) for a rows x cols tensor; 0 for a plane the
+ * format does not use. Returns QS_ERR_INVALID_ARG for bad params or negative sizes, QS_ERR_SHAPE
+ * for a group size that does not divide cols, QS_ERR_OVERFLOW when the size exceeds int64_t.
+ */
+QS_API qs_status qs_quant_size(const qs_quant_params *params, int64_t rows, int64_t cols,
+                               int32_t plane, int64_t *bytes);
+
+/**
+ * Quantize a rows x cols row-major tensor of `src_dtype` elements into the planes of *q.
+ * Every plane the format uses must be non-NULL with a capacity of at least qs_quant_size();
+ * unused planes are ignored. q->global_scale / q->nested_offset are written where used.
+ *
+ * Returns QS_OK; QS_ERR_INVALID_ARG (null pointer, bad params, negative size), QS_ERR_SHAPE,
+ * QS_ERR_OVERFLOW, QS_ERR_BUFFER_TOO_SMALL, QS_ERR_NONFINITE (reject policy),
+ * QS_ERR_OUT_OF_MEMORY (double quantization needs nb floats of scratch). Nothing is written on
+ * error. Results are identical for every ISA and thread count.
+ */
+QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const void *src,
+                             int32_t src_dtype, int64_t rows, int64_t cols, qs_qtensor *q);
+
+/**
+ * Dequantize the planes of *q (a rows x cols tensor quantized with *params) into dst, as
+ * `dst_dtype` elements, row-major; dst_bytes is dst's capacity. Scale and zero-point planes are
+ * decoded as stored (spec §5.3, §6.2, §8, §9, §10, §13, §14).
+ *
+ * Returns QS_OK, QS_ERR_INVALID_ARG, QS_ERR_SHAPE, QS_ERR_OVERFLOW, QS_ERR_BUFFER_TOO_SMALL
+ * (a plane or dst shorter than its size). Nothing is written on error.
+ */
+QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *q,
+                               int64_t rows, int64_t cols, void *dst, int32_t dst_dtype,
+                               int64_t dst_bytes);
+
+/**
+ * Convert n elements between plain dtypes (f32, f16, bf16) with the library's rules: RNE,
+ * overflow to +-Inf, NaN kept (spec §0 rule 4). dst_bytes is dst's capacity.
+ */
+QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, void *dst,
+                            int32_t dst_dtype, int64_t n, int64_t dst_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Codebooks (the tables a checkpoint stores as quant_map / nested_quant_map)
+ * ------------------------------------------------------------------------------------------- */
+
+#define QS_CODEBOOK_NF4    1 /* 16 f32 values, spec §2 */
+#define QS_CODEBOOK_FP4    2 /* 16 f32 values, spec §4 (bitsandbytes FP4) */
+#define QS_CODEBOOK_DYN8   3 /* 256 f32 values, the signed dynamic map of spec §6.3 */
+#define QS_CODEBOOK_E2M1   4 /* 16 f32 values, spec §11 */
+#define QS_CODEBOOK_E4M3   5 /* 256 f32 values (NaN for 0x7F, 0xFF), spec §10 */
+#define QS_CODEBOOK_E5M2   6 /* 256 f32 values (Inf, NaN included), spec §10 */
+
+/**
+ * Copy codebook `which` into dst (capacity `count` floats). Returns QS_ERR_INVALID_ARG for an
+ * unknown codebook or NULL dst, QS_ERR_BUFFER_TOO_SMALL if count is short (nothing written).
+ */
+QS_API qs_status qs_codebook(int32_t which, float *dst, int64_t count);
+/** Number of entries of a codebook (16 or 256), or 0 for an unknown one. */
+QS_API int64_t qs_codebook_size(int32_t which);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QSPARSE_H */

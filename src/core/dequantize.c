@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * qs_dequantize: checks every argument and size, then decodes chunk by chunk with table kernels
+ * into f32 (directly into dst for f32 output, else through the staging tile and a cvt kernel).
+ */
+#include "parallel.h"
+#include "quant_common.h"
+
+/* Decode `len` elements starting at element `start` into dst with `decode(j, out)`. */
+static void emit(const struct qs_qjob *j, int64_t start, int64_t len, float *tile,
+                 void (*decode)(const struct qs_qjob *, int64_t, int64_t, float *))
+{
+    float *out = qs_stage_out(j->dst, j->dtype, start, tile);
+
+    decode(j, start, len, out);
+    if (out == tile)
+        qs_unstage_f32(j->ctx, tile, j->dst, j->dtype, start, len);
+}
+
+/* ---- NF4 / FP4 -------------------------------------------------------------------------------- */
+
+static void bnb4_decode(const struct qs_qjob *j, int64_t start, int64_t len, float *out)
+{
+    qs_nf4_dequant_fn *fn = j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_dequant
+                                                        : j->ctx->k.fp4_dequant;
+    fn(j->data + start / 2, j->absmax + start / j->block, len, j->block, out);
+}
+
+static void bnb4_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t start = i * j->chunk;
+
+    emit(j, start, j->n - start < j->chunk ? j->n - start : j->chunk, tile, bnb4_decode);
+}
+
+static void dyn8_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t start = i * QS_DQ_CHUNK;
+    int64_t len = j->units - start < QS_DQ_CHUNK ? j->units - start : QS_DQ_CHUNK;
+
+    (void)tile;
+    j->ctx->k.dyn8_dequant(j->scales + start, j->nested + start / 256, len, 256, j->offset,
+                           j->absmax + start);
+}
+
+static qs_status dequantize_bnb4(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
+                                 const qs_qtensor *q)
+{
+    float *scratch = NULL;
+
+    j->chunk = (QS_TILE / j->block) * j->block;
+    if (p->double_quant) {
+        scratch = qs_scratch_alloc(ctx, (size_t)(j->units > 0 ? j->units : 1) * sizeof(float));
+        if (!scratch)
+            return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld absmax values",
+                           (long long)j->units);
+        j->absmax = scratch;
+        j->scales = q->scale;
+        j->nested = q->nested_scale;
+        j->offset = q->nested_offset;
+        qs_parallel_for(ctx, qs_ceil_div(j->units, QS_DQ_CHUNK), dyn8_task, j);
+    } else {
+        j->absmax = q->scale;
+    }
+    qs_parallel_for(ctx, qs_ceil_div(j->n, j->chunk), bnb4_task, j);
+    qs_scratch_free(ctx, scratch);
+    return QS_OK;
+}
+
+/* ---- INT8 and FP8 ----------------------------------------------------------------------------- */
+
+static void unit_decode(const struct qs_qjob *j, int64_t start, int64_t len, float *out)
+{
+    const int8_t *codes = (const int8_t *)j->data + start;
+    int64_t u = j->unit_len > 0 ? start / j->unit_len : 0;
+
+    switch (j->format) {
+    case QS_FORMAT_LLM_INT8: j->ctx->k.int8_dequant_rowstat(codes, len, j->fscale[u], out); break;
+    case QS_FORMAT_INT8:
+        j->ctx->k.int8_dequant(codes, len, j->fscale[u], j->zp ? j->zp[u] : 0, out);
+        break;
+    case QS_FORMAT_FP8_E4M3: j->ctx->k.e4m3_dequant(j->data + start, len, j->fscale[0], out); break;
+    default: j->ctx->k.e5m2_dequant(j->data + start, len, j->fscale[0], out); break;
+    }
+}
+
+/* Scale units (rows or groups) of unit_len elements; 0 means one unit over the whole tensor. */
+static void unit_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t ulen = j->unit_len > 0 ? j->unit_len : j->n;
+    int64_t u = i / j->chunks_per_row, off = (i % j->chunks_per_row) * QS_TILE;
+    int64_t len = ulen - off < QS_TILE ? ulen - off : QS_TILE;
+
+    emit(j, u * ulen + off, len, tile, unit_decode);
+}
+
+static void dequantize_units(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
+                             const qs_qtensor *q)
+{
+    int64_t units = 1;
+
+    j->fscale = q->scale;
+    j->zp = (p->format == QS_FORMAT_INT8 && !p->symmetric) ? q->zero_point : NULL;
+    j->unit_len = 0;
+    if (p->format == QS_FORMAT_LLM_INT8 ||
+        (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_ROW)) {
+        j->unit_len = j->cols;
+        units = j->rows;
+    } else if (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_GROUP) {
+        j->unit_len = p->block_size;
+        units = j->units;
+    }
+    /* Each unit is cut into tiles; tasks never straddle two units. */
+    j->chunks_per_row = qs_ceil_div(j->unit_len > 0 ? j->unit_len : j->n, QS_TILE);
+    qs_parallel_for(ctx, units * j->chunks_per_row, unit_task, j);
+}
+
+/* ---- MX and NVFP4 ----------------------------------------------------------------------------- */
+
+static void row_decode(const struct qs_qjob *j, int64_t start, int64_t len, float *out)
+{
+    int64_t r = start / j->cols, c0 = start % j->cols;
+    const uint8_t *scales = j->scales + r * j->scales_per_row + c0 / j->block;
+
+    switch (j->format) {
+    case QS_FORMAT_MXFP4:
+        j->ctx->k.mxfp4_dequant(j->data + r * j->row_bytes + c0 / 2, scales, len, out);
+        break;
+    case QS_FORMAT_MXFP8:
+        j->ctx->k.mxfp8_dequant(j->data + r * j->row_bytes + c0, scales, len, out);
+        break;
+    default:
+        j->ctx->k.nvfp4_dequant(j->data + r * j->row_bytes + c0 / 2, scales, len, j->scale, out);
+        break;
+    }
+}
+
+static void row_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t r = i / j->chunks_per_row, c0 = (i % j->chunks_per_row) * QS_TILE;
+
+    emit(j, r * j->cols + c0, j->cols - c0 < QS_TILE ? j->cols - c0 : QS_TILE, tile, row_decode);
+}
+
+/* ---- entry point ------------------------------------------------------------------------------ */
+
+QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *q,
+                               int64_t rows, int64_t cols, void *dst, int32_t dst_dtype,
+                               int64_t dst_bytes)
+{
+    struct qs_layout l;
+    struct qs_qjob j;
+    qs_status st;
+    int64_t need;
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    if (!params || !q)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s is NULL", params ? "q" : "params");
+    if (qs_dtype_size(dst_dtype) == 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown destination dtype %d", dst_dtype);
+    if ((st = qs_layout_compute(ctx, params, rows, cols, &l)) != QS_OK)
+        return st;
+    if ((st = qs_check_planes(ctx, &l, q)) != QS_OK)
+        return st;
+    need = l.n * qs_dtype_size(dst_dtype); /* l.n * 4 was overflow-checked */
+    if (!dst && need > 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "dst is NULL");
+    if (dst_bytes < need)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "dst holds %lld bytes, %lld needed",
+                       (long long)dst_bytes, (long long)need);
+
+    qs_qjob_init(&j, ctx, &l, params, rows, cols, dst_dtype, q);
+    j.dst = dst;
+    switch (params->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4:
+        if ((st = dequantize_bnb4(ctx, &j, params, q)) != QS_OK)
+            return st;
+        break;
+    case QS_FORMAT_INT8:
+    case QS_FORMAT_LLM_INT8:
+    case QS_FORMAT_FP8_E4M3:
+    case QS_FORMAT_FP8_E5M2: dequantize_units(ctx, &j, params, q); break;
+    default:
+        j.scales = q->scale;
+        j.scale = q->global_scale;
+        qs_parallel_for(ctx, rows * j.chunks_per_row, row_task, &j);
+        break;
+    }
+    return qs_ok(ctx);
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* What the quantize and dequantize drivers share: the job description and the plane checks. */
+#ifndef QS_CORE_QUANT_COMMON_H
+#define QS_CORE_QUANT_COMMON_H
+
+#include <math.h>
+
+#include "internal.h"
+
+/* Absmax values per nested-quantization task: a multiple of the nested block of 256. */
+#define QS_DQ_CHUNK (256 * 64)
+
+struct qs_qjob {
+    const qs_ctx *ctx;
+    int32_t format, dtype, block, rounding, symmetric, zero, qmin;
+    int64_t rows, cols, n, units, chunk, chunks_per_row, scales_per_row, row_bytes, unit_len;
+    const void *src;  /* quantize: the tensor; dequantize: the codes */
+    void *dst;        /* dequantize: the output tensor */
+    uint8_t *data;    /* quantize: the codes */
+    float *absmax;    /* NF4/FP4 f32 absmax (plane or scratch) */
+    float *fscale;    /* INT8 scales */
+    int8_t *zp;       /* INT8 zero points */
+    uint8_t *scales;  /* byte scales (MX, NVFP4) or nested codes */
+    float *nested;    /* double quantization: absmax2 */
+    float scale, mul, offset;
+};
+
+/* Fill the fields every driver uses. */
+QS_INTERNAL void qs_qjob_init(struct qs_qjob *j, const qs_ctx *ctx, const struct qs_layout *l,
+                              const qs_quant_params *p, int64_t rows, int64_t cols, int32_t dtype,
+                              const qs_qtensor *q);
+/* Every plane the layout uses must be non-NULL and large enough; reserved fields zero. */
+QS_INTERNAL qs_status qs_check_planes(qs_ctx *ctx, const struct qs_layout *l, const qs_qtensor *q);
+
+#endif /* QS_CORE_QUANT_COMMON_H */

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * qs_quantize: checks every argument and size first, then runs the format's driver, which splits
+ * the tensor into fixed chunks (parallel.h), stages them as f32 and calls table kernels. The scale
+ * rules come from src/ref/scale_ref.c. Nothing is written before all checks have passed.
+ */
+#include <string.h>
+
+#include "../ref/scale_ref.h"
+#include "parallel.h"
+#include "quant_common.h"
+
+/* ---- NF4 / FP4 (spec §5, §6): chunks of whole blocks over the flattened tensor ---------------- */
+
+static void bnb4_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t start = i * j->chunk, len = j->n - start < j->chunk ? j->n - start : j->chunk;
+    const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, start, len, tile);
+    qs_nf4_quant_fn *fn = j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_quant : j->ctx->k.fp4_quant;
+
+    fn(x, len, j->block, j->data + start / 2, j->absmax + start / j->block);
+}
+
+/* Nested quantization of the absmax vector, chunks of whole 256-blocks. */
+static void dyn8_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t start = i * QS_DQ_CHUNK, len = j->units - start < QS_DQ_CHUNK ? j->units - start
+                                                                          : QS_DQ_CHUNK;
+    (void)tile;
+    j->ctx->k.dyn8_quant(j->absmax + start, len, 256, j->scales + start,
+                         j->nested + start / 256);
+}
+
+static qs_status quantize_bnb4(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
+                               qs_qtensor *q)
+{
+    float *scratch = NULL;
+
+    j->chunk = (QS_TILE / j->block) * j->block;
+    if (p->double_quant) {
+        /* The f32 absmax goes to scratch first: the plane itself holds the 8-bit codes. */
+        scratch = qs_scratch_alloc(ctx, (size_t)(j->units > 0 ? j->units : 1) * sizeof(float));
+        if (!scratch)
+            return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld absmax values",
+                           (long long)j->units);
+        j->absmax = scratch;
+    } else {
+        j->absmax = q->scale;
+    }
+    qs_parallel_for(ctx, qs_ceil_div(j->n, j->chunk), bnb4_task, j);
+    if (p->double_quant) {
+        float offset = qs_ref_dq_offset(scratch, j->units);
+        qs_ref_dq_center(scratch, j->units, offset);
+        j->scales = q->scale;
+        j->nested = q->nested_scale;
+        qs_parallel_for(ctx, qs_ceil_div(j->units, QS_DQ_CHUNK), dyn8_task, j);
+        q->nested_offset = offset;
+        qs_scratch_free(ctx, scratch);
+    }
+    return QS_OK;
+}
+
+/* ---- INT8 (spec §8, §9) ---------------------------------------------------------------------- */
+
+/* One scale unit (a row or a group): its range, its scale, then its codes. */
+static void int8_unit_task(void *arg, int64_t u, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t start = u * j->unit_len;
+    float scale, mul;
+    int32_t zp = 0, qmin = -127;
+
+    if (j->format == QS_FORMAT_LLM_INT8) {
+        float stat = qs_span_amax(j->ctx, j->src, j->dtype, start, j->unit_len, tile);
+        j->fscale[u] = stat;
+        mul = qs_ref_llm_int8_mul(stat);
+    } else if (j->symmetric) {
+        qs_ref_int8_symmetric(qs_span_amax(j->ctx, j->src, j->dtype, start, j->unit_len, tile),
+                              &scale, &mul);
+        j->fscale[u] = scale;
+    } else {
+        float lo = INFINITY, hi = -INFINITY;
+        qs_span_minmax(j->ctx, j->src, j->dtype, start, j->unit_len, tile, &lo, &hi);
+        qs_ref_int8_asymmetric(lo, hi, &scale, &mul, &zp);
+        j->fscale[u] = scale;
+        j->zp[u] = (int8_t)zp;
+        qmin = -128;
+    }
+    for (int64_t off = 0; off < j->unit_len; off += QS_TILE) {
+        int64_t len = j->unit_len - off < QS_TILE ? j->unit_len - off : QS_TILE;
+        const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, start + off, len, tile);
+        j->ctx->k.int8_quant(x, len, mul, zp, qmin, (int8_t *)j->data + start + off);
+    }
+}
+
+/* Per-tensor INT8 and FP8: one scale for all, fixed chunks. */
+static void tensor_chunk_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t start = i * QS_TILE, len = j->n - start < QS_TILE ? j->n - start : QS_TILE;
+    const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, start, len, tile);
+
+    switch (j->format) {
+    case QS_FORMAT_INT8:
+        j->ctx->k.int8_quant(x, len, j->mul, j->zero, j->qmin, (int8_t *)j->data + start);
+        break;
+    case QS_FORMAT_FP8_E4M3: j->ctx->k.e4m3_quant(x, len, j->scale, j->data + start); break;
+    default: j->ctx->k.e5m2_quant(x, len, j->scale, j->data + start); break;
+    }
+}
+
+static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
+                          qs_qtensor *q)
+{
+    j->fscale = q->scale;
+    j->zp = q->zero_point;
+    j->symmetric = p->format == QS_FORMAT_LLM_INT8 ? 1 : p->symmetric;
+    if (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR) {
+        float scale;
+        if (j->symmetric) {
+            qs_ref_int8_symmetric(qs_tensor_amax(ctx, j->src, j->dtype, j->n), &scale, &j->mul);
+            j->zero = 0;
+            j->qmin = -127;
+        } else {
+            float lo, hi;
+            qs_tensor_minmax(ctx, j->src, j->dtype, j->n, &lo, &hi);
+            qs_ref_int8_asymmetric(lo, hi, &scale, &j->mul, &j->zero);
+            j->qmin = -128;
+            ((int8_t *)q->zero_point)[0] = (int8_t)j->zero;
+        }
+        ((float *)q->scale)[0] = scale;
+        qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
+        return;
+    }
+    j->unit_len = (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_GROUP)
+                      ? p->block_size : j->cols;
+    qs_parallel_for(ctx, j->units, int8_unit_task, j);
+}
+
+/* ---- FP8 (spec §10) ---------------------------------------------------------------------------- */
+
+static void quantize_fp8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p, qs_qtensor *q)
+{
+    float elem_max = p->format == QS_FORMAT_FP8_E4M3 ? 448.0f : 57344.0f;
+
+    j->scale = p->scale > 0.0f ? p->scale
+                               : qs_ref_fp8_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n),
+                                                  elem_max);
+    ((float *)q->scale)[0] = j->scale;
+    qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
+}
+
+/* ---- MX and NVFP4 (spec §13, §14): blocks along each row, tasks of (row, column chunk) ------- */
+
+static void row_block_task(void *arg, int64_t i, float *tile)
+{
+    const struct qs_qjob *j = arg;
+    int64_t r = i / j->chunks_per_row, c0 = (i % j->chunks_per_row) * QS_TILE;
+    int64_t len = j->cols - c0 < QS_TILE ? j->cols - c0 : QS_TILE;
+    const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, r * j->cols + c0, len, tile);
+    uint8_t *scales = j->scales + r * j->scales_per_row + c0 / j->block;
+
+    switch (j->format) {
+    case QS_FORMAT_MXFP4:
+        j->ctx->k.mxfp4_quant(x, len, j->rounding, j->data + r * j->row_bytes + c0 / 2, scales);
+        break;
+    case QS_FORMAT_MXFP8:
+        j->ctx->k.mxfp8_quant(x, len, j->rounding, j->data + r * j->row_bytes + c0, scales);
+        break;
+    default:
+        j->ctx->k.nvfp4_quant(x, len, j->scale, j->data + r * j->row_bytes + c0 / 2, scales);
+        break;
+    }
+}
+
+static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
+                          qs_qtensor *q)
+{
+    j->scales = q->scale;
+    j->rounding = p->scale_rounding;
+    if (p->format == QS_FORMAT_NVFP4) {
+        j->scale = p->scale > 0.0f
+                       ? p->scale
+                       : qs_ref_nvfp4_global_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n));
+        q->global_scale = j->scale;
+    }
+    qs_parallel_for(ctx, j->rows * j->chunks_per_row, row_block_task, j);
+}
+
+/* ---- entry point ------------------------------------------------------------------------------ */
+
+QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const void *src,
+                             int32_t src_dtype, int64_t rows, int64_t cols, qs_qtensor *q)
+{
+    struct qs_layout l;
+    struct qs_qjob j;
+    qs_status st;
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    if (!params || !q)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s is NULL", params ? "q" : "params");
+    if (qs_dtype_size(src_dtype) == 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown source dtype %d", src_dtype);
+    if ((st = qs_layout_compute(ctx, params, rows, cols, &l)) != QS_OK)
+        return st;
+    if (!src && l.n > 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "src is NULL");
+    if ((st = qs_check_planes(ctx, &l, q)) != QS_OK)
+        return st;
+    if (ctx->nonfinite == QS_NONFINITE_REJECT && qs_tensor_nonfinite(ctx, src, src_dtype, l.n))
+        return qs_fail(ctx, QS_ERR_NONFINITE,
+                       "input holds NaN or Inf and the context rejects non-finite values");
+
+    qs_qjob_init(&j, ctx, &l, params, rows, cols, src_dtype, q);
+    j.src = src;
+    switch (params->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4:
+        if ((st = quantize_bnb4(ctx, &j, params, q)) != QS_OK)
+            return st;
+        break;
+    case QS_FORMAT_INT8:
+    case QS_FORMAT_LLM_INT8: quantize_int8(ctx, &j, params, q); break;
+    case QS_FORMAT_FP8_E4M3:
+    case QS_FORMAT_FP8_E5M2: quantize_fp8(ctx, &j, params, q); break;
+    default: quantize_rows(ctx, &j, params, q); break;
+    }
+    return qs_ok(ctx);
+}

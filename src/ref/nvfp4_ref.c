@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * NVIDIA NVFP4 (spec/formats.md §11, §14): blocks of 16 along a row, an E4M3 (unsigned) block
+ * scale, the f32 per-tensor scale s_global chosen by the driver, E2M1 elements in the low nibble
+ * first. Operation order is modelopt's: S = amax / fl(6 * s_global), den = fl(value(S) * s_global),
+ * P = E2M1(fl(v / den)), decode fl(value(P) * den).
+ */
+#include <math.h>
+
+#include "../core/kernels.h"
+#include "ref.h"
+
+static uint8_t nvfp4_block_scale(const float *v, int64_t len, float s_global)
+{
+    float amax = 0.0f, s;
+
+    for (int64_t i = 0; i < len; i++)
+        amax = fmaxf(amax, fabsf(v[i])); /* NaN ignored */
+    s = amax / (6.0f * s_global);
+    if (s == 0.0f)
+        return 0x38; /* all-zero block: 1.0 */
+    if (s < 0x1p-9f)
+        s = 0x1p-9f; /* a comparison, not fmaxf, so that NaN stays NaN */
+    return (uint8_t)(qs_ref_e4m3_encode(s) & 0x7F); /* unsigned: NaN S gives 0x7F, never 0xFF */
+}
+
+void qs_nvfp4_quant__ref(const float *src, int64_t n, float s_global, uint8_t *dst,
+                         uint8_t *scales)
+{
+    for (int64_t b = 0; b * 16 < n; b++) {
+        const float *v = src + b * 16;
+        int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
+        uint8_t s = nvfp4_block_scale(v, len, s_global);
+        float den = qs_ref_e4m3_decode(s) * s_global;
+
+        scales[b] = s;
+        for (int64_t i = 0; i < len; i += 2) {
+            uint8_t lo = 0, hi = 0; /* den == 0 (subnormal s_global): every code 0 */
+            if (den != 0.0f) {
+                lo = qs_ref_e2m1_encode(v[i] / den);
+                hi = i + 1 < len ? qs_ref_e2m1_encode(v[i + 1] / den) : 0;
+            }
+            dst[(b * 16 + i) / 2] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+void qs_nvfp4_dequant__ref(const uint8_t *src, const uint8_t *scales, int64_t n, float s_global,
+                           float *dst)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t code = (i & 1) ? (src[i / 2] >> 4) : (src[i / 2] & 0xF);
+        /* UE4M3: readers ignore the sign bit (§14) */
+        float den = qs_ref_e4m3_decode(scales[i / 16] & 0x7F) * s_global;
+        dst[i] = qs_e2m1_values[code] * den;
+    }
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Element-level helpers of the scalar reference: codebooks, thresholds and the scalar encoders
+ * and decoders of every element type. They are ordinary functions compiled with baseline flags,
+ * so SIMD files may call them for tails (STYLE.md §16). spec/formats.md is the definition.
+ */
+#ifndef QS_REF_REF_H
+#define QS_REF_REF_H
+
+#include <float.h>
+#include <stdint.h>
+#include <string.h>
+
+_Static_assert(FLT_EVAL_METHOD == 0, "libqsparse needs f32 arithmetic without excess precision");
+
+static inline uint32_t qs_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float qs_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Tables (tables_ref.c). */
+extern const float qs_nf4_codebook[16];      /* §2 */
+extern const float qs_nf4_thresholds[15];    /* §3 */
+extern const float qs_fp4_codebook[16];      /* §4 */
+extern const float qs_fp4_thresholds[7];     /* §4, t_1 ... t_7 (CUDA literals) */
+extern const uint8_t qs_fp4_rank_code[8];    /* §4: R[r] */
+extern const float qs_dyn8_map[256];         /* §6.3 */
+extern const float qs_e2m1_values[16];       /* §11 */
+
+/* Plain dtype conversions of one element (§0 rule 4). */
+float qs_ref_f16_to_f32(uint16_t h);
+uint16_t qs_ref_f32_to_f16(float f);
+float qs_ref_bf16_to_f32(uint16_t h);
+uint16_t qs_ref_f32_to_bf16(float f);
+
+/* Element encoders (RNE, saturating) and decoders. */
+uint8_t qs_ref_nf4_encode(float x);   /* x already normalized: #{k : x > t_k} */
+uint8_t qs_ref_fp4_encode(float x);   /* §4 encode */
+uint8_t qs_ref_dyn8_encode(float x);  /* §6.3 quantizer */
+uint8_t qs_ref_e4m3_encode(float x);  /* §10, NaN -> 0x7F | sign */
+uint8_t qs_ref_e5m2_encode(float x);  /* §10, NaN -> 0x7F | sign */
+uint8_t qs_ref_e2m1_encode(float x);  /* §11, NaN -> 0x0 */
+float qs_ref_e4m3_decode(uint8_t c);
+float qs_ref_e5m2_decode(uint8_t c);
+float qs_ref_e8m0_decode(uint8_t e);  /* §12: 2^(e-127); NaN for 0xFF */
+
+/* floor(log2(a)) for finite a > 0, exactly, from the exponent bits (never log2f). */
+int qs_ref_floor_log2(float a);
+
+/* INT8 element rule: clamp(rne(x * mul) + zp, qmin, 127), NaN product -> 0 (§8, §9). */
+int8_t qs_ref_int8_encode(float x, float mul, int32_t zp, int32_t qmin);
+
+#endif /* QS_REF_REF_H */
