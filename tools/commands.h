@@ -1,0 +1,9 @@
+/* SPDX-License-Identifier: MIT */
+/* The subcommands of the `qsparse` tool; each one is `int cmd(int argc, char **argv)` with argv[0]
+ * the subcommand name, and returns the process exit status. */
+#ifndef QS_TOOLS_COMMANDS_H
+#define QS_TOOLS_COMMANDS_H
+
+int qs_cmd_demo(int argc, char **argv);
+
+#endif /* QS_TOOLS_COMMANDS_H */

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The `qsparse` command-line tool: a table of subcommands, each in its own file. It uses only the
+ * public API (include/qsparse.h), like any program that embeds the library.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "qsparse.h"
+#include "commands.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"demo", qs_cmd_demo, "quantize a built-in heavy-tailed weight matrix into every format"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: qsparse <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`qsparse <command> --help` describes a command. libqsparse %s\n",
+            qs_version_string());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("qsparse %s\n", qs_version_string());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "qsparse: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
