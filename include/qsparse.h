@@ -324,4 +324,9 @@ QS_API int64_t qs_codebook_size(int32_t which);
 }
 #endif
 
+/* N:M and 2:4 sparsity (spec/sparsity.md). */
+#include "qsparse/sparse.h"
+/* Calibration: observers, targets, dynamic quantization (spec/calibration.md). */
+#include "qsparse/calib.h"
+
 #endif /* QSPARSE_H */

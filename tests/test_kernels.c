@@ -8,6 +8,7 @@
  */
 #include "common.h"
 #include "core/kernels.h"
+#include "ref/ref.h"
 
 #define MAX_N 20000
 #define OUT_BYTES (MAX_N * 8 + 4096)
@@ -23,6 +24,78 @@ typedef struct {
 } k_in;
 
 typedef void k_fn(void);
+
+/* Runners of the sparsity slots (spec/sparsity.md): lengths are cut to whole groups, masks given
+ * to compress keep at most two per group (one of the 11 such patterns, from the random codes)
+ * and meta given to decompress holds valid nibbles only, as the drivers guarantee. */
+static size_t run_sparse_slot(int32_t slot, void (*fn)(void), const k_in *in, int64_t n,
+                              uint8_t *out)
+{
+    static const uint8_t keeps[11] = {0x0, 0x1, 0x2, 0x4, 0x8, 0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
+    static const uint8_t nibs[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
+    static uint8_t mask[MAX_N];
+    static uint16_t meta[MAX_N / 16 + 1], hz[MAX_N];
+    static float xz[MAX_N];
+    int64_t n4 = n & ~(int64_t)3, words = (n4 + 15) / 16;
+    const float *norm = in->variant & 1 ? in->absmax : NULL;
+
+    for (int64_t g = 0; g < n4 / 4; g++)
+        for (int i = 0; i < 4; i++) {
+            int k = (keeps[in->codes[4 * g] % 11] >> i) & 1;
+            mask[4 * g + i] = (uint8_t)(k ? 1 + in->codes[4 * g + i] % 200 : 0);
+            xz[4 * g + i] = k ? in->x[4 * g + i] : (i & 1 ? -0.0f : 0.0f);
+            hz[4 * g + i] = (uint16_t)(k ? in->half[4 * g + i] : (i & 1 ? 0x8000u : 0u));
+        }
+    for (int64_t wd = 0; wd < words; wd++) {
+        meta[wd] = 0;
+        for (int64_t g = 4 * wd; g < 4 * wd + 4 && g < n4 / 4; g++)
+            meta[wd] = (uint16_t)(meta[wd] | nibs[in->codes[4 * g + 1] % 6] << (4 * (g % 4)));
+    }
+    switch (slot) {
+    case QS_SLOT_sp24_mask_f32: ((qs_sp24_mask_f32_fn *)fn)(in->x, norm, n4, out); return n4;
+    case QS_SLOT_sp24_prune_f32:
+        ((qs_sp24_prune_f32_fn *)fn)(in->x, norm, n4, (float *)out,
+                                     (uint16_t *)(out + 2 * n4));
+        return 2 * n4 + 2 * words;
+    case QS_SLOT_sp24_compress_f32:
+        ((qs_sp24_compress_f32_fn *)fn)(in->variant & 2 ? xz : in->x,
+                                        in->variant & 2 ? NULL : mask, n4, (float *)out,
+                                        (uint16_t *)(out + 2 * n4));
+        return 2 * n4 + 2 * words;
+    case QS_SLOT_sp24_compress_u16:
+        ((qs_sp24_compress_u16_fn *)fn)(in->variant & 2 ? hz : in->half,
+                                        in->variant & 2 ? NULL : mask, n4, (uint16_t *)out,
+                                        (uint16_t *)(out + n4));
+        return n4 + 2 * words;
+    case QS_SLOT_sp24_decompress_f32:
+        ((qs_sp24_decompress_f32_fn *)fn)(in->x, meta, n4, (float *)out);
+        return 4 * n4;
+    case QS_SLOT_sp24_decompress_u16:
+        ((qs_sp24_decompress_u16_fn *)fn)(in->half, meta, n4, (uint16_t *)out);
+        return 2 * n4;
+    case QS_SLOT_sp24_tile_f32: {
+        int64_t cols = (n / 16) * 4;
+        ((qs_sp24_tile_f32_fn *)fn)(in->x, cols, norm, cols, (in->variant >> 1) & 1, out, cols);
+        return 4 * cols;
+    }
+    case QS_SLOT_nm_mask_f32: {
+        int32_t m = 2 + in->variant % 15, nk = 1 + (in->variant * 7) % (m - 1);
+        int32_t method = in->variant % 3;
+        ((qs_nm_mask_f32_fn *)fn)(in->x, method == 1 ? in->absmax : NULL, n - n % m, nk, m,
+                                  method, out);
+        return n - n % m;
+    }
+    default: {
+        int32_t m = 2 + (in->variant * 5) % 15, nk = 1 + in->variant % (m - 1);
+        int64_t len = n < 16000 ? n : 16000; /* 9 output bytes per element fit OUT_BYTES */
+        len -= len % m;
+        ((qs_nm_srste_f32_fn *)fn)(in->x, in->absmax, len, nk, m,
+                                   in->variant & 1 ? 2e-4f : 0.37f, (float *)out,
+                                   (float *)(out + 4 * len), out + 8 * len);
+        return 9 * len;
+    }
+    }
+}
 
 /* Run `fn` of `slot` on `in` with length n, writing every output into out; return bytes used. */
 static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
@@ -114,6 +187,86 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_nvfp4_dequant:
         ((qs_nvfp4_dequant_fn *)fn)(in->codes, in->sbytes, n, scale, (float *)out);
         return 4 * n;
+    case QS_SLOT_sp24_mask_f32:
+    case QS_SLOT_sp24_prune_f32:
+    case QS_SLOT_sp24_compress_f32:
+    case QS_SLOT_sp24_compress_u16:
+    case QS_SLOT_sp24_decompress_f32:
+    case QS_SLOT_sp24_decompress_u16:
+    case QS_SLOT_sp24_tile_f32:
+    case QS_SLOT_nm_mask_f32:
+    case QS_SLOT_nm_srste_f32: return run_sparse_slot(slot, fn, in, n, out);
+    case QS_SLOT_hist_scan: {
+        /* calibration range scan: the caller's values are kept unless beaten (strictly) */
+        float lh[2] = {in->variant & 1 ? INFINITY : -0.0f, in->variant & 1 ? -INFINITY : 0.0f};
+        uint64_t c[2] = {(uint64_t)in->variant, 7};
+        ((qs_hist_scan_fn *)fn)(in->x, n, &lh[0], &lh[1], &c[0], &c[1]);
+        memcpy(out, lh, 8);
+        memcpy(out + 8, c, 16);
+        return 24;
+    }
+    case QS_SLOT_hist_update: {
+        /* k from the finite maximum (spec/calibration.md §3) plus 0-2 spare binades; variants
+         * 5 and 11 scale the data down to a maximum near 2^-140, where subnormals need the
+         * widest shifts and k drops below -149 for the larger bin counts */
+        static const int32_t bins[] = {2048, 16, 4, 8192};
+        static float tiny[MAX_N];
+        int32_t nb = bins[in->variant % 4], lb = 0, e;
+        const float *x = in->x;
+        float amax = 0.0f;
+        while ((1 << lb) < nb)
+            lb++;
+        for (int64_t i = 0; i < n; i++)
+            if (isfinite(x[i]) && fabsf(x[i]) > amax)
+                amax = fabsf(x[i]);
+        if (in->variant % 6 == 5 && amax > 0.0f) {
+            (void)frexpf(amax, &e);
+            for (int64_t i = 0; i < n; i++)
+                tiny[i] = ldexpf(in->x[i], -140 - e);
+            x = tiny;
+            amax = ldexpf(amax, -140 - e);
+        }
+        (void)frexpf(amax, &e);
+        int32_t k = amax > 0.0f ? e - lb + in->variant % 3 : in->variant - 5;
+        uint64_t *c = (uint64_t *)out;
+        for (int32_t j = 0; j < nb; j++)
+            c[j] = in->variant & 1 ? (uint64_t)j * 3 : 0;
+        ((qs_hist_update_fn *)fn)(x, n, k, nb, c);
+        return (size_t)nb * 8;
+    }
+    case QS_SLOT_hist_scan_update: {
+        /* k fits the data (even variants), or is one binade short (odd: must return 0 and
+         * leave the counts alone); bin counts as for hist_update */
+        static const int32_t bins[] = {2048, 16, 4, 8192, 64, 2048};
+        int32_t nb = bins[in->variant % 6], lb = 0, e;
+        float amax = 0.0f;
+        while ((1 << lb) < nb)
+            lb++;
+        for (int64_t i = 0; i < n; i++)
+            if (isfinite(in->x[i]) && fabsf(in->x[i]) > amax)
+                amax = fabsf(in->x[i]);
+        (void)frexpf(amax, &e);
+        int32_t k = amax > 0.0f ? e - lb - (in->variant & 1) : in->variant - 5;
+        uint64_t *c = (uint64_t *)out;
+        for (int32_t j = 0; j < nb; j++)
+            c[j] = (uint64_t)j * 5;
+        float lh[2] = {in->variant & 2 ? INFINITY : -0.0f, in->variant & 2 ? -INFINITY : 0.0f};
+        uint64_t cnt[2] = {3, (uint64_t)in->variant};
+        int32_t r = ((qs_hist_scan_update_fn *)fn)(in->x, n, k, nb, c, &lh[0], &lh[1], &cnt[0],
+                                                   &cnt[1]);
+        uint8_t *tail = out + (size_t)nb * 8;
+        memcpy(tail, lh, 8);
+        memcpy(tail + 8, cnt, 16);
+        memcpy(tail + 24, &r, 4);
+        return (size_t)nb * 8 + 28;
+    }
+    case QS_SLOT_hist_sumsq: {
+        double *acc = (double *)out;
+        for (int64_t j = 0; j < n; j++)
+            acc[j] = in->variant & 1 ? (double)j * 0.37 : 0.0;
+        ((qs_hist_sumsq_fn *)fn)(in->x, n, acc);
+        return 8 * (size_t)n;
+    }
     default: fail_msg("slot %d has no runner in test_kernels.c", slot); return 0;
     }
 }
@@ -123,6 +276,36 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
 typedef struct {
     t_page_buf x, codes, sbytes, half, absmax;
 } k_inputs;
+
+/* Inputs that random data almost never produces (STYLE.md §12). Lengths n % 14 == 3: every
+ * even element is +-1, so each block's absmax is exactly 1 and x = v * inv is v itself; the odd
+ * elements sit on an NF4 or FP4 threshold or a dyn8 midpoint (formats.md §3, §4, §6.3), or one
+ * ulp either side of it. Other n % 7 == 3 lengths: runs of +0, -0 and NaN with a few values of one
+ * sign, so that minmax ends at a zero whose sign the reference decides. */
+static void fill_boundaries(t_rng *r, float *x, int64_t n)
+{
+    float sign = (n / 7) % 4 < 2 ? 1.0f : -1.0f;
+
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t v = t_next(r);
+        if (n % 14 != 3) {
+            x[i] = v % 8 < 3 ? 0.0f : v % 8 < 6 ? -0.0f : v % 8 == 6 ? NAN : sign * 1.5f;
+            continue;
+        }
+        if (i % 2 == 0) {
+            x[i] = v & 1 ? 1.0f : -1.0f;
+            continue;
+        }
+        float t;
+        int j = (int)((v >> 8) % 255);
+        switch ((v >> 1) % 3) {
+        case 0: t = qs_nf4_thresholds[j % 15]; break;
+        case 1: t = (v >> 20) & 1 ? -qs_fp4_thresholds[j % 7] : qs_fp4_thresholds[j % 7]; break;
+        default: t = (qs_dyn8_map[j] + qs_dyn8_map[j + 1]) * 0.5f; break;
+        }
+        x[i] = (v >> 24) % 3 == 0 ? t : nextafterf(t, (v >> 24) % 3 == 1 ? -2.0f : 2.0f);
+    }
+}
 
 static void make_inputs(k_inputs *b, t_rng *r, int64_t n, int salt)
 {
@@ -137,6 +320,8 @@ static void make_inputs(k_inputs *b, t_rng *r, int64_t n, int salt)
     s += MAX_N - n;
     h = (uint16_t *)((uint8_t *)b->half.p + (MAX_N - n) * 2);
     t_fill_mixed(r, x, n, salt ? 0.08 : 0.0);
+    if (n % 7 == 3)
+        fill_boundaries(r, x, n);
     for (int64_t i = 0; i < n; i++) {
         uint64_t v = t_next(r);
         c[i] = (uint8_t)v;

@@ -5,5 +5,7 @@
 #define QS_TOOLS_COMMANDS_H
 
 int qs_cmd_demo(int argc, char **argv);
+int qs_cmd_quantize(int argc, char **argv);
+int qs_cmd_inspect(int argc, char **argv);
 
 #endif /* QS_TOOLS_COMMANDS_H */

@@ -15,6 +15,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"demo", qs_cmd_demo, "quantize a built-in heavy-tailed weight matrix into every format"},
+    {"quantize", qs_cmd_quantize, "quantize the weights of a safetensors model (see --help)"},
+    {"inspect", qs_cmd_inspect, "list a safetensors file's tensors, formats and bits per weight"},
 };
 
 static void usage(FILE *f)

@@ -74,6 +74,49 @@ typedef void qs_nvfp4_quant_fn(const float *src, int64_t n, float s_global, uint
 typedef void qs_nvfp4_dequant_fn(const uint8_t *src, const uint8_t *scales, int64_t n,
                                  float s_global, float *dst);
 
+/* N:M and 2:4 sparsity (spec/sparsity.md §2, §3, §6.4) over one row segment: n % 4 == 0 (n % M
+ * for nm_*), the first element starts a group and, where meta is written, a meta word. Masks are
+ * one byte per element (1 kept, 0 pruned). norm: NULL for |w|, else Wanda norms per element.
+ * compress: mask NULL = non-zero values; callers guarantee at most two kept per group.
+ * decompress: callers guarantee valid nibbles. tile: a strip of 4 rows (strides ldw, ldm) and
+ * `cols` columns; variant 0 best of 90, 1 greedy. nm_mask method: 0 |w|, 1 Wanda, 2 signed w. */
+typedef void qs_sp24_mask_f32_fn(const float *w, const float *norm, int64_t n, uint8_t *mask);
+typedef void qs_sp24_prune_f32_fn(const float *w, const float *norm, int64_t n, float *values,
+                                  uint16_t *meta);
+typedef void qs_sp24_compress_f32_fn(const float *w, const uint8_t *mask, int64_t n,
+                                     float *values, uint16_t *meta);
+typedef void qs_sp24_compress_u16_fn(const uint16_t *w, const uint8_t *mask, int64_t n,
+                                     uint16_t *values, uint16_t *meta);
+typedef void qs_sp24_decompress_f32_fn(const float *values, const uint16_t *meta, int64_t n,
+                                       float *dst);
+typedef void qs_sp24_decompress_u16_fn(const uint16_t *values, const uint16_t *meta, int64_t n,
+                                       uint16_t *dst);
+typedef void qs_sp24_tile_f32_fn(const float *w, int64_t ldw, const float *norm, int64_t cols,
+                                 int32_t variant, uint8_t *mask, int64_t ldm);
+typedef void qs_nm_mask_f32_fn(const float *w, const float *norm, int64_t n, int32_t nkeep,
+                               int32_t m, int32_t method, uint8_t *mask);
+typedef void qs_nm_srste_f32_fn(const float *w, const float *grad, int64_t n, int32_t nkeep,
+                                int32_t m, float lambda, float *w_out, float *g_out,
+                                uint8_t *mask);
+
+/* Calibration statistics (spec/calibration.md §0 rule 5, §3; hist_ref.c is the definition).
+ * NaN and +-Inf are counted, never used. scan: over the finite x, with -0 read as +0,
+ * *lo = min(*lo, x) and *hi = max(*hi, x) by strict comparison; n_nan[0] and n_inf[0] are
+ * incremented. update: counts[min(floor(|x| * 2^-k), nbins - 1)] += 1 for every finite x
+ * (nbins a power of two; callers guarantee |x| < nbins * 2^k, the clamp only keeps a wrong
+ * k inside the array). sumsq: acc[j] += x[j]^2 in double for finite x[j], += 0.0 otherwise. */
+typedef void qs_hist_scan_fn(const float *src, int64_t n, float *lo, float *hi, uint64_t *n_nan,
+                             uint64_t *n_inf);
+typedef void qs_hist_update_fn(const float *src, int64_t n, int32_t k, int32_t nbins,
+                               uint64_t *counts);
+typedef void qs_hist_sumsq_fn(const float *src, int64_t n, double *acc);
+/* scan_update: hist_scan over the n values (always) and, when every finite |x| of them is
+ * below nbins * 2^k, hist_update with that k, returning 1; otherwise counts are untouched and it
+ * returns 0 (the caller widens the bins and calls hist_update). One pass over src. */
+typedef int32_t qs_hist_scan_update_fn(const float *src, int64_t n, int32_t k, int32_t nbins,
+                                       uint64_t *counts, float *lo, float *hi, uint64_t *n_nan,
+                                       uint64_t *n_inf);
+
 /* One member per slot; every member starts at its __ref kernel. */
 struct qs_kernels {
 #define QS_SLOT(slot) qs_##slot##_fn *slot;

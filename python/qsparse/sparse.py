@@ -1,0 +1,368 @@
+# SPDX-License-Identifier: MIT
+"""N:M and 2:4 structured sparsity (spec/sparsity.md) over the C API of include/qsparse/sparse.h.
+
+    mask = qs.prune(w, "2:4", method="magnitude")     # or "wanda" with act_norm=, "tile"
+    s = qs.compress(w, mask)                          # s.values (rows x K/2), s.meta (uint16)
+    qs.decompress(s)                                  # == w * mask, bit for bit
+    q = qs.quantize(s, "nf4")                         # kept values quantized, meta alongside
+    qs.dequantize(q)                                  # dense again, pruned positions +0
+
+Weights are float32, float16 or bfloat16 arrays whose last axis is the reduction axis K (a PyTorch
+Linear weight [out, in]); leading axes are flattened into rows. Every number is computed by the C
+library; this module checks arguments, allocates outputs and raises QsparseError on failure.
+"""
+
+import ctypes
+import re
+
+import numpy as np
+
+from . import _lib
+
+QS_PRUNE_MAGNITUDE, QS_PRUNE_WANDA, QS_PRUNE_SCORE = 0, 1, 2
+QS_TILE_BEST, QS_TILE_GREEDY = 0, 1
+QS_DTYPE_MASK_U8 = 100
+
+_c = ctypes
+_P = _c.c_void_p
+_I64 = _c.c_int64
+_I32 = _c.c_int32
+_SIGS = {
+    "qs_nm_mask": (_I32, [_P, _P, _I32, _I64, _I64, _I32, _I32, _I32, _P, _P, _I64]),
+    "qs_sp24_tile_mask": (_I32, [_P, _P, _I32, _I64, _I64, _P, _I32, _P, _I64]),
+    "qs_nm_check": (_I32, [_P, _P, _I32, _I64, _I64, _I32, _I32, _I32, _c.POINTER(_I64)]),
+    "qs_sp24_size": (_I32, [_I32, _I64, _I64, _c.POINTER(_I64), _c.POINTER(_I64)]),
+    "qs_sp24_compress": (_I32, [_P, _P, _I32, _I64, _I64, _P, _P, _I64, _P, _I64]),
+    "qs_sp24_prune_compress": (_I32, [_P, _P, _I32, _I64, _I64, _P, _P, _I64, _P, _I64, _P,
+                                      _I64]),
+    "qs_sp24_decompress": (_I32, [_P, _P, _I32, _P, _I64, _I64, _I64, _P, _I64]),
+    "qs_sp24_meta_to_cutlass": (_I32, [_P, _P, _I64, _I64, _I32, _P, _I64]),
+    "qs_sp24_meta_from_cutlass": (_I32, [_P, _P, _I64, _I64, _I32, _P, _I64]),
+    "qs_nm_srste": (_I32, [_P, _P, _P, _I64, _I64, _I32, _I32, _c.c_float, _P, _P, _P, _I64]),
+    "qs_nm_apply_mask": (_I32, [_P, _P, _I32, _P, _I64, _P, _I64]),
+    "qs_nm_mask_flips": (_I32, [_P, _P, _P, _I64, _c.POINTER(_I64)]),
+    "qs_sp24_permute_search": (_I32, [_P, _P, _I64, _I64, _P, _I32, _I32, _c.c_uint64, _P, _I64,
+                                      _c.POINTER(_c.c_double), _c.POINTER(_c.c_double)]),
+}
+_fns = {}
+
+
+def _fn(name):
+    f = _fns.get(name)
+    if f is None:
+        restype, argtypes = _SIGS[name]
+        f = _fns[name] = _lib.declare(name, restype, argtypes)
+    return f
+
+
+def _call(name, *args):
+    _lib.check(_fn(name)(_lib.ctx(), *args))
+
+
+def _null_or(a):
+    return None if a is None else _lib.ptr(a)
+
+
+def _parse_pattern(pattern):
+    """'2:4' -> (2, 4)."""
+    if isinstance(pattern, tuple) and len(pattern) == 2:
+        n, m = pattern
+    else:
+        mt = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", str(pattern))
+        if not mt:
+            raise ValueError(f"pattern must look like '2:4', got {pattern!r}")
+        n, m = int(mt.group(1)), int(mt.group(2))
+    if not (1 <= n < m <= 16):
+        raise ValueError(f"N:M = {n}:{m} is not supported (need 1 <= N < M <= 16)")
+    return int(n), int(m)
+
+
+def _weight(w, dtype=None):
+    """(C-contiguous array, dtype code, dtype name, rows, cols) with rows = all leading axes."""
+    x, code, name = _lib.as_float_array(w, dtype)
+    if x.ndim == 0:
+        raise ValueError("a weight needs at least one axis")
+    cols = x.shape[-1]
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64)) if x.ndim > 1 else 1
+    return x, code, name, rows, cols
+
+
+def _norms(act_norm, cols):
+    a = np.ascontiguousarray(np.asarray(act_norm, dtype=np.float32)).reshape(-1)
+    if a.shape[0] != cols:
+        raise ValueError(f"act_norm has {a.shape[0]} values, the weight has {cols} columns")
+    return a
+
+
+def prune(w, pattern="2:4", method="magnitude", act_norm=None, *, dtype=None, axis=-1):
+    """Return the N:M mask of `w` (a bool array of w's shape) along `axis` (the reduction axis:
+    the last one for a PyTorch Linear weight [out, in]; axis=0 for weights stored [in, out]).
+
+    method: "magnitude" (keep the N largest |w| of each group of M), "wanda" (|w| * act_norm[j],
+    act_norm = ||X_j||_2 per input feature, length w.shape[-1]), "tile" (transposable 2:4: each
+    4x4 tile keeps two per row and column, the best of the 90 patterns; with act_norm it ranks
+    Wanda scores), "tile_greedy", or "score" (w holds float32 scores, larger kept). Ties keep the
+    lower index; NaN ranks above +Inf (spec/sparsity.md §2.2).
+    """
+    n, m = _parse_pattern(pattern)
+    if isinstance(w, np.ndarray) and w.ndim > 1 and axis not in (-1, w.ndim - 1):
+        moved = np.ascontiguousarray(np.moveaxis(w, axis, -1))
+        return np.moveaxis(prune(moved, pattern, method, act_norm, dtype=dtype), -1, axis)
+    x, code, _, rows, cols = _weight(w, dtype)
+    mask = np.empty(x.shape, np.uint8)
+    norms = None
+    if act_norm is not None:
+        if method not in ("wanda", "tile", "tile_greedy"):
+            raise ValueError(f"act_norm is only used by 'wanda' and 'tile', not {method!r}")
+        norms = _norms(act_norm, cols)
+    if method in ("tile", "tile_greedy"):
+        if (n, m) != (2, 4):
+            raise ValueError("the transposable TILE mask is 2:4 only")
+        variant = QS_TILE_GREEDY if method == "tile_greedy" else QS_TILE_BEST
+        _call("qs_sp24_tile_mask", _lib.ptr(x), code, rows, cols, _null_or(norms), variant,
+              _lib.ptr(mask), mask.nbytes)
+        return mask.view(np.bool_)
+    codes = {"magnitude": QS_PRUNE_MAGNITUDE, "wanda": QS_PRUNE_WANDA, "score": QS_PRUNE_SCORE}
+    if method not in codes:
+        raise ValueError(f"unknown method {method!r}: expected 'magnitude', 'wanda', 'tile', "
+                         "'tile_greedy' or 'score'")
+    if method == "wanda" and norms is None:
+        raise ValueError("method='wanda' needs act_norm (the per-feature ||X_j||_2)")
+    _call("qs_nm_mask", _lib.ptr(x), code, rows, cols, n, m, codes[method], _null_or(norms),
+          _lib.ptr(mask), mask.nbytes)
+    return mask.view(np.bool_)
+
+
+def check(x, pattern="2:4", *, tile=False, dtype=None):
+    """(ok, first_bad): whether a tensor (non-zero = kept) or a bool mask is N:M along its last
+    axis (and transposable with tile=True); first_bad is the flat index of the first offending
+    group's first element (or tile column's top element), -1 when ok."""
+    n, m = _parse_pattern(pattern)
+    if isinstance(x, np.ndarray) and x.dtype in (np.bool_, np.uint8):
+        a = np.ascontiguousarray(x).view(np.uint8)
+        code, rows, cols = QS_DTYPE_MASK_U8, (a.size // a.shape[-1] if a.ndim > 1 else 1), \
+            a.shape[-1]
+    else:
+        a, code, _, rows, cols = _weight(x, dtype)
+    bad = _I64(-1)
+    st = _fn("qs_nm_check")(_lib.ctx(), _lib.ptr(a), code, rows, cols, n, m, int(bool(tile)),
+                            _c.byref(bad))
+    if st == _lib.QS_ERR_BAD_DATA:
+        return False, int(bad.value)
+    _lib.check(st)
+    return True, -1
+
+
+class Compressed24:
+    """A 2:4-compressed weight (spec/sparsity.md §3): `values` (w's dtype, shape
+    (..., K/2), kept elements in ascending position) and `meta` (uint16, shape (rows,
+    ceil(K/16)), one nibble i0 | i1 << 2 per group, low bits first). `shape` and `dtype` describe
+    the dense tensor."""
+
+    def __init__(self, values, meta, shape, dtype):
+        self.values = values
+        self.meta = meta
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    @property
+    def nbytes(self):
+        return self.values.nbytes + self.meta.nbytes
+
+    def __repr__(self):
+        return (f"Compressed24(shape={self.shape}, dtype={self.dtype}, values={self.values.shape},"
+                f" meta={self.meta.shape})")
+
+    def to_cutlass_meta(self, word_bits=16):
+        """The meta words in the interleaved order of the CUTLASS / PyTorch SM80 sparse kernels
+        (uint16 for word_bits=16, int32 words for 32, as PyTorch's tensor of that dtype)."""
+        return meta_to_cutlass(self.meta, self.shape, word_bits)
+
+    def __qsparse_quantize__(self, format, **options):
+        return quantize_sparse(self, format, **options)
+
+
+class SparseQTensor:
+    """2:4 weight whose kept values are quantized: `q` is the QTensor of the (rows x K/2)
+    values, `meta` the plain 2:4 metadata. qs.dequantize() returns the dense array."""
+
+    def __init__(self, q, meta, shape):
+        self.q = q
+        self.meta = meta
+        self.shape = tuple(shape)
+
+    @property
+    def format(self):
+        return self.q.format
+
+    @property
+    def nbytes(self):
+        return self.q.nbytes + self.meta.nbytes
+
+    def __repr__(self):
+        return f"SparseQTensor(format={self.format!r}, shape={self.shape})"
+
+    def __qsparse_dequantize__(self, dtype="float32"):
+        from ._quant import dequantize
+
+        values = dequantize(self.q, dtype=dtype)
+        return decompress(Compressed24(values, self.meta, self.shape, dtype))
+
+
+def _rows(shape):
+    return int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+
+
+def compress(w, mask=None, *, dtype=None):
+    """Compress a 2:4 tensor: with `mask` (bool, w's shape) the kept positions are its True
+    entries, otherwise the non-zero values of w (NaN counts as non-zero). A group keeping more
+    than two raises QsparseError; groups keeping fewer are completed with +0 (§3.4)."""
+    x, code, name, rows, cols = _weight(w, dtype)
+    vb, mc = _I64(), _I64()
+    _lib.check(_fn("qs_sp24_size")(code, rows, cols, _c.byref(vb), _c.byref(mc)))
+    m = None
+    if mask is not None:
+        mk = np.asarray(mask)
+        m = np.ascontiguousarray(mk if mk.dtype == np.bool_ else mk != 0).view(np.uint8)
+        if m.shape != x.shape:
+            raise ValueError(f"mask shape {m.shape} differs from the weight's {x.shape}")
+    values = _lib.empty_of(name, x.shape[:-1] + (cols // 2,))
+    meta = np.empty((rows, (cols + 15) // 16), np.uint16)
+    _call("qs_sp24_compress", _lib.ptr(x), code, rows, cols, _null_or(m), _lib.ptr(values),
+          values.nbytes, _lib.ptr(meta), meta.size)
+    return Compressed24(values, meta, x.shape, name)
+
+
+def prune_compress(w, act_norm=None, *, dtype=None):
+    """Magnitude (or, with act_norm, Wanda) 2:4 pruning and compression in one pass:
+    (Compressed24, bool mask)."""
+    x, code, name, rows, cols = _weight(w, dtype)
+    vb, mc = _I64(), _I64()
+    _lib.check(_fn("qs_sp24_size")(code, rows, cols, _c.byref(vb), _c.byref(mc)))
+    norms = None if act_norm is None else _norms(act_norm, cols)
+    values = _lib.empty_of(name, x.shape[:-1] + (cols // 2,))
+    meta = np.empty((rows, (cols + 15) // 16), np.uint16)
+    mask = np.empty(x.shape, np.uint8)
+    _call("qs_sp24_prune_compress", _lib.ptr(x), code, rows, cols, _null_or(norms),
+          _lib.ptr(values), values.nbytes, _lib.ptr(meta), meta.size, _lib.ptr(mask), mask.nbytes)
+    return Compressed24(values, meta, x.shape, name), mask.view(np.bool_)
+
+
+def decompress(s, dtype=None):
+    """The dense array of a Compressed24 (pruned positions +0.0), or of a SparseQTensor."""
+    if isinstance(s, SparseQTensor):
+        return s.__qsparse_dequantize__(dtype or "float32")
+    if not isinstance(s, Compressed24):
+        raise ValueError(f"expected a Compressed24, got {type(s).__name__}")
+    vals, code, name = _lib.as_float_array(s.values, dtype or s.dtype)
+    shape = tuple(s.shape)
+    if not shape:
+        raise ValueError("a compressed tensor has at least one axis")
+    rows, cols = _rows(shape), shape[-1]
+    if vals.size * 2 != rows * cols:
+        raise ValueError(f"values hold {vals.size} elements, shape {shape} needs "
+                         f"{rows * cols // 2}")
+    meta = np.asarray(s.meta)
+    if meta.dtype != np.uint16:
+        raise ValueError(f"meta must be uint16, got {meta.dtype}")
+    meta = np.ascontiguousarray(meta)
+    out = _lib.empty_of(name, shape)
+    if vals.dtype == np.uint16 and out.dtype != np.uint16:
+        out = out.view(np.uint16)
+    _call("qs_sp24_decompress", _lib.ptr(vals), code, _lib.ptr(meta), meta.size, rows, cols,
+          _lib.ptr(out), out.nbytes)
+    return out
+
+
+def quantize_sparse(obj, fmt, **kw):
+    """Quantize the kept values of a Compressed24 in any format of qs.quantize (the rows x K/2
+    values form the tensor, so scale blocks count kept values along the compressed row) and
+    keep the meta alongside: returns a SparseQTensor, which qs.dequantize() makes dense."""
+    from ._quant import quantize
+
+    if not isinstance(obj, Compressed24):
+        raise ValueError(f"expected a Compressed24, got {type(obj).__name__}")
+    if obj.values.dtype == np.uint16:  # 16-bit values held as raw bits
+        kw.setdefault("dtype", obj.dtype)
+    rows = _rows(obj.shape)
+    vals = np.asarray(obj.values).reshape(rows, obj.shape[-1] // 2)
+    return SparseQTensor(quantize(vals, fmt, **kw), obj.meta, obj.shape)
+
+
+def meta_to_cutlass(meta, shape, word_bits=16):
+    """Plain meta (rows x K/16 uint16) -> the CUTLASS / PyTorch interleaved order; int32 words
+    for word_bits=32 (PyTorch's int8 layout), else uint16."""
+    meta = np.ascontiguousarray(meta, dtype=np.uint16)
+    rows, cols = _rows(shape), shape[-1]
+    out = np.empty(meta.shape, np.uint16)
+    _call("qs_sp24_meta_to_cutlass", _lib.ptr(meta), rows, cols, int(word_bits), _lib.ptr(out),
+          out.size)
+    return out.view(np.int32) if word_bits == 32 else out
+
+
+def meta_from_cutlass(meta, shape, word_bits=16):
+    """The inverse of meta_to_cutlass: plain uint16 meta (rows x K/16)."""
+    src = np.ascontiguousarray(meta).view(np.uint16).reshape(_rows(shape), -1)
+    rows, cols = _rows(shape), shape[-1]
+    out = np.empty((rows, cols // 16), np.uint16)
+    _call("qs_sp24_meta_from_cutlass", _lib.ptr(src), rows, cols, int(word_bits), _lib.ptr(out),
+          out.size)
+    return out
+
+
+def srste(w, grad, pattern="2:4", lam=2e-4):
+    """One SR-STE step on float32 master weights: (w * M, grad + lam * (1 - M) * w, M) with M the
+    magnitude N:M mask recomputed from w (spec/sparsity.md §6.4)."""
+    n, m = _parse_pattern(pattern)
+    x, code, _, rows, cols = _weight(w)
+    g, gcode, _, _, _ = _weight(grad)
+    if code != _lib.QS_DTYPE_F32 or gcode != _lib.QS_DTYPE_F32 or g.shape != x.shape:
+        raise ValueError("srste needs float32 weights and gradients of the same shape")
+    wm, go, mask = np.empty_like(x), np.empty_like(g), np.empty(x.shape, np.uint8)
+    _call("qs_nm_srste", _lib.ptr(x), _lib.ptr(g), rows, cols, n, m, float(lam), _lib.ptr(wm),
+          _lib.ptr(go), _lib.ptr(mask), x.size)
+    return wm, go, mask.view(np.bool_)
+
+
+def apply_mask(x, mask, *, dtype=None):
+    """x * mask with pruned positions +0 (kept elements copied bit for bit)."""
+    a, code, name, _, _ = _weight(x, dtype)
+    m = np.ascontiguousarray(np.asarray(mask, dtype=np.bool_)).view(np.uint8)
+    if m.shape != a.shape:
+        raise ValueError(f"mask shape {m.shape} differs from {a.shape}")
+    out = np.empty_like(a)
+    _call("qs_nm_apply_mask", _lib.ptr(a), code, _lib.ptr(m), a.size, _lib.ptr(out), out.nbytes)
+    return out
+
+
+def mask_flips(a, b):
+    """Number of positions where two masks disagree (SR-STE mask stability)."""
+    x = np.ascontiguousarray(np.asarray(a, dtype=np.bool_)).view(np.uint8)
+    y = np.ascontiguousarray(np.asarray(b, dtype=np.bool_)).view(np.uint8)
+    if x.shape != y.shape:
+        raise ValueError("masks of different shapes")
+    out = _I64()
+    _call("qs_nm_mask_flips", _lib.ptr(x), _lib.ptr(y), x.size, _c.byref(out))
+    return int(out.value)
+
+
+def permute(w, act_norm=None, *, max_sweeps=0, escapes=0, seed=0):
+    """Channel permutation search for 2:4 (spec/sparsity.md §6.5) on a float32 (rows, K) weight:
+    returns (perm, kept_before, kept_after), where w[:, perm] keeps the fraction kept_after of
+    the total score (|w|, or |w| * act_norm) under 2:4 magnitude pruning instead of kept_before.
+    Apply the same permutation to the producing layer's output channels."""
+    x, code, _, rows, cols = _weight(w)
+    if code != _lib.QS_DTYPE_F32:
+        raise ValueError("the permutation search takes float32 weights")
+    norms = None if act_norm is None else _norms(act_norm, cols)
+    perm = np.empty(cols, np.int32)
+    before, after = _c.c_double(), _c.c_double()
+    _call("qs_sp24_permute_search", _lib.ptr(x), rows, cols, _null_or(norms), int(max_sweeps),
+          int(escapes), int(seed) & 0xFFFFFFFFFFFFFFFF, _lib.ptr(perm), perm.size,
+          _c.byref(before), _c.byref(after))
+    return perm, before.value, after.value
+
+
+__all__ = ["Compressed24", "SparseQTensor", "apply_mask", "check", "compress", "decompress",
+           "mask_flips", "meta_from_cutlass", "meta_to_cutlass", "permute", "prune",
+           "prune_compress", "quantize_sparse", "srste"]

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * NVIDIA NVFP4 quantize and dequantize for AVX-512 F/BW/DQ/VL (spec/formats.md §11, §14),
+ * bit-identical to src/ref/nvfp4_ref.c, with its operation order: per block of 16, amax (NaN
+ * ignored), S = fl(amax / fl(6 * s_global)), S = 0 -> 0x38, S < 2^-9 -> 2^-9 (a comparison, so
+ * NaN stays NaN), scale byte E4M3_RNE_sat(S) without sign, den = fl(value(S) * s_global), codes
+ * E2M1_RNE_sat(fl(v / den)) with a true division (NaN -> 0; den = 0 -> 0), decode
+ * fl(value(P) * den). The block scales of 16 blocks are computed in one vector pass. A partial
+ * last block is read with zero-masked loads (+0.0 changes no amax) and written with masked
+ * stores, so nothing past n is read or written.
+ */
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+
+/* E4M3 codes of 16 floats (0...255 per 32-bit lane), NaN -> 0x7F | sign, saturating. */
+static inline __m512i e4m3_encode_avx512(__m512 y)
+{
+    const __m512i u = _mm512_castps_si512(y);
+    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    /* below the smallest normal 2^-6 every value has the quantum 2^-9: rne(a * 2^9), exact */
+    __m512i sub =
+        _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(0x1p9f)));
+    /* normal: RNE at f32 mantissa bit 20, then rebias 127 -> 7; a carry rolls into the exponent */
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7FFFF)), odd);
+    __m512i mag = _mm512_sub_epi32(_mm512_srli_epi32(r, 20), _mm512_set1_epi32(120 << 3));
+
+    mag = _mm512_mask_mov_epi32(mag, _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(0x3C800000)),
+                                sub);
+    mag = _mm512_min_epi32(mag, _mm512_set1_epi32(0x7E)); /* saturate to 448 */
+    mag = _mm512_mask_mov_epi32(mag, _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7F800000)),
+                                _mm512_set1_epi32(0x7F));
+    return _mm512_or_si512(mag, _mm512_and_si512(_mm512_srli_epi32(u, 24),
+                                                 _mm512_set1_epi32(0x80)));
+}
+
+/* Values of 16 E4M3 codes (0...255 per 32-bit lane), exact; 0x7F / 0xFF give NaN with the sign. */
+static inline __m512 e4m3_decode_avx512(__m512i c)
+{
+    const __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+    __m512i v = _mm512_add_epi32(_mm512_slli_epi32(m, 20), _mm512_set1_epi32(120 << 23));
+    __m512i sub = _mm512_castps_si512(
+        _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f)));
+
+    v = _mm512_mask_mov_epi32(v, _mm512_cmplt_epi32_mask(m, _mm512_set1_epi32(8)), sub);
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(m, _mm512_set1_epi32(0x7F)),
+                              _mm512_set1_epi32(0x7FC00000));
+    v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24));
+    return _mm512_castsi512_ps(v);
+}
+
+/* E2M1 codes (0...15) of 16 floats, one per 32-bit lane; NaN -> 0 (§11), Inf saturates. */
+static inline __m512i e2m1_encode_avx512(__m512 y)
+{
+    const __m512i u = _mm512_castps_si512(y);
+    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    /* below the smallest normal 1.0 the quantum is 0.5: rne(a * 2), exact scaling */
+    __m512i sub =
+        _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(2.0f)));
+    /* normal: RNE at f32 mantissa bit 22, then rebias 127 -> 1; a carry rolls into the exponent */
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 22), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x1FFFFF)), odd);
+    __m512i mag = _mm512_sub_epi32(_mm512_srli_epi32(r, 22), _mm512_set1_epi32(126 << 1));
+    __mmask16 ok = _mm512_cmple_epi32_mask(a, _mm512_set1_epi32(0x7F800000)); /* not NaN */
+
+    mag = _mm512_mask_mov_epi32(mag, _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(0x3F800000)),
+                                sub);
+    mag = _mm512_min_epi32(mag, _mm512_set1_epi32(7)); /* saturate to 6 */
+    return _mm512_maskz_or_epi32(ok, mag, _mm512_and_si512(_mm512_srli_epi32(u, 28),
+                                                           _mm512_set1_epi32(8)));
+}
+
+static inline float nvfp4_amax_avx512(__m512 x)
+{
+    /* maxps returns its second operand when the first is NaN: NaN is ignored (fmaxf) */
+    return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x), _mm512_setzero_ps()));
+}
+
+/* Scale bytes of up to 16 blocks from their amaxes, one per lane, and den = fl(value(scale) *
+ * s_global) per lane: the reference's block-scale steps, vectorized across blocks. */
+static inline __m512i nvfp4_scales_avx512(__m512 amax, float s_global, __m512 *den)
+{
+    __m512 s = _mm512_div_ps(amax, _mm512_set1_ps(6.0f * s_global));
+    __mmask16 zero = _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_EQ_OQ);
+    /* a comparison, not a max, so that NaN stays NaN */
+    __mmask16 small = _mm512_cmp_ps_mask(s, _mm512_set1_ps(0x1p-9f), _CMP_LT_OQ);
+    __m512i code;
+
+    s = _mm512_mask_mov_ps(s, small, _mm512_set1_ps(0x1p-9f));
+    code = _mm512_and_si512(e4m3_encode_avx512(s), _mm512_set1_epi32(0x7F)); /* unsigned */
+    code = _mm512_mask_mov_epi32(code, zero, _mm512_set1_epi32(0x38)); /* all-zero block: 1.0 */
+    *den = _mm512_mul_ps(e4m3_decode_avx512(code), _mm512_set1_ps(s_global));
+    return code;
+}
+
+/* Codes of one block divided by its den, joined pairwise (element 2j in the low nibble of byte
+ * j), in 64-bit lanes; every code 0 when den == 0 (subnormal s_global). */
+static inline __m512i nvfp4_block_codes_avx512(__m512 x, __m512 den)
+{
+    __mmask16 nz = _mm512_cmp_ps_mask(den, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    __m512i c = _mm512_maskz_mov_epi32(nz, e2m1_encode_avx512(_mm512_div_ps(x, den)));
+
+    return _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
+}
+
+void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t *dst,
+                            uint8_t *scales)
+{
+    int64_t b = 0;
+
+    /* 16 blocks at a time: the block scales of the group take one vector pass */
+    for (; (b + 16) * 16 <= n; b += 16) {
+        const float *v = src + b * 16;
+        float am[16];
+        __m512 den;
+
+        for (int k = 0; k < 16; k++)
+            am[k] = nvfp4_amax_avx512(_mm512_loadu_ps(v + 16 * k));
+        __m512i code = nvfp4_scales_avx512(_mm512_loadu_ps(am), s_global, &den);
+        _mm_storeu_si128((__m128i *)(scales + b), _mm512_cvtepi32_epi8(code));
+        for (int k = 0; k < 16; k++) {
+            __m512 d = _mm512_permutexvar_ps(_mm512_set1_epi32(k), den);
+            __m512i c = nvfp4_block_codes_avx512(_mm512_loadu_ps(v + 16 * k), d);
+            _mm_storel_epi64((__m128i *)(dst + (b + k) * 8), _mm512_cvtepi64_epi8(c));
+        }
+    }
+    for (; b * 16 < n; b++) {
+        int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
+        int64_t nbytes = (len + 1) / 2;
+        __mmask16 k = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(k, src + b * 16), den;
+        __m512i code = nvfp4_scales_avx512(_mm512_set1_ps(nvfp4_amax_avx512(x)), s_global, &den);
+
+        scales[b] = (uint8_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(code));
+        _mm512_mask_cvtepi64_storeu_epi8(dst + b * 8, (__mmask8)((1u << nbytes) - 1),
+                                         nvfp4_block_codes_avx512(x, den));
+    }
+}
+
+void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n,
+                              float s_global, float *dst)
+{
+    const __m512 table = _mm512_loadu_ps(qs_e2m1_values);
+    const __m512 sg = _mm512_set1_ps(s_global);
+    const __m512i idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+
+    for (int64_t b = 0; b * 16 < n; b++) {
+        int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
+        int64_t nbytes = (len + 1) / 2;
+        __mmask16 k = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+        __mmask16 kb = (__mmask16)((1u << nbytes) - 1);
+        __m512i w = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(kb, src + b * 8));
+        /* lane 2j takes the low nibble of byte j, lane 2j + 1 its high nibble */
+        __m512i c = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, w), shift),
+                                     _mm512_set1_epi32(0xF));
+        /* UE4M3: readers ignore the sign bit (§14) */
+        __m512 den = _mm512_mul_ps(e4m3_decode_avx512(_mm512_set1_epi32(scales[b] & 0x7F)), sg);
+
+        _mm512_mask_storeu_ps(dst + b * 16, k,
+                              _mm512_mul_ps(_mm512_permutexvar_ps(c, table), den));
+    }
+}

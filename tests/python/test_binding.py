@@ -1,0 +1,457 @@
+# SPDX-License-Identifier: MIT
+"""Tests of the ctypes binding: every public function, the plane layouts against the spec's
+hand-worked vectors (spec/formats.md §5.4, §6.2, §10, §13, §14), dtypes, backends, threads and
+every error path (ValueError before the C call, QsparseError with the library's message)."""
+
+import os
+import struct
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import qsparse as qs
+from qsparse import _lib
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+FORMATS = ["nf4", "fp4", "int8", "llm_int8", "fp8_e4m3", "fp8_e5m2", "mxfp4", "mxfp8", "nvfp4"]
+
+
+def f32(*hexes):
+    return np.array([struct.unpack("<f", bytes.fromhex(h)[::-1])[0] for h in hexes], np.float32)
+
+
+def rand(shape, seed=1, scale=1.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+# ---- module-level functions ----------------------------------------------------------------------
+
+
+def test_version_and_formats():
+    assert qs.__version__.count(".") == 2
+    assert qs.formats() == FORMATS
+    with pytest.raises(AttributeError):
+        qs.no_such_name  # noqa: B018
+
+
+def test_backends_and_set_backend():
+    names = qs.backends()
+    assert names[0] == "scalar"
+    try:
+        for name in names:
+            qs.set_backend(name)
+            assert qs.backend() == name
+            impls = qs.kernels()
+            assert impls["nf4_quant"].startswith("qs_nf4_quant__")
+            if name == "scalar":
+                assert all(v.endswith("__ref") for v in impls.values())
+        qs.set_backend("cpu")
+        qs.set_backend("auto")
+        assert qs.backend() == names[-1] or os.environ.get("QS_FORCE_ISA")
+    finally:
+        qs.set_backend("auto")
+
+
+def test_set_backend_errors():
+    with pytest.raises(ValueError, match="unknown backend"):
+        qs.set_backend("gpu9000")
+    with pytest.raises(ValueError):
+        qs.set_backend(3)
+    missing = [b for b in ("avx2", "avx512", "neon", "neon-dotprod") if b not in qs.backends()]
+    before = qs.backend()
+    for name in missing:
+        with pytest.raises(qs.QsparseError, match="not available") as e:
+            qs.set_backend(name)
+        assert e.value.status == _lib.QS_ERR_BACKEND
+    assert qs.backend() == before  # a failed request leaves the setting as it was
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_backend_gives_the_same_bits(fmt):
+    x = rand((7, 80), seed=3)
+    outs = []
+    try:
+        for name in qs.backends():
+            qs.set_backend(name)
+            q = qs.quantize(x, fmt)
+            outs.append((q.data.tobytes(), (q.scale if q.absmax is None else q.absmax).tobytes(),
+                         qs.dequantize(q).tobytes()))
+    finally:
+        qs.set_backend("auto")
+    assert all(o == outs[0] for o in outs)
+
+
+def test_threads_do_not_change_results():
+    x = rand((64, 1024), seed=4)
+    try:
+        qs.set_num_threads(1)
+        assert qs.get_num_threads() == 1
+        a = qs.quantize(x, "nf4", double_quant=True)
+        qs.set_num_threads(2)
+        b = qs.quantize(x, "nf4", double_quant=True)
+    finally:
+        qs.set_num_threads(0)
+    assert a.data.tobytes() == b.data.tobytes()
+    assert a.absmax.tobytes() == b.absmax.tobytes()
+    assert a.nested_offset == b.nested_offset
+    for bad in (-1, 1.5, "2", True, 2**31):
+        with pytest.raises(ValueError):
+            qs.set_num_threads(bad)
+
+
+def test_python_threads_get_their_own_context():
+    x = rand((32, 256), seed=5)
+    ref = qs.dequantize(qs.quantize(x, "nvfp4")).tobytes()
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(qs.dequantize(qs.quantize(x, "nvfp4")).tobytes())
+            # errors stay in the failing thread's context
+            with pytest.raises(qs.QsparseError, match="block_size is 16, got 6"):
+                qs.quantize(x, "nvfp4", blocksize=6)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 80 and all(r == ref for r in results)
+
+
+def test_codebooks_and_convert():
+    nf4 = qs.codebook("nf4")
+    assert nf4.dtype == np.float32 and nf4.shape == (16,)
+    assert nf4[0] == -1.0 and nf4[7] == 0.0 and nf4[15] == 1.0
+    dyn8 = qs.codebook("dyn8")
+    assert dyn8.shape == (256,) and dyn8[127] == 0.0 and dyn8[255] == 1.0
+    assert dyn8[0] == f32("bf7e3333")[0]
+    e4m3 = qs.codebook("e4m3")
+    assert e4m3[0x7E] == 448.0 and np.isnan(e4m3[0x7F])
+    assert list(qs.codebook("e2m1")[:8]) == [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+    with pytest.raises(ValueError, match="unknown codebook"):
+        qs.codebook("nf5")
+
+    x = np.array([1.0, 65520.0, np.nan, 1e-8, -2.5], np.float32)
+    h = qs.convert(x, "float16")
+    assert h.dtype == np.float16
+    with np.errstate(over="ignore"):  # 65520 rounds to +Inf in float16, as intended
+        assert h.tobytes() == x.astype(np.float16).tobytes()
+    b = qs.convert(x, "bfloat16")
+    assert b.dtype == ml_dtypes.bfloat16
+    back = qs.convert(b, "float32")
+    assert back[0] == 1.0 and back[4] == -2.5
+    with pytest.raises(ValueError):
+        qs.convert(x, "float64")
+
+
+# ---- spec vectors --------------------------------------------------------------------------------
+
+
+SPEC_IN = f32("3f800000", "bf800000", "3f000000", "3d22faff", "bf591cd8", "00000000", "be800000")
+
+
+def test_nf4_spec_vectors():
+    q = qs.quantize(SPEC_IN, "nf4")
+    assert q.data.tobytes().hex() == "f0c70747"
+    assert q.data.dtype == np.uint8 and q.data.shape == (4,)
+    assert q.absmax.dtype == np.float32 and list(q.absmax) == [1.0]
+    assert q.blocksize == 64 and q.shape == (7,) and q.format == "nf4"
+    assert q.scale is None and q.nested_absmax is None and not q.double_quant
+    assert qs.quantize(np.zeros(5, np.float32), "nf4").data.tobytes().hex() == "000000"
+    nan = np.array([np.nan, 0.5, -1.0], np.float32)
+    assert qs.quantize(nan, "nf4").data.tobytes().hex() == "0c07"
+    # multiply by the reciprocal, never divide (§5.4)
+    assert qs.quantize(f32("bffa131c", "40136ed4"), "nf4").data.tobytes().hex() == "1f"
+    d = qs.dequantize(q)
+    assert d.dtype == np.float32 and d.shape == (7,)
+    assert d[0] == 1.0 and d[1] == -1.0
+
+
+def test_fp4_spec_vector():
+    q = qs.quantize(SPEC_IN, "fp4")
+    assert q.data.tobytes().hex() == "3b51b0f0"
+
+
+def test_double_quant_spec_example():
+    # blocks of 2 whose absmax are [0.5, 1.0, 0.25, 0.75] (§6.2 example)
+    x = np.array([0.5, 0, 1.0, 0, 0.25, 0, 0.75, 0], np.float32)
+    q = qs.quantize(x, "nf4", blocksize=2, double_quant=True)
+    assert q.absmax.dtype == np.uint8 and list(q.absmax) == [47, 255, 0, 207]
+    assert q.nested_absmax.dtype == np.float32 and list(q.nested_absmax) == [0.375]
+    assert q.nested_offset == np.float32(0.625) and q.nested_blocksize == 256
+    assert q.double_quant and q.blocksize == 2
+    d = qs.dequantize(q)
+    assert d[2] == 1.0
+
+
+def test_fp8_plain_cast_and_data_scale():
+    x = np.array([1.0, 0.1, 240.0, 448.0, 464.0, 464.00003, np.inf, -np.inf, np.nan, -0.0,
+                  -2.0**-7], np.float32)
+    q = qs.quantize(x, "fp8_e4m3", scale=1.0)
+    assert q.data.tobytes().hex() == "381d777e7e7e7efe7f8084"
+    assert q.scale.dtype == np.float32 and list(q.scale) == [1.0]
+    assert q.data.shape == x.shape
+    y = np.array([1.0, -448.0 * 2], np.float32)
+    q2 = qs.quantize(y, "fp8_e4m3")
+    assert q2.scale[0] == np.float32(896.0) / np.float32(448.0)
+    assert list(qs.dequantize(q2)) == [1.0, -896.0]
+    q3 = qs.quantize(np.array([57344.0, 1.0], np.float32), "fp8_e5m2", scale=1.0)
+    assert q3.data.tobytes().hex() == "7b3c"
+
+
+def test_mxfp4_spec_vector():
+    x = np.zeros(32, np.float32)
+    x[:4] = [1.0, -0.75, 5.0, 7.9]
+    q = qs.quantize(x, "mxfp4")
+    assert q.scale.dtype == np.uint8 and q.scale.shape == (1, 1) and q.scale[0, 0] == 0x7F
+    assert q.data.tobytes()[:3].hex() == "a27600"
+    assert q.data.shape == (16,)
+    r = qs.quantize(x, "mxfp4", scale_rounding="rceil")
+    assert r.scale_rounding == "rceil" and qs.dequantize(r)[3] == 8.0
+    nan = x.copy()
+    nan[5] = np.nan
+    assert qs.quantize(nan, "mxfp4").scale[0, 0] == 0xFF
+
+
+def test_nvfp4_spec_vector():
+    x = np.zeros((1, 32), np.float32)
+    x[0, :4] = [6.0, -3.0, 0.7, 1.1]
+    x[0, 16] = 2688.0
+    q = qs.quantize(x, "nvfp4")
+    assert q.global_scale == np.float32(1.0)
+    assert q.scale.dtype == np.uint8 and q.scale.shape == (1, 2) and q.scale[0, 0] == 0x38
+    assert q.data.tobytes()[:2].hex() == "d721"
+    assert q.data.shape == (1, 16)
+    g = qs.quantize(x, "nvfp4", scale=2.0)
+    assert g.global_scale == np.float32(2.0)
+
+
+def test_int8_layouts():
+    x = rand((4, 12), seed=7)
+    q = qs.quantize(x, "int8")
+    assert q.granularity == "row" and q.symmetric and q.zero_point is None
+    assert q.data.dtype == np.int8 and q.data.shape == (4, 12)
+    amax = np.abs(x).max(axis=1)
+    assert np.array_equal(q.scale, (amax / np.float32(127)).astype(np.float32))
+    assert np.abs(q.data).max() == 127
+    t = qs.quantize(x, "int8", granularity="tensor")
+    assert t.scale.shape == (1,)
+    c = qs.quantize(x, "int8", granularity="channel")
+    assert c.granularity == "row" and c.scale.shape == (4,)
+    g = qs.quantize(x, "int8", group_size=4)
+    assert g.granularity == "group" and g.scale.shape == (4, 3) and g.group_size == 4
+    a = qs.quantize(x, "int8", symmetric=False, granularity="group", group_size=6)
+    assert a.zero_point.dtype == np.int8 and a.zero_point.shape == (4, 2)
+    for qq in (q, t, c, g, a):
+        d = qs.dequantize(qq)
+        assert d.shape == x.shape
+        assert np.max(np.abs(d - x)) <= np.max(np.abs(x)) / 100
+    llm = qs.quantize(x, "llm_int8")
+    assert np.array_equal(llm.scale, amax) and np.array_equal(llm.data, q.data)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", [(0,), (1,), (7,), (3, 33), (2, 3, 40), ()])
+def test_roundtrip_shapes(fmt, shape):
+    x = rand(shape, seed=11)
+    q = qs.quantize(x, fmt)
+    assert q.shape == tuple(shape)
+    d = qs.dequantize(q)
+    assert d.shape == tuple(shape) and d.dtype == np.float32
+    if x.size:
+        err = np.sqrt(np.mean((d - x) ** 2)) / np.sqrt(np.mean(x**2))
+        assert err < 0.25
+    assert q.nbytes >= q.data.nbytes
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_16bit_inputs_and_outputs(fmt):
+    x = rand((3, 64), seed=12)
+    h = x.astype(np.float16)
+    b = x.astype(ml_dtypes.bfloat16)
+    qh, qb = qs.quantize(h, fmt), qs.quantize(b, fmt)
+    assert qh.dtype == "float16" and qb.dtype == "bfloat16"
+    # the same bits through uint16 with dtype=
+    qb2 = qs.quantize(b.view(np.uint16), fmt, dtype="bfloat16")
+    qh2 = qs.quantize(h.view(np.uint16), fmt, dtype="float16")
+    assert qb2.data.tobytes() == qb.data.tobytes() and qh2.data.tobytes() == qh.data.tobytes()
+    # a float16 input quantizes as its exact float32 widening
+    assert qh.data.tobytes() == qs.quantize(h.astype(np.float32), fmt).data.tobytes()
+    d32 = qs.dequantize(qb)
+    d16 = qs.dequantize(qb, dtype="float16")
+    dbf = qs.dequantize(qb, dtype="bfloat16")
+    assert d16.dtype == np.float16 and dbf.dtype == ml_dtypes.bfloat16
+    assert d16.tobytes() == qs.convert(d32, "float16").tobytes()
+    assert dbf.tobytes() == qs.convert(d32, "bfloat16").tobytes()
+
+
+def test_noncontiguous_input_is_copied():
+    x = rand((16, 128), seed=13)
+    assert qs.quantize(x[:, ::2], "nf4").data.tobytes() == \
+        qs.quantize(np.ascontiguousarray(x[:, ::2]), "nf4").data.tobytes()
+
+
+# ---- errors --------------------------------------------------------------------------------------
+
+
+def test_value_errors_before_the_c_call():
+    x = rand(64)
+    with pytest.raises(ValueError, match="unknown format"):
+        qs.quantize(x, "nf5")
+    with pytest.raises(ValueError, match="format must be a string"):
+        qs.quantize(x, 4)
+    for bad in (x.astype(np.float64), x.astype(np.int32), np.zeros(4, bool)):
+        with pytest.raises(ValueError, match="unsupported dtype"):
+            qs.quantize(bad, "nf4")
+    with pytest.raises(ValueError, match="needs dtype"):
+        qs.quantize(x.view(np.uint16), "nf4")
+    with pytest.raises(ValueError, match="does not hold"):
+        qs.quantize(x, "nf4", dtype="bfloat16")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        qs.quantize(x, "nf4", dtype="float8")
+    with pytest.raises(ValueError, match="numpy array"):
+        qs.quantize([1.0, 2.0], "nf4")
+    for kw in ({"double_quant": True}, {"granularity": "row"}, {"blocksize": 64},
+               {"symmetric": False}, {"scale": 1.0}, {"scale_rounding": "floor"}):
+        with pytest.raises(ValueError, match="does not apply"):
+            qs.quantize(x, "int8" if "blocksize" in kw or "scale" in kw or "double_quant" in kw
+                        or "scale_rounding" in kw else "nf4", **kw)
+    with pytest.raises(ValueError, match="granularity"):
+        qs.quantize(x, "int8", granularity="block")
+    with pytest.raises(ValueError, match="needs group_size"):
+        qs.quantize(x, "int8", granularity="group")
+    with pytest.raises(ValueError, match="group_size"):
+        qs.quantize(x, "int8", granularity="row", group_size=8)
+    with pytest.raises(ValueError, match="group_size"):
+        qs.quantize(x, "int8", group_size=0)
+    with pytest.raises(ValueError, match=r"group_size 4 does not divide the last dimension \(10\)"):
+        qs.quantize(rand((2, 10)), "int8", group_size=4)
+    with pytest.raises(ValueError, match="scale must be"):
+        qs.quantize(x, "fp8_e4m3", scale=0.0)
+    with pytest.raises(ValueError, match="scale must be"):
+        qs.quantize(x, "fp8_e4m3", scale=float("nan"))
+    with pytest.raises(ValueError, match="scale_rounding"):
+        qs.quantize(x, "mxfp4", scale_rounding="up")
+    with pytest.raises(ValueError, match="blocksize must be an int"):
+        qs.quantize(x, "nf4", blocksize=64.0)
+    with pytest.raises(ValueError, match="out of range"):
+        qs.quantize(x, "nf4", blocksize=2**40)
+    with pytest.raises(ValueError, match="expected a QTensor"):
+        qs.dequantize(x)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        qs.dequantize(qs.quantize(x, "nf4"), dtype="float64")
+
+
+def test_library_errors_carry_the_library_message():
+    x = rand(64)
+    with pytest.raises(qs.QsparseError, match=r"nf4 block_size 3: must be even") as e:
+        qs.quantize(x, "nf4", blocksize=3)
+    assert e.value.status == _lib.QS_ERR_INVALID_ARG and isinstance(e.value, RuntimeError)
+    with pytest.raises(ValueError, match="does not divide"):
+        qs.dequantize(qs.QTensor("int8", (2, 10), np.zeros((2, 10), np.int8),
+                                 scale=np.ones(5, np.float32), group_size=4))
+    with pytest.raises(qs.QsparseError, match="block_size is 32"):
+        qs.quantize(x, "mxfp4", blocksize=16)
+    with pytest.raises(qs.QsparseError, match="block_size is 16"):
+        qs.quantize(x, "nvfp4", blocksize=32)
+    with pytest.raises(qs.QsparseError, match="block_size"):
+        qs.quantize(x, "nf4", blocksize=8192)
+
+
+def test_check_raises_with_message():
+    _lib.check(_lib.QS_OK)
+    with pytest.raises(qs.QsparseError) as e:
+        _lib.check(_lib.QS_ERR_OVERFLOW)
+    assert e.value.status == _lib.QS_ERR_OVERFLOW and "QS_ERR_OVERFLOW" in str(e.value)
+
+
+def test_dequantize_checks_hand_built_planes():
+    x = rand((4, 64), seed=9)
+    q = qs.quantize(x, "nf4")
+    ok = qs.QTensor("nf4", (4, 64), q.data.copy(), absmax=q.absmax.copy())
+    assert qs.dequantize(ok).tobytes() == qs.dequantize(q).tobytes()
+    with pytest.raises(ValueError, match="holds 127 bytes"):
+        qs.dequantize(qs.QTensor("nf4", (4, 64), q.data[:-1], absmax=q.absmax))
+    with pytest.raises(ValueError, match="needs the absmax plane"):
+        qs.dequantize(qs.QTensor("nf4", (4, 64), q.data))
+    with pytest.raises(ValueError, match="absmax must be a numpy array of float32"):
+        qs.dequantize(qs.QTensor("nf4", (4, 64), q.data, absmax=q.absmax.astype(np.float64)))
+    with pytest.raises(ValueError, match="unknown format"):
+        qs.dequantize(qs.QTensor("nf9", (4, 64), q.data, absmax=q.absmax))
+    with pytest.raises(ValueError, match="negative shape"):
+        qs.dequantize(qs.QTensor("nf4", (-4, 64), q.data, absmax=q.absmax))
+    n = qs.quantize(x, "nvfp4")
+    with pytest.raises(ValueError, match="global_scale"):
+        qs.dequantize(qs.QTensor("nvfp4", n.shape, n.data, scale=n.scale))
+    dq = qs.quantize(x, "nf4", double_quant=True)
+    with pytest.raises(ValueError, match="nested_offset"):
+        qs.dequantize(qs.QTensor("nf4", dq.shape, dq.data, absmax=dq.absmax,
+                                 nested_absmax=dq.nested_absmax))
+    i = qs.quantize(x, "int8", symmetric=False, granularity="tensor")
+    hand = qs.QTensor("int8", i.shape, i.data, scale=i.scale, zero_point=i.zero_point,
+                      granularity="tensor")
+    assert not hand.symmetric
+    assert qs.dequantize(hand).tobytes() == qs.dequantize(i).tobytes()
+    assert "nf4" in repr(q) and q.bits_per_weight == pytest.approx(4.5)
+
+
+def test_quantize_hook_protocol():
+    class Compressed:
+        def __qsparse_quantize__(self, fmt, **options):
+            return ("hooked", fmt, options)
+
+        def __qsparse_dequantize__(self, dtype):
+            return ("dehooked", dtype)
+
+    assert qs.quantize(Compressed(), "nf4", blocksize=128) == ("hooked", "nf4",
+                                                                 {"blocksize": 128})
+    assert qs.dequantize(Compressed()) == ("dehooked", "float32")
+
+
+def _run_py(code, env):
+    full = dict(os.environ)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full, timeout=120)
+
+
+def test_library_lookup_order():
+    here = qs._lib.library_path()
+    assert os.path.exists(here) or "/" not in here
+    # an explicit QSPARSE_LIB is used, and a wrong one is reported, not silently replaced
+    pkg_parent = os.path.dirname(os.path.dirname(qs.__file__))
+    code = ("import sys; sys.path.insert(0, %r); import qsparse, numpy as np;"
+            "print(qsparse._lib.library_path())" % pkg_parent)
+    r = _run_py(code, {"QSPARSE_LIB": here})
+    assert r.returncode == 0 and r.stdout.strip() == here
+    code_bad = ("import sys; sys.path.insert(0, %r); import qsparse, numpy as np;"
+                "qsparse.quantize(np.ones(4, np.float32), 'nf4')" % pkg_parent)
+    r = _run_py(code_bad, {"QSPARSE_LIB": "/nonexistent/libqsparse.so"})
+    assert r.returncode != 0 and "QSPARSE_LIB='/nonexistent/libqsparse.so'" in r.stderr
+
+
+def test_lib_contract_helpers():
+    import ctypes
+
+    bits = _lib.declare("qs_format_bits", ctypes.c_int32, [ctypes.c_int32])
+    assert bits(1) == 4 and bits(3) == 8 and bits(99) == 0
+    assert _lib.status_str(_lib.QS_ERR_SHAPE).startswith("QS_ERR_SHAPE")
+    assert isinstance(_lib.ctx(), ctypes.c_void_p) and _lib.ctx().value
+    assert _lib.ctx().value == _lib.ctx().value  # cached per thread
+    with pytest.raises(qs.QsparseError):
+        qs.quantize(rand(8), "nf4", blocksize=5)
+    assert "block_size 5" in _lib.last_error()
+    a, code, name = _lib.as_float_array(np.zeros(3, np.float16))
+    assert code == _lib.QS_DTYPE_F16 and name == "float16"
+    out = _lib.empty_of("bfloat16", (2, 3))
+    assert out.shape == (2, 3) and out.dtype == ml_dtypes.bfloat16
+    assert _lib.ptr(out).value == out.ctypes.data

@@ -1,0 +1,392 @@
+# SPDX-License-Identifier: MIT
+"""Tests of `qsparse quantize` and `qsparse inspect`: round trips through safetensors (read back
+with the safetensors package and numpy, decoded with the library), the bitsandbytes keys and JSON
+quant_state of spec/formats.md §7, tensor selection, and files that are truncated, malformed or
+hostile, which must give an error and a non-zero exit without touching the output path."""
+
+import json
+import os
+import pty
+import signal
+import struct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import qsparse as qs
+from conftest import read_metadata, read_raw, tiny_model
+
+QUANTIZED = ["encoder.layer.0.attention.self.query.weight",
+             "encoder.layer.0.intermediate.dense.weight",
+             "encoder.layer.0.output.dense.weight",
+             "encoder.layer.1.attention.self.query.weight",
+             "encoder.layer.1.odd.weight"]
+COPIED = ["embeddings.word_embeddings.weight", "embeddings.LayerNorm.weight",
+          "encoder.layer.0.attention.self.query.bias", "encoder.layer.0.output.LayerNorm.weight",
+          "position_ids"]
+
+
+def arr(raw, dtype):
+    return np.frombuffer(raw[2], dtype).reshape(raw[1])
+
+
+def planes_from_file(raw, name, fmt, shape):
+    """Build a QTensor from the keys the tool wrote for weight `name`."""
+    if fmt in ("nf4", "fp4"):
+        state = json.loads(raw[f"{name}.quant_state.bitsandbytes__{fmt}"][2])
+        nested = "nested_offset" in state
+        absmax = raw[f"{name}.absmax"]
+        return qs.QTensor(fmt, state["shape"], arr(raw[name], np.uint8).reshape(-1),
+                          absmax=arr(absmax, np.uint8 if nested else np.float32),
+                          nested_absmax=arr(raw[f"{name}.nested_absmax"], np.float32)
+                          if nested else None,
+                          nested_offset=state.get("nested_offset"),
+                          blocksize=state["blocksize"], double_quant=nested), state
+    if fmt == "int8":
+        prefix = name[:-len(".weight")]
+        return qs.QTensor("llm_int8", shape, arr(raw[name], np.int8),
+                          scale=arr(raw[prefix + ".SCB"], np.float32)), None
+    if fmt.startswith("fp8"):
+        return qs.QTensor(fmt, shape, arr(raw[name], np.uint8),
+                          scale=arr(raw[name + "_scale"], np.float32).reshape(1)), None
+    gs = arr(raw[name + "_scale_2"], np.float32).item() if fmt == "nvfp4" else None
+    return qs.QTensor(fmt, shape, arr(raw[name], np.uint8),
+                      scale=arr(raw[name + "_scale"], np.uint8), global_scale=gs), None
+
+
+@pytest.mark.parametrize("fmt,extra", [("nf4", []), ("fp4", []), ("nf4", ["--double-quant"]),
+                                       ("fp4", ["--double-quant", "--blocksize", "128"]),
+                                       ("int8", []), ("fp8_e4m3", []), ("fp8_e5m2", []),
+                                       ("mxfp4", []), ("mxfp8", []), ("nvfp4", [])])
+def test_roundtrip_matches_the_library(run_tool, model_file, tmp_path, fmt, extra):
+    src, tensors = model_file
+    out = tmp_path / "out.safetensors"
+    r = run_tool("quantize", src, "-o", out, "--format", fmt, *extra, check=0)
+    raw = read_raw(out)
+    lib_fmt = "llm_int8" if fmt == "int8" else fmt
+    opts = {}
+    if "--double-quant" in extra:
+        opts["double_quant"] = True
+    if "--blocksize" in extra:
+        opts["blocksize"] = int(extra[extra.index("--blocksize") + 1])
+
+    for name in COPIED:  # everything else is copied byte for byte
+        assert raw[name][2] == tensors[name].tobytes()
+        assert raw[name][1] == list(tensors[name].shape)
+    for name in QUANTIZED:
+        w = tensors[name]
+        q_file, state = planes_from_file(raw, name, fmt, w.shape)
+        q_lib = qs.quantize(w, lib_fmt, **opts)
+        assert q_file.data.tobytes() == q_lib.data.tobytes(), name
+        d_file, d_lib = qs.dequantize(q_file), qs.dequantize(q_lib)
+        assert d_file.shape == w.shape and d_file.tobytes() == d_lib.tobytes()
+        assert name in r.stdout  # one row of the error table per layer
+        rel = np.sqrt(np.sum((d_file - w) ** 2) / np.sum(w**2))
+        row = next(line for line in r.stdout.splitlines() if line.startswith(name + " "))
+        assert float(row.split()[3]) == pytest.approx(rel, rel=2e-3)
+        if fmt in ("nf4", "fp4"):
+            check_bnb_keys(raw, name, fmt, w, q_lib, state)
+    meta = read_metadata(out)
+    assert meta["format"] == "pt"  # the input's metadata is kept
+    rec = json.loads(meta["qsparse.quantized"])
+    assert sorted(rec) == sorted(QUANTIZED)
+    assert rec[QUANTIZED[0]] == {"format": lib_fmt, "shape": [32, 32], "dtype": "float32"}
+    assert "MB ->" in r.stdout.splitlines()[-1]
+
+
+def check_bnb_keys(raw, name, fmt, w, q, state):
+    n = w.size
+    assert raw[name][0] == "U8" and raw[name][1] == [(n + 1) // 2, 1]
+    nb = q.absmax.size
+    assert raw[name + ".quant_map"][0] == "F32" and raw[name + ".quant_map"][1] == [16]
+    assert arr(raw[name + ".quant_map"], np.float32).tobytes() == qs.codebook(fmt).tobytes()
+    expect = {"quant_type": fmt, "blocksize": q.blocksize, "dtype": "float32",
+              "shape": list(w.shape)}
+    if q.double_quant:
+        assert raw[name + ".absmax"][:2] == ("U8", [nb])
+        assert raw[name + ".nested_absmax"][:2] == ("F32", [q.nested_absmax.size])
+        assert arr(raw[name + ".nested_quant_map"], np.float32).tobytes() == \
+            qs.codebook("dyn8").tobytes()
+        expect.update(nested_blocksize=256, nested_dtype="float32",
+                      nested_offset=float(q.nested_offset))
+    else:
+        assert raw[name + ".absmax"][:2] == ("F32", [nb])
+    # byte-exact Python json.dumps text, as bitsandbytes writes it
+    assert raw[f"{name}.quant_state.bitsandbytes__{fmt}"][2] == json.dumps(expect).encode()
+    assert state == expect
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_models(run_tool, tmp_path, dtype):
+    import ml_dtypes
+    from safetensors.numpy import save_file
+
+    npdt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    w = (np.random.default_rng(3).standard_normal((16, 64)) * 0.1).astype(npdt)
+    src = tmp_path / "m.safetensors"
+    if dtype == "float16":
+        save_file({"l.weight": w}, str(src))
+    else:  # safetensors' numpy API has no bfloat16: write the BF16 header by hand
+        header = json.dumps({"l.weight": {"dtype": "BF16", "shape": [16, 64],
+                                          "data_offsets": [0, w.nbytes]}}).encode()
+        src.write_bytes(struct.pack("<Q", len(header)) + header + w.tobytes())
+    out = tmp_path / "o.safetensors"
+    run_tool("quantize", src, "-o", out, "--format", "nf4", check=0)
+    raw = read_raw(out)
+    state = json.loads(raw["l.weight.quant_state.bitsandbytes__nf4"][2])
+    assert state["dtype"] == dtype
+    assert raw["l.weight"][2] == qs.quantize(w, "nf4").data.tobytes()
+
+
+def test_selection_include_exclude(run_tool, model_file, tmp_path):
+    src, tensors = model_file
+    out = tmp_path / "o.safetensors"
+    run_tool("quantize", src, "-o", out, "--format", "int8", "--include", "query", check=0)
+    raw = read_raw(out)
+    assert raw[QUANTIZED[0]][0] == "I8" and raw[QUANTIZED[3]][0] == "I8"
+    assert raw[QUANTIZED[1]][2] == tensors[QUANTIZED[1]].tobytes()
+    # query.bias matches the include but is 1-D: never quantized
+    assert raw["encoder.layer.0.attention.self.query.bias"][0] == "F32"
+    run_tool("quantize", src, "-o", out, "--format", "int8", "--exclude", r"layer\.1", check=0)
+    raw = read_raw(out)
+    assert raw[QUANTIZED[0]][0] == "I8" and raw[QUANTIZED[3]][0] == "F32"
+    # an explicit --exclude replaces the default one: embeddings are now quantized too
+    assert raw["embeddings.word_embeddings.weight"][0] == "I8"
+    r = run_tool("quantize", src, "-o", out, "--format", "nf4", "--include", "nothing", check=0)
+    assert "no tensor matched" in r.stderr
+
+
+def test_inspect(run_tool, model_file, tmp_path):
+    src, tensors = model_file
+    out = tmp_path / "o.safetensors"
+    run_tool("quantize", src, "-o", out, "--format", "nf4", "--double-quant", check=0)
+    info = json.loads(run_tool("inspect", out, "--json", check=0).stdout)
+    by = {w["name"]: w for w in info["weights"]}
+    assert set(by) == set(tensors)  # companions folded into their weight
+    q = by[QUANTIZED[0]]
+    assert q["format"] == "nf4/64+dq" and q["shape"] == [32, 32] and q["dtype"] == "F32"
+    raw = read_raw(out)
+    parts = [n for n in raw if n.startswith(QUANTIZED[0])]
+    assert q["tensors"] == len(parts) == 6
+    assert q["bytes"] == sum(len(raw[n][2]) for n in parts)
+    assert q["bits_per_weight"] == pytest.approx(8 * q["bytes"] / 1024)
+    assert by["position_ids"]["format"] == "-" and by["position_ids"]["bits_per_weight"] == 64
+    assert info["parameters"] == sum(t.size for t in tensors.values())
+    assert info["quantized_parameters"] == sum(tensors[n].size for n in QUANTIZED)
+    assert info["file_bytes"] == os.path.getsize(out)
+    text = run_tool("inspect", out, check=0).stdout
+    assert "nf4/64+dq" in text and "total:" in text and "quantized:" in text
+    for fmt, label in (("int8", "llm_int8"), ("fp8_e4m3", "fp8_e4m3"), ("nvfp4", "nvfp4"),
+                       ("mxfp4", "mxfp4")):
+        run_tool("quantize", src, "-o", out, "--format", fmt, check=0)
+        info = json.loads(run_tool("inspect", out, "--json", check=0).stdout)
+        w = {x["name"]: x for x in info["weights"]}[QUANTIZED[2]]
+        assert w["format"] == label and w["shape"] == [32, 64]
+    plain = json.loads(run_tool("inspect", src, "--json", check=0).stdout)
+    assert all(w["format"] == "-" for w in plain["weights"])
+
+
+def test_bad_arguments(run_tool, model_file, tmp_path):
+    src, _ = model_file
+    out = tmp_path / "o.safetensors"
+    cases = [
+        ([], "required"),
+        (["--format", "nf4"], "required"),
+        (["-o", out, "--format", "nf5"], "unknown format"),
+        (["-o", out, "--format", "int8", "--double-quant"], "applies to nf4 and fp4"),
+        (["-o", out, "--format", "mxfp4", "--blocksize", "64"], "fixed block size"),
+        (["-o", out, "--format", "nf4", "--blocksize", "x"], "positive integer"),
+        (["-o", out, "--format", "nf4", "--include", "("], "regular expression"),
+        (["-o", out, "--format", "nf4", "--bogus"], "unknown option"),
+        (["-o", out, "--format", "nf4", "extra"], "unexpected argument"),
+        (["-o"], "needs a value"),
+    ]
+    for args, msg in cases:
+        r = run_tool("quantize", src, *args)
+        assert r.returncode == 2 and msg in r.stderr, (args, r.stderr)
+    assert not out.exists()
+    r = run_tool("quantize", src, "-o", out, "--format", "nf4", "--blocksize", "3")
+    assert r.returncode == 2 and "nf4 block_size 3: must be even" in r.stderr
+    assert not out.exists()
+    assert run_tool("quantize", "--help", check=0).stdout.startswith("usage")
+    assert run_tool("inspect").returncode == 2
+    assert run_tool("inspect", src, "--bogus").returncode == 2
+    assert run_tool("inspect", tmp_path / "missing.safetensors").returncode == 1
+
+
+def test_existing_companion_keys_are_refused(run_tool, tmp_path):
+    from safetensors.numpy import save_file
+
+    src = tmp_path / "m.safetensors"
+    save_file({"a.weight": np.ones((4, 64), np.float32),
+               "a.weight.absmax": np.ones(4, np.float32)}, str(src))
+    r = run_tool("quantize", src, "-o", tmp_path / "o.safetensors", "--format", "nf4")
+    assert r.returncode == 1 and "already has a tensor 'a.weight.absmax'" in r.stderr
+
+
+def test_write_failures_leave_nothing(run_tool, model_file, tmp_path):
+    src, _ = model_file
+    r = run_tool("quantize", src, "-o", tmp_path / "no" / "dir.safetensors", "--format", "nf4")
+    assert r.returncode == 1 and "temporary file" in r.stderr
+    target = tmp_path / "adir"
+    target.mkdir()
+    before = sorted(os.listdir(tmp_path))
+    r = run_tool("quantize", src, "-o", target, "--format", "nf4")
+    assert r.returncode == 1 and "writing" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == before and os.listdir(target) == []
+
+
+# ---- malformed and hostile files -----------------------------------------------------------------
+
+
+def st_bytes(header, data=b"", length=None):
+    h = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(h) if length is None else length) + h + data
+
+
+def entry(dtype, shape, begin, end):
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+HOSTILE = {
+    "empty": (b"", "truncated"),
+    "short": (b"\x05\x00\x00", "truncated"),
+    "huge_header": (st_bytes(b"{}", length=1 << 40), "larger than"),
+    "header_past_end": (st_bytes(b"{}", length=1000), "truncated"),
+    "not_object": (st_bytes(b"[1, 2]"), "not a safetensors file"),
+    "bad_json": (st_bytes(b'{"a": {"dtype": '), "malformed header JSON"),
+    "duplicate_key": (st_bytes(b'{"a": {}, "a": {}}'), "duplicate"),
+    "entry_not_object": (st_bytes({"a": 3}), "not a JSON object"),
+    "missing_fields": (st_bytes({"a": {"dtype": "F32"}}), "needs string dtype"),
+    "unknown_dtype": (st_bytes({"a": entry("F128", [2], 0, 32)}, b"\0" * 32), "unknown dtype"),
+    "negative_shape": (st_bytes({"a": entry("F32", [-1, 4], 0, 16)}, b"\0" * 16),
+                       "integers >= 0"),
+    "too_many_dims": (st_bytes({"a": entry("F32", [1] * 9, 0, 4)}, b"\0" * 4), "dimensions"),
+    "numel_overflow": (st_bytes({"a": entry("F32", [2**40, 2**40], 0, 4)}, b"\0" * 4),
+                       "overflows"),
+    "offsets_past_end": (st_bytes({"a": entry("F32", [64, 64], 0, 16384)}, b"\0" * 64),
+                         "outside the data section"),
+    "offsets_reversed": (st_bytes({"a": entry("F32", [0], 8, 4)}, b"\0" * 8),
+                         "outside the data section"),
+    "negative_offset": (st_bytes({"a": entry("F32", [1], -4, 0)}, b"\0" * 8),
+                        "negative data_offsets"),
+    "size_mismatch": (st_bytes({"a": entry("F32", [4, 4], 0, 60)}, b"\0" * 64), "span 60 bytes"),
+    "bad_offsets_type": (st_bytes({"a": {"dtype": "F32", "shape": [1],
+                                         "data_offsets": [0, "4"]}}, b"\0" * 4),
+                         "data_offsets must be"),
+    "overlap": (st_bytes({"a.weight": entry("F32", [2, 4], 0, 32),
+                          "b.weight": entry("F32", [2, 4], 16, 48)}, b"\0" * 48), "overlap"),
+    "metadata_not_string": (st_bytes({"__metadata__": {"k": 1}}), "not a string"),
+    "offset_not_integer": (st_bytes({"a": entry("F32", [1], 0, 4.0)}, b"\0" * 4),
+                           "data_offsets must be"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_files(run_tool, tmp_path, case):
+    blob, message = HOSTILE[case]
+    src = tmp_path / "bad.safetensors"
+    src.write_bytes(blob)
+    out = tmp_path / "out.safetensors"
+    out.write_bytes(b"previous contents")
+    before = sorted(os.listdir(tmp_path))
+    r = run_tool("quantize", src, "-o", out, "--format", "nf4")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "error:" in r.stderr and message in r.stderr, r.stderr
+    assert out.read_bytes() == b"previous contents"
+    assert sorted(os.listdir(tmp_path)) == before  # no temporary file left behind
+    r = run_tool("inspect", src)
+    assert r.returncode == 1 and message in r.stderr
+
+
+def test_valid_edge_files(run_tool, tmp_path):
+    # an empty tensor list, a zero-size tensor and a scalar are all valid
+    src = tmp_path / "edge.safetensors"
+    src.write_bytes(st_bytes({"e.weight": entry("F32", [0, 4], 0, 0),
+                              "s": entry("F32", [], 0, 4)}, b"\0\0\x80\x3f"))
+    out = tmp_path / "o.safetensors"
+    run_tool("quantize", src, "-o", out, "--format", "nf4", check=0)
+    raw = read_raw(out)
+    assert raw["s"] == ("F32", [], b"\0\0\x80\x3f") and raw["e.weight"][1] == [0, 4]
+    empty = tmp_path / "empty.safetensors"
+    empty.write_bytes(st_bytes(b"{}"))
+    run_tool("quantize", empty, "-o", out, "--format", "nf4", check=0)
+    assert read_raw(out) == {}
+
+
+# ---- interruption and the progress bar -----------------------------------------------------------
+
+
+def big_model(path, layers=8):
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    save_file({f"l{i}.weight": rng.standard_normal((1024, 1024), np.float32)
+               for i in range(layers)}, str(path))
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.8])
+def test_interrupt_never_leaves_a_partial_output(tool, tmp_path, delay):
+    src = tmp_path / "big.safetensors"
+    big_model(src)
+    work = tmp_path / "work"
+    work.mkdir()
+    out = work / "out.safetensors"
+    proc = subprocess.Popen([tool, "quantize", str(src), "-o", str(out), "--format", "nf4",
+                             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    files = os.listdir(work)
+    assert proc.returncode in (0, -signal.SIGINT)
+    if proc.returncode == 0:
+        assert files == ["out.safetensors"]
+    # never a temporary file; an output only when complete (the signal may come after the rename)
+    assert files in ([], ["out.safetensors"])
+    if files:
+        assert len(read_raw(out)) == 8 * 4
+
+
+def test_progress_bar_only_on_a_terminal(tool, model_file, tmp_path):
+    src, _ = model_file
+    out = tmp_path / "o.safetensors"
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
+                            stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    text = b"".join(chunks).decode()
+    assert proc.returncode == 0
+    assert "quantizing [" in text and "#" in text and "\r" in text and "writing" in text
+    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "quantizing" not in r.stderr
+
+
+@pytest.mark.parametrize("scale", [1e-7, 3.0, 1e17, 123456.0])
+def test_nested_offset_is_printed_like_python(run_tool, tmp_path, scale):
+    """The quant_state's nested_offset is Python's repr of the f32 offset (spec §7), in the
+    fixed and the exponent notation alike."""
+    from safetensors.numpy import save_file
+
+    w = (np.random.default_rng(8).standard_normal((8, 64)) * scale).astype(np.float32)
+    src = tmp_path / "m.safetensors"
+    save_file({"l.weight": w}, str(src))
+    out = tmp_path / "o.safetensors"
+    run_tool("quantize", src, "-o", out, "--format", "nf4", "--double-quant", check=0)
+    text = read_raw(out)["l.weight.quant_state.bitsandbytes__nf4"][2].decode()
+    offset = float(qs.quantize(w, "nf4", double_quant=True).nested_offset)
+    assert text.endswith(f'"nested_offset": {offset!r}}}')
+    assert json.loads(text)["nested_offset"] == offset

@@ -1,0 +1,899 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The public API contract (include/qsparse.h, STYLE.md §11): every status code that the API can
+ * return is provoked through it (null context / params / source / planes, negative sizes, unknown
+ * formats and dtypes, non-zero reserved fields, each plane one byte short, sizes that overflow
+ * int64, the non-finite reject policy, a failing allocator), with canary buffers proving that
+ * nothing was written on error and a non-empty qs_ctx_last_error; qs_quant_size for every format
+ * against sizes worked out by hand; names <-> codes round trips; qs_ctx_set / qs_ctx_get.
+ */
+#include "common.h"
+
+/* ---- helpers shared by the format tests ------------------------------------------------------ */
+
+/* A quantized tensor whose planes are canary-guarded buffers sized by qs_quant_size. */
+typedef struct {
+    t_buf plane[QS_PLANE_COUNT];
+    qs_qtensor q;
+} tq;
+
+static void tq_new(tq *t, const qs_quant_params *p, int64_t rows, int64_t cols)
+{
+    memset(t, 0, sizeof *t);
+    void **ptr[QS_PLANE_COUNT] = {&t->q.data, &t->q.scale, &t->q.zero_point, &t->q.nested_scale};
+    int64_t *cap[QS_PLANE_COUNT] = {&t->q.data_bytes, &t->q.scale_bytes, &t->q.zero_point_bytes,
+                                    &t->q.nested_scale_bytes};
+
+    for (int i = 0; i < QS_PLANE_COUNT; i++) {
+        int64_t bytes = -1;
+        assert_int_equal(qs_quant_size(p, rows, cols, i, &bytes), QS_OK);
+        assert_true(bytes >= 0);
+        t->plane[i] = t_buf_new((size_t)bytes);
+        *ptr[i] = bytes > 0 ? t->plane[i].p : NULL; /* unused planes stay NULL */
+        *cap[i] = bytes;
+    }
+}
+
+static void tq_free(tq *t)
+{
+    for (int i = 0; i < QS_PLANE_COUNT; i++)
+        t_buf_free(&t->plane[i]);
+}
+
+static void tq_guards(const tq *t)
+{
+    for (int i = 0; i < QS_PLANE_COUNT; i++)
+        assert_true(t_buf_guards_ok(&t->plane[i]));
+}
+
+static qs_quant_params params(int32_t format)
+{
+    qs_quant_params p;
+    qs_quant_params_init(&p, format);
+    return p;
+}
+
+/* A tensor of every format with its canary-guarded planes; rows x cols = 3 x 45. */
+enum { ROWS = 3, COLS = 45, N = ROWS * COLS };
+
+static float src_f32[N];
+
+/* Parameter sets covering every format and plane combination. */
+static int param_sets(qs_quant_params *out)
+{
+    int k = 0;
+    for (int32_t f = 1; f <= qs_format_count(); f++)
+        out[k++] = params(f);
+    out[k] = params(QS_FORMAT_NF4), out[k++].double_quant = 1;
+    out[k] = params(QS_FORMAT_FP4), out[k++].double_quant = 1;
+    out[k] = params(QS_FORMAT_INT8), out[k++].symmetric = 0;
+    out[k] = params(QS_FORMAT_INT8), out[k].symmetric = 0, out[k].granularity = QS_GRAN_GROUP;
+    out[k++].block_size = 15;
+    out[k] = params(QS_FORMAT_INT8), out[k].symmetric = 0, out[k++].granularity = QS_GRAN_TENSOR;
+    out[k] = params(QS_FORMAT_MXFP4), out[k++].scale_rounding = QS_MX_SCALE_RCEIL;
+    out[k] = params(QS_FORMAT_NVFP4), out[k++].scale = 0.25f;
+    return k;
+}
+
+static int all_untouched(const tq *t)
+{
+    for (int i = 0; i < QS_PLANE_COUNT; i++)
+        if (!t_buf_untouched(&t->plane[i]))
+            return 0;
+    return 1;
+}
+
+/* The call failed with `want`, said why, and wrote nothing (planes, s_global, offset). */
+static void expect_fail(qs_ctx *ctx, qs_status got, qs_status want, const tq *t)
+{
+    if (got != want) {
+        print_error("status %d (%s), want %d (%s); last error \"%s\"\n", got, qs_status_str(got),
+                    want, qs_status_str(want), qs_ctx_last_error(ctx));
+        fail();
+    }
+    assert_true(strlen(qs_ctx_last_error(ctx)) > 0);
+    if (t) {
+        assert_true(all_untouched(t));
+        assert_int_equal(t_bits(t->q.global_scale), 0x7FC00001u);
+        assert_int_equal(t_bits(t->q.nested_offset), 0x7FC00001u);
+    }
+}
+
+static void tq_mark(tq *t)
+{
+    t->q.global_scale = t_f32_from_bits(0x7FC00001u); /* sentinels: must survive an error */
+    t->q.nested_offset = t_f32_from_bits(0x7FC00001u);
+}
+
+static int setup(void **state)
+{
+    t_rng rng = {99};
+    (void)state;
+    for (int i = 0; i < N; i++)
+        src_f32[i] = (float)t_normal(&rng);
+    return 0;
+}
+
+/* ---- sizes -------------------------------------------------------------------------------- */
+
+static void test_quant_size(void **state)
+{
+    (void)state;
+    /* 3 x 45, n = 135: expected bytes of data, scale, zero_point, nested_scale */
+    static const struct {
+        int32_t format, granularity, symmetric, double_quant, block;
+        int64_t bytes[4];
+    } cases[] = {
+        {QS_FORMAT_NF4, 0, 1, 0, 64, {68, 12, 0, 0}}, /* 3 blocks of 64 over 135 */
+        {QS_FORMAT_NF4, 0, 1, 1, 64, {68, 3, 0, 4}},  /* codes + one nested absmax */
+        {QS_FORMAT_FP4, 0, 1, 0, 32, {68, 20, 0, 0}}, /* 5 blocks of 32 */
+        {QS_FORMAT_FP4, 0, 1, 0, 2, {68, 272, 0, 0}}, /* 68 blocks of 2 */
+        {QS_FORMAT_INT8, QS_GRAN_ROW, 1, 0, 0, {135, 12, 0, 0}},
+        {QS_FORMAT_INT8, QS_GRAN_ROW, 0, 0, 0, {135, 12, 3, 0}},
+        {QS_FORMAT_INT8, QS_GRAN_TENSOR, 1, 0, 0, {135, 4, 0, 0}},
+        {QS_FORMAT_INT8, QS_GRAN_TENSOR, 0, 0, 0, {135, 4, 1, 0}},
+        {QS_FORMAT_INT8, QS_GRAN_GROUP, 0, 0, 15, {135, 36, 9, 0}},
+        {QS_FORMAT_INT8, QS_GRAN_GROUP, 1, 0, 45, {135, 12, 0, 0}},
+        {QS_FORMAT_LLM_INT8, QS_GRAN_ROW, 1, 0, 0, {135, 12, 0, 0}},
+        {QS_FORMAT_FP8_E4M3, QS_GRAN_ROW, 1, 0, 0, {135, 4, 0, 0}},
+        {QS_FORMAT_FP8_E5M2, QS_GRAN_ROW, 1, 0, 0, {135, 4, 0, 0}},
+        {QS_FORMAT_MXFP4, QS_GRAN_ROW, 1, 0, 32, {69, 6, 0, 0}}, /* 23 bytes, 2 blocks per row */
+        {QS_FORMAT_MXFP8, QS_GRAN_ROW, 1, 0, 32, {135, 6, 0, 0}},
+        {QS_FORMAT_NVFP4, QS_GRAN_ROW, 1, 0, 16, {69, 9, 0, 0}}, /* 3 blocks of 16 per row */
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qs_quant_params p = params(cases[i].format);
+        p.granularity = cases[i].granularity;
+        p.symmetric = cases[i].symmetric;
+        p.double_quant = cases[i].double_quant;
+        if (cases[i].block)
+            p.block_size = cases[i].block;
+        for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+            int64_t b = -7;
+            assert_int_equal(qs_quant_size(&p, ROWS, COLS, pl, &b), QS_OK);
+            if (b != cases[i].bytes[pl]) {
+                print_error("case %zu plane %d: %lld bytes, want %lld\n", i, pl, (long long)b,
+                            (long long)cases[i].bytes[pl]);
+                fail();
+            }
+            /* an empty tensor has no codes; only per-tensor scales remain */
+            assert_int_equal(qs_quant_size(&p, 0, COLS, pl, &b), QS_OK);
+            if (pl == QS_PLANE_DATA || cases[i].bytes[pl] > 4)
+                assert_int_equal(b, 0);
+        }
+    }
+    /* 1-D and odd sizes of the block formats */
+    {
+        qs_quant_params p = params(QS_FORMAT_NF4);
+        int64_t b;
+        assert_int_equal(qs_quant_size(&p, 1, 1, QS_PLANE_DATA, &b), QS_OK);
+        assert_int_equal(b, 1);
+        assert_int_equal(qs_quant_size(&p, 1, 65, QS_PLANE_SCALE, &b), QS_OK);
+        assert_int_equal(b, 8);
+        p = params(QS_FORMAT_MXFP4);
+        assert_int_equal(qs_quant_size(&p, 7, 1, QS_PLANE_DATA, &b), QS_OK);
+        assert_int_equal(b, 7); /* one byte per row: rows never share a byte */
+        assert_int_equal(qs_quant_size(&p, 7, 33, QS_PLANE_SCALE, &b), QS_OK);
+        assert_int_equal(b, 14);
+    }
+    /* bad arguments of the query itself */
+    {
+        qs_quant_params p = params(QS_FORMAT_NF4);
+        int64_t b = 5;
+        assert_int_equal(qs_quant_size(NULL, 1, 1, 0, &b), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_size(&p, 1, 1, 0, NULL), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_size(&p, 1, 1, -1, &b), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_size(&p, 1, 1, QS_PLANE_COUNT, &b), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_size(&p, -1, 1, 0, &b), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_size(&p, 1, -1, 0, &b), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_size(&p, INT64_C(1) << 32, INT64_C(1) << 32, 0, &b),
+                         QS_ERR_OVERFLOW);
+        assert_int_equal(qs_quant_size(&p, INT64_C(1) << 31, INT64_C(1) << 31, 0, &b),
+                         QS_ERR_OVERFLOW); /* n fits, 4 n does not */
+        assert_int_equal(qs_quant_size(&p, INT64_MAX, 1, 0, &b), QS_ERR_OVERFLOW);
+        assert_int_equal(b, 5);
+        p.format = 0;
+        assert_int_equal(qs_quant_size(&p, 1, 1, 0, &b), QS_ERR_INVALID_ARG);
+        p.format = qs_format_count() + 1;
+        assert_int_equal(qs_quant_size(&p, 1, 1, 0, &b), QS_ERR_INVALID_ARG);
+    }
+}
+
+/* ---- argument errors of qs_quantize / qs_dequantize ---------------------------------------- */
+
+static void test_null_and_negative(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    qs_quant_params ps[32];
+    int np = param_sets(ps);
+
+    for (int k = 0; k < np; k++) {
+        const qs_quant_params *p = &ps[k];
+        tq t;
+        tq_new(&t, p, ROWS, COLS);
+        tq_mark(&t);
+        t_buf dst = t_buf_new(N * 4);
+
+        assert_int_equal(qs_quantize(NULL, p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                         QS_ERR_INVALID_ARG);
+        assert_true(all_untouched(&t));
+        expect_fail(ctx, qs_quantize(ctx, NULL, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, ROWS, COLS, NULL),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_quantize(ctx, p, NULL, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, -1, COLS, &t.q),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, ROWS, -COLS, &t.q),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_quantize(ctx, p, src_f32, 3, ROWS, COLS, &t.q), QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_quantize(ctx, p, src_f32, -1, ROWS, COLS, &t.q), QS_ERR_INVALID_ARG,
+                    &t);
+
+        assert_int_equal(qs_dequantize(NULL, p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                         QS_ERR_INVALID_ARG);
+        expect_fail(ctx, qs_dequantize(ctx, NULL, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_dequantize(ctx, p, NULL, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_dequantize(ctx, p, &t.q, ROWS, COLS, NULL, QS_DTYPE_F32, N * 4),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_dequantize(ctx, p, &t.q, -ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_dequantize(ctx, p, &t.q, ROWS, COLS, dst.p, 7, N * 4),
+                    QS_ERR_INVALID_ARG, &t);
+        assert_true(t_buf_untouched(&dst));
+
+        /* a NULL plane that the format uses */
+        void **ptr[QS_PLANE_COUNT] = {&t.q.data, &t.q.scale, &t.q.zero_point, &t.q.nested_scale};
+        for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+            void *save = *ptr[pl];
+            if (!save)
+                continue;
+            *ptr[pl] = NULL;
+            expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                        QS_ERR_INVALID_ARG, &t);
+            expect_fail(ctx, qs_dequantize(ctx, p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                        QS_ERR_INVALID_ARG, &t);
+            *ptr[pl] = save;
+        }
+        assert_true(t_buf_untouched(&dst));
+
+        /* the same calls succeed with everything in place, and clear the last error */
+        assert_int_equal(qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q), QS_OK);
+        assert_string_equal(qs_ctx_last_error(ctx), "");
+        tq_guards(&t);
+        assert_int_equal(qs_dequantize(ctx, p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                         QS_OK);
+        assert_true(t_buf_guards_ok(&dst));
+        t_buf_free(&dst);
+        tq_free(&t);
+    }
+    /* an empty tensor needs no source and no planes */
+    {
+        qs_quant_params p = params(QS_FORMAT_NF4);
+        qs_qtensor q;
+        memset(&q, 0, sizeof q);
+        assert_int_equal(qs_quantize(ctx, &p, NULL, QS_DTYPE_F32, 0, 5, &q), QS_OK);
+        assert_int_equal(qs_dequantize(ctx, &p, &q, 5, 0, NULL, QS_DTYPE_F32, 0), QS_OK);
+    }
+    qs_ctx_destroy(ctx);
+}
+
+/* Unknown formats and parameter values, and non-zero reserved fields. */
+static void test_bad_params(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    qs_quant_params good = params(QS_FORMAT_NF4);
+    tq t;
+
+    tq_new(&t, &good, ROWS, COLS);
+    tq_mark(&t);
+    t_buf dst = t_buf_new(N * 4);
+
+    static const int32_t bad_formats[] = {0, -1, 10, 1000, INT32_MIN};
+    for (size_t i = 0; i < sizeof bad_formats / sizeof bad_formats[0]; i++) {
+        qs_quant_params p = good;
+        p.format = bad_formats[i];
+        assert_null(qs_format_name(p.format));
+        expect_fail(ctx, qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_dequantize(ctx, &p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_INVALID_ARG, &t);
+    }
+    /* reserved fields of the parameters */
+    for (int i = 0; i < 7; i++) {
+        qs_quant_params p = good;
+        if (i < 6)
+            p.reserved[i] = 1;
+        else
+            p.reserved0 = -1;
+        expect_fail(ctx, qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_INVALID_ARG, &t);
+        expect_fail(ctx, qs_dequantize(ctx, &p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_INVALID_ARG, &t);
+    }
+    /* reserved fields of the tensor */
+    for (int i = 0; i < 4; i++) {
+        t.q.reserved[i] = INT64_MIN;
+        expect_fail(ctx, qs_quantize(ctx, &good, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_INVALID_ARG, NULL);
+        expect_fail(ctx, qs_dequantize(ctx, &good, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_INVALID_ARG, NULL);
+        t.q.reserved[i] = 0;
+        t.q.reserved[i] = 0;
+        assert_true(all_untouched(&t));
+    }
+    /* per-format fields out of range */
+    {
+        struct {
+            int32_t format;
+            int field; /* 0 block_size, 1 granularity, 2 symmetric, 3 double_quant, 4 rounding */
+            int32_t value;
+        } bad[] = {
+            {QS_FORMAT_NF4, 0, 0},    {QS_FORMAT_NF4, 0, 3},   {QS_FORMAT_NF4, 0, 8192},
+            {QS_FORMAT_FP4, 0, -64},  {QS_FORMAT_NF4, 3, 2},   {QS_FORMAT_INT8, 1, 3},
+            {QS_FORMAT_INT8, 1, -1},  {QS_FORMAT_INT8, 2, 2},  {QS_FORMAT_MXFP4, 0, 16},
+            {QS_FORMAT_MXFP8, 0, 64}, {QS_FORMAT_MXFP4, 4, 2}, {QS_FORMAT_NVFP4, 0, 32},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            qs_quant_params p = params(bad[i].format);
+            int32_t *f[5] = {&p.block_size, &p.granularity, &p.symmetric, &p.double_quant,
+                             &p.scale_rounding};
+            int64_t b = 3;
+            *f[bad[i].field] = bad[i].value;
+            assert_int_equal(qs_quant_size(&p, ROWS, COLS, 0, &b), QS_ERR_INVALID_ARG);
+            assert_int_equal(b, 3);
+            expect_fail(ctx, qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                        QS_ERR_INVALID_ARG, &t);
+        }
+        /* INT8 groups: zero group size is invalid, one that does not divide cols a shape error */
+        qs_quant_params p = params(QS_FORMAT_INT8);
+        p.granularity = QS_GRAN_GROUP;
+        p.block_size = 0;
+        expect_fail(ctx, qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_INVALID_ARG, &t);
+        p.block_size = 7;
+        expect_fail(ctx, qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_SHAPE, &t);
+        expect_fail(ctx, qs_dequantize(ctx, &p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_SHAPE, &t);
+        /* FP8 / NVFP4 scales must be 0 or finite and > 0 */
+        static const float bad_scales[] = {-1.0f, NAN, INFINITY, -INFINITY, -1e-45f};
+        for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++) {
+            static const int32_t sf[3] = {QS_FORMAT_FP8_E4M3, QS_FORMAT_FP8_E5M2, QS_FORMAT_NVFP4};
+            for (int k = 0; k < 3; k++) {
+                qs_quant_params q8 = params(sf[k]);
+                q8.scale = bad_scales[i];
+                expect_fail(ctx, qs_quantize(ctx, &q8, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                            QS_ERR_INVALID_ARG, &t);
+            }
+        }
+    }
+    assert_true(t_buf_untouched(&dst));
+    t_buf_free(&dst);
+    tq_free(&t);
+    qs_ctx_destroy(ctx);
+}
+
+/* Each plane, and dst, one byte short; sizes that overflow int64. */
+static void test_short_and_overflow(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    qs_quant_params ps[32];
+    int np = param_sets(ps);
+
+    for (int k = 0; k < np; k++) {
+        const qs_quant_params *p = &ps[k];
+        tq t;
+        int64_t *cap[QS_PLANE_COUNT];
+        int planes = 0;
+        tq_new(&t, p, ROWS, COLS);
+        tq_mark(&t);
+        cap[0] = &t.q.data_bytes, cap[1] = &t.q.scale_bytes, cap[2] = &t.q.zero_point_bytes;
+        cap[3] = &t.q.nested_scale_bytes;
+        for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+            if (*cap[pl] == 0)
+                continue;
+            planes++;
+            (*cap[pl])--;
+            expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                        QS_ERR_BUFFER_TOO_SMALL, &t);
+            (*cap[pl])++;
+        }
+        assert_true(planes >= 2);
+
+        /* quantize for real, then every plane short for dequantize, and dst short */
+        assert_int_equal(qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q), QS_OK);
+        for (int32_t dt = QS_DTYPE_F32; dt <= QS_DTYPE_BF16; dt++) {
+            int64_t need = (int64_t)N * qs_dtype_size(dt);
+            t_buf dst = t_buf_new((size_t)need);
+            for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+                if (*cap[pl] == 0)
+                    continue;
+                (*cap[pl])--;
+                expect_fail(ctx, qs_dequantize(ctx, p, &t.q, ROWS, COLS, dst.p, dt, need),
+                            QS_ERR_BUFFER_TOO_SMALL, NULL);
+                (*cap[pl])++;
+            }
+            expect_fail(ctx, qs_dequantize(ctx, p, &t.q, ROWS, COLS, dst.p, dt, need - 1),
+                        QS_ERR_BUFFER_TOO_SMALL, NULL);
+            assert_true(t_buf_untouched(&dst));
+            assert_int_equal(qs_dequantize(ctx, p, &t.q, ROWS, COLS, dst.p, dt, need), QS_OK);
+            assert_true(t_buf_guards_ok(&dst));
+            t_buf_free(&dst);
+        }
+        tq_free(&t);
+
+        /* overflowing shapes: rows * cols, and 4 * rows * cols */
+        static const int64_t big[][2] = {{INT64_C(1) << 32, INT64_C(1) << 32},
+                                         {INT64_C(1) << 31, INT64_C(1) << 31},
+                                         {INT64_MAX, 2},
+                                         {3, INT64_MAX / 2}};
+        tq_new(&t, p, ROWS, COLS);
+        tq_mark(&t);
+        t_buf dst = t_buf_new(16);
+        for (size_t b = 0; b < sizeof big / sizeof big[0]; b++) {
+            int64_t bytes;
+            if (p->granularity == QS_GRAN_GROUP && p->format == QS_FORMAT_INT8)
+                continue; /* the group size divides none of these */
+            assert_int_equal(qs_quant_size(p, big[b][0], big[b][1], 0, &bytes), QS_ERR_OVERFLOW);
+            expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, big[b][0], big[b][1], &t.q),
+                        QS_ERR_OVERFLOW, &t);
+            expect_fail(
+                ctx,
+                qs_dequantize(ctx, p, &t.q, big[b][0], big[b][1], dst.p, QS_DTYPE_F32, INT64_MAX),
+                QS_ERR_OVERFLOW, &t);
+        }
+        assert_true(t_buf_untouched(&dst));
+        t_buf_free(&dst);
+        tq_free(&t);
+    }
+    qs_ctx_destroy(ctx);
+}
+
+/* QS_NONFINITE_REJECT: NaN or Inf anywhere (f32, f16, bf16) -> QS_ERR_NONFINITE, nothing
+ * written; finite input still works; the default policy encodes. */
+static void test_nonfinite_reject(void **state)
+{
+    (void)state;
+    qs_ctx_params cp;
+    qs_ctx *ctx = NULL, *ctx2 = t_ctx();
+    qs_quant_params ps[32];
+    int np = param_sets(ps);
+    float x[N];
+    uint16_t h[N], b[N];
+    int64_t v = -1;
+
+    qs_ctx_params_init(&cp);
+    cp.nonfinite = QS_NONFINITE_REJECT;
+    assert_int_equal(qs_ctx_create(&cp, &ctx), QS_OK);
+    assert_int_equal(qs_ctx_get(ctx, QS_PARAM_NONFINITE, &v), QS_OK);
+    assert_int_equal(v, QS_NONFINITE_REJECT);
+    assert_int_equal(qs_ctx_set(ctx2, QS_PARAM_NONFINITE, QS_NONFINITE_REJECT), QS_OK);
+
+    for (int k = 0; k < np; k++) {
+        const qs_quant_params *p = &ps[k];
+        for (int which = 0; which < 3; which++) {
+            tq t;
+            memcpy(x, src_f32, sizeof x);
+            x[N - 1 - which * 40] = which == 0 ? NAN : which == 1 ? INFINITY : -INFINITY;
+            for (int i = 0; i < N; i++) {
+                uint32_t u = t_bits(x[i]);
+                b[i] = (uint16_t)(u >> 16); /* truncation keeps NaN / Inf */
+                h[i] = isnan(x[i])   ? 0x7E00
+                       : isinf(x[i]) ? (uint16_t)((u >> 16 & 0x8000) | 0x7C00)
+                                     : 0x3C00;
+            }
+            tq_new(&t, p, ROWS, COLS);
+            tq_mark(&t);
+            expect_fail(ctx, qs_quantize(ctx, p, x, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                        QS_ERR_NONFINITE, &t);
+            expect_fail(ctx2, qs_quantize(ctx2, p, x, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                        QS_ERR_NONFINITE, &t);
+            expect_fail(ctx, qs_quantize(ctx, p, h, QS_DTYPE_F16, ROWS, COLS, &t.q),
+                        QS_ERR_NONFINITE, &t);
+            expect_fail(ctx, qs_quantize(ctx, p, b, QS_DTYPE_BF16, ROWS, COLS, &t.q),
+                        QS_ERR_NONFINITE, &t);
+            tq_free(&t);
+        }
+        tq t;
+        tq_new(&t, p, ROWS, COLS);
+        assert_int_equal(qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q), QS_OK);
+        tq_free(&t);
+    }
+    /* back to the default policy: NaN is encoded */
+    assert_int_equal(qs_ctx_set(ctx2, QS_PARAM_NONFINITE, QS_NONFINITE_ENCODE), QS_OK);
+    {
+        tq t;
+        qs_quant_params p = params(QS_FORMAT_FP8_E4M3);
+        x[0] = NAN;
+        tq_new(&t, &p, ROWS, COLS);
+        assert_int_equal(qs_quantize(ctx2, &p, x, QS_DTYPE_F32, ROWS, COLS, &t.q), QS_OK);
+        tq_free(&t);
+    }
+    qs_ctx_destroy(ctx);
+    qs_ctx_destroy(ctx2);
+}
+
+/* ---- allocator ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int allocs, frees, fail_after; /* allocations beyond fail_after return NULL */
+} counting;
+
+static void *count_alloc(void *user, size_t size, size_t align)
+{
+    counting *c = user;
+    void *p = NULL;
+    if (c->allocs >= c->fail_after)
+        return NULL;
+    if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, size ? size : 1))
+        return NULL;
+    c->allocs++;
+    return p;
+}
+
+static void count_free(void *user, void *p)
+{
+    counting *c = user;
+    c->frees++;
+    free(p);
+}
+
+/* Double quantization needs scratch from the context's allocator: a failing allocator gives
+ * QS_ERR_OUT_OF_MEMORY with nothing written; a working one is used and balanced. */
+static void test_allocator(void **state)
+{
+    (void)state;
+    counting c = {0, 0, 1}; /* the context itself, then nothing */
+    qs_ctx_params cp;
+    qs_ctx *ctx = NULL;
+
+    qs_ctx_params_init(&cp);
+    cp.allocator.alloc = count_alloc;
+    cp.allocator.free = count_free;
+    cp.allocator.user = &c;
+    assert_int_equal(qs_ctx_create(&cp, &ctx), QS_OK);
+    assert_int_equal(c.allocs, 1);
+
+    for (int32_t f = QS_FORMAT_NF4; f <= QS_FORMAT_FP4; f++) {
+        qs_quant_params p = params(f);
+        tq t;
+        p.double_quant = 1;
+        tq_new(&t, &p, ROWS, COLS);
+        tq_mark(&t);
+        expect_fail(ctx, qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
+                    QS_ERR_OUT_OF_MEMORY, &t);
+        /* with memory: works, then dequantize fails again without it */
+        c.fail_after = 1000;
+        assert_int_equal(qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q), QS_OK);
+        assert_true(c.allocs > 1);
+        assert_int_equal(c.allocs - c.frees, 1);
+        c.fail_after = c.allocs;
+        t_buf dst = t_buf_new(N * 4);
+        expect_fail(ctx, qs_dequantize(ctx, &p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                    QS_ERR_OUT_OF_MEMORY, NULL);
+        assert_true(t_buf_untouched(&dst));
+        c.fail_after = 1000;
+        assert_int_equal(qs_dequantize(ctx, &p, &t.q, ROWS, COLS, dst.p, QS_DTYPE_F32, N * 4),
+                         QS_OK);
+        assert_int_equal(c.allocs - c.frees, 1);
+        c.fail_after = c.allocs;
+        t_buf_free(&dst);
+        tq_free(&t);
+    }
+    qs_ctx_destroy(ctx);
+    assert_int_equal(c.allocs, c.frees);
+
+    /* a context that cannot be allocated */
+    c.fail_after = c.allocs;
+    ctx = (qs_ctx *)&c;
+    assert_int_equal(qs_ctx_create(&cp, &ctx), QS_ERR_OUT_OF_MEMORY);
+    assert_ptr_equal(ctx, (qs_ctx *)&c);
+}
+
+/* ---- context ------------------------------------------------------------------------------- */
+
+static void test_ctx(void **state)
+{
+    (void)state;
+    qs_ctx_params cp;
+    qs_ctx *ctx = NULL, *sentinel = (qs_ctx *)&cp;
+    int64_t v = 42;
+
+    assert_int_equal(qs_ctx_create(NULL, NULL), QS_ERR_INVALID_ARG);
+    for (int i = 0; i < 7; i++) {
+        qs_ctx_params_init(&cp);
+        switch (i) {
+        case 0: cp.num_threads = -1; break;
+        case 1: cp.backend = 9; break;
+        case 2: cp.nonfinite = 2; break;
+        case 3: cp.allocator.alloc = count_alloc; break; /* alloc without free */
+        case 4: cp.allocator.free = count_free; break;
+        case 5: cp.reserved[0] = 1; break;
+        default: cp.reserved[7] = -1; break;
+        }
+        ctx = sentinel;
+        assert_int_equal(qs_ctx_create(&cp, &ctx), QS_ERR_INVALID_ARG);
+        assert_ptr_equal(ctx, sentinel);
+    }
+    qs_ctx_destroy(NULL);
+    assert_non_null(qs_ctx_last_error(NULL));
+
+    ctx = t_ctx();
+    assert_string_equal(qs_ctx_last_error(ctx), "");
+    assert_int_equal(qs_ctx_set(NULL, QS_PARAM_NUM_THREADS, 1), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_ctx_get(NULL, QS_PARAM_NUM_THREADS, &v), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_ctx_get(ctx, QS_PARAM_NUM_THREADS, NULL), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_ctx_get(ctx, QS_PARAM_NUM_THREADS, &v), QS_OK);
+    assert_int_equal(v, 0);
+    assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 3), QS_OK);
+    assert_int_equal(qs_ctx_get(ctx, QS_PARAM_NUM_THREADS, &v), QS_OK);
+    assert_int_equal(v, 3);
+    expect_fail(ctx, qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, -1), QS_ERR_INVALID_ARG, NULL);
+    expect_fail(ctx, qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, INT64_MAX), QS_ERR_INVALID_ARG, NULL);
+    assert_int_equal(qs_ctx_get(ctx, QS_PARAM_NUM_THREADS, &v), QS_OK);
+    assert_int_equal(v, 3); /* unchanged by the failed sets */
+    assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 1), QS_OK);
+    assert_string_equal(qs_ctx_last_error(ctx), "");
+    expect_fail(ctx, qs_ctx_set(ctx, QS_PARAM_NONFINITE, 7), QS_ERR_INVALID_ARG, NULL);
+    assert_int_equal(qs_ctx_get(ctx, QS_PARAM_NONFINITE, &v), QS_OK);
+    assert_int_equal(v, QS_NONFINITE_ENCODE);
+    expect_fail(ctx, qs_ctx_set(ctx, QS_PARAM_ISA, 0), QS_ERR_INVALID_ARG, NULL); /* read only */
+    expect_fail(ctx, qs_ctx_set(ctx, 999, 0), QS_ERR_INVALID_ARG, NULL);
+    assert_int_equal(qs_ctx_get(ctx, 999, &v), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_ctx_get(ctx, QS_PARAM_ISA, &v), QS_OK);
+    assert_int_equal((uint32_t)v, qs_ctx_isa(ctx));
+    /* the context's ISA is a subset of the CPU's, and its name is one of the tiers */
+    assert_int_equal(qs_ctx_isa(ctx) & ~qs_cpu_isa(), 0);
+    {
+        const char *b = qs_ctx_backend_name(ctx);
+        assert_non_null(b);
+        assert_true(!strcmp(b, "scalar") || !strcmp(b, "avx2") || !strcmp(b, "avx512") ||
+                    !strcmp(b, "neon") || !strcmp(b, "neon-dotprod"));
+        const char *force = getenv("QS_FORCE_ISA");
+        if (force && !strcmp(force, "scalar"))
+            assert_string_equal(b, "scalar");
+    }
+    /* the isa_mask parameter restricts the table; 0 means the reference only */
+    {
+        qs_ctx *c0 = NULL;
+        qs_ctx_params_init(&cp);
+        cp.isa_mask = 0;
+        assert_int_equal(qs_ctx_create(&cp, &c0), QS_OK);
+        assert_int_equal(qs_ctx_isa(c0), 0);
+        assert_string_equal(qs_ctx_backend_name(c0), "scalar");
+        for (int32_t i = 0; i < qs_ctx_kernel_count(c0); i++) {
+            const char *slot = NULL, *impl = NULL;
+            assert_int_equal(qs_ctx_kernel_info(c0, i, &slot, &impl), QS_OK);
+            assert_non_null(slot);
+            assert_non_null(impl);
+            size_t li = strlen(impl);
+            assert_true(li > 5 && strcmp(impl + li - 5, "__ref") == 0);
+        }
+        const char *s, *im;
+        assert_int_equal(qs_ctx_kernel_info(c0, -1, &s, &im), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_ctx_kernel_info(c0, qs_ctx_kernel_count(c0), &s, &im),
+                         QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_ctx_kernel_info(c0, 0, NULL, &im), QS_ERR_INVALID_ARG);
+        qs_ctx_destroy(c0);
+    }
+    qs_ctx_destroy(ctx);
+}
+
+/* ---- names and codes ---------------------------------------------------------------------- */
+
+static void test_names(void **state)
+{
+    (void)state;
+    static const char *const fnames[] = {NULL,       "nf4",      "fp4",   "int8",  "llm_int8",
+                                         "fp8_e4m3", "fp8_e5m2", "mxfp4", "mxfp8", "nvfp4"};
+    static const int32_t fblock[] = {0, 64, 64, 0, 0, 0, 0, 32, 32, 16};
+    static const int32_t fbits[] = {0, 4, 4, 8, 8, 8, 8, 4, 8, 4};
+
+    assert_int_equal(qs_format_count(), 9);
+    for (int32_t f = 1; f <= qs_format_count(); f++) {
+        assert_string_equal(qs_format_name(f), fnames[f]);
+        assert_int_equal(qs_format_from_name(fnames[f]), f);
+        assert_int_equal(qs_format_block_size(f), fblock[f]);
+        assert_int_equal(qs_format_bits(f), fbits[f]);
+        qs_quant_params p;
+        qs_quant_params_init(&p, f);
+        assert_int_equal(p.format, f);
+        assert_int_equal(p.block_size, fblock[f]);
+    }
+    assert_null(qs_format_name(0));
+    assert_null(qs_format_name(qs_format_count() + 1));
+    assert_int_equal(qs_format_block_size(0), 0);
+    assert_int_equal(qs_format_bits(-3), 0);
+    assert_int_equal(qs_format_from_name(NULL), -1);
+    assert_int_equal(qs_format_from_name(""), -1);
+    assert_int_equal(qs_format_from_name("NF4x"), -1);
+    assert_int_equal(qs_format_from_name("nf"), -1);
+    qs_quant_params_init(NULL, 1); /* accepted, does nothing */
+
+    static const char *const dnames[] = {"float32", "float16", "bfloat16"};
+    static const char *const dshort[] = {"f32", "f16", "bf16"};
+    for (int32_t d = 0; d < 3; d++) {
+        assert_string_equal(qs_dtype_name(d), dnames[d]);
+        assert_int_equal(qs_dtype_from_name(dnames[d]), d);
+        assert_int_equal(qs_dtype_from_name(dshort[d]), d);
+        assert_int_equal(qs_dtype_size(d), d == 0 ? 4 : 2);
+    }
+    assert_null(qs_dtype_name(3));
+    assert_null(qs_dtype_name(-1));
+    assert_int_equal(qs_dtype_size(3), 0);
+    assert_int_equal(qs_dtype_from_name("float64"), -1);
+    assert_int_equal(qs_dtype_from_name(NULL), -1);
+
+    /* status strings: never NULL, distinct for every defined code, named after the macro */
+    static const struct {
+        qs_status s;
+        const char *prefix;
+    } st[] = {
+        {QS_OK, "QS_OK"},
+        {QS_ERR_INVALID_ARG, "QS_ERR_INVALID_ARG"},
+        {QS_ERR_BUFFER_TOO_SMALL, "QS_ERR_BUFFER_TOO_SMALL"},
+        {QS_ERR_OVERFLOW, "QS_ERR_OVERFLOW"},
+        {QS_ERR_UNSUPPORTED, "QS_ERR_UNSUPPORTED"},
+        {QS_ERR_NONFINITE, "QS_ERR_NONFINITE"},
+        {QS_ERR_OUT_OF_MEMORY, "QS_ERR_OUT_OF_MEMORY"},
+        {QS_ERR_BAD_DATA, "QS_ERR_BAD_DATA"},
+        {QS_ERR_SHAPE, "QS_ERR_SHAPE"},
+        {QS_ERR_BACKEND, "QS_ERR_BACKEND"},
+    };
+    const size_t ns = sizeof st / sizeof st[0];
+    for (size_t i = 0; i < ns; i++) {
+        const char *s = qs_status_str(st[i].s);
+        assert_non_null(s);
+        assert_int_equal(strncmp(s, st[i].prefix, strlen(st[i].prefix)), 0);
+        assert_true(s[strlen(st[i].prefix)] == ':');
+        for (size_t j = 0; j < i; j++)
+            assert_true(strcmp(s, qs_status_str(st[j].s)) != 0);
+    }
+    static const qs_status odd[] = {1, -10, -11, 100, -100, INT32_MIN, INT32_MAX};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        const char *s = qs_status_str(odd[i]);
+        assert_non_null(s);
+        assert_true(strlen(s) > 0);
+        for (size_t j = 0; j < ns; j++)
+            assert_true(strcmp(s, qs_status_str(st[j].s)) != 0);
+    }
+
+    /* ISA names: one per bit, "scalar" for 0, NULL for unknown bits and combinations */
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } isa[] = {
+        {0, "scalar"},
+        {QS_ISA_AVX2, "avx2"},
+        {QS_ISA_AVX512, "avx512"},
+        {QS_ISA_AVX512_VNNI, "avx512-vnni"},
+        {QS_ISA_AVX512_BF16, "avx512-bf16"},
+        {QS_ISA_NEON, "neon"},
+        {QS_ISA_NEON_DOTPROD, "neon-dotprod"},
+        {QS_ISA_NEON_FP16, "neon-fp16"},
+        {QS_ISA_NEON_BF16, "neon-bf16"},
+        {QS_ISA_SVE, "sve"},
+    };
+    for (size_t i = 0; i < sizeof isa / sizeof isa[0]; i++)
+        assert_string_equal(qs_isa_name(isa[i].bit), isa[i].name);
+    assert_null(qs_isa_name(QS_ISA_AVX2 | QS_ISA_AVX512));
+    assert_null(qs_isa_name(1u << 31));
+    for (int b = 0; b < 32; b++)
+        if (qs_cpu_isa() & (1u << b))
+            assert_non_null(qs_isa_name(1u << b)); /* every detected bit has a name */
+
+    /* version */
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", QS_VERSION_MAJOR, QS_VERSION_MINOR, QS_VERSION_PATCH);
+    assert_string_equal(qs_version_string(), want);
+    assert_int_equal(qs_version_number(),
+                     QS_VERSION_MAJOR * 10000 + QS_VERSION_MINOR * 100 + QS_VERSION_PATCH);
+}
+
+/* qs_convert and qs_codebook argument errors, with canaries. */
+static void test_convert_codebook_errors(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    t_buf dst = t_buf_new(N * 2);
+    uint16_t h[N];
+
+    assert_int_equal(qs_convert(NULL, src_f32, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, N, N * 2),
+                     QS_ERR_INVALID_ARG);
+    expect_fail(ctx, qs_convert(ctx, src_f32, 5, dst.p, QS_DTYPE_F16, N, N * 2), QS_ERR_INVALID_ARG,
+                NULL);
+    expect_fail(ctx, qs_convert(ctx, src_f32, QS_DTYPE_F32, dst.p, -1, N, N * 2),
+                QS_ERR_INVALID_ARG, NULL);
+    expect_fail(ctx, qs_convert(ctx, src_f32, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, -1, N * 2),
+                QS_ERR_INVALID_ARG, NULL);
+    expect_fail(ctx, qs_convert(ctx, NULL, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, N, N * 2),
+                QS_ERR_INVALID_ARG, NULL);
+    expect_fail(ctx, qs_convert(ctx, src_f32, QS_DTYPE_F32, NULL, QS_DTYPE_F16, N, N * 2),
+                QS_ERR_INVALID_ARG, NULL);
+    expect_fail(ctx, qs_convert(ctx, src_f32, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, N, N * 2 - 1),
+                QS_ERR_BUFFER_TOO_SMALL, NULL);
+    expect_fail(
+        ctx, qs_convert(ctx, src_f32, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, INT64_MAX / 2, INT64_MAX),
+        QS_ERR_OVERFLOW, NULL);
+    assert_true(t_buf_untouched(&dst));
+    assert_int_equal(qs_convert(ctx, src_f32, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, N, N * 2), QS_OK);
+    assert_true(t_buf_guards_ok(&dst));
+    assert_int_equal(qs_convert(ctx, NULL, QS_DTYPE_F32, NULL, QS_DTYPE_F16, 0, 0), QS_OK);
+    (void)h;
+
+    /* codebooks: sizes, unknown ids, short capacity (nothing written) */
+    static const struct {
+        int32_t id;
+        int64_t size;
+    } books[] = {{QS_CODEBOOK_NF4, 16},  {QS_CODEBOOK_FP4, 16},   {QS_CODEBOOK_DYN8, 256},
+                 {QS_CODEBOOK_E2M1, 16}, {QS_CODEBOOK_E4M3, 256}, {QS_CODEBOOK_E5M2, 256}};
+    for (size_t i = 0; i < sizeof books / sizeof books[0]; i++) {
+        t_buf cb = t_buf_new((size_t)books[i].size * 4);
+        assert_int_equal(qs_codebook_size(books[i].id), books[i].size);
+        assert_int_equal(qs_codebook(books[i].id, cb.p, books[i].size - 1),
+                         QS_ERR_BUFFER_TOO_SMALL);
+        assert_int_equal(qs_codebook(books[i].id, NULL, books[i].size), QS_ERR_INVALID_ARG);
+        assert_true(t_buf_untouched(&cb));
+        assert_int_equal(qs_codebook(books[i].id, cb.p, books[i].size), QS_OK);
+        assert_true(t_buf_guards_ok(&cb));
+        t_buf_free(&cb);
+    }
+    assert_int_equal(qs_codebook_size(0), 0);
+    assert_int_equal(qs_codebook_size(7), 0);
+    float one[256];
+    assert_int_equal(qs_codebook(0, one, 256), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_codebook(7, one, 256), QS_ERR_INVALID_ARG);
+    t_buf_free(&dst);
+    qs_ctx_destroy(ctx);
+}
+
+/* The two statuses that the quantization API never returns come from other families of the same
+ * public API: QS_ERR_UNSUPPORTED (merging moving-average observers) and QS_ERR_BAD_DATA (a byte
+ * string that is not a serialized observer). QS_ERR_BACKEND needs an explicitly requested backend
+ * that is missing; the only backends today are AUTO and CPU, so no call can return it yet. */
+static void test_status_other_families(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    qs_observer_params op;
+    qs_observer *a = NULL, *b = NULL, *sentinel = (qs_observer *)&op, *out = sentinel;
+    uint8_t junk[256];
+
+    qs_observer_params_init(&op, QS_OBSERVER_MOVING_AVERAGE);
+    assert_int_equal(qs_observer_create(ctx, &op, &a), QS_OK);
+    assert_int_equal(qs_observer_create(ctx, &op, &b), QS_OK);
+    assert_int_equal(qs_observer_update(ctx, a, src_f32, QS_DTYPE_F32, ROWS, COLS), QS_OK);
+    expect_fail(ctx, qs_observer_merge(ctx, b, a), QS_ERR_UNSUPPORTED, NULL);
+
+    memset(junk, 0x5A, sizeof junk);
+    expect_fail(ctx, qs_observer_deserialize(ctx, junk, sizeof junk, &out), QS_ERR_BAD_DATA, NULL);
+    assert_ptr_equal(out, sentinel);
+    qs_observer_destroy(a);
+    qs_observer_destroy(b);
+    qs_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quant_size),
+        cmocka_unit_test(test_null_and_negative),
+        cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_short_and_overflow),
+        cmocka_unit_test(test_nonfinite_reject),
+        cmocka_unit_test(test_allocator),
+        cmocka_unit_test(test_ctx),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_convert_codebook_errors),
+        cmocka_unit_test(test_status_other_families),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -1,0 +1,746 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `qsparse quantize IN.safetensors -o OUT.safetensors --format F`: quantizes the selected 2-D
+ * weight tensors of a safetensors model with libqsparse, copies every other tensor unchanged, and
+ * prints a per-layer error table. The keys it writes (documented in tools/README.md):
+ *
+ *   nf4, fp4   bitsandbytes checkpoint keys and JSON quant_state (spec/formats.md §7)
+ *   int8       bitsandbytes LLM.int8 keys: P.weight I8, P.SCB F32 row absmax, P.weight_format
+ *   fp8_*      N as F8_E4M3 / F8_E5M2 and N_scale F32 [] (per-tensor; modelopt / vLLM names)
+ *   mxfp4/8    N as U8 (E2M1 pairs, low nibble first) or F8_E4M3, N_scale U8 E8M0 [rows, blocks]
+ *   nvfp4      N U8 (low nibble first), N_scale F8_E4M3 [rows, blocks], N_scale_2 F32 []
+ *
+ * and a "qsparse.quantized" metadata entry (a JSON string) giving, per quantized weight, its
+ * format, original shape and dtype. The input is memory-mapped and fully validated before any
+ * output exists; the output is written to a temporary file and renamed.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qsparse.h"
+#include "commands.h"
+#include "safetensors.h"
+
+#define ERRLEN 512
+
+/* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
+#define DEFAULT_INCLUDE "\\.weight$"
+#define DEFAULT_EXCLUDE "norm|embed|lm_head|(^|\\.)(wte|wpe|ln_[a-z0-9]+)\\."
+
+struct options {
+    const char *in, *out, *format, *include, *exclude;
+    int32_t blocksize;
+    int double_quant, threads, quiet;
+};
+
+struct layer_stat {
+    char *name;
+    int64_t rows, cols;
+    double bits, rel_rmse, max_abs;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qsparse quantize IN.safetensors -o OUT.safetensors --format FORMAT\n"
+            "                        [--blocksize N] [--double-quant] [--include REGEX]\n"
+            "                        [--exclude REGEX] [--threads N] [--quiet]\n\n"
+            "FORMAT: nf4, fp4 (bitsandbytes keys), int8 (bitsandbytes LLM.int8 keys), fp8_e4m3,\n"
+            "        fp8_e5m2, mxfp4, mxfp8, nvfp4.\n"
+            "Quantizes the 2-D float tensors whose name matches --include (default '%s')\n"
+            "and not --exclude (default '%s', case-insensitive);\n"
+            "everything else is copied unchanged. POSIX extended regular expressions.\n"
+            "--blocksize (nf4/fp4, default 64) and --double-quant (nf4/fp4) set the block format.\n"
+            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n",
+            DEFAULT_INCLUDE, DEFAULT_EXCLUDE);
+}
+
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    long long v;
+
+    if (!s || !*s)
+        return -1;
+    v = strtoll(s, &end, 10);
+    if (*end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    int64_t v;
+
+    memset(o, 0, sizeof *o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            if (!next)
+                goto missing;
+            o->out = argv[++i];
+        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
+            if (!next)
+                goto missing;
+            o->format = argv[++i];
+        } else if (strcmp(a, "--blocksize") == 0) {
+            if (parse_int(next, 1, 1 << 30, &v) != 0) {
+                fprintf(stderr, "qsparse quantize: --blocksize needs a positive integer\n");
+                return -1;
+            }
+            o->blocksize = (int32_t)v;
+            i++;
+        } else if (strcmp(a, "--double-quant") == 0) {
+            o->double_quant = 1;
+        } else if (strcmp(a, "--include") == 0) {
+            if (!next)
+                goto missing;
+            o->include = argv[++i];
+        } else if (strcmp(a, "--exclude") == 0) {
+            if (!next)
+                goto missing;
+            o->exclude = argv[++i];
+        } else if (strcmp(a, "--threads") == 0) {
+            if (parse_int(next, 0, 4096, &v) != 0) {
+                fprintf(stderr, "qsparse quantize: --threads needs an integer >= 0\n");
+                return -1;
+            }
+            o->threads = (int)v;
+            i++;
+        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "qsparse quantize: unknown option '%s'\n", a);
+            return -1;
+        } else if (!o->in) {
+            o->in = a;
+        } else {
+            fprintf(stderr, "qsparse quantize: unexpected argument '%s'\n", a);
+            return -1;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "qsparse quantize: option '%s' needs a value\n", a);
+        return -1;
+    }
+    if (!o->in || !o->out || !o->format) {
+        fprintf(stderr, "qsparse quantize: IN, -o OUT and --format are required\n\n");
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- small helpers -----------------------------------------------------------------------------
+ */
+
+/* Python's repr() of a double (shortest round-trip digits), as json.dumps prints floats. */
+static void py_float_repr(double v, char *buf, size_t n)
+{
+    char tmp[48], digits[24], *p;
+    int prec, exp10, k = 0, neg;
+
+    if (isnan(v)) {
+        snprintf(buf, n, "NaN");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, n, v < 0 ? "-Infinity" : "Infinity");
+        return;
+    }
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    neg = tmp[0] == '-';
+    for (p = tmp + neg; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9')
+            digits[k++] = *p;
+    digits[k] = '\0';
+    exp10 = atoi(p + 1);
+    while (k > 1 && digits[k - 1] == '0') /* "%.*e" may keep zeros the round trip did not need */
+        digits[--k] = '\0';
+    p = buf;
+    if (neg)
+        *p++ = '-';
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 >= 0) {
+            for (int i = 0; i <= exp10; i++)
+                *p++ = i < k ? digits[i] : '0';
+            *p++ = '.';
+            if (k > exp10 + 1)
+                for (int i = exp10 + 1; i < k; i++)
+                    *p++ = digits[i];
+            else
+                *p++ = '0';
+        } else {
+            *p++ = '0';
+            *p++ = '.';
+            for (int i = 0; i < -exp10 - 1; i++)
+                *p++ = '0';
+            for (int i = 0; i < k; i++)
+                *p++ = digits[i];
+        }
+        *p = '\0';
+    } else {
+        *p++ = digits[0];
+        if (k > 1) {
+            *p++ = '.';
+            for (int i = 1; i < k; i++)
+                *p++ = digits[i];
+        }
+        snprintf(p, n - (size_t)(p - buf), "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+    }
+}
+
+static const char *src_dtype_name(const char *st_dtype, int32_t *qs_dtype)
+{
+    if (strcmp(st_dtype, "F32") == 0)
+        return *qs_dtype = QS_DTYPE_F32, "float32";
+    if (strcmp(st_dtype, "F16") == 0)
+        return *qs_dtype = QS_DTYPE_F16, "float16";
+    if (strcmp(st_dtype, "BF16") == 0)
+        return *qs_dtype = QS_DTYPE_BF16, "bfloat16";
+    return NULL;
+}
+
+static char *cat(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 1);
+
+    if (s) {
+        memcpy(s, a, la);
+        memcpy(s + la, b, lb + 1);
+    }
+    return s;
+}
+
+/* P for a weight "P.weight" (bitsandbytes' module prefix); the name itself otherwise. */
+static char *module_prefix(const char *name)
+{
+    size_t n = strlen(name);
+    char *s;
+
+    if (n > 7 && strcmp(name + n - 7, ".weight") == 0)
+        n -= 7;
+    s = malloc(n + 1);
+    if (s) {
+        memcpy(s, name, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+static void *dup_bytes(const void *p, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
+static void progress_bar(const char *what, size_t done, size_t total, const char *name)
+{
+    int width = 30, fill = total ? (int)((double)done / (double)total * width) : width;
+
+    fprintf(stderr, "\r%s [", what);
+    for (int i = 0; i < width; i++)
+        fputc(i < fill ? '#' : ' ', stderr);
+    fprintf(stderr, "] %zu/%zu %-40.40s", done, total, name ? name : "");
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static void write_progress(size_t done, size_t total, void *user)
+{
+    (void)user;
+    progress_bar("writing   ", done, total, NULL);
+}
+
+/* ---- one tensor --------------------------------------------------------------------------------
+ */
+
+struct ctx_all {
+    qs_ctx *ctx;
+    const struct options *o;
+    int32_t format;
+    struct qs_st_writer *w;
+    json_t *record; /* "qsparse.quantized" */
+    char err[ERRLEN];
+};
+
+/* Hand plane i to the writer (which owns it from then on, also when adding fails). */
+#define MOVE(name, dtype, ndim, shape, i)                                                          \
+    do {                                                                                           \
+        void *moved_ = planes[i];                                                                  \
+        planes[i] = NULL;                                                                          \
+        ADD((name), (dtype), (ndim), (shape), moved_, (uint64_t)sz[i], moved_);                    \
+    } while (0)
+
+#define ADD(name, dtype, ndim, shape, data, bytes, owned)                                          \
+    do {                                                                                           \
+        if (qs_st_writer_add(c->w, (name), (dtype), (ndim), (shape), (data), (bytes), (owned),     \
+                             c->err, sizeof c->err) != 0)                                          \
+            goto fail;                                                                             \
+    } while (0)
+
+static void make_params(const struct ctx_all *c, qs_quant_params *p)
+{
+    qs_quant_params_init(p, c->format);
+    if (c->o->blocksize)
+        p->block_size = c->o->blocksize;
+    p->double_quant = c->o->double_quant;
+}
+
+/*
+ * Check the format options once, before any work: qs_quant_size has no context for a message,
+ * so a failure is repeated through qs_quantize, which checks the same parameters first and
+ * writes nothing. Returns 0, or -1 with the library's message in c->err.
+ */
+static int check_params(struct ctx_all *c)
+{
+    qs_quant_params p;
+    qs_qtensor empty;
+    int64_t bytes;
+
+    make_params(c, &p);
+    if (qs_quant_size(&p, 1, 1, QS_PLANE_DATA, &bytes) == QS_OK)
+        return 0;
+    memset(&empty, 0, sizeof empty);
+    qs_quantize(c->ctx, &p, NULL, QS_DTYPE_F32, 1, 1, &empty);
+    snprintf(c->err, sizeof c->err, "%s", qs_ctx_last_error(c->ctx));
+    return -1;
+}
+
+/* Quantize tensor t, add its output keys, fill *st. Returns 0 or -1 with c->err. */
+static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct layer_stat *st)
+{
+    qs_quant_params p;
+    qs_qtensor q;
+    int64_t rows = t->shape[0], cols = t->shape[1], n = t->numel, sz[QS_PLANE_COUNT];
+    int32_t sdt;
+    const char *dtname = src_dtype_name(t->dtype, &sdt);
+    void *planes[QS_PLANE_COUNT] = {0};
+    float *ref = NULL, *deq = NULL;
+    char *prefix = NULL, *k1 = NULL, *k2 = NULL, *k3 = NULL, *k4 = NULL, *k5 = NULL;
+    qs_status s;
+    double err2 = 0.0, ref2 = 0.0, maxabs = 0.0;
+    int64_t total = 0;
+
+    make_params(c, &p);
+    memset(&q, 0, sizeof q);
+    for (int i = 0; i < QS_PLANE_COUNT; i++) {
+        if ((s = qs_quant_size(&p, rows, cols, i, &sz[i])) != QS_OK) {
+            snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_status_str(s));
+            goto fail;
+        }
+        if (sz[i] > 0 && !(planes[i] = malloc((size_t)sz[i]))) {
+            snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
+            goto fail;
+        }
+        total += sz[i];
+    }
+    q.data = planes[0], q.data_bytes = sz[0];
+    q.scale = planes[1], q.scale_bytes = sz[1];
+    q.zero_point = planes[2], q.zero_point_bytes = sz[2];
+    q.nested_scale = planes[3], q.nested_scale_bytes = sz[3];
+    if ((s = qs_quantize(c->ctx, &p, t->data, sdt, rows, cols, &q)) != QS_OK) {
+        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+        goto fail;
+    }
+
+    /* The error of this layer: the library's decode against the input widened to f32. */
+    ref = malloc((size_t)n * sizeof *ref);
+    deq = malloc((size_t)n * sizeof *deq);
+    if (!ref || !deq) {
+        snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
+        goto fail;
+    }
+    if (qs_convert(c->ctx, t->data, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK ||
+        qs_dequantize(c->ctx, &p, &q, rows, cols, deq, QS_DTYPE_F32, n * 4) != QS_OK) {
+        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+        goto fail;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)deq[i] - (double)ref[i];
+        err2 += d * d;
+        ref2 += (double)ref[i] * (double)ref[i];
+        if (fabs(d) > maxabs || d != d)
+            maxabs = fabs(d);
+    }
+    st->rows = rows;
+    st->cols = cols;
+    st->bits = 8.0 * (double)total / (double)n;
+    st->rel_rmse = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    st->max_abs = maxabs;
+    free(ref);
+    free(deq);
+    ref = deq = NULL;
+
+    {
+        json_t *e = json_pack("{s:s, s:[I,I], s:s}", "format", qs_format_name(c->format), "shape",
+                              (json_int_t)rows, (json_int_t)cols, "dtype", dtname);
+        if (!e || json_object_set_new(c->record, t->name, e) != 0) {
+            snprintf(c->err, sizeof c->err, "out of memory");
+            goto fail;
+        }
+    }
+
+    switch (c->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4: {
+        const char *qt = c->format == QS_FORMAT_NF4 ? "nf4" : "fp4";
+        int64_t nb = p.double_quant ? sz[1] : sz[1] / 4, dshape[2] = {sz[0], 1}, one[1];
+        float table[256];
+        void *copy;
+        char json[512], off[64], *state;
+        size_t jl;
+
+        MOVE(t->name, "U8", 2, dshape, 0);
+        if (!(k1 = cat(t->name, ".absmax")))
+            goto oom;
+        MOVE(k1, p.double_quant ? "U8" : "F32", 1, &nb, 1);
+        qs_codebook(c->format == QS_FORMAT_NF4 ? QS_CODEBOOK_NF4 : QS_CODEBOOK_FP4, table, 16);
+        one[0] = 16;
+        if (!(k2 = cat(t->name, ".quant_map")) || !(copy = dup_bytes(table, 64)))
+            goto oom;
+        ADD(k2, "F32", 1, one, copy, 64, copy);
+        if (p.double_quant) {
+            int64_t nn = sz[3] / 4;
+            if (!(k3 = cat(t->name, ".nested_absmax")))
+                goto oom;
+            MOVE(k3, "F32", 1, &nn, 3);
+            qs_codebook(QS_CODEBOOK_DYN8, table, 256);
+            one[0] = 256;
+            if (!(k4 = cat(t->name, ".nested_quant_map")) || !(copy = dup_bytes(table, 1024)))
+                goto oom;
+            ADD(k4, "F32", 1, one, copy, 1024, copy);
+            py_float_repr((double)q.nested_offset, off, sizeof off);
+            snprintf(json, sizeof json,
+                     "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": "
+                     "[%lld, %lld], \"nested_blocksize\": 256, \"nested_dtype\": \"float32\", "
+                     "\"nested_offset\": %s}",
+                     qt, p.block_size, dtname, (long long)rows, (long long)cols, off);
+        } else {
+            snprintf(json, sizeof json,
+                     "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": "
+                     "[%lld, %lld]}",
+                     qt, p.block_size, dtname, (long long)rows, (long long)cols);
+        }
+        jl = strlen(json);
+        one[0] = (int64_t)jl;
+        k5 = cat(t->name, c->format == QS_FORMAT_NF4 ? ".quant_state.bitsandbytes__nf4"
+                                                     : ".quant_state.bitsandbytes__fp4");
+        if (!k5 || !(state = dup_bytes(json, jl)))
+            goto oom;
+        ADD(k5, "U8", 1, one, state, jl, state);
+        break;
+    }
+    case QS_FORMAT_LLM_INT8: {
+        int64_t shape[2] = {rows, cols};
+        unsigned char *fmt0 = calloc(1, 1);
+        if (!(prefix = module_prefix(t->name)) || !fmt0) {
+            free(fmt0);
+            goto oom;
+        }
+        MOVE(t->name, "I8", 2, shape, 0);
+        if (!(k1 = cat(prefix, ".SCB")))
+            goto oom;
+        MOVE(k1, "F32", 1, &rows, 1);
+        /* weight_format 0 = "row", the only layout bitsandbytes loads (spec §7). */
+        if (!(k2 = cat(prefix, ".weight_format")))
+            goto oom;
+        ADD(k2, "U8", 0, shape, fmt0, 1, fmt0);
+        break;
+    }
+    case QS_FORMAT_FP8_E4M3:
+    case QS_FORMAT_FP8_E5M2: {
+        int64_t shape[2] = {rows, cols};
+        MOVE(t->name, c->format == QS_FORMAT_FP8_E4M3 ? "F8_E4M3" : "F8_E5M2", 2, shape, 0);
+        if (!(k1 = cat(t->name, "_scale")))
+            goto oom;
+        MOVE(k1, "F32", 0, shape, 1);
+        break;
+    }
+    default: { /* MXFP4, MXFP8, NVFP4: row-wise blocks */
+        int64_t dshape[2] = {rows, rows ? sz[0] / rows : 0};
+        int64_t sshape[2] = {rows, rows ? sz[1] / rows : 0};
+        const char *ddt = c->format == QS_FORMAT_MXFP8 ? "F8_E4M3" : "U8";
+        const char *sdt_name = c->format == QS_FORMAT_NVFP4 ? "F8_E4M3" : "U8";
+        MOVE(t->name, ddt, 2, dshape, 0);
+        if (!(k1 = cat(t->name, "_scale")))
+            goto oom;
+        MOVE(k1, sdt_name, 2, sshape, 1);
+        if (c->format == QS_FORMAT_NVFP4) {
+            float *g = malloc(sizeof *g);
+            if (!g || !(k2 = cat(t->name, "_scale_2"))) {
+                free(g);
+                goto oom;
+            }
+            *g = q.global_scale;
+            ADD(k2, "F32", 0, dshape, g, 4, g);
+        }
+        break;
+    }
+    }
+    free(prefix);
+    free(k1);
+    free(k2);
+    free(k3);
+    free(k4);
+    free(k5);
+    for (int i = 0; i < QS_PLANE_COUNT; i++)
+        free(planes[i]);
+    return 0;
+oom:
+    snprintf(c->err, sizeof c->err, "out of memory");
+fail:
+    free(ref);
+    free(deq);
+    free(prefix);
+    free(k1);
+    free(k2);
+    free(k3);
+    free(k4);
+    free(k5);
+    for (int i = 0; i < QS_PLANE_COUNT; i++)
+        free(planes[i]);
+    return -1;
+}
+
+/* Output keys a quantized tensor adds beside its own name: none may already exist. */
+static const char *collision(const struct qs_st_file *f, const char *name, int32_t format)
+{
+    static const char *const bnb[] = {".absmax",
+                                      ".quant_map",
+                                      ".nested_absmax",
+                                      ".nested_quant_map",
+                                      ".quant_state.bitsandbytes__nf4",
+                                      ".quant_state.bitsandbytes__fp4",
+                                      NULL};
+    static const char *const scaled[] = {"_scale", "_scale_2", NULL};
+    static char buf[1024];
+    const char *const *suffixes = format == QS_FORMAT_NF4 || format == QS_FORMAT_FP4 ? bnb : scaled;
+    char *prefix;
+
+    for (int i = 0; suffixes[i]; i++) {
+        snprintf(buf, sizeof buf, "%s%s", name, suffixes[i]);
+        if (qs_st_find(f, buf))
+            return buf;
+    }
+    if (format == QS_FORMAT_LLM_INT8 && (prefix = module_prefix(name))) {
+        snprintf(buf, sizeof buf, "%s.SCB", prefix);
+        if (!qs_st_find(f, buf))
+            snprintf(buf, sizeof buf, "%s.weight_format", prefix);
+        free(prefix);
+        if (qs_st_find(f, buf))
+            return buf;
+    }
+    return NULL;
+}
+
+static int32_t cli_format(const char *name)
+{
+    /* "int8" on the command line is the bitsandbytes LLM.int8 layout (row-wise absmax). */
+    if (strcmp(name, "int8") == 0 || strcmp(name, "llm_int8") == 0)
+        return QS_FORMAT_LLM_INT8;
+    return qs_format_from_name(name);
+}
+
+/* Quantized: 2-D, non-empty, a float dtype, named by --include and not by --exclude. */
+static int selected(const struct qs_st_tensor *t, const regex_t *inc, const regex_t *exc)
+{
+    int32_t sdt;
+
+    return t->ndim == 2 && t->numel > 0 && src_dtype_name(t->dtype, &sdt) &&
+           regexec(inc, t->name, 0, NULL, 0) == 0 && regexec(exc, t->name, 0, NULL, 0) != 0;
+}
+
+static double file_size(const char *path)
+{
+    struct stat sb;
+
+    return stat(path, &sb) == 0 ? (double)sb.st_size : 0.0;
+}
+
+int qs_cmd_quantize(int argc, char **argv)
+{
+    struct options o;
+    struct qs_st_file in;
+    struct qs_st_writer w;
+    struct ctx_all c;
+    struct layer_stat *stats = NULL;
+    regex_t inc, exc;
+    qs_ctx_params cp;
+    char err[ERRLEN];
+    size_t nsel = 0, ncopy = 0, nstat = 0;
+    int rc = 1, tty = isatty(2), have_re = 0;
+    json_t *record = NULL;
+
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    memset(&c, 0, sizeof c);
+    c.format = cli_format(o.format);
+    if (c.format <= 0 || c.format == QS_FORMAT_INT8) {
+        fprintf(stderr,
+                "qsparse quantize: unknown format '%s' (nf4, fp4, int8, fp8_e4m3, "
+                "fp8_e5m2, mxfp4, mxfp8, nvfp4)\n",
+                o.format);
+        return 2;
+    }
+    if (o.double_quant && c.format != QS_FORMAT_NF4 && c.format != QS_FORMAT_FP4) {
+        fprintf(stderr, "qsparse quantize: --double-quant applies to nf4 and fp4 only\n");
+        return 2;
+    }
+    if (o.blocksize && c.format != QS_FORMAT_NF4 && c.format != QS_FORMAT_FP4 &&
+        o.blocksize != qs_format_block_size(c.format)) {
+        fprintf(stderr, "qsparse quantize: %s has a fixed block size of %d\n", o.format,
+                qs_format_block_size(c.format));
+        return 2;
+    }
+    if (regcomp(&inc, o.include ? o.include : DEFAULT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0) {
+        fprintf(stderr, "qsparse quantize: bad --include regular expression\n");
+        return 2;
+    }
+    if (regcomp(&exc, o.exclude ? o.exclude : DEFAULT_EXCLUDE,
+                REG_EXTENDED | REG_NOSUB | (o.exclude ? 0 : REG_ICASE)) != 0) {
+        fprintf(stderr, "qsparse quantize: bad --exclude regular expression\n");
+        regfree(&inc);
+        return 2;
+    }
+    have_re = 1;
+
+    if (qs_st_open(&in, o.in, err, sizeof err) != 0) {
+        fprintf(stderr, "qsparse quantize: error: %s\n", err);
+        regfree(&inc);
+        regfree(&exc);
+        return 1;
+    }
+    qs_ctx_params_init(&cp);
+    cp.num_threads = o.threads;
+    if (qs_ctx_create(&cp, &c.ctx) != QS_OK) {
+        fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
+        goto done;
+    }
+    qs_st_writer_init(&w);
+    c.o = &o;
+    if (check_params(&c) != 0) {
+        fprintf(stderr, "qsparse quantize: %s\n", c.err);
+        rc = 2;
+        goto done_w;
+    }
+    c.w = &w;
+    c.record = record = json_object();
+    stats = calloc(in.count + 1, sizeof *stats);
+    if (!record || !stats) {
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        goto done_w;
+    }
+
+    for (size_t i = 0; i < in.count; i++) {
+        const struct qs_st_tensor *t = &in.tensors[i];
+        nsel += selected(t, &inc, &exc);
+    }
+    for (size_t i = 0, done = 0; i < in.count; i++) {
+        const struct qs_st_tensor *t = &in.tensors[i];
+        const char *clash;
+        if (!selected(t, &inc, &exc)) {
+            if (qs_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data,
+                                 t->end - t->begin, NULL, err, sizeof err) != 0) {
+                fprintf(stderr, "qsparse quantize: error: %s\n", err);
+                goto done_w;
+            }
+            ncopy++;
+            continue;
+        }
+        if ((clash = collision(&in, t->name, c.format))) {
+            fprintf(stderr,
+                    "qsparse quantize: error: %s: the input already has a tensor "
+                    "'%s' (is it quantized already?)\n",
+                    t->name, clash);
+            goto done_w;
+        }
+        if (tty && !o.quiet)
+            progress_bar("quantizing", done, nsel, t->name);
+        stats[nstat].name = (char *)t->name;
+        if (quantize_one(&c, t, &stats[nstat]) != 0) {
+            if (tty && !o.quiet)
+                fputc('\n', stderr);
+            fprintf(stderr, "qsparse quantize: error: %s\n", c.err);
+            goto done_w;
+        }
+        nstat++;
+        done++;
+        if (tty && !o.quiet && done == nsel)
+            progress_bar("quantizing", done, nsel, "");
+    }
+    if (nsel == 0)
+        fprintf(stderr, "qsparse quantize: warning: no tensor matched; copying the file\n");
+
+    /* Metadata: the input's, plus what a reader needs to decode the non-bitsandbytes keys. */
+    if (in.metadata) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(in.metadata, k, v) qs_st_writer_meta(&w, k, json_string_value(v));
+    }
+    {
+        char *rec = json_dumps(record, JSON_COMPACT);
+        if (!rec || qs_st_writer_meta(&w, "qsparse.quantized", rec) != 0 ||
+            qs_st_writer_meta(&w, "qsparse.version", qs_version_string()) != 0) {
+            free(rec);
+            fprintf(stderr, "qsparse quantize: error: out of memory\n");
+            goto done_w;
+        }
+        free(rec);
+    }
+    qs_st_install_signal_cleanup();
+    if (qs_st_writer_write(&w, o.out, tty && !o.quiet ? write_progress : NULL, NULL, err,
+                           sizeof err) != 0) {
+        fprintf(stderr, "qsparse quantize: error: %s\n", err);
+        goto done_w;
+    }
+
+    if (!o.quiet) {
+        double before = file_size(o.in), after = file_size(o.out);
+        printf("%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE", "max|err|");
+        for (size_t i = 0; i < nstat; i++) {
+            char shape[32];
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)stats[i].rows,
+                     (long long)stats[i].cols);
+            printf("%-52s %11s %6.3f %10.3e %10.3e\n", stats[i].name, shape, stats[i].bits,
+                   stats[i].rel_rmse, stats[i].max_abs);
+        }
+        printf("%s: %zu tensors quantized to %s, %zu copied; %.2f MB -> %.2f MB (%.2fx)\n", o.out,
+               nstat, o.format, ncopy, before / 1e6, after / 1e6, after > 0 ? before / after : 0.0);
+    }
+    rc = 0;
+done_w:
+    qs_st_writer_free(&w);
+    qs_ctx_destroy(c.ctx);
+done:
+    if (record)
+        json_decref(record);
+    free(stats);
+    qs_st_close(&in);
+    if (have_re) {
+        regfree(&inc);
+        regfree(&exc);
+    }
+    return rc;
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * safetensors reading and writing for the `qsparse` tool. A file is an 8-byte little-endian
+ * header length, a JSON header ({name: {dtype, shape, data_offsets}}, optional "__metadata__" of
+ * string values) and the data section. Reading memory-maps the file, parses the header with
+ * jansson and validates every entry before any tensor is used: header length within the file and
+ * under 100 MB, known dtypes, non-negative shapes whose byte count fits int64 and equals the
+ * offsets, offsets inside the data section and no two tensors overlapping. Writing goes to a
+ * temporary file beside the target that is renamed into place only when complete; a signal
+ * during the write removes it.
+ */
+#ifndef QS_TOOLS_SAFETENSORS_H
+#define QS_TOOLS_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define QS_ST_MAX_DIMS 8
+#define QS_ST_MAX_HEADER (100u * 1000u * 1000u) /* the reference reader's limit */
+
+struct qs_st_tensor {
+    const char *name; /* owned by the file's JSON header */
+    char dtype[12];   /* "F32", "U8", ... */
+    int elem_size;    /* bytes per element */
+    int ndim;
+    int64_t shape[QS_ST_MAX_DIMS];
+    int64_t numel;
+    uint64_t begin, end;       /* byte range inside the data section */
+    const unsigned char *data; /* into the mapping */
+};
+
+struct qs_st_file {
+    unsigned char *map;
+    size_t map_size;
+    uint64_t header_len;
+    const unsigned char *data;
+    uint64_t data_size;
+    struct qs_st_tensor *tensors; /* in header order */
+    size_t count;
+    json_t *root;
+    json_t *metadata; /* borrowed from root; NULL when absent */
+};
+
+/* Bytes per element of a safetensors dtype name, 0 if unknown. */
+int qs_st_dtype_size(const char *dtype);
+
+/* Open, map and validate a file. Returns 0, or -1 with a message in err. */
+int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen);
+void qs_st_close(struct qs_st_file *f);
+const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *name);
+
+/* ---- writing ----------------------------------------------------------------------------------
+ */
+
+struct qs_st_out {
+    char *name;
+    char dtype[12];
+    int ndim;
+    int64_t shape[QS_ST_MAX_DIMS];
+    const void *data;
+    uint64_t bytes;
+    void *owned; /* freed with the writer (may be NULL when data points elsewhere) */
+};
+
+struct qs_st_writer {
+    struct qs_st_out *t;
+    size_t count, cap;
+    json_t *metadata; /* object of strings, owned; may stay NULL */
+};
+
+void qs_st_writer_init(struct qs_st_writer *w);
+/*
+ * Add a tensor. `owned` (may be NULL) is freed with the writer, also when this call fails.
+ * Returns 0, or -1 with a message when the byte count does not match dtype and shape.
+ */
+int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype, int ndim,
+                     const int64_t *shape, const void *data, uint64_t bytes, void *owned, char *err,
+                     size_t errlen);
+/* Set a metadata string (copied). */
+int qs_st_writer_meta(struct qs_st_writer *w, const char *key, const char *value);
+/*
+ * Write everything to `path` through a temporary file in the same directory and rename it into
+ * place. progress(done, total, user) is called after each tensor when non-NULL.
+ * Returns 0, or -1 with a message (the target is then untouched and the temporary file removed).
+ */
+int qs_st_writer_write(struct qs_st_writer *w, const char *path,
+                       void (*progress)(size_t done, size_t total, void *user), void *user,
+                       char *err, size_t errlen);
+void qs_st_writer_free(struct qs_st_writer *w);
+
+/* Install SIGINT / SIGTERM / SIGHUP handlers that remove a temporary output before exiting. */
+void qs_st_install_signal_cleanup(void);
+
+#endif /* QS_TOOLS_SAFETENSORS_H */
