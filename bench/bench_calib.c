@@ -148,7 +148,8 @@ static void measure(struct bench *b, int op, int reps, const char *isa, const ch
         ratio[r] = tr / to;
         gbs[r] = bytes / to / 1e9;
     }
-    printf("%-8s %-34s %10.2f %9.0f%%\n", isa, name, median(gbs, reps), 100.0 * median(ratio, reps));
+    printf("%-8s %-34s %10.2f %9.0f%%\n", isa, name, median(gbs, reps),
+           100.0 * median(ratio, reps));
 }
 
 int main(int argc, char **argv)

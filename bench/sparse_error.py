@@ -58,7 +58,7 @@ def main():
 
     rng = np.random.default_rng(a.seed)
     w, x_cal, x_eval = layer(rng, a.out, a.d_in, a.tokens)
-    norms = np.sqrt((x_cal.astype(np.float64) ** 2).sum(axis=0)).astype(np.float32)
+    norms = sp.activation_norms(x_cal)
     print(f"layer {a.out} x {a.d_in}, {a.tokens} calibration + {a.tokens} eval tokens, "
           f"backend {qs.backend()}")
 

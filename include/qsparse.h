@@ -28,8 +28,10 @@ extern "C" {
 #if defined(_WIN32)
 #  if defined(QS_BUILDING_LIBRARY)
 #    define QS_API __declspec(dllexport)
-#  else
+#  elif defined(QS_STATIC)
 #    define QS_API
+#  else
+#    define QS_API __declspec(dllimport)
 #  endif
 #elif defined(__GNUC__)
 #  define QS_API __attribute__((visibility("default")))
@@ -44,11 +46,15 @@ extern "C" {
 #define QS_VERSION_MAJOR 0
 #define QS_VERSION_MINOR 1
 #define QS_VERSION_PATCH 0
+/* The ABI generation: the shared library's soname is libqsparse.so.QS_API_VERSION. */
+#define QS_API_VERSION 0
 
 /** The library version as "MAJOR.MINOR.PATCH" (a static string). */
 QS_API const char *qs_version_string(void);
 /** The library version as MAJOR * 10000 + MINOR * 100 + PATCH. */
 QS_API int32_t qs_version_number(void);
+/** QS_API_VERSION of the library actually loaded (compare with the header's to detect a mismatch). */
+QS_API int32_t qs_api_version(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes (values are pinned forever)

@@ -87,7 +87,10 @@ static inline void t_fill_mixed(t_rng *r, float *x, int64_t n, double p_special)
 {
     for (int64_t i = 0; i < n; i++) {
         double u = t_unif(r);
-        if (u < p_special)
+        if (u < p_special * 0.1)
+            /* signaling NaNs (glibc's fmaxf does not ignore them), both signs */
+            x[i] = t_f32_from_bits(t_next(r) & 1 ? 0x7FA00000u : 0xFFA00001u);
+        else if (u < p_special)
             x[i] = t_special[t_next(r) % T_NSPECIAL];
         else if (u < p_special + 0.02 && i > 0)
             x[i] = x[i - 1];

@@ -804,7 +804,6 @@ static void test_convert_codebook_errors(void **state)
     (void)state;
     qs_ctx *ctx = t_ctx();
     t_buf dst = t_buf_new(N * 2);
-    uint16_t h[N];
 
     assert_int_equal(qs_convert(NULL, src_f32, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, N, N * 2),
                      QS_ERR_INVALID_ARG);
@@ -827,7 +826,6 @@ static void test_convert_codebook_errors(void **state)
     assert_int_equal(qs_convert(ctx, src_f32, QS_DTYPE_F32, dst.p, QS_DTYPE_F16, N, N * 2), QS_OK);
     assert_true(t_buf_guards_ok(&dst));
     assert_int_equal(qs_convert(ctx, NULL, QS_DTYPE_F32, NULL, QS_DTYPE_F16, 0, 0), QS_OK);
-    (void)h;
 
     /* codebooks: sizes, unknown ids, short capacity (nothing written) */
     static const struct {

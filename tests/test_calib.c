@@ -11,7 +11,7 @@
 #include "common.h"
 #include "qsparse/calib.h"
 
-/* ---- helpers ----------------------------------------------------------------------------------- */
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 static qs_ctx *ctx_with(uint32_t isa, int32_t threads)
 {
@@ -95,7 +95,7 @@ static uint64_t fnv1a(const uint8_t *p, int64_t n)
     return h;
 }
 
-/* ---- §3: the power-of-two grid, by hand ---------------------------------------------------------- */
+/* ---- §3: the power-of-two grid, by hand ------------------------------------------------------ */
 
 static void test_hist_hand(void **state)
 {
@@ -167,7 +167,7 @@ static void test_hist_hand(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* ---- §3, §9: exact merges ------------------------------------------------------------------------ */
+/* ---- §3, §9: exact merges -------------------------------------------------------------------- */
 
 static void test_merge_exact_any_order(void **state)
 {
@@ -272,6 +272,16 @@ static void test_threads_per_tensor(void **state)
         qs_observer_destroy(a);
         qs_observer_destroy(b);
     }
+    /* per-channel searches run in parallel tasks: the same results as one thread */
+    for (int32_t m = QS_OBSERVER_ENTROPY; m <= QS_OBSERVER_MSE; m++) {
+        qs_observer *a = obs_new(one, m, 1, 256);
+        float r1[100], r2[100];
+        update(one, a, x, 2000, 100);
+        assert_int_equal(qs_observer_amax(one, a, r1, 100), QS_OK);
+        assert_int_equal(qs_observer_amax(two, a, r2, 100), QS_OK);
+        T_ASSERT_BYTES("per-channel search, 1 vs 2 threads", r2, r1, sizeof r1);
+        qs_observer_destroy(a);
+    }
     qs_ctx_destroy(one);
     qs_ctx_destroy(two);
     free(x);
@@ -305,7 +315,7 @@ static void test_half_inputs(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* ---- serialization -------------------------------------------------------------------------------- */
+/* ---- serialization --------------------------------------------------------------------------- */
 
 static void test_serialize_roundtrip_and_corruption(void **state)
 {
@@ -394,7 +404,7 @@ static void test_serialize_roundtrip_and_corruption(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* ---- §4, §5, §6: searches ------------------------------------------------------------------------- */
+/* ---- §4, §5, §6: searches -------------------------------------------------------------------- */
 
 /* Feed counts[j] values at the centre of bin j of a width-1 grid (k = 0 when the last bin is
  * non-empty and N is 8 or 16). */
@@ -598,7 +608,7 @@ static void test_sqnr_outlier_channels(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* ---- §0 rule 5, §2 --------------------------------------------------------------------------------- */
+/* ---- §0 rule 5, §2 --------------------------------------------------------------------------- */
 
 static void test_nonfinite_ignored_and_counted(void **state)
 {
@@ -783,7 +793,8 @@ static void test_apply_matches_quantize(void **state)
         assert_int_equal(t_bits(s2[c]), t_bits(am / 127.0f));
         for (int64_t rr = 0; rr < rows; rr++) {
             float v = nearbyintf(x[rr * cols + c] * mul);
-            assert_int_equal((int8_t)q2[rr * cols + c], (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v));
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            assert_int_equal((int8_t)q2[rr * cols + c], (int8_t)v);
         }
     }
     /* NVFP4 with the observer's per-tensor scale equals the automatic one of the same data */
@@ -984,7 +995,7 @@ static void test_sumsq(void **state)
     qs_ctx_destroy(two);
 }
 
-/* ---- errors ---------------------------------------------------------------------------------------- */
+/* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_errors(void **state)
 {

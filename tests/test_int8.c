@@ -377,7 +377,7 @@ static void sym_unit(const float *x, int64_t n, float *scale, int8_t *q)
 {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++)
-        amax = fmaxf(amax, fabsf(x[i]));
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax; /* NaN ignored */
     float mul = amax == 0.0f ? 0.0f : 127.0f / amax;
     *scale = amax == 0.0f ? 1.0f : amax / 127.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -391,8 +391,8 @@ static void asym_unit(const float *x, int64_t n, float *scale, int8_t *zp, int8_
     float lo = 0.0f, hi = 0.0f, s = 1.0f;
     int32_t z = 0;
     for (int64_t i = 0; i < n; i++) {
-        lo = fminf(lo, x[i]);
-        hi = fmaxf(hi, x[i]);
+        lo = x[i] < lo ? x[i] : lo; /* NaN ignored */
+        hi = x[i] > hi ? x[i] : hi;
     }
     if (hi != lo) {
         s = (hi - lo) / 255.0f;

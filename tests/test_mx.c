@@ -133,7 +133,7 @@ static uint8_t mx_block(const struct mx_fmt *f, int rceil, const float *v, int64
             memset(codes, 0, (size_t)len);
             return 0xFF;
         }
-        amax = fmaxf(amax, fabsf(v[i]));
+        amax = fmaxf(amax, fabsf(v[i])); /* finite here */
     }
     if (amax == 0.0f)
         e = -127;

@@ -114,13 +114,20 @@ static int nearest(float x, int maxc, int sbit, int nan_code, float (*value)(int
     return sign | best;
 }
 
+/* amax with every NaN ignored, signaling ones too (glibc's fmaxf returns NaN for those). */
+static float absmax_step(float acc, float v)
+{
+    float a = fabsf(v);
+    return a > acc ? a : acc;
+}
+
 static float nv_global(const float *x, int64_t n, float given)
 {
     float amax = 0.0f, s;
     if (given > 0.0f)
         return given;
     for (int64_t i = 0; i < n; i++)
-        amax = fmaxf(amax, fabsf(x[i]));
+        amax = absmax_step(amax, x[i]);
     s = amax / 2688.0f;
     return s == 0.0f ? 1.0f : s;
 }
@@ -139,7 +146,7 @@ static void nv_tensor(const float *x, int64_t rows, int64_t cols, float sg, uint
             float amax = 0.0f, s;
             int code;
             for (int64_t i = 0; i < len; i++)
-                amax = fmaxf(amax, fabsf(v[i]));
+                amax = absmax_step(amax, v[i]);
             s = amax / (6.0f * sg);
             if (s == 0.0f)
                 code = 0x38;

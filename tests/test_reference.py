@@ -9,6 +9,8 @@ named by QSPARSE_LIB (not through the Python binding), against numpy and ml_dtyp
   f16 value; the scale from the data, fl(amax / max) and a division, vs numpy float32.
 - E2M1 (§11) through MXFP4 with blocks whose amax lies in [4, 8), so that the FLOOR scale is 1,
   vs ml_dtypes.float4_e2m1fn; E4M3 through MXFP8 the same way (amax in [256, 512)).
+- MXFP4 / MXFP8 with every scale (FLOOR and RCEIL) and NVFP4 (automatic and given s_global) on
+  odd shapes salted with NaN / Inf, vs the §13 / §14 rules written in numpy with ml_dtypes casts.
 - INT8 symmetric / asymmetric per tensor, row and group and LLM.int8 (§8, §9) vs the formulas
   written in numpy float32.
 
@@ -29,7 +31,9 @@ except ImportError:  # pragma: no cover - the skip path
     raise
 
 F32, F16, BF16 = 0, 1, 2
-FMT = {"int8": 3, "llm_int8": 4, "fp8_e4m3": 5, "fp8_e5m2": 6, "mxfp4": 7, "mxfp8": 8}
+f32 = np.float32
+FMT = {"int8": 3, "llm_int8": 4, "fp8_e4m3": 5, "fp8_e5m2": 6, "mxfp4": 7, "mxfp8": 8,
+       "nvfp4": 9}
 GRAN_TENSOR, GRAN_ROW, GRAN_GROUP = 0, 1, 2
 PLANES = 4
 
@@ -365,9 +369,128 @@ def test_e4m3_via_mxfp8(qs):
         count("e4m3 via mxfp8", x.size)
 
 
-# ---- INT8 --------------------------------------------------------------------------------------
+# ---- MX and NVFP4 with every scale, in numpy + ml_dtypes ---------------------------------------
 
-f32 = np.float32
+
+def pad_blocks(x, block):
+    """[rows, cols] -> [rows, nb, block], the missing elements of a row's last block as +0.0."""
+    rows, cols = x.shape
+    nb = -(-cols // block)
+    pad = np.zeros((rows, nb * block), dtype=f32)
+    pad[:, :cols] = x
+    return pad.reshape(rows, nb, block)
+
+
+def pack_low_first(codes, cols):
+    """[rows, >= cols] nibble codes -> rows * ceil(cols / 2) bytes, element 2k in the low nibble."""
+    c = codes[:, :cols].astype(np.uint8)
+    if cols % 2:
+        c = np.concatenate([c, np.zeros((c.shape[0], 1), np.uint8)], axis=1)
+    return (c[:, 0::2] | (c[:, 1::2] << 4)).ravel()
+
+
+def mx_reference(x, fmt, rceil):
+    """§13: scale bytes and data bytes of MXFP4 / MXFP8 (E4M3)."""
+    emax, vmax = (2, 6.0) if fmt == "mxfp4" else (8, 448.0)
+    b = pad_blocks(x, 32)
+    finite = np.all(np.isfinite(b), axis=2)
+    amax = np.max(np.abs(np.where(np.isfinite(b), b, f32(0))), axis=2)
+    _, e = np.frexp(amax)  # amax = m 2^e, m in [0.5, 1): floor(log2 amax) = e - 1, exactly
+    if rceil:
+        s = e - 1 - emax - 1
+        for _ in range(3):  # the smallest s with vmax 2^s >= amax
+            s = np.where(np.ldexp(vmax, s) < amax.astype(np.float64), s + 1, s)
+    else:
+        s = e - 1 - emax
+    s = np.maximum(np.where(amax == 0, -127, s), -127)
+    with np.errstate(invalid="ignore"):  # NaN blocks: their codes are replaced below
+        y = np.ldexp(b, -s[..., None]).astype(f32)
+    if fmt == "mxfp4":
+        codes = np.clip(y, -vmax, vmax).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+    else:
+        codes = fp8_reference(y.ravel(), ml_dtypes.float8_e4m3fn, vmax).reshape(y.shape)
+    codes = np.where(finite[..., None], codes, 0).astype(np.uint8)
+    scales = np.where(finite, s + 127, 0xFF).astype(np.uint8).ravel()
+    codes = codes.reshape(x.shape[0], -1)
+    data = pack_low_first(codes, x.shape[1]) if fmt == "mxfp4" else codes[:, :x.shape[1]].ravel()
+    return scales, data
+
+
+def nan_amax(a, axis):
+    """max |a| with every NaN ignored, signaling ones too (numpy's fmax may not ignore those)."""
+    a = np.abs(a)
+    return np.max(np.where(np.isnan(a), f32(0), a), axis=axis).astype(f32)
+
+
+def nvfp4_reference(x, given):
+    """§14: s_global, scale bytes and data bytes."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        amax_t = nan_amax(x.ravel(), axis=0)
+        sg = f32(given) if given > 0 else f32(amax_t / f32(2688))
+        if sg == 0:
+            sg = f32(1)
+        b = pad_blocks(x, 16)
+        amax = nan_amax(b, axis=2)
+        S = (amax / f32(f32(6) * sg)).astype(f32)
+        Sc = np.where(S < f32(2.0**-9), f32(2.0**-9), S)
+        code = (np.clip(Sc, 0, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8) & 0x7F)
+        code = np.where(S == 0, 0x38, code).astype(np.uint8)
+        den = (code.view(ml_dtypes.float8_e4m3fn).astype(f32) * sg).astype(f32)
+        y = (b / den[..., None]).astype(f32)
+        p = np.clip(y, -6, 6).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+    p = np.where(np.isnan(y) | (den[..., None] == 0), 0, p).astype(np.uint8)
+    return sg, code.ravel(), pack_low_first(p.reshape(x.shape[0], -1), x.shape[1])
+
+
+def salted(rows, cols, specials):
+    x = (RNG.standard_normal((rows, cols)) *
+         np.exp2(RNG.integers(-20, 20, size=(rows, cols)))).astype(f32)
+    if specials:
+        idx = RNG.integers(0, x.size, size=max(1, x.size // 500))
+        x.ravel()[idx] = RNG.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45,
+                                              7.9999995, 448, 6.0], dtype=f32), size=idx.size)
+        # signaling NaNs of both signs: ignored by every amax like quiet ones
+        x.ravel()[idx[::7]] = np.array([0x7FA00000, 0xFFA00001], dtype=np.uint32).view(f32)[
+            np.arange(idx[::7].size) % 2]
+    return x
+
+
+MX_SHAPES = [(1, 1), (3, 31), (17, 33), (64, 4096), (5, 1000), (300, 257)]
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8"])
+def test_mx_full(qs, fmt):
+    if fmt == "mxfp4" and not hasattr(ml_dtypes, "float4_e2m1fn"):
+        pytest.skip("ml_dtypes without float4_e2m1fn")
+    for k, (rows, cols) in enumerate(MX_SHAPES):
+        x = salted(rows, cols, k % 2 == 1)
+        for rceil in (0, 1):
+            scales, data = mx_reference(x, fmt, rceil)
+            for ctx in qs.ctxs:
+                planes, _ = qs.quantize(ctx, qs.params(fmt, scale_rounding=rceil), x)
+                assert np.array_equal(planes[1], scales), (fmt, rows, cols, rceil)
+                bad = np.nonzero(planes[0] != data)[0]
+                assert bad.size == 0, (fmt, rows, cols, rceil, bad[:4])
+                count(f"{fmt} all scales", x.size)
+
+
+def test_nvfp4_full(qs):
+    if not hasattr(ml_dtypes, "float4_e2m1fn"):
+        pytest.skip("ml_dtypes without float4_e2m1fn")
+    for k, (rows, cols) in enumerate(MX_SHAPES):
+        x = salted(rows, cols, k % 2 == 1)
+        for given in (0.0, 0.037):
+            sg, scales, data = nvfp4_reference(x, given)
+            for ctx in qs.ctxs:
+                planes, q = qs.quantize(ctx, qs.params("nvfp4", scale=given), x)
+                assert np.float32(q.global_scale).view(np.uint32) == sg.view(np.uint32)
+                assert np.array_equal(planes[1], scales), (rows, cols, given)
+                bad = np.nonzero(planes[0] != data)[0]
+                assert bad.size == 0, (rows, cols, given, bad[:4])
+                count("nvfp4", x.size)
+
+
+# ---- INT8 --------------------------------------------------------------------------------------
 
 
 def int8_sym_ref(units):
@@ -428,7 +551,7 @@ def test_llm_int8(qs):
     x[1, :4] = np.array([1e-38, -5e-39, 0, 2e-39], dtype=f32)
     x[1, 4:] = 0.0
     x[2, 7] = np.nan
-    stats = np.fmax.reduce(np.abs(x), axis=1).astype(f32)
+    stats = nan_amax(x, axis=1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mul = (f32(127) / stats).astype(f32)
         prod = (x * mul[:, None]).astype(f32)

@@ -183,6 +183,13 @@ static void test_prune_compress(void **state)
             assert_int_equal(qs_sp24_prune_compress(ctx, w, dtypes[d], rows, cols, nn, v2, vb,
                                                     m2, mc, NULL, 0), QS_OK);
             T_ASSERT_BYTES("prune_compress values, no mask", v2, v1, (size_t)vb);
+            /* the same bytes with 3 threads (fixed row chunks) */
+            assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 3), QS_OK);
+            assert_int_equal(qs_sp24_prune_compress(ctx, w, dtypes[d], rows, cols, nn, v2, vb,
+                                                    m2, mc, NULL, 0), QS_OK);
+            assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 1), QS_OK);
+            T_ASSERT_BYTES("prune_compress values, 3 threads", v2, v1, (size_t)vb);
+            T_ASSERT_BYTES("prune_compress meta, 3 threads", m2, m1, (size_t)mc * 2);
         }
     free(wf);
     free(norms);

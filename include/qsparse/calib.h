@@ -44,7 +44,7 @@ extern "C" {
 /* Methods (§1). */
 #define QS_OBSERVER_MINMAX         1 /* observed range; exact merge */
 #define QS_OBSERVER_MOVING_AVERAGE 2 /* EMA of per-update min and max (§2); cannot be merged */
-#define QS_OBSERVER_PERCENTILE     3 /* histogram; left edge of the bin where the CDF reaches p (§4) */
+#define QS_OBSERVER_PERCENTILE     3 /* histogram; left edge of the bin where the CDF reaches p */
 #define QS_OBSERVER_ENTROPY        4 /* histogram; TensorRT KL-divergence search (§5) */
 #define QS_OBSERVER_MSE            5 /* histogram; bin centre minimising the target's error (§6) */
 
@@ -56,7 +56,7 @@ QS_API int32_t qs_observer_method_from_name(const char *name);
 /* Targets: the formats an observer computes a scale (and zero point) for (§2, formats.md §9, §10,
  * §14). */
 #define QS_CALIB_INT8_SYM  1 /* scale = fl(amax / 127), zero point 0; codes rne(x * fl(127/amax)) */
-#define QS_CALIB_INT8_ASYM 2 /* formats.md §9 from [max(lo, -amax), min(hi, amax)]; int8 zero point */
+#define QS_CALIB_INT8_ASYM 2 /* formats.md §9 on [max(lo, -amax), min(hi, amax)]; int8 zero pt */
 #define QS_CALIB_FP8_E4M3  3 /* scale = fl(amax / 448) */
 #define QS_CALIB_FP8_E5M2  4 /* scale = fl(amax / 57344) */
 #define QS_CALIB_NVFP4     5 /* NVFP4 per-tensor scale fl(amax / 2688) (formats.md §14) */
@@ -214,11 +214,12 @@ QS_API qs_status qs_observer_qparams(qs_ctx *ctx, const qs_observer *obs, int32_
  * Quantize a rows x cols row-major tensor of `dtype` elements with the observer's calibrated
  * scales, in one call. Planes of *q, by target:
  *
- * | target           | data                      | scale                     | zero_point   |
- * |------------------|---------------------------|---------------------------|--------------|
- * | INT8_SYM / ASYM  | int8 [rows*cols]          | f32 [channels]            | int8 [channels] (ASYM) |
- * | FP8_E4M3 / E5M2  | uint8 [rows*cols]         | f32 [channels]            | -            |
- * | NVFP4            | as qs_quantize (per-tensor observers only): data, E4M3 block scales; q->global_scale |
+ * | target          | data              | scale          | zero_point             |
+ * |-----------------|-------------------|----------------|------------------------|
+ * | INT8_SYM / ASYM | int8 [rows*cols]  | f32 [channels] | int8 [channels] (ASYM) |
+ * | FP8_E4M3 / E5M2 | uint8 [rows*cols] | f32 [channels] | -                      |
+ * | NVFP4           | as qs_quantize: packed data, E4M3 block scales, q->global_scale;  |
+ * |                 | per-tensor observers only                                         |
  *
  * Per-channel observers quantize channel c (row c for axis 0, column c for axis 1) with scale[c];
  * the channel count must match the tensor. Codes outside the calibrated range saturate: INT8

@@ -89,7 +89,8 @@ class Observer:
     """A calibration observer: ``Observer(method, axis=None, **options)``.
 
     Options (spec/calibration.md defaults): ``num_bins=2048`` (a power of two), ``num_levels=128``
-    and ``start_bin=128`` (entropy; MSE uses start_bin; both at most num_bins / 2 by default), ``percentile=99.99``,
+    and ``start_bin=128`` (entropy; MSE uses start_bin; by default both are capped at
+    num_bins / 2), ``percentile=99.99``,
     ``averaging_constant=0.01`` (moving_average), ``target="int8"`` (the format MSE minimises
     the error of: "int8", "fp8_e4m3" or "fp8_e5m2"). ``axis=None`` observes the whole tensor.
     """

@@ -43,6 +43,9 @@ _SIGS = {
     "qs_nm_mask_flips": (_I32, [_P, _P, _P, _I64, _c.POINTER(_I64)]),
     "qs_sp24_permute_search": (_I32, [_P, _P, _I64, _I64, _P, _I32, _I32, _c.c_uint64, _P, _I64,
                                       _c.POINTER(_c.c_double), _c.POINTER(_c.c_double)]),
+    # Wanda statistics of include/qsparse/calib.h
+    "qs_act_sumsq_update": (_I32, [_P, _P, _I32, _I64, _I64, _P, _I64]),
+    "qs_act_norms": (_I32, [_P, _P, _I64, _P]),
 }
 _fns = {}
 
@@ -96,7 +99,8 @@ def _norms(act_norm, cols):
 
 def prune(w, pattern="2:4", method="magnitude", act_norm=None, *, dtype=None, axis=-1):
     """Return the N:M mask of `w` (a bool array of w's shape) along `axis` (the reduction axis:
-    the last one for a PyTorch Linear weight [out, in]; axis=0 for weights stored [in, out]).
+    the last one for a PyTorch Linear weight [out, in]; axis=0 for weights stored [in, out];
+    axis=1 for a Conv weight (K, C, R, S), so groups run along input channels as NVIDIA ASP does).
 
     method: "magnitude" (keep the N largest |w| of each group of M), "wanda" (|w| * act_norm[j],
     act_norm = ||X_j||_2 per input feature, length w.shape[-1]), "tile" (transposable 2:4: each
@@ -346,6 +350,25 @@ def mask_flips(a, b):
     return int(out.value)
 
 
+def activation_norms(*xs, dtype=None):
+    """Wanda's act_norm from calibration activations: ||X_j||_2 per input feature j over every
+    token of the given (tokens, features) arrays (leading axes are tokens), accumulated in double
+    by the library (qs_act_sumsq_update, then qs_act_norms: a double sqrt, one rounding)."""
+    if not xs:
+        raise ValueError("activation_norms needs at least one array")
+    sumsq = None
+    for x in xs:
+        a, code, _, rows, cols = _weight(x, dtype)
+        if sumsq is None:
+            sumsq = np.zeros(cols, np.float64)
+        elif cols != sumsq.size:
+            raise ValueError(f"activation arrays have {sumsq.size} and {cols} features")
+        _call("qs_act_sumsq_update", _lib.ptr(a), code, rows, cols, _lib.ptr(sumsq), sumsq.size)
+    norms = np.empty(sumsq.size, np.float32)
+    _call("qs_act_norms", _lib.ptr(sumsq), sumsq.size, _lib.ptr(norms))
+    return norms
+
+
 def permute(w, act_norm=None, *, max_sweeps=0, escapes=0, seed=0):
     """Channel permutation search for 2:4 (spec/sparsity.md §6.5) on a float32 (rows, K) weight:
     returns (perm, kept_before, kept_after), where w[:, perm] keeps the fraction kept_after of
@@ -363,6 +386,6 @@ def permute(w, act_norm=None, *, max_sweeps=0, escapes=0, seed=0):
     return perm, before.value, after.value
 
 
-__all__ = ["Compressed24", "SparseQTensor", "apply_mask", "check", "compress", "decompress",
+__all__ = ["Compressed24", "SparseQTensor", "activation_norms", "apply_mask", "check", "compress", "decompress",
            "mask_flips", "meta_from_cutlass", "meta_to_cutlass", "permute", "prune",
            "prune_compress", "quantize_sparse", "srste"]

@@ -22,7 +22,8 @@ void qs_mxfp8_quant__neon(const float *src, int64_t n, int32_t rounding, uint8_t
         const float *v = src + b * 32;
         uint8_t *d = dst + b * 32;
         int64_t len = n - b * 32 < 32 ? n - b * 32 : 32, i = 0;
-        uint8_t s = mx_scale_neon(v, len, rounding, 8, 448.0f);
+        uint8_t s = len == 32 ? mx_scale32_neon(v, rounding, 8, 448.0f)
+                              : mx_scale_neon(v, len, rounding, 8, 448.0f);
         int shift = 127 - (int)s;
 
         scales[b] = s;

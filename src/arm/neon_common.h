@@ -2,8 +2,9 @@
 /*
  * Small NEON building blocks shared by the kernels of src/arm/ (all built with the same baseline
  * AArch64 flags, so these static functions never leak an instruction into another tier): the
- * NaN-ignoring absolute maximum, the RNE saturating minifloat encoder of spec/formats.md §10/§11,
- * the E4M3 decoder, 16-entry float table lookups and nibble packing in both orders (§16).
+ * absolute maximum that ignores every NaN, the RNE saturating minifloat encoder of
+ * spec/formats.md §10/§11, the E4M3 decoder, 16-entry float table lookups and nibble packing in
+ * both orders (§16).
  * The library runs in the default floating-point environment (FPCR: round to nearest, no
  * flush-to-zero, no default-NaN); nothing here changes it.
  */
@@ -15,8 +16,18 @@
 #include <stdint.h>
 #include <string.h>
 
-/* max |v[i]| over len elements starting from +0.0, NaN ignored: vmaxnm has fmaxf semantics for
- * quiet NaNs, and max is exact, so the lane order does not matter. */
+#include "../ref/ref.h"
+
+/* acc = max(acc, |x|) lane-wise with every NaN ignored, signaling ones included: a compare and
+ * a select, as qs_ref_absmax_step (FMAXNM would turn a signaling NaN into a NaN result). */
+static inline float32x4_t absmax_step_neon(float32x4_t acc, float32x4_t x)
+{
+    float32x4_t a = vabsq_f32(x);
+    return vbslq_f32(vcgtq_f32(a, acc), a, acc);
+}
+
+/* max |v[i]| over len elements starting from +0.0, NaN ignored (spec/formats.md §5.2 step 1).
+ * The accumulators never hold a NaN, and max is exact, so the lane order does not matter. */
 static inline float amax_neon(const float *v, int64_t len)
 {
     float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
@@ -24,16 +35,16 @@ static inline float amax_neon(const float *v, int64_t len)
     float m;
 
     for (; i + 16 <= len; i += 16) {
-        a0 = vmaxnmq_f32(a0, vabsq_f32(vld1q_f32(v + i)));
-        a1 = vmaxnmq_f32(a1, vabsq_f32(vld1q_f32(v + i + 4)));
-        a2 = vmaxnmq_f32(a2, vabsq_f32(vld1q_f32(v + i + 8)));
-        a3 = vmaxnmq_f32(a3, vabsq_f32(vld1q_f32(v + i + 12)));
+        a0 = absmax_step_neon(a0, vld1q_f32(v + i));
+        a1 = absmax_step_neon(a1, vld1q_f32(v + i + 4));
+        a2 = absmax_step_neon(a2, vld1q_f32(v + i + 8));
+        a3 = absmax_step_neon(a3, vld1q_f32(v + i + 12));
     }
     for (; i + 4 <= len; i += 4)
-        a0 = vmaxnmq_f32(a0, vabsq_f32(vld1q_f32(v + i)));
-    m = vmaxnmvq_f32(vmaxnmq_f32(vmaxnmq_f32(a0, a1), vmaxnmq_f32(a2, a3)));
+        a0 = absmax_step_neon(a0, vld1q_f32(v + i));
+    m = vmaxvq_f32(vmaxq_f32(vmaxq_f32(a0, a1), vmaxq_f32(a2, a3)));
     for (; i < len; i++)
-        m = fmaxf(m, fabsf(v[i]));
+        m = qs_ref_absmax_step(m, v[i]);
     return m;
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bitsandbytes NF4 quantize and dequantize for AArch64 NEON (spec/formats.md §2, §3, §5), the
- * same operation order as src/ref/nf4_ref.c: absmax with NaN ignored (FMAXNM), inv = 1/absmax,
+ * same operation order as src/ref/nf4_ref.c: absmax with every NaN ignored, inv = 1/absmax,
  * x = v * inv (one multiply, never a division), code = #{k : x > t_k} counted with 15 vector
  * compares (a NaN x compares false everywhere and gets code 0), element 2j in the high nibble.
  * Dequantize looks the codebook up with byte-plane table lookups and does one multiply. Full

@@ -216,7 +216,7 @@ QS_API qs_status qs_observer_quantize(qs_ctx *ctx, const qs_observer *obs, int32
     return qs_ok(ctx);
 }
 
-/* ---- dynamic quantization (§8) ---------------------------------------------------------------- */
+/* ---- dynamic quantization (§8) --------------------------------------------------------------- */
 
 static int64_t bytes_of(int64_t count, int64_t elem)
 {
@@ -269,7 +269,7 @@ QS_API qs_status qs_quantize_dynamic_fp8(qs_ctx *ctx, int32_t format, const void
     return qs_quantize(ctx, &p, src, dtype, 1, n, &q);
 }
 
-/* ---- Wanda activation statistics -------------------------------------------------------------- */
+/* ---- Wanda activation statistics ------------------------------------------------------------- */
 
 /* Columns per task: each column's sum runs over the rows in order inside one task. */
 #define SQ_COLS 1024

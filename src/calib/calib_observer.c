@@ -15,8 +15,9 @@
 /* f32 elements scanned and binned per kernel call: large enough to amortise the call, small
  * enough (256 KiB) that the binning pass re-reads them from cache. */
 #define SPAN (16 * QS_TILE)
-/* Per-channel updates along columns gather COL_BLOCK columns x ROW_BLOCK rows per tile. */
-#define COL_BLOCK 64
+/* Per-channel updates along columns gather COL_BLOCK columns x ROW_BLOCK rows per tile: 16 f32
+ * columns are one 64-byte line of each row. */
+#define COL_BLOCK 16
 #define ROW_BLOCK (QS_TILE / COL_BLOCK)
 
 static const char *const method_names[] = {NULL, "minmax", "moving_average", "percentile",
@@ -464,7 +465,7 @@ QS_API qs_status qs_observer_update(qs_ctx *ctx, qs_observer *obs, const void *s
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_observer_update: negative size");
     if ((st = check_dtype(ctx, "qs_observer_update", dtype)) != QS_OK)
         return st;
-    if (qs_mul_overflow(rows, cols, &n) || qs_mul_overflow(n, 4, &channels))
+    if (qs_mul_overflow(rows, cols, &n) || n > INT64_MAX / 4)
         return qs_fail(ctx, QS_ERR_OVERFLOW, "qs_observer_update: size overflows");
     if (n > 0 && !src)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_observer_update: null input");
@@ -610,9 +611,30 @@ static float chan_result(const qs_observer *o, int64_t ci, double *work)
     }
 }
 
+/* Searches of many channels run in parallel, channel c in task c % tasks with its own work
+ * buffer; each channel's result depends on its histogram only. */
+#define SEARCH_TASKS 32
+
+struct search_job {
+    const qs_observer *o;
+    float *amax;
+    double *work;
+    int64_t tasks;
+};
+
+static void search_task(void *arg, int64_t t, float *tile)
+{
+    const struct search_job *j = arg;
+    double *work = j->work ? j->work + t * 3 * (int64_t)j->o->p.num_bins : NULL;
+
+    (void)tile;
+    for (int64_t c = t; c < j->o->channels; c += j->tasks)
+        j->amax[c] = chan_result(j->o, c, work);
+}
+
 QS_API qs_status qs_observer_amax(qs_ctx *ctx, const qs_observer *obs, float *amax, int64_t count)
 {
-    double *work = NULL;
+    struct search_job j = {obs, amax, NULL, 1};
 
     if (!ctx)
         return QS_ERR_INVALID_ARG;
@@ -622,13 +644,24 @@ QS_API qs_status qs_observer_amax(qs_ctx *ctx, const qs_observer *obs, float *am
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "qs_observer_amax: %lld < %lld channels",
                        (long long)count, (long long)obs->channels);
     if (obs->p.method == QS_OBSERVER_ENTROPY || obs->p.method == QS_OBSERVER_MSE) {
-        work = qs_scratch_alloc(ctx, (size_t)obs->p.num_bins * 3 * sizeof(double));
-        if (!work)
-            return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "qs_observer_amax: no scratch memory");
+        size_t per = (size_t)obs->p.num_bins * 3 * sizeof(double);
+        int64_t tasks = obs->channels < SEARCH_TASKS ? obs->channels : SEARCH_TASKS;
+        if (qs_threads(ctx) > 1 && tasks > 1)
+            j.work = qs_scratch_alloc(ctx, per * (size_t)tasks);
+        if (j.work) {
+            j.tasks = tasks;
+        } else {
+            j.work = qs_scratch_alloc(ctx, per); /* one buffer, channels in turn */
+            if (!j.work)
+                return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "qs_observer_amax: no scratch memory");
+        }
     }
-    for (int64_t c = 0; c < obs->channels; c++)
-        amax[c] = chan_result(obs, c, work);
-    qs_scratch_free(ctx, work);
+    if (j.tasks > 1)
+        qs_parallel_for(ctx, j.tasks, search_task, &j);
+    else
+        for (int64_t c = 0; c < obs->channels; c++)
+            amax[c] = chan_result(obs, c, j.work);
+    qs_scratch_free(ctx, j.work);
     return qs_ok(ctx);
 }
 

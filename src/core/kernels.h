@@ -112,7 +112,7 @@ typedef void qs_hist_update_fn(const float *src, int64_t n, int32_t k, int32_t n
 typedef void qs_hist_sumsq_fn(const float *src, int64_t n, double *acc);
 /* scan_update: hist_scan over the n values (always) and, when every finite |x| of them is
  * below nbins * 2^k, hist_update with that k, returning 1; otherwise counts are untouched and it
- * returns 0 (the caller widens the bins and calls hist_update). One pass over src. */
+ * returns 0 (the caller widens the bins and calls hist_update). SIMD versions read src once. */
 typedef int32_t qs_hist_scan_update_fn(const float *src, int64_t n, int32_t k, int32_t nbins,
                                        uint64_t *counts, float *lo, float *hi, uint64_t *n_nan,
                                        uint64_t *n_inf);

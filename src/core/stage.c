@@ -7,6 +7,7 @@
  */
 #include <math.h>
 
+#include "../ref/ref.h"
 #include "parallel.h"
 
 const float *qs_stage_f32(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t offset,
@@ -41,7 +42,7 @@ float qs_span_amax(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t st
 
     for (int64_t off = 0; off < n; off += QS_TILE) {
         int64_t len = n - off < QS_TILE ? n - off : QS_TILE;
-        m = fmaxf(m, ctx->k.amax_f32(qs_stage_f32(ctx, src, dtype, start + off, len, tile), len));
+        m = qs_ref_max(m, ctx->k.amax_f32(qs_stage_f32(ctx, src, dtype, start + off, len, tile), len));
     }
     return m;
 }
@@ -127,15 +128,15 @@ static void range_run(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t
 static void combine_amax(const struct range_job *j, int64_t cnt, void *acc)
 {
     for (int64_t i = 0; i < cnt; i++)
-        *(float *)acc = fmaxf(*(float *)acc, j->hi[i]);
+        *(float *)acc = qs_ref_max(*(float *)acc, j->hi[i]);
 }
 
 static void combine_minmax(const struct range_job *j, int64_t cnt, void *acc)
 {
     float *lh = acc;
     for (int64_t i = 0; i < cnt; i++) {
-        lh[0] = fminf(lh[0], j->lo[i]);
-        lh[1] = fmaxf(lh[1], j->hi[i]);
+        lh[0] = qs_ref_min(lh[0], j->lo[i]);
+        lh[1] = qs_ref_max(lh[1], j->hi[i]);
     }
 }
 

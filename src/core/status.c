@@ -14,6 +14,11 @@ QS_API int32_t qs_version_number(void)
     return QS_VERSION_MAJOR * 10000 + QS_VERSION_MINOR * 100 + QS_VERSION_PATCH;
 }
 
+QS_API int32_t qs_api_version(void)
+{
+    return QS_API_VERSION;
+}
+
 QS_API const char *qs_status_str(qs_status status)
 {
     switch (status) {

@@ -17,7 +17,7 @@ void qs_dyn8_quant__ref(const float *src, int64_t n, int32_t block, uint8_t *dst
         float m = 0.0f, inv;
 
         for (int64_t i = 0; i < len; i++)
-            m = fmaxf(m, fabsf(src[start + i]));
+            m = qs_ref_absmax_step(m, src[start + i]);
         /* absmax 0: inv = +Inf and x = 0 * Inf = NaN gives code 0, as CUDA does (§6.4); written as
          * a branch rather than relying on NaN arithmetic. */
         inv = 1.0f / m;

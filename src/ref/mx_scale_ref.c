@@ -17,7 +17,7 @@ uint8_t qs_ref_mx_scale(const float *v, int64_t len, int32_t rounding, int emax,
     for (int64_t i = 0; i < len; i++) {
         if ((qs_f32_bits(v[i]) & 0x7F800000u) == 0x7F800000u)
             return 0xFF; /* NaN or Inf anywhere: the block is NaN (§13 step 1) */
-        amax = fmaxf(amax, fabsf(v[i]));
+        amax = qs_ref_absmax_step(amax, v[i]);
     }
     if (amax == 0.0f)
         return 0x00; /* 2^-127 (§13 special cases) */

@@ -15,7 +15,7 @@ static float nf4_block(const float *v, int64_t len, uint8_t *dst)
     float absmax = 0.0f, inv;
 
     for (int64_t i = 0; i < len; i++)
-        absmax = fmaxf(absmax, fabsf(v[i])); /* NaN ignored (§5.2 step 1) */
+        absmax = qs_ref_absmax_step(absmax, v[i]); /* NaN ignored (§5.2 step 1) */
 
     if (absmax == 0.0f) { /* all-zero (or all-NaN) block: explicit branch, codes 0 (§5.2) */
         memset(dst, 0x00, (size_t)((len + 1) / 2));

@@ -15,7 +15,7 @@ static uint8_t nvfp4_block_scale(const float *v, int64_t len, float s_global)
     float amax = 0.0f, s;
 
     for (int64_t i = 0; i < len; i++)
-        amax = fmaxf(amax, fabsf(v[i])); /* NaN ignored */
+        amax = qs_ref_absmax_step(amax, v[i]); /* NaN ignored */
     s = amax / (6.0f * s_global);
     if (s == 0.0f)
         return 0x38; /* all-zero block: 1.0 */

@@ -53,6 +53,19 @@ float qs_ref_e4m3_decode(uint8_t c);
 float qs_ref_e5m2_decode(uint8_t c);
 float qs_ref_e8m0_decode(uint8_t e);  /* §12: 2^(e-127); NaN for 0xFF */
 
+/* Max and min with every NaN ignored, signaling ones included, and -0 < +0 (reduce_ref.c).
+ * fmaxf/fminf do not do this: glibc returns NaN for a signaling NaN operand and leaves the sign of
+ * a zero result open, so the reference never uses them on data. acc must not be NaN. */
+float qs_ref_max(float acc, float x);
+float qs_ref_min(float acc, float x);
+
+/* One step of an absolute maximum: acc = max(acc, |x|) with NaN ignored (spec §5.2 step 1). */
+static inline float qs_ref_absmax_step(float acc, float x)
+{
+    float a = x < 0.0f ? -x : x; /* |x| for every non-NaN x; NaN fails every comparison */
+    return a > acc ? a : acc;
+}
+
 /* floor(log2(a)) for finite a > 0, exactly, from the exponent bits (never log2f). */
 int qs_ref_floor_log2(float a);
 

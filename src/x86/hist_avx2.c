@@ -104,20 +104,29 @@ static inline __m256i bins_avx2(const float *src, __m256i shift0, __m256i top, i
 }
 
 /* Many values in few bins (activations whose range is set by outliers) make consecutive
- * increments of one counter wait for each other; four private uint32 copies of the histogram,
- * lane j feeding copy j % 4, break that chain. At most SUB_CHUNK values per round keep the
+ * increments of one counter wait for each other; eight private uint32 copies of the histogram,
+ * lane j feeding copy j % 8, break that chain. At most SUB_CHUNK values per round keep the
  * uint32 counters from wrapping. */
-#define SUB_COPIES 4
+#define SUB_COPIES 8
 #define SUB_MAX_BINS 2048
-#define SUB_MIN_N 4096
+#define SUB_MIN_N 16384
 #define SUB_CHUNK ((int64_t)1 << 30)
+
+/* Sum of bin j over the SUB_COPIES private copies. */
+static inline uint64_t sub_sum(const uint32_t *sub, int32_t nbins, uint32_t j)
+{
+    uint64_t t = 0;
+    for (int c = 0; c < SUB_COPIES; c++)
+        t += sub[c * nbins + j];
+    return t;
+}
 
 static void update_sub_avx2(const float *src, int64_t n, __m256i shift0, __m256i top,
                             int32_t nbins, uint64_t *counts)
 {
     uint32_t sub[SUB_COPIES * SUB_MAX_BINS] __attribute__((aligned(64)));
-    const __m256i lane_off = _mm256_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 0, nbins,
-                                               2 * nbins, 3 * nbins);
+    const __m256i lane_off = _mm256_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 4 * nbins,
+                                               5 * nbins, 6 * nbins, 7 * nbins);
     uint32_t idx[8] __attribute__((aligned(32)));
     __m256i vmax = _mm256_setzero_si256();
     int64_t i = 0;
@@ -148,7 +157,7 @@ static void update_sub_avx2(const float *src, int64_t n, __m256i shift0, __m256i
     for (int j = 0; j < 8; j++)
         used = idx[j] > used ? idx[j] : used;
     for (uint32_t j = 0; j <= used; j++)
-        counts[j] += (uint64_t)sub[j] + sub[nbins + j] + sub[2 * nbins + j] + sub[3 * nbins + j];
+        counts[j] += sub_sum(sub, nbins, j);
 }
 
 void qs_hist_update__avx2(const float *src, int64_t n, int32_t k, int32_t nbins, uint64_t *counts)
@@ -210,8 +219,8 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
     } else {
         const __m256i absm = _mm256_set1_epi32(ABS_MASK), inf = _mm256_set1_epi32(INF_BITS);
         const __m256i shift0 = _mm256_set1_epi32(150 + k), top = _mm256_set1_epi32(nbins - 1);
-        const __m256i lane_off = _mm256_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 0, nbins,
-                                                   2 * nbins, 3 * nbins);
+        const __m256i lane_off = _mm256_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 4 * nbins,
+                                                   5 * nbins, 6 * nbins, 7 * nbins);
         const __m256 pinf = _mm256_set1_ps(INFINITY), minf = _mm256_set1_ps(-INFINITY);
         const __m256 zero = _mm256_setzero_ps();
         uint32_t sub[SUB_COPIES * SUB_MAX_BINS] __attribute__((aligned(64)));
@@ -287,8 +296,7 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
         fits = (double)(-l > h ? -l : h) < ldexp((double)nbins, k);
         if (fits)
             for (uint32_t j = 0; j <= used; j++)
-                counts[j] += (uint64_t)sub[j] + sub[nbins + j] + sub[2 * nbins + j] +
-                             sub[3 * nbins + j];
+                counts[j] += sub_sum(sub, nbins, j);
     }
     if (l < *lo)
         *lo = l;

@@ -75,20 +75,30 @@ static inline __m512i bins_avx512(const float *src, __mmask16 m, __m512i shift0,
     return bin_index_avx512(u, shift0, top);
 }
 
-/* Four private uint32 copies of the histogram, lane j feeding copy j % 4, so that runs of one
+/* Eight private uint32 copies of the histogram, lane j feeding copy j % 8, so that runs of one
  * bin do not serialise on one counter (see hist_avx2.c). */
-#define SUB_COPIES 4
+#define SUB_COPIES 8
 #define SUB_MAX_BINS 2048
-#define SUB_MIN_N 4096
+#define SUB_MIN_N 16384
 #define SUB_CHUNK ((int64_t)1 << 30)
+
+/* Sum of bin j over the SUB_COPIES private copies. */
+static inline uint64_t sub_sum(const uint32_t *sub, int32_t nbins, uint32_t j)
+{
+    uint64_t t = 0;
+    for (int c = 0; c < SUB_COPIES; c++)
+        t += sub[c * nbins + j];
+    return t;
+}
 
 static void update_sub_avx512(const float *src, int64_t n, __m512i shift0, __m512i top,
                               int32_t nbins, uint64_t *counts)
 {
     uint32_t sub[SUB_COPIES * SUB_MAX_BINS] __attribute__((aligned(64)));
-    const __m512i lane_off = _mm512_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 0, nbins,
-                                               2 * nbins, 3 * nbins, 0, nbins, 2 * nbins,
-                                               3 * nbins, 0, nbins, 2 * nbins, 3 * nbins);
+    const __m512i lane_off = _mm512_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 4 * nbins,
+                                               5 * nbins, 6 * nbins, 7 * nbins, 0, nbins,
+                                               2 * nbins, 3 * nbins, 4 * nbins, 5 * nbins,
+                                               6 * nbins, 7 * nbins);
     uint32_t idx[16] __attribute__((aligned(64)));
     __m512i vmax = _mm512_setzero_si512();
 
@@ -111,7 +121,7 @@ static void update_sub_avx512(const float *src, int64_t n, __m512i shift0, __m51
     }
     uint32_t used = _mm512_reduce_max_epu32(vmax);
     for (uint32_t j = 0; j <= used; j++)
-        counts[j] += (uint64_t)sub[j] + sub[nbins + j] + sub[2 * nbins + j] + sub[3 * nbins + j];
+        counts[j] += sub_sum(sub, nbins, j);
 }
 
 void qs_hist_update__avx512(const float *src, int64_t n, int32_t k, int32_t nbins,
@@ -184,9 +194,10 @@ int32_t qs_hist_scan_update__avx512(const float *src, int64_t n, int32_t k, int3
     } else {
         const __m512i absm = _mm512_set1_epi32(ABS_MASK), inf = _mm512_set1_epi32(INF_BITS);
         const __m512i shift0 = _mm512_set1_epi32(150 + k), top = _mm512_set1_epi32(nbins - 1);
-        const __m512i lane_off = _mm512_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 0, nbins,
-                                                   2 * nbins, 3 * nbins, 0, nbins, 2 * nbins,
-                                                   3 * nbins, 0, nbins, 2 * nbins, 3 * nbins);
+        const __m512i lane_off = _mm512_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 4 * nbins,
+                                                   5 * nbins, 6 * nbins, 7 * nbins, 0, nbins,
+                                                   2 * nbins, 3 * nbins, 4 * nbins, 5 * nbins,
+                                                   6 * nbins, 7 * nbins);
         const __m512 zero = _mm512_setzero_ps();
         uint32_t sub[SUB_COPIES * SUB_MAX_BINS] __attribute__((aligned(64)));
         uint32_t idx[16] __attribute__((aligned(64)));
@@ -229,8 +240,7 @@ int32_t qs_hist_scan_update__avx512(const float *src, int64_t n, int32_t k, int3
         if (fits) {
             uint32_t used = _mm512_reduce_max_epu32(vmax);
             for (uint32_t j = 0; j <= used; j++)
-                counts[j] += (uint64_t)sub[j] + sub[nbins + j] + sub[2 * nbins + j] +
-                             sub[3 * nbins + j];
+                counts[j] += sub_sum(sub, nbins, j);
         }
     }
     if (l < *lo)

@@ -74,7 +74,7 @@ static inline float block_amax_avx2(const float *v, int64_t len)
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     float r = _mm_cvtss_f32(m);
     for (; i < len; i++)
-        r = fmaxf(r, fabsf(v[i]));
+        r = qs_ref_absmax_step(r, v[i]);
     return r;
 }
 

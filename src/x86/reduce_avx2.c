@@ -47,7 +47,7 @@ float qs_amax_f32__avx2(const float *src, int64_t n)
     /* accumulators hold no NaN and no -0, so combining them is exact */
     m = hmax_avx2(_mm256_max_ps(_mm256_max_ps(a0, a1), _mm256_max_ps(a2, a3)));
     for (; i < n; i++)
-        m = fmaxf(m, fabsf(src[i]));
+        m = qs_ref_absmax_step(m, src[i]);
     return m;
 }
 
@@ -101,8 +101,8 @@ void qs_minmax_f32__avx2(const float *src, int64_t n, float *lo, float *hi)
     /* A NaN accumulator would stick in MINPS/MAXPS; the reference replaces it by the first
      * non-NaN element, so run the reference until both are numbers. */
     for (; i < n && (l != l || h != h); i++) {
-        l = fminf(l, src[i]);
-        h = fmaxf(h, src[i]);
+        l = qs_ref_min(l, src[i]);
+        h = qs_ref_max(h, src[i]);
     }
     if (i + 8 <= n) {
         __m256 l0 = _mm256_set1_ps(l), l1 = l0, h0 = _mm256_set1_ps(h), h1 = h0;
@@ -122,8 +122,8 @@ void qs_minmax_f32__avx2(const float *src, int64_t n, float *lo, float *hi)
         h = hmax_avx2(_mm256_max_ps(h0, h1));
     }
     for (; i < n; i++) {
-        l = fminf(l, src[i]);
-        h = fmaxf(h, src[i]);
+        l = qs_ref_min(l, src[i]);
+        h = qs_ref_max(h, src[i]);
     }
     if (l == 0.0f)
         l = zero_fold_avx2(src, n, *lo, 0);

@@ -2,9 +2,11 @@
 """Shared fixtures of the Python tests: the qsparse package, the `qsparse` tool and small
 safetensors files.
 
-The package is the installed one (`pip install .`); from a source tree without an install, set
-QSPARSE_LIB to a built libqsparse.so and the tests import python/qsparse directly. The tool is
-QSPARSE_TOOL, else the `qsparse` installed beside this Python, else on PATH, else build/tools/.
+The package is the installed one (`pip install .`). With QSPARSE_LIB set to a built
+libqsparse.so, the tests use the source tree's python/qsparse with that library instead (the
+development loop: `QSPARSE_LIB=build/libqsparse.so QSPARSE_TOOL=build/tools/qsparse pytest`).
+The tool is QSPARSE_TOOL, else the `qsparse` installed beside this Python, else on PATH, else
+build/tools/.
 """
 
 import os
@@ -18,9 +20,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-try:
-    import qsparse  # noqa: F401
-except ImportError:
+if os.environ.get("QSPARSE_LIB"):
     sys.path.insert(0, os.path.join(ROOT, "python"))
 
 

@@ -83,6 +83,9 @@ def test_prune_wanda():
     norms = (rng.random(64) * 4).astype(np.float32)
     mask = qs.prune(w, "2:4", method="wanda", act_norm=norms)
     np.testing.assert_array_equal(mask, oracle_mask(np.abs(w) * norms, 2, 4))
+    x = rng.standard_normal((300, 64)).astype(np.float32)
+    got = sp.activation_norms(x[:100], x[100:])
+    np.testing.assert_allclose(got, np.sqrt((x.astype(np.float64) ** 2).sum(0)), rtol=1e-6)
     assert not np.array_equal(mask, qs.prune(w, "2:4"))
     with pytest.raises(ValueError):
         qs.prune(w, "2:4", method="wanda")

@@ -390,3 +390,38 @@ def test_nested_offset_is_printed_like_python(run_tool, tmp_path, scale):
     offset = float(qs.quantize(w, "nf4", double_quant=True).nested_offset)
     assert text.endswith(f'"nested_offset": {offset!r}}}')
     assert json.loads(text)["nested_offset"] == offset
+
+
+def test_mutated_files_never_crash(run_tool, tmp_path):
+    """Seeded mutations of a valid file (header bytes, digits, truncation, length field): every
+    run ends with exit 0 or a clean error (1), never a signal."""
+    import random
+
+    from safetensors.numpy import save_file
+
+    base_path = tmp_path / "base.safetensors"
+    save_file({"a.weight": np.ones((8, 64), np.float32), "b.bias": np.ones(8, np.float32)},
+              str(base_path), metadata={"k": "v"})
+    base = base_path.read_bytes()
+    hl = int.from_bytes(base[:8], "little")
+    rnd = random.Random(7)
+    src, out = tmp_path / "m.safetensors", tmp_path / "o.safetensors"
+    for i in range(40):
+        b = bytearray(base)
+        kind = i % 4
+        if kind == 0:
+            for _ in range(rnd.randint(1, 4)):
+                b[rnd.randrange(8, 8 + hl)] = rnd.randrange(256)
+        elif kind == 1:
+            digits = [j for j in range(8, 8 + hl) if chr(b[j]).isdigit()]
+            b[rnd.choice(digits)] = ord(rnd.choice("0123456789"))
+        elif kind == 2:
+            b = b[:rnd.randrange(len(b))]
+        else:
+            b[:8] = rnd.choice([0, 1, hl - 1, hl + 1, len(b), 2**63, 2**64 - 1]).to_bytes(8,
+                                                                                       "little")
+        src.write_bytes(bytes(b))
+        for args in (("inspect", src), ("quantize", src, "-o", out, "--format", "nf4", "-q")):
+            r = run_tool(*args)
+            assert r.returncode in (0, 1), (i, args[0], r.returncode, r.stderr)
+            assert r.returncode == 0 or "error:" in r.stderr
