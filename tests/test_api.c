@@ -6,6 +6,8 @@
  * int64, the non-finite reject policy, a failing allocator), with canary buffers proving that
  * nothing was written on error and a non-empty qs_ctx_last_error; qs_quant_size for every format
  * against sizes worked out by hand; names <-> codes round trips; qs_ctx_set / qs_ctx_get.
+ * QS_ERR_UNSUPPORTED and QS_ERR_BAD_DATA come from the observer API (qsparse/calib.h), the only
+ * public calls that return them; no call can return QS_ERR_BACKEND yet.
  */
 #include "common.h"
 

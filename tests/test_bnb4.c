@@ -646,12 +646,13 @@ static void test_half_paths(void **state)
 
 /* ---- threads --------------------------------------------------------------------------------- */
 
-/* 2^19 + 37 elements: 129 tiles of 4096 and, at block 32, 16386 absmax values, so the nested
+/* 2^16 + 37 elements: 17 tiles of 4096; at block 4 there are 16394 absmax values, so the nested
  * level spans two chunks of 16384 too. One and two threads give identical planes and outputs. */
 static void test_thread_independence(void **state)
 {
     (void)state;
-    enum { N = (1 << 19) + 37 };
+    enum { N = (1 << 16) + 37 };
+    static const int32_t cfg[3][2] = {{4, 1}, {64, 0}, {64, 1}}; /* block, double_quant */
     qs_ctx *c1 = t_ctx(), *c2 = t_ctx();
     t_rng r = {0x7EAD};
     float *x = malloc((size_t)N * 4), *o1 = malloc((size_t)N * 4), *o2 = malloc((size_t)N * 4);
@@ -661,10 +662,11 @@ static void test_thread_independence(void **state)
     assert_int_equal(qs_ctx_set(c2, QS_PARAM_NUM_THREADS, 2), QS_OK);
     t_fill_mixed(&r, x, N, 0.001);
     for (int fmt = QS_FORMAT_NF4; fmt <= QS_FORMAT_FP4; fmt++)
-        for (int dq = 0; dq <= 1; dq++) {
+        for (int c = 0; c < 3; c++) {
+            int32_t dq = cfg[c][1];
             bq a, b;
-            bq_init(&a, fmt, 32, dq, N);
-            bq_init(&b, fmt, 32, dq, N);
+            bq_init(&a, fmt, cfg[c][0], dq, N);
+            bq_init(&b, fmt, cfg[c][0], dq, N);
             bq_quant(c1, &a, x, QS_DTYPE_F32, N);
             bq_quant(c2, &b, x, QS_DTYPE_F32, N);
             T_ASSERT_BYTES("threads: data", a.q.data, b.q.data, (size_t)a.q.data_bytes);
@@ -798,14 +800,14 @@ static double max_gap(int32_t which)
     return g;
 }
 
-/* Random normal data with block scales spread over several decades (300,000 elements, 4688
- * blocks, 19 nested blocks, the last partial): every decoded absmax lies within half the largest
+/* Random normal data with block scales spread over several decades (150,000 elements, 2344
+ * blocks, 10 nested blocks, the last partial): every decoded absmax lies within half the largest
  * dyn8 map gap times its absmax2 (plus a few ulps of rounding) of the true absmax, and the data
  * codes equal those quantized without double quantization. */
 static void test_double_quant_random(void **state)
 {
     (void)state;
-    enum { N = 300000, NB = (N + 63) / 64 };
+    enum { N = 150000, NB = (N + 63) / 64 };
     qs_ctx *ctx = t_ctx();
     t_rng r = {0xD0D0};
     float *x = malloc(N * 4), *dec = malloc(NB * 4);
@@ -823,7 +825,7 @@ static void test_double_quant_random(void **state)
         bq_quant(ctx, &b, x, QS_DTYPE_F32, N);
         T_ASSERT_BYTES("codes do not depend on double_quant", a.q.data, b.q.data,
                        (size_t)a.q.data_bytes);
-        assert_int_equal(a.q.nested_scale_bytes, 19 * 4);
+        assert_int_equal(a.q.nested_scale_bytes, 10 * 4);
         decoded_absmax(ctx, &a, N, dec);
         for (int i = 0; i < NB; i++) {
             double am = ((float *)b.q.scale)[i], a2 = ((float *)a.q.nested_scale)[i / 256];
@@ -846,13 +848,13 @@ static void test_double_quant_random(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* Random normal data (100,000 elements, block 64): |x - deq| <= half the largest codebook gap
+/* Random normal data (50,000 elements, block 64): |x - deq| <= half the largest codebook gap
  * times the block absmax, and no other code is closer than the chosen one (up to 2^-20 of absmax:
  * FP4's threshold literals sit a few ulps off the midpoints). */
 static void test_dequant_error_bound(void **state)
 {
     (void)state;
-    enum { N = 100000 };
+    enum { N = 50000 };
     qs_ctx *ctx = t_ctx();
     t_rng r = {0xE44};
     float *x = malloc(N * 4), *out = malloc(N * 4), cb[16];

@@ -322,8 +322,10 @@ static void test_fp8_roundtrip_dtypes(void **state)
 
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
-        float *x = malloc((size_t)n * 4), *xw = malloc((size_t)n * 4);
-        uint16_t *h = malloc((size_t)n * 2), *h2 = malloc((size_t)n * 2);
+        /* inputs end at a guard page: an over-read faults */
+        t_page_buf xp = t_page_buf_new((size_t)n * 4), hp = t_page_buf_new((size_t)n * 2);
+        float *x = xp.p, *xw = malloc((size_t)n * 4);
+        uint16_t *h = malloc((size_t)n * 2), *h2 = hp.p;
         assert_non_null(x);
         t_fill_mixed(&rng, x, n, 0.0);
         for (int f = 0; f < 2; f++) {
@@ -362,10 +364,10 @@ static void test_fp8_roundtrip_dtypes(void **state)
             t_buf_free(&o);
             tq_free(&t);
         }
-        free(x);
+        t_page_buf_free(&xp);
         free(xw);
         free(h);
-        free(h2);
+        t_page_buf_free(&hp);
     }
     qs_ctx_destroy(ctx);
 }

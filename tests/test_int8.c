@@ -419,9 +419,11 @@ static void test_int8_random(void **state)
 
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
-        float *x = malloc((size_t)n * 4), *ws = malloc((size_t)n * 4);
+        /* inputs end at a guard page: an over-read faults */
+        t_page_buf xp = t_page_buf_new((size_t)n * 4), hp = t_page_buf_new((size_t)n * 2);
+        float *x = xp.p, *ws = malloc((size_t)n * 4);
         int8_t *wq = malloc((size_t)n), *wz = malloc((size_t)n);
-        uint16_t *h = malloc((size_t)n * 2);
+        uint16_t *h = hp.p;
         assert_non_null(x);
         for (int64_t i = 0; i < n; i++)
             x[i] = (float)(t_normal(&rng) * ldexp(1.0, (int)(t_next(&rng) % 8) - 4));
@@ -481,11 +483,11 @@ static void test_int8_random(void **state)
             t_buf_free(&o);
             tq_free(&t);
         }
-        free(x);
+        t_page_buf_free(&xp);
         free(ws);
         free(wq);
         free(wz);
-        free(h);
+        t_page_buf_free(&hp);
     }
     qs_ctx_destroy(ctx);
 }

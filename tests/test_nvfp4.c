@@ -418,9 +418,11 @@ static void test_nvfp4_random(void **state)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
         int64_t ns = rows * ((cols + 15) / 16), nd = rows * ((cols + 1) / 2);
-        float *x = malloc((size_t)n * 4), *xw = malloc((size_t)n * 4);
+        /* inputs end at a guard page: an over-read faults */
+        t_page_buf xp = t_page_buf_new((size_t)n * 4), hp = t_page_buf_new((size_t)n * 2);
+        float *x = xp.p, *xw = malloc((size_t)n * 4);
         uint8_t *ws = malloc((size_t)ns), *wd = malloc((size_t)nd);
-        uint16_t *h = malloc((size_t)n * 2);
+        uint16_t *h = hp.p;
         assert_non_null(x);
         t_fill_mixed(&rng, x, n, si % 3 == 1 ? 0.002 : 0.0);
         for (int given = 0; given < 2; given++) {
@@ -466,11 +468,11 @@ static void test_nvfp4_random(void **state)
             t_buf_free(&o);
             tq_free(&t);
         }
-        free(x);
+        t_page_buf_free(&xp);
         free(xw);
         free(ws);
         free(wd);
-        free(h);
+        t_page_buf_free(&hp);
     }
     qs_ctx_destroy(ctx);
 }

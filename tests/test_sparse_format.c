@@ -320,6 +320,57 @@ static void test_cutlass_meta(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* ---- compressed-tensors bitmask (§5) --------------------------------------------------------- */
+
+static void test_bitmask(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    /* The §3.3 row: kept columns 0, 1, 5, 6 | 8, 11, 14, 15 -> bytes 0x63, 0xC9 (packbits,
+     * bitorder little). */
+    uint16_t meta[3] = {0xEC94}, back[3];
+    uint8_t bm[6];
+    assert_int_equal(qs_sp24_meta_to_bitmask(ctx, meta, 1, 1, 16, bm, 2), QS_OK);
+    assert_int_equal(bm[0], 0x63);
+    assert_int_equal(bm[1], 0xC9);
+    assert_int_equal(qs_sp24_meta_from_bitmask(ctx, bm, 2, 1, 16, back, 1), QS_OK);
+    assert_int_equal(back[0], 0xEC94);
+    /* cols = 20: 5 groups, 3 bytes per row with a padding nibble, 2 meta words per row */
+    static const uint8_t nibs[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
+    t_rng r = {3};
+    uint16_t m2[2 * 2], b2[2 * 2];
+    for (int row = 0; row < 2; row++) {
+        m2[2 * row] = 0;
+        for (int g = 0; g < 4; g++)
+            m2[2 * row] = (uint16_t)(m2[2 * row] | nibs[t_next(&r) % 6] << (4 * g));
+        m2[2 * row + 1] = nibs[t_next(&r) % 6];
+    }
+    assert_int_equal(qs_sp24_meta_to_bitmask(ctx, m2, 4, 2, 20, bm, 6), QS_OK);
+    assert_int_equal(bm[2] >> 4, 0);
+    assert_int_equal(qs_sp24_meta_from_bitmask(ctx, bm, 6, 2, 20, b2, 4), QS_OK);
+    T_ASSERT_BYTES("bitmask round trip", b2, m2, sizeof m2);
+    /* errors: three bits in a group, one bit, a padding bit; bad meta; shapes and capacity */
+    t_buf out = t_buf_new(8);
+    uint8_t bad[3] = {0x37, 0x00, 0x00};
+    assert_int_equal(qs_sp24_meta_from_bitmask(ctx, bad, 3, 1, 20, out.p, 2), QS_ERR_BAD_DATA);
+    bad[0] = 0x33;
+    bad[1] = 0x31;
+    assert_int_equal(qs_sp24_meta_from_bitmask(ctx, bad, 3, 1, 20, out.p, 2), QS_ERR_BAD_DATA);
+    assert_non_null(strstr(qs_ctx_last_error(ctx), "exactly 2"));
+    bad[1] = 0x33;
+    bad[2] = 0x13;
+    assert_int_equal(qs_sp24_meta_from_bitmask(ctx, bad, 3, 1, 20, out.p, 2), QS_ERR_BAD_DATA);
+    assert_non_null(strstr(qs_ctx_last_error(ctx), "padding"));
+    assert_int_equal(qs_sp24_meta_from_bitmask(ctx, bad, 3, 1, 22, out.p, 2), QS_ERR_SHAPE);
+    assert_int_equal(qs_sp24_meta_from_bitmask(ctx, bad, 2, 1, 20, out.p, 2),
+                     QS_ERR_BUFFER_TOO_SMALL);
+    uint16_t badm[2] = {0x1444, 0};
+    assert_int_equal(qs_sp24_meta_to_bitmask(ctx, badm, 2, 1, 20, out.p, 3), QS_ERR_BAD_DATA);
+    assert_true(t_buf_untouched(&out));
+    t_buf_free(&out);
+    qs_ctx_destroy(ctx);
+}
+
 /* ---- sparse + quantized (§3.6) --------------------------------------------------------------- */
 
 static void test_sparse_quant(void **state)
@@ -557,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_prune_compress),
         cmocka_unit_test(test_format_errors),
         cmocka_unit_test(test_cutlass_meta),
+        cmocka_unit_test(test_bitmask),
         cmocka_unit_test(test_sparse_quant),
         cmocka_unit_test(test_srste),
         cmocka_unit_test(test_permutation),

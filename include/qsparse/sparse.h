@@ -3,9 +3,9 @@
  * libqsparse structured sparsity: N:M masks (magnitude, Wanda, caller scores), the transposable
  * 2:4 TILE mask, N:M validity checks, the plain compressed 2:4 format (kept values + one nibble
  * of metadata per group of 4) with compress and decompress, the converter to the interleaved
- * metadata order of CUTLASS / PyTorch sparse tensor cores, 2:4 weights whose kept values are
- * quantized in any format of qsparse.h, SR-STE training helpers, and the channel permutation
- * search. spec/sparsity.md is the definition; section numbers below refer to it.
+ * metadata order of CUTLASS / PyTorch sparse tensor cores and to the compressed-tensors bitmask,
+ * 2:4 weights whose kept values are quantized in any format of qsparse.h, SR-STE training
+ * helpers, and the channel permutation search. spec/sparsity.md is the definition; section numbers below refer to it.
  *
  * Conventions (in addition to those of qsparse.h):
  * - A weight is a rows x cols row-major matrix whose rows run along the reduction axis K (a
@@ -155,6 +155,24 @@ QS_API qs_status qs_sp24_meta_to_cutlass(qs_ctx *ctx, const uint16_t *meta, int6
 QS_API qs_status qs_sp24_meta_from_cutlass(qs_ctx *ctx, const uint16_t *src, int64_t rows,
                                            int64_t cols, int32_t word_bits, uint16_t *meta,
                                            int64_t meta_count);
+
+/**
+ * Plain meta (rows x ceil(cols/16) words) -> the compressed-tensors `sparse-24-bitmask` mask (§5):
+ * rows x ceil(cols/8) bytes, column c in byte c/8, bit c%8 (numpy.packbits bitorder="little"),
+ * exactly the two positions of each group's nibble set, padding bits 0. Together with the values
+ * (which that format also stores in ascending position) this is the interchange form. Meta must
+ * be valid (QS_ERR_BAD_DATA otherwise); cols % 4 == 0 (QS_ERR_SHAPE).
+ */
+QS_API qs_status qs_sp24_meta_to_bitmask(qs_ctx *ctx, const uint16_t *meta, int64_t meta_count,
+                                         int64_t rows, int64_t cols, uint8_t *bitmask,
+                                         int64_t bitmask_bytes);
+/**
+ * The inverse: every group of the bitmask must hold exactly two set bits and padding bits must be
+ * 0 (QS_ERR_BAD_DATA otherwise, nothing written); meta gets the nibbles of those pairs.
+ */
+QS_API qs_status qs_sp24_meta_from_bitmask(qs_ctx *ctx, const uint8_t *bitmask,
+                                           int64_t bitmask_bytes, int64_t rows, int64_t cols,
+                                           uint16_t *meta, int64_t meta_count);
 
 /* ---------------------------------------------------------------------------------------------
  * Sparse + quantized (§3.6)

@@ -43,6 +43,8 @@ _SIGS = {
     "qs_nm_mask_flips": (_I32, [_P, _P, _P, _I64, _c.POINTER(_I64)]),
     "qs_sp24_permute_search": (_I32, [_P, _P, _I64, _I64, _P, _I32, _I32, _c.c_uint64, _P, _I64,
                                       _c.POINTER(_c.c_double), _c.POINTER(_c.c_double)]),
+    "qs_sp24_meta_to_bitmask": (_I32, [_P, _P, _I64, _I64, _I64, _P, _I64]),
+    "qs_sp24_meta_from_bitmask": (_I32, [_P, _P, _I64, _I64, _I64, _P, _I64]),
     # Wanda statistics of include/qsparse/calib.h
     "qs_act_sumsq_update": (_I32, [_P, _P, _I32, _I64, _I64, _P, _I64]),
     "qs_act_norms": (_I32, [_P, _P, _I64, _P]),
@@ -181,6 +183,30 @@ class Compressed24:
         """The meta words in the interleaved order of the CUTLASS / PyTorch SM80 sparse kernels
         (uint16 for word_bits=16, int32 words for 32, as PyTorch's tensor of that dtype)."""
         return meta_to_cutlass(self.meta, self.shape, word_bits)
+
+    def to_bitmask(self):
+        """The compressed-tensors `sparse-24-bitmask` mask (spec/sparsity.md §5): uint8, shape
+        (rows, ceil(K/8)), column c in byte c/8, bit c%8; `values` are that format's
+        `compressed` tensor as they are."""
+        rows, cols = _rows(self.shape), self.shape[-1]
+        meta = np.ascontiguousarray(self.meta, dtype=np.uint16)
+        out = np.empty((rows, (cols + 7) // 8), np.uint8)
+        _call("qs_sp24_meta_to_bitmask", _lib.ptr(meta), meta.size, rows, cols, _lib.ptr(out),
+              out.nbytes)
+        return out
+
+    @classmethod
+    def from_bitmask(cls, values, bitmask, shape):
+        """A Compressed24 from compressed-tensors' `compressed` values and `bitmask` (exactly two
+        bits per group of 4, else QsparseError)."""
+        shape = tuple(int(s) for s in shape)
+        rows, cols = _rows(shape), shape[-1]
+        bm = np.ascontiguousarray(bitmask, dtype=np.uint8)
+        meta = np.empty((rows, (cols + 15) // 16), np.uint16)
+        _call("qs_sp24_meta_from_bitmask", _lib.ptr(bm), bm.nbytes, rows, cols, _lib.ptr(meta),
+              meta.size)
+        _, _, name = _lib.as_float_array(values)
+        return cls(values, meta, shape, name)
 
     def __qsparse_quantize__(self, format, **options):
         return quantize_sparse(self, format, **options)
@@ -386,6 +412,6 @@ def permute(w, act_norm=None, *, max_sweeps=0, escapes=0, seed=0):
     return perm, before.value, after.value
 
 
-__all__ = ["Compressed24", "SparseQTensor", "activation_norms", "apply_mask", "check", "compress", "decompress",
-           "mask_flips", "meta_from_cutlass", "meta_to_cutlass", "permute", "prune",
+__all__ = ["Compressed24", "SparseQTensor", "activation_norms", "apply_mask", "check", "compress",
+           "decompress", "mask_flips", "meta_from_cutlass", "meta_to_cutlass", "permute", "prune",
            "prune_compress", "quantize_sparse", "srste"]

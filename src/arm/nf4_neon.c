@@ -15,7 +15,8 @@
 #include "../ref/ref.h"
 #include "neon_common.h"
 
-/* Codes of 16 consecutive elements v[0..16) scaled by inv. */
+/* Codes of 16 consecutive elements v[0..16) scaled by inv. (Splitting the count at t_7 and
+ * picking each lane's thresholds with BSL needs as many instructions: BSL overwrites its mask.) */
 static inline uint8x16_t nf4_codes16_neon(const float *v, float32x4_t inv)
 {
     float32x4_t x0 = vmulq_f32(vld1q_f32(v), inv), x1 = vmulq_f32(vld1q_f32(v + 4), inv);

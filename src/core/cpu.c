@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-#if !defined(QS_HAVE_X86_KERNELS) && !defined(QS_HAVE_ARM_KERNELS)
+#if !defined(__x86_64__) && !defined(__aarch64__) /* src/x86, src/arm detect on their own */
 uint32_t qs_cpu_detect(void)
 {
     return 0;

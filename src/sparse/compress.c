@@ -417,6 +417,88 @@ QS_API qs_status qs_sp24_meta_from_cutlass(qs_ctx *ctx, const uint16_t *src, int
     return qs_ok(ctx);
 }
 
+/* ---- compressed-tensors sparse-24-bitmask (§5) ----------------------------------------------- */
+
+static qs_status check_bitmask(qs_ctx *ctx, const void *a, const void *b, int64_t rows,
+                               int64_t cols, int64_t meta_count, int64_t bitmask_bytes,
+                               struct sp24_shape *s)
+{
+    qs_status st;
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    if ((st = sp24_shape(ctx, QS_DTYPE_F32, rows, cols, s)) != QS_OK)
+        return st;
+    if (s->n > 0 && (!a || !b))
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "a pointer is NULL");
+    if ((st = qs_sp_check_capacity(ctx, "meta", meta_count, s->meta)) != QS_OK)
+        return st;
+    return qs_sp_check_capacity(ctx, "bitmask", bitmask_bytes, rows * qs_ceil_div(cols, 8));
+}
+
+QS_API qs_status qs_sp24_meta_to_bitmask(qs_ctx *ctx, const uint16_t *meta, int64_t meta_count,
+                                         int64_t rows, int64_t cols, uint8_t *bitmask,
+                                         int64_t bitmask_bytes)
+{
+    struct sp24_shape s;
+    int64_t bpr = qs_ceil_div(cols, 8);
+    qs_status st;
+
+    if ((st = check_bitmask(ctx, meta, bitmask, rows, cols, meta_count, bitmask_bytes, &s)) !=
+        QS_OK)
+        return st;
+    if (s.n > 0 && (st = check_meta(ctx, meta, &s, rows, cols)) != QS_OK)
+        return st;
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = bitmask + r * bpr;
+        memset(row, 0, (size_t)bpr);
+        for (int64_t g = 0; g < cols / 4; g++) {
+            unsigned nib = (meta[r * s.words + g / 4] >> (4 * (g % 4))) & 15u;
+            unsigned bits = (1u << (nib & 3u)) | (1u << (nib >> 2));
+            row[g / 2] = (uint8_t)(row[g / 2] | bits << (4 * (g % 2)));
+        }
+    }
+    return qs_ok(ctx);
+}
+
+QS_API qs_status qs_sp24_meta_from_bitmask(qs_ctx *ctx, const uint8_t *bitmask,
+                                           int64_t bitmask_bytes, int64_t rows, int64_t cols,
+                                           uint16_t *meta, int64_t meta_count)
+{
+    struct sp24_shape s;
+    int64_t bpr = qs_ceil_div(cols, 8);
+    qs_status st;
+
+    if ((st = check_bitmask(ctx, bitmask, meta, rows, cols, meta_count, bitmask_bytes, &s)) !=
+        QS_OK)
+        return st;
+    /* First pass: exactly two bits per group, zero padding (§5); nothing is written before. */
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < 2 * bpr; g++) {
+            unsigned bits = (bitmask[r * bpr + g / 2] >> (4 * (g % 2))) & 15u;
+            int count = (int)(bits & 1u) + (int)((bits >> 1) & 1u) + (int)((bits >> 2) & 1u) +
+                        (int)(bits >> 3);
+            if (g < cols / 4 ? count != 2 : bits != 0)
+                return qs_fail(ctx, QS_ERR_BAD_DATA,
+                               "bitmask row %lld, columns %lld..%lld: %s", (long long)r,
+                               (long long)(4 * g), (long long)(4 * g + 3),
+                               g < cols / 4 ? "a group must keep exactly 2"
+                                            : "padding bits must be 0");
+        }
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *row = bitmask + r * bpr;
+        uint16_t *mw = meta + r * s.words;
+        for (int64_t g = 0; g < 4 * s.words; g++) {
+            unsigned keep = g < cols / 4 ? (row[g / 2] >> (4 * (g % 2))) & 15u : 0u;
+            unsigned nib = g < cols / 4 ? qs_sp24_nibble_of_keep[keep] : 0u;
+            if (g % 4 == 0)
+                mw[g / 4] = 0; /* unused nibbles of a last, partial word stay 0 */
+            mw[g / 4] = (uint16_t)(mw[g / 4] | nib << (4 * (g % 4)));
+        }
+    }
+    return qs_ok(ctx);
+}
+
 /* ---- sparse + quantized (§3.6) --------------------------------------------------------------- */
 
 QS_API qs_status qs_sp24_quant_size(const qs_quant_params *params, int64_t rows, int64_t cols,

@@ -111,6 +111,7 @@ static inline __m256i bins_avx2(const float *src, __m256i shift0, __m256i top, i
 #define SUB_MAX_BINS 2048
 #define SUB_MIN_N 16384
 #define SUB_CHUNK ((int64_t)1 << 30)
+#define PREFETCH_BYTES 4096
 
 /* Sum of bin j over the SUB_COPIES private copies. */
 static inline uint64_t sub_sum(const uint32_t *sub, int32_t nbins, uint32_t j)
@@ -211,14 +212,16 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
     float l = INFINITY, h = -INFINITY;
     int32_t fits;
 
-    if (k < -149 || k > 200 || nbins > SUB_MAX_BINS || n < SUB_MIN_N || n > SUB_CHUNK) {
+    /* the one-pass loop scales by 2^-k, a normal f32 for k in [-126, 126] */
+    if (k < -126 || k > 126 || nbins > SUB_MAX_BINS || n < SUB_MIN_N || n > SUB_CHUNK) {
         qs_hist_scan__avx2(src, n, &l, &h, n_nan, n_inf);
         fits = (double)(-l > h ? -l : h) < ldexp((double)nbins, k);
         if (fits)
             qs_hist_update__avx2(src, n, k, nbins, counts);
     } else {
         const __m256i absm = _mm256_set1_epi32(ABS_MASK), inf = _mm256_set1_epi32(INF_BITS);
-        const __m256i shift0 = _mm256_set1_epi32(150 + k), top = _mm256_set1_epi32(nbins - 1);
+        const __m256i top = _mm256_set1_epi32(nbins - 1);
+        const __m256 scale = _mm256_set1_ps(ldexpf(1.0f, -k));
         const __m256i lane_off = _mm256_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 4 * nbins,
                                                    5 * nbins, 6 * nbins, 7 * nbins);
         const __m256 pinf = _mm256_set1_ps(INFINITY), minf = _mm256_set1_ps(-INFINITY);
@@ -226,12 +229,14 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
         uint32_t sub[SUB_COPIES * SUB_MAX_BINS] __attribute__((aligned(64)));
         uint32_t idx[8] __attribute__((aligned(32)));
         __m256 vlo = pinf, vhi = minf;
-        __m256i vmax = _mm256_setzero_si256();
         uint64_t nn = 0, ni = 0;
         int64_t i = 0;
 
         memset(sub, 0, (size_t)SUB_COPIES * (size_t)nbins * sizeof sub[0]);
         for (; i + 8 <= n; i += 8) {
+            /* the loop is bound by its counter updates, not by loads: ask for the data early so
+             * memory latency overlaps that work (a hint only, it never faults) */
+            _mm_prefetch((const char *)(src + i) + PREFETCH_BYTES, _MM_HINT_T0);
             __m256 x = _mm256_loadu_ps(src + i);
             __m256i u = _mm256_and_si256(_mm256_castps_si256(x), absm);
             __m256i finv = _mm256_cmpgt_epi32(inf, u);
@@ -246,8 +251,11 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
             __m256 f = _mm256_castsi256_ps(finv);
             vlo = _mm256_min_ps(vlo, _mm256_blendv_ps(pinf, v, f));
             vhi = _mm256_max_ps(vhi, _mm256_blendv_ps(minf, v, f));
-            __m256i b = bin_index_avx2(u, shift0, top);
-            vmax = _mm256_max_epu32(vmax, _mm256_and_si256(b, finv));
+            /* floor(|x| * 2^-k): the product is exact (a power of two, and results that
+             * round as subnormals are below 1); out-of-range and non-finite values convert
+             * to 0x80000000, which the unsigned min sends to the top bin */
+            __m256i b = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(u), scale));
+            b = _mm256_min_epu32(b, top);
             _mm256_store_si256((__m256i *)idx, _mm256_add_epi32(b, lane_off));
             if (fin == 0xFF) {
                 sub[idx[0]]++;
@@ -267,12 +275,9 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
         float tl[8], th[8];
         _mm256_storeu_ps(tl, vlo);
         _mm256_storeu_ps(th, vhi);
-        _mm256_store_si256((__m256i *)idx, vmax);
-        uint32_t used = 0;
         for (int j = 0; j < 8; j++) {
             l = tl[j] < l ? tl[j] : l;
             h = th[j] > h ? th[j] : h;
-            used = idx[j] > used ? idx[j] : used;
         }
         /* the tail (< 8 values) with the reference's scalar steps, into copy 0 */
         for (; i < n; i++) {
@@ -288,15 +293,18 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
                 l = v < l ? v : l;
                 h = v > h ? v : h;
                 sub[j]++;
-                used = j > used ? j : used;
             }
         }
         *n_nan += nn;
         *n_inf += ni;
-        fits = (double)(-l > h ? -l : h) < ldexp((double)nbins, k);
-        if (fits)
+        float amax = -l > h ? -l : h;
+        fits = (double)amax < ldexp((double)nbins, k);
+        if (fits) {
+            /* the highest bin in use is the one holding the maximum (0 for an empty span) */
+            uint32_t used = amax > 0.0f ? (uint32_t)floor(ldexp((double)amax, -k)) : 0;
             for (uint32_t j = 0; j <= used; j++)
                 counts[j] += sub_sum(sub, nbins, j);
+        }
     }
     if (l < *lo)
         *lo = l;

@@ -81,6 +81,7 @@ static inline __m512i bins_avx512(const float *src, __mmask16 m, __m512i shift0,
 #define SUB_MAX_BINS 2048
 #define SUB_MIN_N 16384
 #define SUB_CHUNK ((int64_t)1 << 30)
+#define PREFETCH_BYTES 4096
 
 /* Sum of bin j over the SUB_COPIES private copies. */
 static inline uint64_t sub_sum(const uint32_t *sub, int32_t nbins, uint32_t j)
@@ -186,14 +187,16 @@ int32_t qs_hist_scan_update__avx512(const float *src, int64_t n, int32_t k, int3
     float l = INFINITY, h = -INFINITY;
     int32_t fits;
 
-    if (k < -149 || k > 200 || nbins > SUB_MAX_BINS || n < SUB_MIN_N || n > SUB_CHUNK) {
+    /* the one-pass loop scales by 2^-k, a normal f32 for k in [-126, 126] */
+    if (k < -126 || k > 126 || nbins > SUB_MAX_BINS || n < SUB_MIN_N || n > SUB_CHUNK) {
         qs_hist_scan__avx512(src, n, &l, &h, n_nan, n_inf);
         fits = (double)(-l > h ? -l : h) < ldexp((double)nbins, k);
         if (fits)
             qs_hist_update__avx512(src, n, k, nbins, counts);
     } else {
         const __m512i absm = _mm512_set1_epi32(ABS_MASK), inf = _mm512_set1_epi32(INF_BITS);
-        const __m512i shift0 = _mm512_set1_epi32(150 + k), top = _mm512_set1_epi32(nbins - 1);
+        const __m512i top = _mm512_set1_epi32(nbins - 1);
+        const __m512 scale = _mm512_set1_ps(ldexpf(1.0f, -k));
         const __m512i lane_off = _mm512_setr_epi32(0, nbins, 2 * nbins, 3 * nbins, 4 * nbins,
                                                    5 * nbins, 6 * nbins, 7 * nbins, 0, nbins,
                                                    2 * nbins, 3 * nbins, 4 * nbins, 5 * nbins,
@@ -202,12 +205,13 @@ int32_t qs_hist_scan_update__avx512(const float *src, int64_t n, int32_t k, int3
         uint32_t sub[SUB_COPIES * SUB_MAX_BINS] __attribute__((aligned(64)));
         uint32_t idx[16] __attribute__((aligned(64)));
         __m512 vlo = _mm512_set1_ps(INFINITY), vhi = _mm512_set1_ps(-INFINITY);
-        __m512i vmax = _mm512_setzero_si512();
         uint64_t nn = 0, ni = 0;
 
         memset(sub, 0, (size_t)SUB_COPIES * (size_t)nbins * sizeof sub[0]);
         for (int64_t i = 0; i < n; i += 16) {
             __mmask16 m = tail_mask_avx512(n - i);
+            /* a hint only (never faults): memory latency overlaps the counter updates */
+            _mm_prefetch((const char *)(src + i) + PREFETCH_BYTES, _MM_HINT_T0);
             __m512 x = _mm512_maskz_loadu_ps(m, src + i);
             __m512i u = _mm512_and_si512(_mm512_castps_si512(x), absm);
             __mmask16 fin = _mm512_mask_cmplt_epu32_mask(m, u, inf);
@@ -218,9 +222,11 @@ int32_t qs_hist_scan_update__avx512(const float *src, int64_t n, int32_t k, int3
             __m512 v = _mm512_add_ps(x, zero);
             vlo = _mm512_mask_min_ps(vlo, fin, vlo, v);
             vhi = _mm512_mask_max_ps(vhi, fin, vhi, v);
-            __m512i b = bin_index_avx512(u, shift0, top);
-            vmax = _mm512_mask_max_epu32(vmax, fin, vmax, b);
-            _mm512_store_si512(idx, _mm512_add_epi32(b, lane_off));
+            /* floor(|x| * 2^-k), exact; out-of-range and non-finite lanes convert to
+             * 0x80000000 and the unsigned min sends them to the top bin (see hist_avx2.c) */
+            __m512i b = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(u), scale));
+            b = _mm512_min_epu32(b, top);
+            _mm512_store_si512((void *)idx, _mm512_add_epi32(b, lane_off));
             if (fin == 0xFFFF) {
                 for (int j = 0; j < 16; j++)
                     sub[idx[j]]++;
@@ -236,9 +242,11 @@ int32_t qs_hist_scan_update__avx512(const float *src, int64_t n, int32_t k, int3
         h = _mm512_reduce_max_ps(vhi);
         *n_nan += nn;
         *n_inf += ni;
-        fits = (double)(-l > h ? -l : h) < ldexp((double)nbins, k);
+        float amax = -l > h ? -l : h;
+        fits = (double)amax < ldexp((double)nbins, k);
         if (fits) {
-            uint32_t used = _mm512_reduce_max_epu32(vmax);
+            /* the highest bin in use is the one holding the maximum (0 for an empty span) */
+            uint32_t used = amax > 0.0f ? (uint32_t)floor(ldexp((double)amax, -k)) : 0;
             for (uint32_t j = 0; j <= used; j++)
                 counts[j] += sub_sum(sub, nbins, j);
         }

@@ -159,6 +159,21 @@ def test_round_trip_bit_exact(dt, cols):
     np.testing.assert_array_equal(s2.meta, s3.meta)
 
 
+def test_bitmask_interchange():
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((6, 20)).astype(np.float32)
+    mask = qs.prune(w, "2:4")
+    s = qs.compress(w, mask)
+    bm = s.to_bitmask()
+    np.testing.assert_array_equal(bm, np.packbits(mask, axis=-1, bitorder="little"))
+    s2 = sp.Compressed24.from_bitmask(s.values, bm, w.shape)
+    np.testing.assert_array_equal(s2.meta, s.meta)
+    np.testing.assert_array_equal(qs.decompress(s2), np.where(mask, w, np.float32(0)))
+    bm[0, 0] |= 0x0F  # all four kept in the first group
+    with pytest.raises(qs.QsparseError):
+        sp.Compressed24.from_bitmask(s.values, bm, w.shape)
+
+
 def test_errors():
     w = np.zeros((2, 6), np.float32)
     with pytest.raises(qs.QsparseError) as e:
