@@ -10,55 +10,16 @@
  * public calls that return them; no call can return QS_ERR_BACKEND yet.
  */
 #include "common.h"
-
-/* ---- helpers shared by the format tests ------------------------------------------------------ */
-
-/* A quantized tensor whose planes are canary-guarded buffers sized by qs_quant_size. */
-typedef struct {
-    t_buf plane[QS_PLANE_COUNT];
-    qs_qtensor q;
-} tq;
-
-static void tq_new(tq *t, const qs_quant_params *p, int64_t rows, int64_t cols)
-{
-    memset(t, 0, sizeof *t);
-    void **ptr[QS_PLANE_COUNT] = {&t->q.data, &t->q.scale, &t->q.zero_point, &t->q.nested_scale};
-    int64_t *cap[QS_PLANE_COUNT] = {&t->q.data_bytes, &t->q.scale_bytes, &t->q.zero_point_bytes,
-                                    &t->q.nested_scale_bytes};
-
-    for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        int64_t bytes = -1;
-        assert_int_equal(qs_quant_size(p, rows, cols, i, &bytes), QS_OK);
-        assert_true(bytes >= 0);
-        t->plane[i] = t_buf_new((size_t)bytes);
-        *ptr[i] = bytes > 0 ? t->plane[i].p : NULL; /* unused planes stay NULL */
-        *cap[i] = bytes;
-    }
-}
-
-static void tq_free(tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        t_buf_free(&t->plane[i]);
-}
-
-static void tq_guards(const tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        assert_true(t_buf_guards_ok(&t->plane[i]));
-}
-
-static qs_quant_params params(int32_t format)
-{
-    qs_quant_params p;
-    qs_quant_params_init(&p, format);
-    return p;
-}
+#include "quant_helpers.h"
 
 /* A tensor of every format with its canary-guarded planes; rows x cols = 3 x 45. */
 enum { ROWS = 3, COLS = 45, N = ROWS * COLS };
 
 static float src_f32[N];
+
+/* Every format and plane combination, built once by setup() (param_sets). */
+static qs_quant_params sets[32];
+static int n_sets;
 
 /* Parameter sets covering every format and plane combination. */
 static int param_sets(qs_quant_params *out)
@@ -101,10 +62,20 @@ static void expect_fail(qs_ctx *ctx, qs_status got, qs_status want, const tq *t)
     }
 }
 
-static void tq_mark(tq *t)
+/* A ROWS x COLS tensor of `p` whose scalar fields hold sentinels that an error must leave. */
+static void tq_new_marked(tq *t, const qs_quant_params *p)
 {
+    tq_new(t, p, ROWS, COLS);
     t->q.global_scale = t_f32_from_bits(0x7FC00001u); /* sentinels: must survive an error */
     t->q.nested_offset = t_f32_from_bits(0x7FC00001u);
+}
+
+/* The failed calls wrote nothing to dst either; then release dst and the tensor. */
+static void free_untouched(t_buf *dst, tq *t)
+{
+    assert_true(t_buf_untouched(dst));
+    t_buf_free(dst);
+    tq_free(t);
 }
 
 static int setup(void **state)
@@ -113,6 +84,7 @@ static int setup(void **state)
     (void)state;
     for (int i = 0; i < N; i++)
         src_f32[i] = (float)t_normal(&rng);
+    n_sets = param_sets(sets);
     return 0;
 }
 
@@ -208,14 +180,11 @@ static void test_null_and_negative(void **state)
 {
     (void)state;
     qs_ctx *ctx = t_ctx();
-    qs_quant_params ps[32];
-    int np = param_sets(ps);
 
-    for (int k = 0; k < np; k++) {
-        const qs_quant_params *p = &ps[k];
+    for (int k = 0; k < n_sets; k++) {
+        const qs_quant_params *p = &sets[k];
         tq t;
-        tq_new(&t, p, ROWS, COLS);
-        tq_mark(&t);
+        tq_new_marked(&t, p);
         t_buf dst = t_buf_new(N * 4);
 
         assert_int_equal(qs_quantize(NULL, p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
@@ -293,8 +262,7 @@ static void test_bad_params(void **state)
     qs_quant_params good = params(QS_FORMAT_NF4);
     tq t;
 
-    tq_new(&t, &good, ROWS, COLS);
-    tq_mark(&t);
+    tq_new_marked(&t, &good);
     t_buf dst = t_buf_new(N * 4);
 
     static const int32_t bad_formats[] = {0, -1, 10, 1000, INT32_MIN};
@@ -376,9 +344,7 @@ static void test_bad_params(void **state)
             }
         }
     }
-    assert_true(t_buf_untouched(&dst));
-    t_buf_free(&dst);
-    tq_free(&t);
+    free_untouched(&dst, &t);
     qs_ctx_destroy(ctx);
 }
 
@@ -387,16 +353,13 @@ static void test_short_and_overflow(void **state)
 {
     (void)state;
     qs_ctx *ctx = t_ctx();
-    qs_quant_params ps[32];
-    int np = param_sets(ps);
 
-    for (int k = 0; k < np; k++) {
-        const qs_quant_params *p = &ps[k];
+    for (int k = 0; k < n_sets; k++) {
+        const qs_quant_params *p = &sets[k];
         tq t;
         int64_t *cap[QS_PLANE_COUNT];
         int planes = 0;
-        tq_new(&t, p, ROWS, COLS);
-        tq_mark(&t);
+        tq_new_marked(&t, p);
         cap[0] = &t.q.data_bytes, cap[1] = &t.q.scale_bytes, cap[2] = &t.q.zero_point_bytes;
         cap[3] = &t.q.nested_scale_bytes;
         for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
@@ -437,8 +400,7 @@ static void test_short_and_overflow(void **state)
                                          {INT64_C(1) << 31, INT64_C(1) << 31},
                                          {INT64_MAX, 2},
                                          {3, INT64_MAX / 2}};
-        tq_new(&t, p, ROWS, COLS);
-        tq_mark(&t);
+        tq_new_marked(&t, p);
         t_buf dst = t_buf_new(16);
         for (size_t b = 0; b < sizeof big / sizeof big[0]; b++) {
             int64_t bytes;
@@ -452,9 +414,7 @@ static void test_short_and_overflow(void **state)
                 qs_dequantize(ctx, p, &t.q, big[b][0], big[b][1], dst.p, QS_DTYPE_F32, INT64_MAX),
                 QS_ERR_OVERFLOW, &t);
         }
-        assert_true(t_buf_untouched(&dst));
-        t_buf_free(&dst);
-        tq_free(&t);
+        free_untouched(&dst, &t);
     }
     qs_ctx_destroy(ctx);
 }
@@ -466,8 +426,6 @@ static void test_nonfinite_reject(void **state)
     (void)state;
     qs_ctx_params cp;
     qs_ctx *ctx = NULL, *ctx2 = t_ctx();
-    qs_quant_params ps[32];
-    int np = param_sets(ps);
     float x[N];
     uint16_t h[N], b[N];
     int64_t v = -1;
@@ -479,8 +437,8 @@ static void test_nonfinite_reject(void **state)
     assert_int_equal(v, QS_NONFINITE_REJECT);
     assert_int_equal(qs_ctx_set(ctx2, QS_PARAM_NONFINITE, QS_NONFINITE_REJECT), QS_OK);
 
-    for (int k = 0; k < np; k++) {
-        const qs_quant_params *p = &ps[k];
+    for (int k = 0; k < n_sets; k++) {
+        const qs_quant_params *p = &sets[k];
         for (int which = 0; which < 3; which++) {
             tq t;
             memcpy(x, src_f32, sizeof x);
@@ -492,8 +450,7 @@ static void test_nonfinite_reject(void **state)
                        : isinf(x[i]) ? (uint16_t)((u >> 16 & 0x8000) | 0x7C00)
                                      : 0x3C00;
             }
-            tq_new(&t, p, ROWS, COLS);
-            tq_mark(&t);
+            tq_new_marked(&t, p);
             expect_fail(ctx, qs_quantize(ctx, p, x, QS_DTYPE_F32, ROWS, COLS, &t.q),
                         QS_ERR_NONFINITE, &t);
             expect_fail(ctx2, qs_quantize(ctx2, p, x, QS_DTYPE_F32, ROWS, COLS, &t.q),
@@ -568,8 +525,7 @@ static void test_allocator(void **state)
         qs_quant_params p = params(f);
         tq t;
         p.double_quant = 1;
-        tq_new(&t, &p, ROWS, COLS);
-        tq_mark(&t);
+        tq_new_marked(&t, &p);
         expect_fail(ctx, qs_quantize(ctx, &p, src_f32, QS_DTYPE_F32, ROWS, COLS, &t.q),
                     QS_ERR_OUT_OF_MEMORY, &t);
         /* with memory: works, then dequantize fails again without it */

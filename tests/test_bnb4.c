@@ -11,6 +11,7 @@
 #include <float.h>
 
 #include "common.h"
+#include "quant_helpers.h"
 
 /* §3 NF4 thresholds t_0 ... t_14 and §4 FP4 thresholds t_1 ... t_7 (the hex columns). */
 static const uint32_t nf4_thr_hex[15] = {
@@ -335,13 +336,8 @@ static void test_nan_and_zero_blocks(void **state)
     {
         uint8_t z[2] = {0x77, 0x00};
         float zero = 0.0f, out[4];
-        qs_quant_params p;
-        qs_qtensor q = {0};
-        qs_quant_params_init(&p, QS_FORMAT_NF4);
-        q.data = z;
-        q.data_bytes = 2;
-        q.scale = &zero;
-        q.scale_bytes = 4;
+        qs_quant_params p = params(QS_FORMAT_NF4);
+        qs_qtensor q = qt_over(z, 2, &zero, 4);
         assert_int_equal(qs_dequantize(ctx, &p, &q, 1, 4, out, QS_DTYPE_F32, sizeof out), QS_OK);
         assert_true(t_bits(out[0]) == 0 && t_bits(out[1]) == 0);
         assert_true(t_bits(out[2]) == 0x80000000u && t_bits(out[3]) == 0x80000000u);

@@ -3,88 +3,14 @@
  * Spec tests of OCP FP8 E4M3 ("fn") and E5M2 through the public API (spec/formats.md §10): every
  * row of both test-vector tables (saturating column), the value of all 256 codes of each format,
  * encode(decode(c)) == c, round-to-nearest-even at every midpoint between adjacent codes (checked
- * against a brute-force nearest-value search written here), the per-tensor scale from the data
- * (fl(amax / max), amax 0 -> 1.0) or given by the caller, the division x / scale (not a multiply
- * by the reciprocal), odd shapes and f16/bf16 inputs and outputs.
+ * against the brute-force nearest-value search of quant_helpers.h), the per-tensor scale from the
+ * data (fl(amax / max), amax 0 -> 1.0) or given by the caller, the division x / scale (not a
+ * multiply by the reciprocal), odd shapes and f16/bf16 inputs and outputs.
  */
 #include "common.h"
-
-/* ---- helpers shared by the format tests ------------------------------------------------------ */
-
-/* A quantized tensor whose planes are canary-guarded buffers sized by qs_quant_size. */
-typedef struct {
-    t_buf plane[QS_PLANE_COUNT];
-    qs_qtensor q;
-} tq;
-
-static void tq_new(tq *t, const qs_quant_params *p, int64_t rows, int64_t cols)
-{
-    memset(t, 0, sizeof *t);
-    void **ptr[QS_PLANE_COUNT] = {&t->q.data, &t->q.scale, &t->q.zero_point, &t->q.nested_scale};
-    int64_t *cap[QS_PLANE_COUNT] = {&t->q.data_bytes, &t->q.scale_bytes, &t->q.zero_point_bytes,
-                                    &t->q.nested_scale_bytes};
-
-    for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        int64_t bytes = -1;
-        assert_int_equal(qs_quant_size(p, rows, cols, i, &bytes), QS_OK);
-        assert_true(bytes >= 0);
-        t->plane[i] = t_buf_new((size_t)bytes);
-        *ptr[i] = bytes > 0 ? t->plane[i].p : NULL; /* unused planes stay NULL */
-        *cap[i] = bytes;
-    }
-}
-
-static void tq_free(tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        t_buf_free(&t->plane[i]);
-}
-
-static void tq_guards(const tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        assert_true(t_buf_guards_ok(&t->plane[i]));
-}
-
-static void quant(qs_ctx *ctx, const qs_quant_params *p, const void *src, int32_t dt, int64_t rows,
-                  int64_t cols, tq *t)
-{
-    tq_new(t, p, rows, cols);
-    assert_int_equal(qs_quantize(ctx, p, src, dt, rows, cols, &t->q), QS_OK);
-    assert_string_equal(qs_ctx_last_error(ctx), "");
-    tq_guards(t);
-}
-
-/* Dequantize into a fresh canary-guarded buffer of `dt` elements (caller frees). */
-static t_buf dequant(qs_ctx *ctx, const qs_quant_params *p, const tq *t, int64_t rows, int64_t cols,
-                     int32_t dt)
-{
-    t_buf out = t_buf_new((size_t)(rows * cols * qs_dtype_size(dt)));
-    assert_int_equal(qs_dequantize(ctx, p, &t->q, rows, cols, out.p, dt, (int64_t)out.bytes),
-                     QS_OK);
-    assert_true(t_buf_guards_ok(&out));
-    return out;
-}
-
-static qs_quant_params params(int32_t format)
-{
-    qs_quant_params p;
-    qs_quant_params_init(&p, format);
-    return p;
-}
+#include "quant_helpers.h"
 
 /* ---- the formats, restated from §10 --------------------------------------------------------- */
-
-static float e4m3_value(int c)
-{
-    int e = (c >> 3) & 0xF, m = c & 7;
-    float v;
-    if ((c & 0x7F) == 0x7F)
-        v = NAN;
-    else
-        v = e == 0 ? (float)ldexp(m, -9) : (float)ldexp(8 + m, e - 10);
-    return (c & 0x80) ? -v : v;
-}
 
 static float e5m2_value(int c)
 {
@@ -101,22 +27,9 @@ static float e5m2_value(int c)
  * 0x7F | sign, +-Inf -> +-max. `maxc` is the largest finite positive code. */
 static uint8_t nearest_code(float x, int maxc, float (*value)(int))
 {
-    uint8_t sign = (t_bits(x) >> 24) & 0x80;
-    double a = fabs((double)x), bestd = INFINITY;
-    int best = 0;
-
     if (x != x)
-        return sign | 0x7F;
-    if (a >= (double)value(maxc)) /* saturate; also keeps huge distances out of the ties */
-        return (uint8_t)(sign | maxc);
-    for (int c = 0; c <= maxc; c++) {
-        double d = fabs(a - (double)value(c));
-        if (d < bestd || (d == bestd && !(c & 1))) {
-            bestd = d;
-            best = c;
-        }
-    }
-    return (uint8_t)(sign | best);
+        return (uint8_t)(((t_bits(x) >> 24) & 0x80) | 0x7F);
+    return (uint8_t)nearest(x, maxc, 0x80, value);
 }
 
 struct fp8_fmt {
@@ -346,14 +259,10 @@ static void test_fp8_roundtrip_dtypes(void **state)
                 assert_int_equal(codes[i], nearest_code(x[i] / scale, fmts[f].maxc, fmts[f].value));
             }
             for (int32_t dt = QS_DTYPE_F16; dt <= QS_DTYPE_BF16; dt++) {
-                t_buf o16 = dequant(ctx, &p, &t, rows, cols, dt);
-                assert_int_equal(qs_convert(ctx, o.p, QS_DTYPE_F32, h, dt, n, n * 2), QS_OK);
-                T_ASSERT_BYTES("fp8 16-bit output", o16.p, h, (size_t)n * 2);
-                t_buf_free(&o16);
+                assert_dequant_16(ctx, "fp8 16-bit output", &p, &t, rows, cols, dt, o.p, h);
 
                 tq t16, tw;
-                assert_int_equal(qs_convert(ctx, x, QS_DTYPE_F32, h2, dt, n, n * 2), QS_OK);
-                assert_int_equal(qs_convert(ctx, h2, dt, xw, QS_DTYPE_F32, n, n * 4), QS_OK);
+                round_16(ctx, x, n, dt, h2, xw);
                 quant(ctx, &p, h2, dt, rows, cols, &t16);
                 quant(ctx, &p, xw, QS_DTYPE_F32, rows, cols, &tw);
                 T_ASSERT_BYTES("fp8 16-bit input codes", t16.q.data, tw.q.data, (size_t)n);

@@ -10,63 +10,9 @@
 #include <float.h>
 
 #include "common.h"
+#include "quant_helpers.h"
 
-/* ---- helpers shared by the format tests ------------------------------------------------------ */
-
-/* A quantized tensor whose planes are canary-guarded buffers sized by qs_quant_size. */
-typedef struct {
-    t_buf plane[QS_PLANE_COUNT];
-    qs_qtensor q;
-} tq;
-
-static void tq_new(tq *t, const qs_quant_params *p, int64_t rows, int64_t cols)
-{
-    memset(t, 0, sizeof *t);
-    void **ptr[QS_PLANE_COUNT] = {&t->q.data, &t->q.scale, &t->q.zero_point, &t->q.nested_scale};
-    int64_t *cap[QS_PLANE_COUNT] = {&t->q.data_bytes, &t->q.scale_bytes, &t->q.zero_point_bytes,
-                                    &t->q.nested_scale_bytes};
-
-    for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        int64_t bytes = -1;
-        assert_int_equal(qs_quant_size(p, rows, cols, i, &bytes), QS_OK);
-        assert_true(bytes >= 0);
-        t->plane[i] = t_buf_new((size_t)bytes);
-        *ptr[i] = bytes > 0 ? t->plane[i].p : NULL; /* unused planes stay NULL */
-        *cap[i] = bytes;
-    }
-}
-
-static void tq_free(tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        t_buf_free(&t->plane[i]);
-}
-
-static void tq_guards(const tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        assert_true(t_buf_guards_ok(&t->plane[i]));
-}
-
-static void quant(qs_ctx *ctx, const qs_quant_params *p, const void *src, int32_t dt, int64_t rows,
-                  int64_t cols, tq *t)
-{
-    tq_new(t, p, rows, cols);
-    assert_int_equal(qs_quantize(ctx, p, src, dt, rows, cols, &t->q), QS_OK);
-    assert_string_equal(qs_ctx_last_error(ctx), "");
-    tq_guards(t);
-}
-
-/* Dequantize into a fresh canary-guarded buffer of `dt` elements (caller frees). */
-static t_buf dequant(qs_ctx *ctx, const qs_quant_params *p, const tq *t, int64_t rows, int64_t cols,
-                     int32_t dt)
-{
-    t_buf out = t_buf_new((size_t)(rows * cols * qs_dtype_size(dt)));
-    assert_int_equal(qs_dequantize(ctx, p, &t->q, rows, cols, out.p, dt, (int64_t)out.bytes),
-                     QS_OK);
-    assert_true(t_buf_guards_ok(&out));
-    return out;
-}
+/* ---- helpers of the INT8 tests --------------------------------------------------------------- */
 
 static void assert_f32_bits(const float *got, const uint32_t *want, int64_t n)
 {
@@ -77,6 +23,15 @@ static void assert_f32_bits(const float *got, const uint32_t *want, int64_t n)
             fail();
         }
     }
+}
+
+/* The f32 dequantization of t, bit for bit: the spec fixes every rounding step (§8, §9). */
+static void assert_dequant_f32(qs_ctx *ctx, const qs_quant_params *p, const tq *t, int64_t rows,
+                               int64_t cols, const uint32_t *want)
+{
+    t_buf o = dequant(ctx, p, t, rows, cols, QS_DTYPE_F32);
+    assert_f32_bits(o.p, want, rows * cols);
+    t_buf_free(&o);
 }
 
 /* f16 / bf16 bits of a value that both represent exactly (inputs of the 16-bit tests). */
@@ -98,13 +53,6 @@ static uint16_t exact_bf16(float f)
 {
     assert_true((t_bits(f) & 0xFFFFu) == 0);
     return (uint16_t)(t_bits(f) >> 16);
-}
-
-static qs_quant_params params(int32_t format)
-{
-    qs_quant_params p;
-    qs_quant_params_init(&p, format);
-    return p;
 }
 
 /* ---- §8 LLM.int8 ----------------------------------------------------------------------------- */
@@ -226,9 +174,7 @@ static void test_int8_symmetric(void **state)
         assert_int_equal(t.q.scale_bytes, 4);
         T_ASSERT_BYTES("int8 tensor codes", t.q.data, want, 12);
         assert_f32_bits(t.q.scale, &want_s, 1);
-        t_buf o = dequant(ctx, &p, &t, 3, 4, QS_DTYPE_F32);
-        assert_f32_bits(o.p, want_dq, 12);
-        t_buf_free(&o);
+        assert_dequant_f32(ctx, &p, &t, 3, 4, want_dq);
         tq_free(&t);
     }
     /* per group of 3 on a 2 x 6 tensor: groups never span rows; the all-zero group gets s = 1 */
@@ -245,9 +191,7 @@ static void test_int8_symmetric(void **state)
         assert_int_equal(t.q.scale_bytes, 16);
         T_ASSERT_BYTES("int8 group codes", t.q.data, want, 12);
         assert_f32_bits(t.q.scale, want_s, 4);
-        t_buf o = dequant(ctx, &p, &t, 2, 6, QS_DTYPE_F32);
-        assert_f32_bits(o.p, want_dq, 12);
-        t_buf_free(&o);
+        assert_dequant_f32(ctx, &p, &t, 2, 6, want_dq);
         tq_free(&t);
     }
     /* per row (the default) on a 4 x 3 tensor; odd cols */
@@ -310,9 +254,7 @@ static void test_int8_asymmetric(void **state)
     T_ASSERT_BYTES("asym codes", t.q.data, want, 4 * R);
     T_ASSERT_BYTES("asym zero points", t.q.zero_point, want_zp, R);
     assert_f32_bits(t.q.scale, want_s, R);
-    t_buf o = dequant(ctx, &p, &t, R, 4, QS_DTYPE_F32);
-    assert_f32_bits(o.p, &want_dq[0][0], 4 * R);
-    t_buf_free(&o);
+    assert_dequant_f32(ctx, &p, &t, R, 4, &want_dq[0][0]);
     tq_free(&t);
 
     /* per tensor: one scale and one zero point, from the first row's range */
@@ -462,16 +404,12 @@ static void test_int8_random(void **state)
                 }
             }
             for (int32_t dt = QS_DTYPE_F16; dt <= QS_DTYPE_BF16; dt++) {
-                t_buf o16 = dequant(ctx, &p, &t, rows, cols, dt);
-                assert_int_equal(qs_convert(ctx, o.p, QS_DTYPE_F32, h, dt, n, n * 2), QS_OK);
-                T_ASSERT_BYTES("16-bit dequant", o16.p, h, (size_t)n * 2);
-                t_buf_free(&o16);
+                assert_dequant_16(ctx, "16-bit dequant", &p, &t, rows, cols, dt, o.p, h);
             }
             /* 16-bit inputs: same planes as the f32 tensor they widen to */
             for (int32_t dt = QS_DTYPE_F16; dt <= QS_DTYPE_BF16; dt++) {
                 tq t16, t32;
-                assert_int_equal(qs_convert(ctx, x, QS_DTYPE_F32, h, dt, n, n * 2), QS_OK);
-                assert_int_equal(qs_convert(ctx, h, dt, ws, QS_DTYPE_F32, n, n * 4), QS_OK);
+                round_16(ctx, x, n, dt, h, ws);
                 quant(ctx, &p, h, dt, rows, cols, &t16);
                 quant(ctx, &p, ws, QS_DTYPE_F32, rows, cols, &t32);
                 for (int pl = 0; pl < QS_PLANE_COUNT; pl++)

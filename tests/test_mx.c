@@ -9,108 +9,9 @@
  * (brute-force nearest element value, ties to the even code).
  */
 #include "common.h"
-
-/* ---- helpers shared by the format tests ------------------------------------------------------ */
-
-/* A quantized tensor whose planes are canary-guarded buffers sized by qs_quant_size. */
-typedef struct {
-    t_buf plane[QS_PLANE_COUNT];
-    qs_qtensor q;
-} tq;
-
-static void tq_new(tq *t, const qs_quant_params *p, int64_t rows, int64_t cols)
-{
-    memset(t, 0, sizeof *t);
-    void **ptr[QS_PLANE_COUNT] = {&t->q.data, &t->q.scale, &t->q.zero_point, &t->q.nested_scale};
-    int64_t *cap[QS_PLANE_COUNT] = {&t->q.data_bytes, &t->q.scale_bytes, &t->q.zero_point_bytes,
-                                    &t->q.nested_scale_bytes};
-
-    for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        int64_t bytes = -1;
-        assert_int_equal(qs_quant_size(p, rows, cols, i, &bytes), QS_OK);
-        assert_true(bytes >= 0);
-        t->plane[i] = t_buf_new((size_t)bytes);
-        *ptr[i] = bytes > 0 ? t->plane[i].p : NULL; /* unused planes stay NULL */
-        *cap[i] = bytes;
-    }
-}
-
-static void tq_free(tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        t_buf_free(&t->plane[i]);
-}
-
-static void tq_guards(const tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        assert_true(t_buf_guards_ok(&t->plane[i]));
-}
-
-static void quant(qs_ctx *ctx, const qs_quant_params *p, const void *src, int32_t dt, int64_t rows,
-                  int64_t cols, tq *t)
-{
-    tq_new(t, p, rows, cols);
-    assert_int_equal(qs_quantize(ctx, p, src, dt, rows, cols, &t->q), QS_OK);
-    assert_string_equal(qs_ctx_last_error(ctx), "");
-    tq_guards(t);
-}
-
-/* Dequantize into a fresh canary-guarded buffer of `dt` elements (caller frees). */
-static t_buf dequant(qs_ctx *ctx, const qs_quant_params *p, const tq *t, int64_t rows, int64_t cols,
-                     int32_t dt)
-{
-    t_buf out = t_buf_new((size_t)(rows * cols * qs_dtype_size(dt)));
-    assert_int_equal(qs_dequantize(ctx, p, &t->q, rows, cols, out.p, dt, (int64_t)out.bytes),
-                     QS_OK);
-    assert_true(t_buf_guards_ok(&out));
-    return out;
-}
-
-static qs_quant_params params(int32_t format)
-{
-    qs_quant_params p;
-    qs_quant_params_init(&p, format);
-    return p;
-}
+#include "quant_helpers.h"
 
 /* ---- the formats, restated from §10, §11, §12 ------------------------------------------------ */
-
-static float e2m1_value(int c)
-{
-    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return (c & 8) ? -mag[c & 7] : mag[c & 7];
-}
-
-static float e4m3_value(int c)
-{
-    int e = (c >> 3) & 0xF, m = c & 7;
-    float v;
-    if ((c & 0x7F) == 0x7F)
-        v = NAN;
-    else
-        v = e == 0 ? (float)ldexp(m, -9) : (float)ldexp(8 + m, e - 10);
-    return (c & 0x80) ? -v : v;
-}
-
-/* Nearest code by brute force, ties to the even code, saturating; the sign bit is copied (so
- * -0.0 keeps it). `sbit` is the sign bit of the format (0x8 or 0x80), `maxc` the top code. */
-static int nearest(float x, int maxc, int sbit, float (*value)(int))
-{
-    int sign = (t_bits(x) >> 31) ? sbit : 0, best = 0;
-    double a = fabs((double)x), bestd = INFINITY;
-
-    if (a >= (double)value(maxc))
-        return sign | maxc;
-    for (int c = 0; c <= maxc; c++) {
-        double d = fabs(a - (double)value(c));
-        if (d < bestd || (d == bestd && !(c & 1))) {
-            bestd = d;
-            best = c;
-        }
-    }
-    return sign | best;
-}
 
 struct mx_fmt {
     int32_t format;
@@ -230,16 +131,13 @@ static void test_mxfp4_vectors(void **state)
     /* decode: 2^(e-127) * value; the NaN blocks decode to NaN */
     {
         qs_quant_params p = params(QS_FORMAT_MXFP4);
-        tq t;
-        quant(ctx, &p, x, QS_DTYPE_F32, 7, 32, &t);
-        t_buf o = dequant(ctx, &p, &t, 7, 32, QS_DTYPE_F32);
+        t_buf o = quant_dequant_f32(ctx, &p, x, 7, 32);
         const float *y = o.p;
         assert_true(y[0] == 1.0f && y[1] == -1.0f && y[2] == 4.0f && y[3] == 6.0f);
         assert_int_equal(t_bits(y[3 * 32]), 0x80000000u); /* -0 * 2^-127 */
         for (int i = 4 * 32; i < 7 * 32; i++)
             assert_true(isnan(y[i]));
         t_buf_free(&o);
-        tq_free(&t);
     }
     qs_ctx_destroy(ctx);
 }
@@ -425,21 +323,13 @@ static void test_mx_random(void **state)
                         float v = f ? e4m3_value(code) : e2m1_value(code);
                         float want = v * e8m0_value(ws[r * ((cols + 31) / 32) + c / 32]);
                         float got = ((float *)o.p)[r * cols + c];
-                        if (t_bits(got) != t_bits(want) && !(isnan(got) && isnan(want))) {
-                            print_error("mx decode %lld,%lld: got %a want %a\n", (long long)r,
-                                        (long long)c, (double)got, (double)want);
-                            fail();
-                        }
+                        assert_decoded("mx decode", r, c, got, want);
                     }
                 }
                 for (int32_t dt = QS_DTYPE_F16; dt <= QS_DTYPE_BF16; dt++) {
-                    t_buf o16 = dequant(ctx, &p, &t, rows, cols, dt);
-                    assert_int_equal(qs_convert(ctx, o.p, QS_DTYPE_F32, h, dt, n, n * 2), QS_OK);
-                    T_ASSERT_BYTES("mx 16-bit output", o16.p, h, (size_t)n * 2);
-                    t_buf_free(&o16);
+                    assert_dequant_16(ctx, "mx 16-bit output", &p, &t, rows, cols, dt, o.p, h);
                     /* 16-bit input: the planes of its f32 widening */
-                    assert_int_equal(qs_convert(ctx, x, QS_DTYPE_F32, h, dt, n, n * 2), QS_OK);
-                    assert_int_equal(qs_convert(ctx, h, dt, xw, QS_DTYPE_F32, n, n * 4), QS_OK);
+                    round_16(ctx, x, n, dt, h, xw);
                     tq t16;
                     quant(ctx, &p, h, dt, rows, cols, &t16);
                     mx_tensor(fm[f], rc, xw, rows, cols, ws, wd);

@@ -9,109 +9,14 @@
  * an encoder restated here from the spec (brute-force nearest values, ties to the even code).
  */
 #include "common.h"
-
-/* ---- helpers shared by the format tests ------------------------------------------------------ */
-
-/* A quantized tensor whose planes are canary-guarded buffers sized by qs_quant_size. */
-typedef struct {
-    t_buf plane[QS_PLANE_COUNT];
-    qs_qtensor q;
-} tq;
-
-static void tq_new(tq *t, const qs_quant_params *p, int64_t rows, int64_t cols)
-{
-    memset(t, 0, sizeof *t);
-    void **ptr[QS_PLANE_COUNT] = {&t->q.data, &t->q.scale, &t->q.zero_point, &t->q.nested_scale};
-    int64_t *cap[QS_PLANE_COUNT] = {&t->q.data_bytes, &t->q.scale_bytes, &t->q.zero_point_bytes,
-                                    &t->q.nested_scale_bytes};
-
-    for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        int64_t bytes = -1;
-        assert_int_equal(qs_quant_size(p, rows, cols, i, &bytes), QS_OK);
-        assert_true(bytes >= 0);
-        t->plane[i] = t_buf_new((size_t)bytes);
-        *ptr[i] = bytes > 0 ? t->plane[i].p : NULL; /* unused planes stay NULL */
-        *cap[i] = bytes;
-    }
-}
-
-static void tq_free(tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        t_buf_free(&t->plane[i]);
-}
-
-static void tq_guards(const tq *t)
-{
-    for (int i = 0; i < QS_PLANE_COUNT; i++)
-        assert_true(t_buf_guards_ok(&t->plane[i]));
-}
-
-static void quant(qs_ctx *ctx, const qs_quant_params *p, const void *src, int32_t dt, int64_t rows,
-                  int64_t cols, tq *t)
-{
-    tq_new(t, p, rows, cols);
-    assert_int_equal(qs_quantize(ctx, p, src, dt, rows, cols, &t->q), QS_OK);
-    assert_string_equal(qs_ctx_last_error(ctx), "");
-    tq_guards(t);
-}
-
-/* Dequantize into a fresh canary-guarded buffer of `dt` elements (caller frees). */
-static t_buf dequant(qs_ctx *ctx, const qs_quant_params *p, const tq *t, int64_t rows, int64_t cols,
-                     int32_t dt)
-{
-    t_buf out = t_buf_new((size_t)(rows * cols * qs_dtype_size(dt)));
-    assert_int_equal(qs_dequantize(ctx, p, &t->q, rows, cols, out.p, dt, (int64_t)out.bytes),
-                     QS_OK);
-    assert_true(t_buf_guards_ok(&out));
-    return out;
-}
-
-static qs_quant_params params(int32_t format)
-{
-    qs_quant_params p;
-    qs_quant_params_init(&p, format);
-    return p;
-}
+#include "quant_helpers.h"
 
 /* ---- the format, restated from §10, §11, §14 ------------------------------------------------- */
 
-static float e2m1_value(int c)
+/* NaN gives `nan_code`: NVFP4 has no NaN element code, and its scale uses E4M3 0x7F. */
+static int nearest_nan(float x, int maxc, int sbit, int nan_code, float (*value)(int))
 {
-    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return (c & 8) ? -mag[c & 7] : mag[c & 7];
-}
-
-static float e4m3_value(int c)
-{
-    int e = (c >> 3) & 0xF, m = c & 7;
-    float v;
-    if ((c & 0x7F) == 0x7F)
-        v = NAN;
-    else
-        v = e == 0 ? (float)ldexp(m, -9) : (float)ldexp(8 + m, e - 10);
-    return (c & 0x80) ? -v : v;
-}
-
-/* Nearest code by brute force, ties to the even code, saturating, sign bit copied; NaN gives
- * `nan_code`. */
-static int nearest(float x, int maxc, int sbit, int nan_code, float (*value)(int))
-{
-    int sign = (t_bits(x) >> 31) ? sbit : 0, best = 0;
-    double a = fabs((double)x), bestd = INFINITY;
-
-    if (x != x)
-        return nan_code;
-    if (a >= (double)value(maxc))
-        return sign | maxc;
-    for (int c = 0; c <= maxc; c++) {
-        double d = fabs(a - (double)value(c));
-        if (d < bestd || (d == bestd && !(c & 1))) {
-            bestd = d;
-            best = c;
-        }
-    }
-    return sign | best;
+    return x != x ? nan_code : nearest(x, maxc, sbit, value);
 }
 
 /* amax with every NaN ignored, signaling ones too (glibc's fmaxf returns NaN for those). */
@@ -151,12 +56,12 @@ static void nv_tensor(const float *x, int64_t rows, int64_t cols, float sg, uint
             if (s == 0.0f)
                 code = 0x38;
             else
-                code = nearest(s < 0x1p-9f ? 0x1p-9f : s, 0x7E, 0x80, 0x7F, e4m3_value);
+                code = nearest_nan(s < 0x1p-9f ? 0x1p-9f : s, 0x7E, 0x80, 0x7F, e4m3_value);
             scales[r * spr + b] = (uint8_t)code;
             float den = e4m3_value(code) * sg;
             for (int64_t i = 0; i < len; i++) {
                 int64_t c = b * 16 + i;
-                int p = den == 0.0f ? 0 : nearest(v[i] / den, 7, 0x8, 0x0, e2m1_value);
+                int p = den == 0.0f ? 0 : nearest_nan(v[i] / den, 7, 0x8, 0x0, e2m1_value);
                 data[r * rb + c / 2] |= (uint8_t)(p << (4 * (c & 1)));
             }
         }
@@ -216,17 +121,14 @@ static void test_nvfp4_vectors(void **state)
     /* decode of the 2688 tensor: 1e-3 -> 2^-10, -2e-3 -> -2^-9 */
     {
         qs_quant_params p = params(QS_FORMAT_NVFP4);
-        tq t;
         float y[2][32];
         memset(y, 0, sizeof y);
         y[0][16] = 2688.0f;
         y[1][0] = 1e-3f, y[1][1] = -2e-3f;
-        quant(ctx, &p, y, QS_DTYPE_F32, 2, 32, &t);
-        t_buf o = dequant(ctx, &p, &t, 2, 32, QS_DTYPE_F32);
+        t_buf o = quant_dequant_f32(ctx, &p, y, 2, 32);
         const float *z = o.p;
         assert_true(z[16] == 2688.0f && z[32] == 0x1p-10f && z[33] == -0x1p-9f);
         t_buf_free(&o);
-        tq_free(&t);
     }
     qs_ctx_destroy(ctx);
 }
@@ -292,13 +194,10 @@ static void test_nvfp4_nonfinite(void **state)
         const uint8_t s[2] = {0x38, 0x7F};
         check_nv(ctx, 0.0f, x, 1, 32, s, d, INFINITY);
         qs_quant_params p = params(QS_FORMAT_NVFP4);
-        tq t;
-        quant(ctx, &p, x, QS_DTYPE_F32, 1, 32, &t);
-        t_buf o = dequant(ctx, &p, &t, 1, 32, QS_DTYPE_F32);
+        t_buf o = quant_dequant_f32(ctx, &p, x, 1, 32);
         for (int i = 0; i < 32; i++)
             assert_true(isnan(((float *)o.p)[i]));
         t_buf_free(&o);
-        tq_free(&t);
     }
     /* given s_global 1: S = 2/6 -> 0.34375 (0x2B): 1 -> 3.0 (5), -2 -> -6 (F);
      * Inf block: S = Inf -> 0x7E, den 448: Inf -> 6 (7), 3 -> 0, -1 -> -0 (8) */
@@ -441,20 +340,12 @@ static void test_nvfp4_random(void **state)
                     float den = e4m3_value(ws[r * ((cols + 15) / 16) + c / 16]) * sg;
                     float want = e2m1_value(code) * den;
                     float got = ((float *)o.p)[r * cols + c];
-                    if (t_bits(got) != t_bits(want) && !(isnan(got) && isnan(want))) {
-                        print_error("nvfp4 decode %lld,%lld: got %a want %a\n", (long long)r,
-                                    (long long)c, (double)got, (double)want);
-                        fail();
-                    }
+                    assert_decoded("nvfp4 decode", r, c, got, want);
                 }
             }
             for (int32_t dt = QS_DTYPE_F16; dt <= QS_DTYPE_BF16; dt++) {
-                t_buf o16 = dequant(ctx, &p, &t, rows, cols, dt);
-                assert_int_equal(qs_convert(ctx, o.p, QS_DTYPE_F32, h, dt, n, n * 2), QS_OK);
-                T_ASSERT_BYTES("nvfp4 16-bit output", o16.p, h, (size_t)n * 2);
-                t_buf_free(&o16);
-                assert_int_equal(qs_convert(ctx, x, QS_DTYPE_F32, h, dt, n, n * 2), QS_OK);
-                assert_int_equal(qs_convert(ctx, h, dt, xw, QS_DTYPE_F32, n, n * 4), QS_OK);
+                assert_dequant_16(ctx, "nvfp4 16-bit output", &p, &t, rows, cols, dt, o.p, h);
+                round_16(ctx, x, n, dt, h, xw);
                 float sgw = nv_global(xw, n, p.scale);
                 nv_tensor(xw, rows, cols, sgw, ws, wd);
                 tq t16;
@@ -481,11 +372,11 @@ static void test_nvfp4_random(void **state)
 static void test_nvfp4_oracle_negative(void **state)
 {
     (void)state;
-    assert_int_equal(nearest(NAN, 0x7E, 0x80, 0x7F, e4m3_value), 0x7F);
-    assert_int_equal(nearest(-NAN, 7, 0x8, 0x0, e2m1_value), 0x0);
-    assert_int_equal(nearest(2.5f, 7, 0x8, 0x0, e2m1_value), 0x4);
-    assert_int_equal(nearest(nextafterf(2.5f, 3.0f), 7, 0x8, 0x0, e2m1_value), 0x5);
-    assert_int_equal(nearest(-7.0f, 7, 0x8, 0x0, e2m1_value), 0xF);
+    assert_int_equal(nearest_nan(NAN, 0x7E, 0x80, 0x7F, e4m3_value), 0x7F);
+    assert_int_equal(nearest_nan(-NAN, 7, 0x8, 0x0, e2m1_value), 0x0);
+    assert_int_equal(nearest_nan(2.5f, 7, 0x8, 0x0, e2m1_value), 0x4);
+    assert_int_equal(nearest_nan(nextafterf(2.5f, 3.0f), 7, 0x8, 0x0, e2m1_value), 0x5);
+    assert_int_equal(nearest_nan(-7.0f, 7, 0x8, 0x0, e2m1_value), 0xF);
 }
 
 int main(void)

@@ -9,6 +9,7 @@
  * test runs under is covered. The dynamic 8-bit map (§6.3) is pinned in test_dyn8.c.
  */
 #include "common.h"
+#include "quant_helpers.h"
 #include "ref/ref.h"
 
 /* ---- the spec's hex columns ------------------------------------------------------------------ */
@@ -368,18 +369,13 @@ static void test_fp8_encode_vectors(void **state)
 static void fp8_roundtrip_api(int32_t format, double (*formula)(int))
 {
     qs_ctx *ctx = t_ctx();
-    qs_quant_params p;
+    qs_quant_params p = params(format);
     uint8_t codes[256], back[256];
     float one = 1.0f, vals[256], scale_out = 0.0f;
-    qs_qtensor q = {0};
+    qs_qtensor q = qt_over(codes, 256, &one, 4);
 
     for (int c = 0; c < 256; c++)
         codes[c] = (uint8_t)c;
-    qs_quant_params_init(&p, format);
-    q.data = codes;
-    q.data_bytes = 256;
-    q.scale = &one;
-    q.scale_bytes = 4;
     assert_int_equal(qs_dequantize(ctx, &p, &q, 1, 256, vals, QS_DTYPE_F32, sizeof vals), QS_OK);
     for (int c = 0; c < 256; c++)
         assert_decodes(qs_format_name(format), c, vals[c], formula(c));
@@ -473,17 +469,12 @@ static void test_e8m0_api(void **state)
 static void bnb4_roundtrip_api(int32_t format, int32_t codebook, const uint8_t *want)
 {
     qs_ctx *ctx = t_ctx();
-    qs_quant_params p;
+    qs_quant_params p = params(format);
     float x[16], absmax = 0.0f, back[16];
     uint8_t data[8];
-    qs_qtensor q = {0};
+    qs_qtensor q = qt_over(data, sizeof data, &absmax, 4);
 
     assert_int_equal(qs_codebook(codebook, x, 16), QS_OK);
-    qs_quant_params_init(&p, format);
-    q.data = data;
-    q.data_bytes = sizeof data;
-    q.scale = &absmax;
-    q.scale_bytes = 4;
     assert_int_equal(qs_quantize(ctx, &p, x, QS_DTYPE_F32, 1, 16, &q), QS_OK);
     assert_bits("absmax", 0, absmax, 0x3f800000);
     T_ASSERT_BYTES(qs_format_name(format), data, want, 8);
