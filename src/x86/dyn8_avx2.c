@@ -7,14 +7,17 @@
  * That tie rule is the same as counting x >= m_j for odd j and x > m_j for even j, which is
  * monotone in j because the midpoints increase strictly, so an eight-step branchless binary
  * search finds the code: every step but the last tests an odd j (>=), the last an even j (>).
- * NaN fails every compare and gets code 0. Tails use the reference's element routines.
+ * NaN fails every compare and gets code 0. Tails use the reference's element routines. The absmax
+ * and the group driver are shared with NF4/FP4 in bnb_avx2.h.
  */
 #include <math.h>
+#include <string.h>
 
 #include <immintrin.h>
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "bnb_avx2.h"
 
 /* Midpoints, computed per call exactly as the reference does, and the register tables of the
  * first search steps (the later steps gather from mid). */
@@ -76,30 +79,10 @@ static inline __m256i dyn8_encode_avx2(__m256 x, const dyn8_tab_avx2 *t)
     return _mm256_sub_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(x, thr, _CMP_GT_OQ)));
 }
 
-static inline float block_amax_avx2(const float *v, int64_t len)
-{
-    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    int64_t i = 0;
-
-    for (; i + 16 <= len; i += 16) {
-        a0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i), abs), a0); /* NaN ignored */
-        a1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i + 8), abs), a1);
-    }
-    a0 = _mm256_max_ps(a0, a1);
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    float r = _mm_cvtss_f32(m);
-    for (; i < len; i++)
-        r = qs_ref_absmax_step(r, v[i]);
-    return r;
-}
-
 /* Codes of one block of len elements whose absmax m is known. */
-static void dyn8_block_avx2(const float *v, int64_t len, float m, uint8_t *d,
-                            const dyn8_tab_avx2 *t)
+static void dyn8_block_avx2(const float *v, int64_t len, float m, uint8_t *d, const void *tab)
 {
+    const dyn8_tab_avx2 *t = tab;
     int64_t i = 0;
 
     if (m == 0.0f) { /* absmax 0: codes 0 by an explicit branch, as the reference (§6.4) */
@@ -127,20 +110,7 @@ void qs_dyn8_quant__avx2(const float *src, int64_t n, int32_t block, uint8_t *ds
     dyn8_tab_avx2 t;
 
     dyn8_tab_avx2_init(&t);
-    /* Blocks go in groups of about 2048 elements: every absmax of the group first, then every
-     * block's codes, so that one block's reduction, division and encode do not form a single
-     * dependency chain per block (the group is still in L1 for the second pass). */
-    const int64_t group = block >= 2048 ? 1 : 2048 / block;
-    for (int64_t g = 0; g * block < n; g += group) {
-        for (int64_t b = g; b < g + group && b * block < n; b++) {
-            int64_t len = n - b * block < block ? n - b * block : block;
-            absmax[b] = block_amax_avx2(src + b * block, len);
-        }
-        for (int64_t b = g; b < g + group && b * block < n; b++) {
-            int64_t len = n - b * block < block ? n - b * block : block;
-            dyn8_block_avx2(src + b * block, len, absmax[b], dst + b * block, &t);
-        }
-    }
+    bnb_quant_avx2(src, n, block, 1, dst, absmax, dyn8_block_avx2, &t);
 }
 
 void qs_dyn8_dequant__avx2(const uint8_t *src, const float *absmax, int64_t n, int32_t block,

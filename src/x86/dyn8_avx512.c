@@ -8,14 +8,17 @@
  * monotone in j because the midpoints increase strictly, so an eight-step branchless binary search
  * finds the code: every step but the last tests an odd j (>=), the last an even j (>). The
  * thresholds of each step live in registers (16-, 32-, 64- and 128-entry permute tables). NaN
- * fails every compare and gets code 0. Tails use masked loads and stores.
+ * fails every compare and gets code 0. Tails use masked loads and stores. The absmax and the group
+ * driver are shared with NF4/FP4 in bnb_avx512.h.
  */
 #include <math.h>
+#include <string.h>
 
 #include <immintrin.h>
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "bnb_avx512.h"
 
 /* Search step s tests j = c + s - 1 where c, the partial code, is a multiple of 2s. Steps 128...8
  * index a 16-entry table by c >> 4; step 4 a 32-entry table by c >> 3; step 2 a 64-entry table by
@@ -81,30 +84,11 @@ static inline __m512i dyn8_encode_avx512(__m512 x, const dyn8_tab_avx512 *t)
     return _mm512_mask_add_epi32(c, m, c, _mm512_set1_epi32(1));
 }
 
-static inline __mmask16 tail_mask_avx512(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
-}
-
-static inline float block_amax_avx512(const float *v, int64_t len)
-{
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    int64_t i = 0;
-
-    for (; i + 32 <= len; i += 32) {
-        a0 = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + i)), a0); /* NaN ignored */
-        a1 = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + i + 16)), a1);
-    }
-    for (; i < len; i += 16) /* masked-off lanes load +0, which cannot raise the max */
-        a0 = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(tail_mask_avx512(len - i), v + i)),
-                           a0);
-    return _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)); /* no NaN, no -0: exact */
-}
-
 /* Codes of one block of len elements whose absmax m is known. */
 static void dyn8_block_avx512(const float *v, int64_t len, float m, uint8_t *d,
-                              const dyn8_tab_avx512 *t)
+                              const void *tab)
 {
+    const dyn8_tab_avx512 *t = tab;
     int64_t i = 0;
 
     if (m == 0.0f) { /* absmax 0: codes 0 by an explicit branch, as the reference (§6.4) */
@@ -131,20 +115,7 @@ void qs_dyn8_quant__avx512(const float *src, int64_t n, int32_t block, uint8_t *
     dyn8_tab_avx512 t;
 
     dyn8_tab_avx512_init(&t);
-    /* Blocks go in groups of about 2048 elements: every absmax of the group first, then every
-     * block's codes, so that one block's reduction, division and encode do not form a single
-     * dependency chain per block (the group is still in L1 for the second pass). */
-    const int64_t group = block >= 2048 ? 1 : 2048 / block;
-    for (int64_t g = 0; g * block < n; g += group) {
-        for (int64_t b = g; b < g + group && b * block < n; b++) {
-            int64_t len = n - b * block < block ? n - b * block : block;
-            absmax[b] = block_amax_avx512(src + b * block, len);
-        }
-        for (int64_t b = g; b < g + group && b * block < n; b++) {
-            int64_t len = n - b * block < block ? n - b * block : block;
-            dyn8_block_avx512(src + b * block, len, absmax[b], dst + b * block, &t);
-        }
-    }
+    bnb_quant_avx512(src, n, block, 1, dst, absmax, dyn8_block_avx512, &t);
 }
 
 void qs_dyn8_dequant__avx512(const uint8_t *src, const float *absmax, int64_t n, int32_t block,

@@ -6,7 +6,8 @@
  * r = #{k : |x| > t_k} over the CUDA threshold literals, code = sign | R[r]. The rank is found by
  * a three-step branchless binary search over the sorted thresholds (same count, since they
  * increase strictly); NaN fails every compare and gets code 0 as in the reference. Block tails
- * and odd lengths use the reference's element routines.
+ * and odd lengths use the reference's element routines. The block driver, absmax and nibble packing
+ * are shared with NF4 in bnb_avx2.h.
  */
 #include <math.h>
 
@@ -14,6 +15,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "bnb_avx2.h"
 
 /* Thresholds arranged per search step, indexed by the rank found so far: step 4 tests t3; step 2
  * tests t1 or t5 (rank 0 or 4); step 1 tests t[r] for even r. Ranks map to code bits by R. */
@@ -36,8 +38,9 @@ static inline fp4_tab_avx2 fp4_tab_avx2_load(void)
 }
 
 /* Eight scaled values to FP4 codes (one per 32-bit lane), §4 encode. */
-static inline __m256i fp4_encode_avx2(__m256 x, const fp4_tab_avx2 *t)
+static inline __m256i fp4_encode_avx2(__m256 x, const void *tab)
 {
+    const fp4_tab_avx2 *t = tab;
     /* -0.0 and NaN are not < 0: sign bit clear (§4) */
     __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
     __m256i s = _mm256_and_si256(_mm256_castps_si256(neg), _mm256_set1_epi32(8));
@@ -52,113 +55,20 @@ static inline __m256i fp4_encode_avx2(__m256 x, const fp4_tab_avx2 *t)
     return _mm256_or_si256(s, _mm256_permutevar8x32_epi32(t->rank, r));
 }
 
-/* 32 codes (four vectors of eight, in element order) to 16 bytes, element 2j in the high nibble. */
-static inline __m128i nibbles_pack_avx2(__m256i c0, __m256i c1, __m256i c2, __m256i c3)
+static void fp4_block_avx2(const float *v, int64_t len, float absmax, uint8_t *dst, const void *t)
 {
-    __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
-    /* the packs interleave 128-bit halves: put the 4-byte groups back in element order */
-    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    __m256i w = _mm256_maddubs_epi16(b, _mm256_set1_epi16(0x0110)); /* 16 * c[2j] + c[2j+1] */
-    w = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08);
-    return _mm256_castsi256_si128(w);
-}
-
-static inline float block_amax_avx2(const float *v, int64_t len)
-{
-    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    int64_t i = 0;
-
-    for (; i + 16 <= len; i += 16) {
-        a0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i), abs), a0); /* NaN ignored */
-        a1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i + 8), abs), a1);
-    }
-    a0 = _mm256_max_ps(a0, a1);
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    float r = _mm_cvtss_f32(m);
-    for (; i < len; i++)
-        r = qs_ref_absmax_step(r, v[i]);
-    return r;
-}
-
-static void fp4_block_avx2(const float *v, int64_t len, float absmax, uint8_t *dst,
-                           const fp4_tab_avx2 *t)
-{
-    float inv;
-    int64_t i = 0;
-
-    if (absmax == 0.0f) { /* all-zero or all-NaN block: explicit branch, codes 0 (§5.2) */
-        memset(dst, 0x00, (size_t)((len + 1) / 2));
-        return;
-    }
-    inv = 1.0f / absmax;
-    const __m256 vinv = _mm256_set1_ps(inv);
-    for (; i + 32 <= len; i += 32) {
-        __m256i c0 = fp4_encode_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + i), vinv), t);
-        __m256i c1 = fp4_encode_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + i + 8), vinv), t);
-        __m256i c2 = fp4_encode_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + i + 16), vinv), t);
-        __m256i c3 = fp4_encode_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + i + 24), vinv), t);
-        _mm_storeu_si128((__m128i *)(dst + i / 2), nibbles_pack_avx2(c0, c1, c2, c3));
-    }
-    for (; i < len; i += 2) {
-        uint8_t hi = qs_ref_fp4_encode(v[i] * inv);
-        uint8_t lo = qs_ref_fp4_encode((i + 1 < len ? v[i + 1] : 0.0f) * inv); /* odd pad: 0.0 */
-        dst[i / 2] = (uint8_t)(hi << 4 | lo);
-    }
+    bnb4_block_avx2(v, len, absmax, dst, t, fp4_encode_avx2, qs_ref_fp4_encode);
 }
 
 void qs_fp4_quant__avx2(const float *src, int64_t n, int32_t block, uint8_t *dst, float *absmax)
 {
     const fp4_tab_avx2 t = fp4_tab_avx2_load();
 
-    /* Blocks go in groups of about 2048 elements: every absmax of the group first, then every
-     * block's codes, so that one block's reduction, division and encode do not form a single
-     * dependency chain per block (the group is still in L1 for the second pass). */
-    const int64_t group = block >= 2048 ? 1 : 2048 / block;
-    for (int64_t g = 0; g * block < n; g += group) {
-        for (int64_t b = g; b < g + group && b * block < n; b++) {
-            int64_t len = n - b * block < block ? n - b * block : block;
-            absmax[b] = block_amax_avx2(src + b * block, len);
-        }
-        for (int64_t b = g; b < g + group && b * block < n; b++) {
-            int64_t len = n - b * block < block ? n - b * block : block;
-            fp4_block_avx2(src + b * block, len, absmax[b], dst + b * block / 2, &t);
-        }
-    }
+    bnb_quant_avx2(src, n, block, 2, dst, absmax, fp4_block_avx2, &t);
 }
 
 void qs_fp4_dequant__avx2(const uint8_t *src, const float *absmax, int64_t n, int32_t block,
                           float *dst)
 {
-    const __m256 lo = _mm256_loadu_ps(qs_fp4_codebook), hi = _mm256_loadu_ps(qs_fp4_codebook + 8);
-    /* byte j of a 4-byte word holds element 2j in bits 4..7 and element 2j+1 in bits 0..3 */
-    const __m256i shift = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
-
-    for (int64_t b = 0; b * block < n; b++) {
-        int64_t start = b * block;
-        int64_t len = n - start < block ? n - start : block;
-        const uint8_t *s = src + start / 2;
-        float *d = dst + start;
-        const float scale = absmax[b];
-        const __m256 vs = _mm256_set1_ps(scale);
-        int64_t i = 0;
-
-        for (; i + 8 <= len; i += 8) {
-            uint32_t w;
-            memcpy(&w, s + i / 2, sizeof w);
-            __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int32_t)w), shift);
-            idx = _mm256_and_si256(idx, _mm256_set1_epi32(0xF));
-            /* bit 3 of the code picks the upper half of the codebook */
-            __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx),
-                                        _mm256_permutevar8x32_ps(hi, idx),
-                                        _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-            _mm256_storeu_ps(d + i, _mm256_mul_ps(v, vs)); /* §5.3: one f32 multiply */
-        }
-        for (; i < len; i++) {
-            uint8_t code = (i & 1) ? (s[i / 2] & 0xF) : (s[i / 2] >> 4);
-            d[i] = qs_fp4_codebook[code] * scale;
-        }
-    }
+    bnb4_dequant_avx2(src, absmax, n, block, qs_fp4_codebook, dst);
 }

@@ -7,69 +7,22 @@
  * E2M1_RNE_sat(fl(v / den)) with a true division (NaN -> 0; den = 0 -> 0), decode
  * fl(value(P) * den). The block scales of 16 blocks are computed in one vector pass. A partial
  * last block is read with zero-masked loads (+0.0 changes no amax) and written with masked
- * stores, so nothing past n is read or written.
+ * stores, so nothing past n is read or written. The E4M3/E2M1 rounding and decoding are shared
+ * through minifloat_avx512.h.
  */
 #include <immintrin.h>
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
-
-/* E4M3 codes of 16 floats (0...255 per 32-bit lane), NaN -> 0x7F | sign, saturating. */
-static inline __m512i e4m3_encode_avx512(__m512 y)
-{
-    const __m512i u = _mm512_castps_si512(y);
-    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-    /* below the smallest normal 2^-6 every value has the quantum 2^-9: rne(a * 2^9), exact */
-    __m512i sub =
-        _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(0x1p9f)));
-    /* normal: RNE at f32 mantissa bit 20, then rebias 127 -> 7; a carry rolls into the exponent */
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x7FFFF)), odd);
-    __m512i mag = _mm512_sub_epi32(_mm512_srli_epi32(r, 20), _mm512_set1_epi32(120 << 3));
-
-    mag = _mm512_mask_mov_epi32(mag, _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(0x3C800000)),
-                                sub);
-    mag = _mm512_min_epi32(mag, _mm512_set1_epi32(0x7E)); /* saturate to 448 */
-    mag = _mm512_mask_mov_epi32(mag, _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7F800000)),
-                                _mm512_set1_epi32(0x7F));
-    return _mm512_or_si512(mag, _mm512_and_si512(_mm512_srli_epi32(u, 24),
-                                                 _mm512_set1_epi32(0x80)));
-}
-
-/* Values of 16 E4M3 codes (0...255 per 32-bit lane), exact; 0x7F / 0xFF give NaN with the sign. */
-static inline __m512 e4m3_decode_avx512(__m512i c)
-{
-    const __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
-    __m512i v = _mm512_add_epi32(_mm512_slli_epi32(m, 20), _mm512_set1_epi32(120 << 23));
-    __m512i sub = _mm512_castps_si512(
-        _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f)));
-
-    v = _mm512_mask_mov_epi32(v, _mm512_cmplt_epi32_mask(m, _mm512_set1_epi32(8)), sub);
-    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(m, _mm512_set1_epi32(0x7F)),
-                              _mm512_set1_epi32(0x7FC00000));
-    v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24));
-    return _mm512_castsi512_ps(v);
-}
+#include "minifloat_avx512.h"
 
 /* E2M1 codes (0...15) of 16 floats, one per 32-bit lane; NaN -> 0 (§11), Inf saturates. */
 static inline __m512i e2m1_encode_avx512(__m512 y)
 {
-    const __m512i u = _mm512_castps_si512(y);
-    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-    /* below the smallest normal 1.0 the quantum is 0.5: rne(a * 2), exact scaling */
-    __m512i sub =
-        _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(2.0f)));
-    /* normal: RNE at f32 mantissa bit 22, then rebias 127 -> 1; a carry rolls into the exponent */
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 22), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(0x1FFFFF)), odd);
-    __m512i mag = _mm512_sub_epi32(_mm512_srli_epi32(r, 22), _mm512_set1_epi32(126 << 1));
+    __m512i a = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(0x7FFFFFFF));
     __mmask16 ok = _mm512_cmple_epi32_mask(a, _mm512_set1_epi32(0x7F800000)); /* not NaN */
 
-    mag = _mm512_mask_mov_epi32(mag, _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(0x3F800000)),
-                                sub);
-    mag = _mm512_min_epi32(mag, _mm512_set1_epi32(7)); /* saturate to 6 */
-    return _mm512_maskz_or_epi32(ok, mag, _mm512_and_si512(_mm512_srli_epi32(u, 28),
-                                                           _mm512_set1_epi32(8)));
+    return _mm512_maskz_mov_epi32(ok, e2m1_encode_finite_avx512(y));
 }
 
 static inline float nvfp4_amax_avx512(__m512 x)
@@ -129,7 +82,7 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
     for (; b * 16 < n; b++) {
         int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
         int64_t nbytes = (len + 1) / 2;
-        __mmask16 k = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+        __mmask16 k = lane_mask_avx512(len);
         __m512 x = _mm512_maskz_loadu_ps(k, src + b * 16), den;
         __m512i code = nvfp4_scales_avx512(_mm512_set1_ps(nvfp4_amax_avx512(x)), s_global, &den);
 
@@ -150,7 +103,7 @@ void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
     for (int64_t b = 0; b * 16 < n; b++) {
         int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
         int64_t nbytes = (len + 1) / 2;
-        __mmask16 k = len >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << len) - 1);
+        __mmask16 k = lane_mask_avx512(len);
         __mmask16 kb = (__mmask16)((1u << nbytes) - 1);
         __m512i w = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(kb, src + b * 8));
         /* lane 2j takes the low nibble of byte j, lane 2j + 1 its high nibble */

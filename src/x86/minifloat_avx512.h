@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Minifloat helpers shared by the FP8 and microscaling kernels for AVX-512 F/BW/DQ/VL
+ * (e4m3_avx512.c, e5m2_avx512.c, mxfp4_avx512.c, mxfp8_avx512.c, nvfp4_avx512.c;
+ * spec/formats.md §10-§14): RNE encoders for E4M3, E5M2 and E2M1 that round in the integer domain
+ * on the f32 bits for normal results and with one exact power-of-two scaling plus VCVTPS2DQ (RNE in
+ * the default MXCSR) for subnormal ones, the exact E4M3 decoder, tail masks, the OCP MX (E8M0)
+ * block scale and the per-tensor FP8 drivers. Tails use masked loads and stores, so nothing past n
+ * is read or written. Everything is `static inline`; the format constants and the routines passed
+ * to the drivers are compile-time constants, so each kernel file gets its own inlined copy.
+ * Include only from files compiled with the AVX-512 flags (*_avx512.c).
+ */
+#ifndef QS_X86_MINIFLOAT_AVX512_H
+#define QS_X86_MINIFLOAT_AVX512_H
+
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+
+/* Lanes 0 ... left - 1 of 16 (all 16 when left >= 16; none when left <= 0). */
+static inline __mmask16 lane_mask_avx512(int64_t left)
+{
+    return left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+}
+
+/* Magnitude codes of 16 values from their bits without sign, a = |y| (NaN excluded), for a format
+ * with mbits mantissa bits and exponent bias `bias`, RNE, saturating to max_code (Inf included). */
+static inline __m512i minifloat_mag_avx512(__m512i a, int mbits, int bias, int max_code)
+{
+    const int shift = 23 - mbits;
+    /* below the smallest normal 2^(1 - bias) the quantum is 2^(1 - bias - mbits): rne(a * 2^(bias
+     * + mbits - 1)), an exact scaling */
+    const __m512 up = _mm512_castsi512_ps(_mm512_set1_epi32((127 + bias + mbits - 1) << 23));
+    __m512i sub = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), up));
+    /* normal: RNE at f32 mantissa bit `shift`, then rebias 127 -> bias; a carry rolls into the
+     * exponent */
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, shift), _mm512_set1_epi32(1));
+    __m512i r =
+        _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32((1 << (shift - 1)) - 1)), odd);
+    __m512i mag =
+        _mm512_sub_epi32(_mm512_srli_epi32(r, shift), _mm512_set1_epi32((127 - bias) << mbits));
+    __mmask16 is_sub = _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32((128 - bias) << 23));
+
+    mag = _mm512_mask_mov_epi32(mag, is_sub, sub);
+    return _mm512_min_epi32(mag, _mm512_set1_epi32(max_code));
+}
+
+/* FP8 codes of 16 floats (0...255 per 32-bit lane): sign in bit 7, NaN -> 0x7F | sign. */
+static inline __m512i fp8_encode_avx512(__m512 y, int mbits, int bias, int max_code)
+{
+    const __m512i u = _mm512_castps_si512(y);
+    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    __mmask16 is_nan = _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7F800000));
+    __m512i mag = minifloat_mag_avx512(a, mbits, bias, max_code);
+
+    mag = _mm512_mask_mov_epi32(mag, is_nan, _mm512_set1_epi32(0x7F));
+    return _mm512_or_si512(mag,
+                           _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
+}
+
+/* E4M3 codes of 16 floats: everything above 448 (Inf included) becomes 0x7E. */
+static inline __m512i e4m3_encode_avx512(__m512 y)
+{
+    return fp8_encode_avx512(y, 3, 7, 0x7E);
+}
+
+/* E4M3 codes of 16 finite floats (NaN must not reach this encoder). */
+static inline __m512i e4m3_encode_finite_avx512(__m512 y)
+{
+    const __m512i u = _mm512_castps_si512(y);
+    __m512i mag =
+        minifloat_mag_avx512(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), 3, 7, 0x7E);
+
+    return _mm512_or_si512(mag,
+                           _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
+}
+
+/* E2M1 codes (0...15) of 16 finite floats, one per 32-bit lane; above 6 saturates to 0x7. */
+static inline __m512i e2m1_encode_finite_avx512(__m512 y)
+{
+    const __m512i u = _mm512_castps_si512(y);
+    __m512i mag = minifloat_mag_avx512(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), 1, 1, 7);
+
+    return _mm512_or_si512(mag, _mm512_and_si512(_mm512_srli_epi32(u, 28), _mm512_set1_epi32(8)));
+}
+
+/* Values of 16 E4M3 codes (0...255 per 32-bit lane), exact; 0x7F / 0xFF give NaN with the sign. */
+static inline __m512 e4m3_decode_avx512(__m512i c)
+{
+    const __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(0x7F));
+    /* normal: exponent field e -> e + 120, mantissa to the top of the f32 mantissa */
+    __m512i v = _mm512_add_epi32(_mm512_slli_epi32(m, 20), _mm512_set1_epi32(120 << 23));
+    /* subnormal (e = 0): m * 2^-9, computed from an integer so no f32 denormal is touched */
+    __m512i sub =
+        _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f)));
+
+    v = _mm512_mask_mov_epi32(v, _mm512_cmplt_epi32_mask(m, _mm512_set1_epi32(8)), sub);
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(m, _mm512_set1_epi32(0x7F)),
+                              _mm512_set1_epi32(0x7FC00000));
+    v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24));
+    return _mm512_castsi512_ps(v);
+}
+
+/* The per-tensor FP8 quantize driver (§10): codes of fl(x / scale) with a true division. */
+static inline void fp8_quant_avx512(const float *src, int64_t n, float scale, uint8_t *dst,
+                                    int mbits, int bias, int max_code)
+{
+    const __m512 vs = _mm512_set1_ps(scale);
+    int64_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        __m512i c0 =
+            fp8_encode_avx512(_mm512_div_ps(_mm512_loadu_ps(src + i), vs), mbits, bias, max_code);
+        __m512i c1 = fp8_encode_avx512(_mm512_div_ps(_mm512_loadu_ps(src + i + 16), vs), mbits,
+                                       bias, max_code);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm512_cvtepi32_epi8(c0));
+        _mm_storeu_si128((__m128i *)(dst + i + 16), _mm512_cvtepi32_epi8(c1));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = lane_mask_avx512(n - i);
+        __m512i c = fp8_encode_avx512(_mm512_div_ps(_mm512_maskz_loadu_ps(k, src + i), vs), mbits,
+                                      bias, max_code);
+        _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, c);
+    }
+}
+
+/* Values of 16 FP8 codes (bytes). */
+typedef __m512 (*fp8_decode16_avx512_fn)(__m128i b);
+
+/* The per-tensor FP8 dequantize driver (§10): fl(value(q) * scale). */
+static inline void fp8_dequant_avx512(const uint8_t *src, int64_t n, float scale, float *dst,
+                                      fp8_decode16_avx512_fn decode16)
+{
+    const __m512 vs = _mm512_set1_ps(scale);
+    int64_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = decode16(_mm_loadu_si128((const __m128i *)(src + i)));
+        __m512 v1 = decode16(_mm_loadu_si128((const __m128i *)(src + i + 16)));
+        _mm512_storeu_ps(dst + i, _mm512_mul_ps(v0, vs));
+        _mm512_storeu_ps(dst + i + 16, _mm512_mul_ps(v1, vs));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = lane_mask_avx512(n - i);
+        __m512 v = decode16(_mm_maskz_loadu_epi8(k, src + i));
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(v, vs));
+    }
+}
+
+/* The E8M0 byte of a block without NaN/Inf from its amax (>= 0), FLOOR or RCEIL (§13), for an
+ * element format whose largest value has exponent emax and f32 mantissa bits max_mant. */
+static inline uint8_t mx_scale_avx512(float amax, int32_t rounding, int32_t emax, uint32_t max_mant)
+{
+    uint32_t b = qs_f32_bits(amax);
+    /* biased exponent minus emax = floor(log2 amax) - emax + 127; subnormal or zero amax clamps */
+    int32_t e = (int32_t)(b >> 23) - emax;
+
+    if (rounding != 0 && (b & 0x7FFFFFu) > max_mant)
+        e++; /* amax > max * 2^(e - 127): one binade up, so that nothing clips */
+    return (uint8_t)(e < 0 ? 0 : e);
+}
+
+/* Nonzero when a value of the MX block of 32 held in x0, x1 is NaN or Inf (§13 step 1). */
+static inline __mmask16 mx_special_avx512(__m512 x0, __m512 x1)
+{
+    const __m512i expo = _mm512_set1_epi32(0x7F800000);
+
+    return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x0), expo), expo) |
+           _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x1), expo), expo);
+}
+
+/* The scale byte of an MX block of 32 without NaN/Inf held in x0, x1 (see mx_scale_avx512). */
+static inline uint8_t mx_block_scale_avx512(__m512 x0, __m512 x1, int32_t rounding, int32_t emax,
+                                            uint32_t max_mant)
+{
+    __m512 m = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+
+    return mx_scale_avx512(_mm512_reduce_max_ps(m), rounding, emax, max_mant);
+}
+
+/* 2^(127 - s), the element multiplier of scale byte s (a normal f32 for every finite block). */
+static inline __m512 mx_mul_avx512(uint8_t s)
+{
+    return _mm512_castsi512_ps(_mm512_set1_epi32((int32_t)(254 - s) << 23));
+}
+
+#endif /* QS_X86_MINIFLOAT_AVX512_H */
