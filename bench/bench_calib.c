@@ -16,43 +16,7 @@
 #include <time.h>
 
 #include "qsparse.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
-
-/* Read-only pass over the array: four independent 64-bit sums, so the loop is bound by loads. */
-static volatile uint64_t sink;
-static double read_pass(const void *p, size_t bytes)
-{
-    const uint64_t *w = p;
-    size_t n = bytes / 8;
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    double t0 = now();
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        a += w[i];
-        b += w[i + 1];
-        c += w[i + 2];
-        d += w[i + 3];
-    }
-    sink = a ^ b ^ c ^ d;
-    return now() - t0;
-}
+#include "bench_util.h"
 
 static uint64_t rng_state = 0x1234567ull;
 static double unif(void)
@@ -61,26 +25,6 @@ static double unif(void)
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return ((double)((z ^ (z >> 31)) >> 11) + 0.5) * 0x1p-53;
-}
-
-static void cpu_model(char *buf, size_t len)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    snprintf(buf, len, "unknown");
-    if (!f)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *c = strchr(line, ':');
-            if (c) {
-                snprintf(buf, len, "%s", c + 2);
-                buf[strcspn(buf, "\n")] = '\0';
-            }
-            break;
-        }
-    }
-    fclose(f);
 }
 
 static qs_ctx *make_ctx(uint32_t isa)

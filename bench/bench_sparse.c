@@ -17,62 +17,7 @@
 #include <time.h>
 
 #include "qsparse.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
-
-/* Read-only pass: four independent 64-bit sums, bound by loads. */
-static volatile uint64_t sink;
-static double read_pass(const void *p, size_t bytes)
-{
-    const uint64_t *w = p;
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    double t0 = now();
-    for (size_t i = 0; i + 4 <= bytes / 8; i += 4) {
-        a += w[i];
-        b += w[i + 1];
-        c += w[i + 2];
-        d += w[i + 3];
-    }
-    sink = a ^ b ^ c ^ d;
-    return now() - t0;
-}
-
-static void cpu_model(char *out, size_t cap)
-{
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    snprintf(out, cap, "unknown");
-    if (!f)
-        return;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10)) {
-            char *p = strchr(line, ':');
-            if (p) {
-                p += 2;
-                p[strcspn(p, "\n")] = 0;
-                snprintf(out, cap, "%s", p);
-            }
-            break;
-        }
-    fclose(f);
-}
+#include "bench_util.h"
 
 struct bench {
     qs_ctx *ctx;

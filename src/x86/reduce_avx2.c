@@ -66,10 +66,9 @@ static inline void zero_push_avx2(zero_replay_avx2 *z, float v)
     }
 }
 
-/* The exact result, sign included, of the reference when its fold ends at +-0. Which zero it
- * keeps depends on the order of the zeros and on the tie rule of its fminf/fmaxf calls: C leaves
- * fminf(-0, +0) open, glibc returns one argument, and GCC may swap the arguments of these
- * commutative builtins. So the reference kernel itself is replayed over the zero elements only;
+/* The exact result, sign included, of the reference when its fold ends at +-0. The reference
+ * orders -0 below +0, but MINPS/MAXPS return their second operand for a -0/+0 pair, so the lanes
+ * may have kept either zero. The reference kernel itself is replayed over the zero elements only;
  * every other element leaves a zero accumulator unchanged, so this reproduces its bits. */
 static float zero_fold_avx2(const float *src, int64_t n, float init, int is_max)
 {
