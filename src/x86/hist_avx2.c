@@ -122,6 +122,26 @@ static inline uint64_t sub_sum(const uint32_t *sub, int32_t nbins, uint32_t j)
     return t;
 }
 
+/* Count the eight bins of idx into the private counters; `fin` has bit j set when lane j held a
+ * finite value (non-finite values are counted elsewhere and never binned). */
+static inline void bump8_avx2(uint32_t *sub, const uint32_t *idx, int fin)
+{
+    if (fin == 0xFF) {
+        sub[idx[0]]++;
+        sub[idx[1]]++;
+        sub[idx[2]]++;
+        sub[idx[3]]++;
+        sub[idx[4]]++;
+        sub[idx[5]]++;
+        sub[idx[6]]++;
+        sub[idx[7]]++;
+        return;
+    }
+    for (int j = 0; j < 8; j++)
+        if (fin & (1 << j))
+            sub[idx[j]]++;
+}
+
 static void update_sub_avx2(const float *src, int64_t n, __m256i shift0, __m256i top,
                             int32_t nbins, uint64_t *counts)
 {
@@ -138,20 +158,7 @@ static void update_sub_avx2(const float *src, int64_t n, __m256i shift0, __m256i
         __m256i b = bins_avx2(src + i, shift0, top, &fin);
         vmax = _mm256_max_epu32(vmax, b);
         _mm256_store_si256((__m256i *)idx, _mm256_add_epi32(b, lane_off));
-        if (fin == 0xFF) {
-            sub[idx[0]]++;
-            sub[idx[1]]++;
-            sub[idx[2]]++;
-            sub[idx[3]]++;
-            sub[idx[4]]++;
-            sub[idx[5]]++;
-            sub[idx[6]]++;
-            sub[idx[7]]++;
-        } else {
-            for (int j = 0; j < 8; j++)
-                if (fin & (1 << j))
-                    sub[idx[j]]++;
-        }
+        bump8_avx2(sub, idx, fin);
     }
     _mm256_store_si256((__m256i *)idx, vmax);
     uint32_t used = 0;
@@ -257,20 +264,7 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
             __m256i b = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(u), scale));
             b = _mm256_min_epu32(b, top);
             _mm256_store_si256((__m256i *)idx, _mm256_add_epi32(b, lane_off));
-            if (fin == 0xFF) {
-                sub[idx[0]]++;
-                sub[idx[1]]++;
-                sub[idx[2]]++;
-                sub[idx[3]]++;
-                sub[idx[4]]++;
-                sub[idx[5]]++;
-                sub[idx[6]]++;
-                sub[idx[7]]++;
-            } else {
-                for (int j = 0; j < 8; j++)
-                    if (fin & (1 << j))
-                        sub[idx[j]]++;
-            }
+            bump8_avx2(sub, idx, fin);
         }
         float tl[8], th[8];
         _mm256_storeu_ps(tl, vlo);
