@@ -9,16 +9,10 @@
 #include "mx_ref.h"
 #include "ref.h"
 
-uint8_t qs_ref_mx_scale(const float *v, int64_t len, int32_t rounding, int emax, float elem_max)
+uint8_t qs_ref_mx_scale_from_amax(float amax, int32_t rounding, int emax, float elem_max)
 {
-    float amax = 0.0f;
     int shared_exp;
 
-    for (int64_t i = 0; i < len; i++) {
-        if ((qs_f32_bits(v[i]) & 0x7F800000u) == 0x7F800000u)
-            return 0xFF; /* NaN or Inf anywhere: the block is NaN (§13 step 1) */
-        amax = qs_ref_absmax_step(amax, v[i]);
-    }
     if (amax == 0.0f)
         return 0x00; /* 2^-127 (§13 special cases) */
     if (rounding == 0) {
@@ -34,4 +28,16 @@ uint8_t qs_ref_mx_scale(const float *v, int64_t len, int32_t rounding, int emax,
     if (shared_exp > 127)
         shared_exp = 127;
     return (uint8_t)(shared_exp + 127);
+}
+
+uint8_t qs_ref_mx_scale(const float *v, int64_t len, int32_t rounding, int emax, float elem_max)
+{
+    float amax = 0.0f;
+
+    for (int64_t i = 0; i < len; i++) {
+        if ((qs_f32_bits(v[i]) & 0x7F800000u) == 0x7F800000u)
+            return 0xFF; /* NaN or Inf anywhere: the block is NaN (§13 step 1) */
+        amax = qs_ref_absmax_step(amax, v[i]);
+    }
+    return qs_ref_mx_scale_from_amax(amax, rounding, emax, elem_max);
 }
