@@ -120,7 +120,17 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
         float lh[2] = {in->variant & 1 ? INFINITY : -2.0f, in->variant & 1 ? -INFINITY : 2.0f};
         ((qs_minmax_f32_fn *)fn)(in->x, n, &lh[0], &lh[1]);
         memcpy(out, lh, 8);
-        return 8;
+        /* Zeros of one sign with a single zero of the other at a moving position: the result's
+         * sign (-0 < +0 in the reference) must not depend on which lane the odd zero lands in. */
+        float z[48], zlh[2] = {1.0f, -1.0f};
+        int64_t zn = n < 48 ? n : 48;
+        for (int64_t k = 0; k < zn; k++)
+            z[k] = in->variant & 1 ? -0.0f : 0.0f;
+        if (zn > 0)
+            z[(n * 7 + in->variant) % zn] = in->variant & 1 ? 0.0f : -0.0f;
+        ((qs_minmax_f32_fn *)fn)(z, zn, &zlh[0], &zlh[1]);
+        memcpy(out + 8, zlh, 8);
+        return 16;
     }
     case QS_SLOT_nonfinite_f32: {
         /* variant 1: only the finite prefix, so both answers are exercised */

@@ -2,9 +2,9 @@
 /*
  * Reductions for AVX2 (spec/formats.md §5.2 step 1, §8 step 1), bit for bit as
  * src/ref/reduce_ref.c. fmaxf/fminf ignore NaN; x86 MAXPS/MINPS return their second operand when
- * either is NaN, so the data goes first and the accumulator second. Max and min are exact, so lane
- * order does not matter, except for the sign of a zero result, which is recomputed by replaying
- * the reference kernel over the zero elements only (see zero_fold_avx2).
+ * either is NaN, so the data goes first and the accumulator second. Max and min are exact and,
+ * with zeros ordered -0 < +0 as the reference orders them (min0_avx2, max0_avx2), associative,
+ * so lane order does not matter.
  */
 #include <math.h>
 
@@ -18,14 +18,6 @@ static inline float hmax_avx2(__m256 v)
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-static inline float hmin_avx2(__m256 v)
-{
-    __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_min_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
 }
 
@@ -51,45 +43,21 @@ float qs_amax_f32__avx2(const float *src, int64_t n)
     return m;
 }
 
-/* Zero elements queued for the replay, flushed through the reference kernel 64 at a time. */
-typedef struct {
-    float buf[64], l, h;
-    int k;
-} zero_replay_avx2;
-
-static inline void zero_push_avx2(zero_replay_avx2 *z, float v)
+/* MINPS/MAXPS with the reference's order on zeros (-0 < +0). MINPS keeps the accumulator for an
+ * equal pair; OR-ing in the equal datum turns a -0/+0 pair into -0, AND-ing into +0 for the max
+ * (equal non-zero values have equal bits, so nothing else changes). A NaN datum compares unequal
+ * and leaves the accumulator alone, as the reference ignores it. */
+static inline __m256 min0_avx2(__m256 x, __m256 acc)
 {
-    z->buf[z->k++] = v;
-    if (z->k == 64) {
-        qs_minmax_f32__ref(z->buf, z->k, &z->l, &z->h);
-        z->k = 0;
-    }
+    __m256 m = _mm256_min_ps(x, acc);
+    return _mm256_or_ps(m, _mm256_and_ps(x, _mm256_cmp_ps(x, m, _CMP_EQ_OQ)));
 }
 
-/* The exact result, sign included, of the reference when its fold ends at +-0. The reference
- * orders -0 below +0, but MINPS/MAXPS return their second operand for a -0/+0 pair, so the lanes
- * may have kept either zero. The reference kernel itself is replayed over the zero elements only;
- * every other element leaves a zero accumulator unchanged, so this reproduces its bits. */
-static float zero_fold_avx2(const float *src, int64_t n, float init, int is_max)
+static inline __m256 max0_avx2(__m256 x, __m256 acc)
 {
-    zero_replay_avx2 z;
-
-    z.l = z.h = init;
-    z.k = 0;
-    const __m256 zero = _mm256_setzero_ps();
-    int64_t i = 0;
-
-    for (; i + 8 <= n; i += 8) {
-        unsigned bits = (unsigned)_mm256_movemask_ps(
-            _mm256_cmp_ps(_mm256_loadu_ps(src + i), zero, _CMP_EQ_OQ));
-        for (; bits; bits &= bits - 1)
-            zero_push_avx2(&z, src[i + __builtin_ctz(bits)]);
-    }
-    for (; i < n; i++)
-        if (src[i] == 0.0f)
-            zero_push_avx2(&z, src[i]);
-    qs_minmax_f32__ref(z.buf, z.k, &z.l, &z.h);
-    return is_max ? z.h : z.l;
+    __m256 m = _mm256_max_ps(x, acc);
+    __m256 ne = _mm256_cmp_ps(x, m, _CMP_NEQ_UQ);
+    return _mm256_and_ps(m, _mm256_or_ps(x, ne));
 }
 
 void qs_minmax_f32__avx2(const float *src, int64_t n, float *lo, float *hi)
@@ -105,29 +73,33 @@ void qs_minmax_f32__avx2(const float *src, int64_t n, float *lo, float *hi)
     }
     if (i + 8 <= n) {
         __m256 l0 = _mm256_set1_ps(l), l1 = l0, h0 = _mm256_set1_ps(h), h1 = h0;
+        float tl[16], th[16];
         for (; i + 16 <= n; i += 16) {
             __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
-            l0 = _mm256_min_ps(a, l0);
-            h0 = _mm256_max_ps(a, h0);
-            l1 = _mm256_min_ps(b, l1);
-            h1 = _mm256_max_ps(b, h1);
+            l0 = min0_avx2(a, l0);
+            h0 = max0_avx2(a, h0);
+            l1 = min0_avx2(b, l1);
+            h1 = max0_avx2(b, h1);
         }
         for (; i + 8 <= n; i += 8) {
             __m256 a = _mm256_loadu_ps(src + i);
-            l0 = _mm256_min_ps(a, l0);
-            h0 = _mm256_max_ps(a, h0);
+            l0 = min0_avx2(a, l0);
+            h0 = max0_avx2(a, h0);
         }
-        l = hmin_avx2(_mm256_min_ps(l0, l1));
-        h = hmax_avx2(_mm256_max_ps(h0, h1));
+        /* min and max with this zero order are associative: fold the lanes in any order */
+        _mm256_storeu_ps(tl, l0);
+        _mm256_storeu_ps(tl + 8, l1);
+        _mm256_storeu_ps(th, h0);
+        _mm256_storeu_ps(th + 8, h1);
+        for (int j = 0; j < 16; j++) {
+            l = qs_ref_min(l, tl[j]);
+            h = qs_ref_max(h, th[j]);
+        }
     }
     for (; i < n; i++) {
         l = qs_ref_min(l, src[i]);
         h = qs_ref_max(h, src[i]);
     }
-    if (l == 0.0f)
-        l = zero_fold_avx2(src, n, *lo, 0);
-    if (h == 0.0f)
-        h = zero_fold_avx2(src, n, *hi, 1);
     *lo = l;
     *hi = h;
 }

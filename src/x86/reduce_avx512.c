@@ -3,8 +3,8 @@
  * Reductions for AVX-512 F/BW/DQ/VL (spec/formats.md §5.2 step 1, §8 step 1), bit for bit as
  * src/ref/reduce_ref.c. fmaxf/fminf ignore NaN; VMAXPS/VMINPS return their second operand when
  * either is NaN, so the data goes first and the accumulator second. Max and min are exact, so lane
- * order does not matter, except for the sign of a zero result, which is recomputed by replaying
- * the reference kernel over the zero elements only (see zero_fold_avx512). Tails use masked loads
+ * order does not matter: zeros are ordered -0 < +0 as the reference orders them (min0_avx512,
+ * max0_avx512), which keeps min and max associative. Tails use masked loads
  * (masked-off lanes keep the accumulator), so nothing past n is read.
  */
 #include <math.h>
@@ -38,40 +38,20 @@ float qs_amax_f32__avx512(const float *src, int64_t n)
     return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a0, a1), _mm512_max_ps(a2, a3)));
 }
 
-/* Zero elements queued for the replay, flushed through the reference kernel 64 at a time. */
-typedef struct {
-    float buf[64], l, h;
-    int k;
-} zero_replay_avx512;
-
-static inline void zero_push_avx512(zero_replay_avx512 *z, float v)
+/* VMINPS/VMAXPS with the reference's order on zeros (-0 < +0): see min0_avx2 in
+ * reduce_avx2.c. Lanes outside `k` keep the accumulator. */
+static inline __m512 min0_avx512(__m512 acc, __mmask16 k, __m512 x)
 {
-    z->buf[z->k++] = v;
-    if (z->k == 64) {
-        qs_minmax_f32__ref(z->buf, z->k, &z->l, &z->h);
-        z->k = 0;
-    }
+    __m512 m = _mm512_mask_min_ps(acc, k, x, acc);
+    __mmask16 eq = _mm512_mask_cmp_ps_mask(k, x, m, _CMP_EQ_OQ);
+    return _mm512_mask_or_ps(m, eq, m, x);
 }
 
-/* The exact result, sign included, of the reference when its fold ends at +-0. The reference
- * orders -0 below +0, but MINPS/MAXPS return their second operand for a -0/+0 pair, so the lanes
- * may have kept either zero. The reference kernel itself is replayed over the zero elements only;
- * every other element leaves a zero accumulator unchanged, so this reproduces its bits. */
-static float zero_fold_avx512(const float *src, int64_t n, float init, int is_max)
+static inline __m512 max0_avx512(__m512 acc, __mmask16 k, __m512 x)
 {
-    zero_replay_avx512 z;
-
-    z.l = z.h = init;
-    z.k = 0;
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail_mask_avx512(n - i);
-        __m512 v = _mm512_maskz_loadu_ps(m, src + i);
-        unsigned bits = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_EQ_OQ);
-        for (; bits; bits &= bits - 1)
-            zero_push_avx512(&z, src[i + __builtin_ctz(bits)]);
-    }
-    qs_minmax_f32__ref(z.buf, z.k, &z.l, &z.h);
-    return is_max ? z.h : z.l;
+    __m512 m = _mm512_mask_max_ps(acc, k, x, acc);
+    __mmask16 eq = _mm512_mask_cmp_ps_mask(k, x, m, _CMP_EQ_OQ);
+    return _mm512_mask_and_ps(m, eq, m, x);
 }
 
 void qs_minmax_f32__avx512(const float *src, int64_t n, float *lo, float *hi)
@@ -87,26 +67,30 @@ void qs_minmax_f32__avx512(const float *src, int64_t n, float *lo, float *hi)
     }
     if (i < n) {
         __m512 l0 = _mm512_set1_ps(l), l1 = l0, h0 = _mm512_set1_ps(h), h1 = h0;
+        float tl[32], th[32];
         for (; i + 32 <= n; i += 32) {
             __m512 a = _mm512_loadu_ps(src + i), b = _mm512_loadu_ps(src + i + 16);
-            l0 = _mm512_min_ps(a, l0);
-            h0 = _mm512_max_ps(a, h0);
-            l1 = _mm512_min_ps(b, l1);
-            h1 = _mm512_max_ps(b, h1);
+            l0 = min0_avx512(l0, 0xFFFF, a);
+            h0 = max0_avx512(h0, 0xFFFF, a);
+            l1 = min0_avx512(l1, 0xFFFF, b);
+            h1 = max0_avx512(h1, 0xFFFF, b);
         }
         for (; i < n; i += 16) {
             __mmask16 m = tail_mask_avx512(n - i);
             __m512 a = _mm512_maskz_loadu_ps(m, src + i);
-            l0 = _mm512_mask_min_ps(l0, m, a, l0);
-            h0 = _mm512_mask_max_ps(h0, m, a, h0);
+            l0 = min0_avx512(l0, m, a);
+            h0 = max0_avx512(h0, m, a);
         }
-        l = _mm512_reduce_min_ps(_mm512_min_ps(l0, l1));
-        h = _mm512_reduce_max_ps(_mm512_max_ps(h0, h1));
+        /* min and max with this zero order are associative: fold the lanes in any order */
+        _mm512_storeu_ps(tl, l0);
+        _mm512_storeu_ps(tl + 16, l1);
+        _mm512_storeu_ps(th, h0);
+        _mm512_storeu_ps(th + 16, h1);
+        for (int j = 0; j < 32; j++) {
+            l = qs_ref_min(l, tl[j]);
+            h = qs_ref_max(h, th[j]);
+        }
     }
-    if (l == 0.0f)
-        l = zero_fold_avx512(src, n, *lo, 0);
-    if (h == 0.0f)
-        h = zero_fold_avx512(src, n, *hi, 1);
     *lo = l;
     *hi = h;
 }
