@@ -32,8 +32,8 @@ void qs_ref_int8_asymmetric(float mn, float mx, float *scale, float *mul, int32_
         return;
     }
     s = (hi - lo) / 255.0f;
-    if (!(s >= FLT_EPSILON))
-        s = s != s ? s : FLT_EPSILON; /* max(s, FLT_EPSILON); a NaN scale stays NaN */
+    if (s < FLT_EPSILON)
+        s = FLT_EPSILON; /* max(s, FLT_EPSILON) (§9) */
     z = rintf(lo / s);
     if (z != z)
         z = 0.0f; /* NaN (only from an infinite range) -> 0, as the element rule does */
