@@ -19,7 +19,7 @@
  * - An empty tensor (rows * cols == 0, e.g. rows x 0) is valid everywhere: after the argument
  *   checks the call returns at once, whatever the other dimension, and writes nothing, except
  *   that qs_sp24_permute_search writes the identity order of its cols entries (kept fractions
- *   1.0). The time of every call is bounded by the bytes it reads and writes.
+ *   1.0).
  */
 #ifndef QSPARSE_SPARSE_H
 #define QSPARSE_SPARSE_H
