@@ -88,7 +88,9 @@ def _check_call(status):
 class Observer:
     """A calibration observer: ``Observer(method, axis=None, **options)``.
 
-    Options (spec/calibration.md defaults): ``num_bins=2048`` (a power of two), ``num_levels=128``
+    Options (spec/calibration.md defaults): ``num_bins=2048`` (a power of two, at most 2**20;
+    at most 4096 for "entropy" and "mse", whose searches take time quadratic in the bin count:
+    a few tenths of a second per channel at 4096), ``num_levels=128``
     and ``start_bin=128`` (entropy; MSE uses start_bin; by default both are capped at
     num_bins / 2), ``percentile=99.99``,
     ``averaging_constant=0.01`` (moving_average), ``target="int8"`` (the format MSE minimises
@@ -301,7 +303,8 @@ class Observer:
 
     @classmethod
     def from_bytes(cls, b):
-        """An observer from to_bytes() output; corrupt or truncated input raises QsparseError."""
+        """An observer from to_bytes() output; corrupt or truncated input, or an entropy / MSE
+        state with more than 4096 bins, raises QsparseError."""
         if not isinstance(b, (bytes, bytearray, memoryview)):
             raise ValueError("from_bytes expects bytes")
         data = bytes(b)
