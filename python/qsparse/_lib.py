@@ -334,7 +334,8 @@ def as_float_array(x, dtype=None):
     """Validate a tensor input: returns (C-contiguous array, QS_DTYPE_* code, dtype name).
 
     Accepted: float32, float16, ml_dtypes.bfloat16 arrays, or uint16 arrays holding float16 or
-    bfloat16 bits when dtype="float16" / "bfloat16" says which.  Anything else is a ValueError,
+    bfloat16 bits when dtype="float16" / "bfloat16" says which, in either byte order (a
+    non-native one is converted, a copy).  Anything else is a ValueError,
     raised before any C call.  Python numbers and lists are not converted: the element type must
     be chosen by the caller, not guessed here.
     """
@@ -342,6 +343,8 @@ def as_float_array(x, dtype=None):
         x = np.asarray(x)
     if not isinstance(x, np.ndarray):
         raise ValueError(f"expected a numpy array, got {type(x).__name__}")
+    if not x.dtype.isnative:  # e.g. big-endian data read from a file: the same values, native
+        x = x.astype(x.dtype.newbyteorder("="))
     dt = x.dtype
     if dtype is not None:
         code = dtype_code(dtype)

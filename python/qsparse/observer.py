@@ -122,6 +122,9 @@ class Observer:
         p.num_levels = int(num_levels) if num_levels is not None else min(128, p.start_bin)
         p.percentile = float(percentile)
         p.averaging_constant = float(averaging_constant)
+        if p.averaging_constant == 0.0 and float(averaging_constant) != 0.0:
+            raise ValueError(f"averaging_constant {averaging_constant!r} is outside float32's "
+                             f"range (it would become 0.0)")
         p.target = _TARGETS[target]
         handle = _c.c_void_p()
         _check_call(_fn("qs_observer_create")(_lib.ctx(), _c.byref(p), _c.byref(handle)))
