@@ -365,11 +365,11 @@ def dequantize(q, dtype="float32"):
     if fmt == "nvfp4":
         if q.global_scale is None:
             raise ValueError("an nvfp4 tensor needs global_scale")
-        qt.global_scale = float(q.global_scale)
+        qt.global_scale = _f32("global_scale", q.global_scale)  # also when set after init
     if fmt in _BNB4 and q.double_quant:
         if q.nested_offset is None:
             raise ValueError("a double-quantized tensor needs nested_offset")
-        qt.nested_offset = float(q.nested_offset)
+        qt.nested_offset = _f32("nested_offset", q.nested_offset, zero_ok=True)
 
     out = _lib.empty_of(dtype, q.shape)
     _lib.check(_lib.lib().qs_dequantize(_lib.ctx(), ctypes.byref(p), ctypes.byref(qt), rows,

@@ -346,6 +346,10 @@ def test_float32_narrowing_never_changes_meaning():
     for bad in (1e-50, 1e39):
         with pytest.raises(ValueError, match="global_scale"):
             qs.QTensor("nvfp4", n.shape, n.data, scale=n.scale, global_scale=bad)
+    late = qs.quantize(rand((2, 32)), "nvfp4")
+    late.global_scale = 1e-50  # set after construction: checked when dequantize narrows it
+    with pytest.raises(ValueError, match="global_scale 1e-50"):
+        qs.dequantize(late)
     d = qs.quantize(rand(512), "nf4", double_quant=True)
     with pytest.raises(ValueError, match="nested_offset 1e\\+39"):
         qs.QTensor("nf4", d.shape, d.data, absmax=d.absmax, nested_absmax=d.nested_absmax,
