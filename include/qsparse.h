@@ -334,5 +334,7 @@ QS_API int64_t qs_codebook_size(int32_t which);
 #include "qsparse/sparse.h"
 /* Calibration: observers, targets, dynamic quantization (spec/calibration.md). */
 #include "qsparse/calib.h"
+/* Matmul with compressed weights and LLM.int8 activations. */
+#include "qsparse/matmul.h"
 
 #endif /* QSPARSE_H */

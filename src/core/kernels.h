@@ -117,6 +117,35 @@ typedef int32_t qs_hist_scan_update_fn(const float *src, int64_t n, int32_t k, i
                                        uint64_t *counts, float *lo, float *hi, uint64_t *n_nan,
                                        uint64_t *n_inf);
 
+/* Matmul (include/qsparse/matmul.h; src/ref/matmul_ref.c defines the summation order): the dot
+ * product of n f32 activations x with one row of W, dequantization fused, each block scale
+ * applied once per block. bnb4 (NF4/FP4): row element i is flat element start + i of the
+ * tensor (block (start + i) / block). int8: scale[s] and zp[s] (zp NULL: 0) for the s-th
+ * `group` elements of the row. mx / nvfp4: the row's data and scales. w8a8: int8 activations
+ * against INT8 codes, exact int32 sums per group, returns sum_s fl(a_s * scale[s]).
+ * gather_sp24: xg[2g + t] = x[4g + index t of meta nibble g], n = dense columns. sp24_axpy:
+ * acc[0..m) += v_j * xt[col_j * ldxt + 0..m) for every kept value j of one 2:4 row, ascending. */
+typedef float qs_mm_dot_f32_fn(const float *x, const float *w, int64_t n);
+typedef float qs_mm_dot_f16_fn(const float *x, const uint16_t *w, int64_t n);
+typedef qs_mm_dot_f16_fn qs_mm_dot_bf16_fn;
+typedef float qs_mm_dot_nf4_fn(const float *x, int64_t n, const uint8_t *data, int64_t start,
+                               const float *absmax, int32_t block);
+typedef qs_mm_dot_nf4_fn qs_mm_dot_fp4_fn;
+typedef float qs_mm_dot_int8_fn(const float *x, int64_t n, const int8_t *q, const float *scale,
+                                const int8_t *zp, int64_t group);
+typedef float qs_mm_dot_e4m3_fn(const float *x, int64_t n, const uint8_t *q, float scale);
+typedef qs_mm_dot_e4m3_fn qs_mm_dot_e5m2_fn;
+typedef float qs_mm_dot_mxfp4_fn(const float *x, int64_t n, const uint8_t *data,
+                                 const uint8_t *scales);
+typedef qs_mm_dot_mxfp4_fn qs_mm_dot_mxfp8_fn;
+typedef float qs_mm_dot_nvfp4_fn(const float *x, int64_t n, const uint8_t *data,
+                                 const uint8_t *scales, float s_global);
+typedef float qs_mm_dot_w8a8_fn(const int8_t *xq, const int8_t *wq, int64_t n,
+                                const float *scale, const int8_t *zp, int64_t group);
+typedef void qs_mm_gather_sp24_fn(const float *x, const uint16_t *meta, int64_t n, float *xg);
+typedef void qs_mm_sp24_axpy_fn(const float *values, const uint16_t *meta, int64_t n,
+                                const float *xt, int64_t ldxt, int64_t m, float *acc);
+
 /* One member per slot; every member starts at its __ref kernel. */
 struct qs_kernels {
 #define QS_SLOT(slot) qs_##slot##_fn *slot;

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libqsparse matmul: y = x . W^T (+ bias) with W in any compressed form the library makes
+ * (a quantized qs_qtensor of every format and option of qs_quantize, a 2:4 compressed weight, a
+ * 2:4 weight with quantized kept values) or plain f32/f16/bf16; and the LLM.int8 activation
+ * quantizer with its outlier split (bitsandbytes' int8_vectorwise_quant).
+ *
+ * Conventions (in addition to those of qsparse.h):
+ * - x is M x K row-major (f32, f16 or bf16: QS_DTYPE_*), W is N x K row-major (a PyTorch Linear
+ *   weight [out, in]), y is M x N row-major f32, bias (optional) N f32 values.
+ * - On any error y is not written.
+ * - Results never depend on the thread count. For a fixed build, ISA and shape they are
+ *   deterministic; they may differ in the last bits between ISA tiers (within the tolerance
+ *   below) and between the GEMV path (M < QS_MATMUL_GEMM_MIN_M) and the GEMM path.
+ *
+ * Definition (src/ref/matmul_ref.c is the reference). With f32 activations every y[m, n] is the
+ * dot product of x[m, :] (f16/bf16 widened exactly) and the dequantized row W[n, :]:
+ * - GEMV path: the row is cut into segments, the elements of one scale block inside the row
+ *   (an NF4/FP4 block of the flattened tensor, an INT8 group, row or tensor, an MX or NVFP4 block;
+ *   the whole row for FP8, plain and 2:4 f32/f16/bf16 weights). Inside a segment the products
+ *   x_k * v_k of the unscaled element values v_k (codebook value, q - zero_point, FP8/E2M1 value)
+ *   go into 16 partial sums by (k - segment start) mod 16, which are added as a fixed pairwise
+ *   tree (p[i] += p[i + 8], then + 4, + 2, + 1); acc = acc + fl(segment sum * segment scale) in
+ *   ascending segment order from +0. So each block scale is applied once per block. 2:4 weights
+ *   sum over the kept values only (x gathered at the kept columns).
+ * - GEMM path: W is dequantized (qs_dequantize's rules) into tiles of rows and multiplied with
+ *   OpenBLAS sgemm where the build has it (QS_MATMUL_BLAS in qs_matmul_info), otherwise with the
+ *   dot product above (one segment per row). 2:4 weights use the outer-product form: each kept
+ *   value of W[n, :] is multiplied with a row of x^T and accumulated in ascending kept order.
+ * - bias: y = fl(acc + bias[n]).
+ * Every path is within a relative Frobenius error of 1e-5 of the float64 product of x and the
+ * dequantized weight (for finite data of moderate range; tested at every ISA tier).
+ *
+ * int8 activations (params.activations = QS_ACT_INT8): x is quantized per token (row) as
+ * qs_int8_vectorwise_quant does: r_m = max |x[m, k]| over the non-outlier elements,
+ * codes q = rne(x * fl(127 / r_m)) in [-127, 127] (0 for r_m = 0 and for NaN), the same rule as
+ * qs_quantize_dynamic_int8_per_token. With params.threshold > 0 (LLM.int8; bitsandbytes uses 6.0)
+ * every column of x holding any |x| >= threshold is an outlier column: its codes are 0 and it is
+ * multiplied in f32 (x as given, against the weight column dequantized by qs_dequantize's rule),
+ * added after the int8 part in ascending column order.
+ * - INT8 weights (QS_FORMAT_INT8, any granularity, symmetric or not; QS_FORMAT_LLM_INT8), dense:
+ *   integer dot products with int32 accumulation per segment, exact: a_s = sum q_x * (q_w - zp).
+ *   INT8: t = sum over segments of fl(a_s * scale_s) (ascending), y = fl(t * fl(r_m / 127)).
+ *   LLM_INT8: y = fl(fl(a * fl(r_m * SCB[n])) * fl(6.200124e-05)), bitsandbytes' int8_mm_dequant.
+ *   K is limited to QS_MATMUL_INT8_MAX_K (the int32 sums cannot overflow); larger K returns
+ *   QS_ERR_UNSUPPORTED.
+ * - Every other weight (NF4, FP4, FP8, MX, NVFP4, plain, 2:4 of any kind including 2:4 + INT8):
+ *   the f32 path above applied to x^ = the dequantized codes, fl(fl(q * r_m) * fl(1/127)) (the
+ *   LLM.int8 row-statistic rule of qs_dequantize), with outlier columns kept exact. This defines
+ *   the result; kernels may use integer arithmetic only where they reproduce it.
+ * Error bound of int8 activations, against the f32-activation result y32 with the same weight:
+ *   |y[m, n] - y32[m, n]| <= 1.001 * (r_m / 254) * sum_k |W[n, k]| + 1e-5 * sum_k |x[m, k] W[n, k]|
+ * (W dequantized; the first term is the rounding of x to 127 steps of r_m, the second the f32
+ * rounding of both paths). Outlier columns add no quantization error.
+ */
+#ifndef QSPARSE_MATMUL_H
+#define QSPARSE_MATMUL_H
+
+#include "../qsparse.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Kinds of weight. */
+#define QS_WEIGHT_DENSE      0 /* plain N x K of `dtype` (f32, f16, bf16) in `data` */
+#define QS_WEIGHT_QUANT      1 /* `q` quantized by qs_quantize with `quant` as an N x K tensor */
+#define QS_WEIGHT_SP24       2 /* qs_sp24_compress output: `data` values (N x K/2 of `dtype`), `meta` */
+#define QS_WEIGHT_SP24_QUANT 3 /* qs_sp24_quantize output: `q` (N x K/2 quantized with `quant`), `meta` */
+
+/**
+ * A weight W (N x K) as the library stores it. Zero the struct, then set the fields of its kind;
+ * fields a kind does not use must stay zero / NULL.
+ */
+typedef struct qs_weight {
+    int32_t kind;                 /* QS_WEIGHT_* */
+    int32_t dtype;                /* DENSE, SP24: QS_DTYPE_* of data */
+    const void *data;             /* DENSE: N*K elements; SP24: N*K/2 kept values */
+    int64_t data_bytes;           /* capacity of data */
+    const uint16_t *meta;         /* SP24, SP24_QUANT: N * ceil(K/16) plain meta words */
+    int64_t meta_count;           /* capacity of meta, in words */
+    const qs_quant_params *quant; /* QUANT, SP24_QUANT: the parameters the weight was made with */
+    const qs_qtensor *q;          /* QUANT, SP24_QUANT: the planes */
+    int64_t reserved[4];          /* must be zero */
+} qs_weight;
+
+/* Activation types of qs_matmul. */
+#define QS_ACT_F32  0 /* x used as given (f16/bf16 widened exactly): the default */
+#define QS_ACT_INT8 1 /* x quantized per token to INT8 on the fly (see the definition above) */
+
+/* bitsandbytes' default LLM.int8 outlier threshold. */
+#define QS_LLM_INT8_THRESHOLD 6.0f
+/* Largest K for int8 activations: 65536 * 127 * 255 < 2^31, so int32 sums are exact. */
+#define QS_MATMUL_INT8_MAX_K 65536
+/* Rows of x from which the GEMM (dequantized tiles) path is taken. */
+#define QS_MATMUL_GEMM_MIN_M 16
+
+typedef struct qs_matmul_params {
+    int32_t activations; /* QS_ACT_F32 (default) or QS_ACT_INT8 */
+    float threshold;     /* QS_ACT_INT8: outlier threshold (> 0, finite) or 0 for none (default);
+                            must be 0 with QS_ACT_F32 */
+    int64_t reserved[7]; /* must be zero */
+} qs_matmul_params;
+
+/** Fill *params with the defaults (f32 activations, no outlier threshold). */
+QS_API void qs_matmul_params_init(qs_matmul_params *params);
+
+/**
+ * y (M x N f32, capacity y_bytes) = x (M x K of x_dtype) . W^T + bias (bias NULL: none) with the
+ * definition at the top of this header. params may be NULL for the defaults.
+ *
+ * Returns QS_OK; QS_ERR_INVALID_ARG (NULL pointer, negative size, unknown dtype / kind, bad
+ * params, non-zero reserved fields, fields a kind does not use); QS_ERR_SHAPE (K % 4 for 2:4, an
+ * INT8 group that does not divide K); QS_ERR_BUFFER_TOO_SMALL (y, data, meta or a plane shorter
+ * than an N x K weight needs: a weight made for other shapes); QS_ERR_BAD_DATA (invalid 2:4 meta
+ * nibbles); QS_ERR_OVERFLOW; QS_ERR_UNSUPPORTED (int8 activations with K > QS_MATMUL_INT8_MAX_K);
+ * QS_ERR_OUT_OF_MEMORY (scratch for converted x, dequantized tiles, decoded scales). Every check
+ * runs, and every scratch buffer is allocated, before y is written.
+ */
+QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
+                           int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
+                           const float *bias, float *y, int64_t y_bytes);
+
+/* Bits of qs_matmul_info. */
+#define QS_MATMUL_BLAS 1u /* the GEMM path calls cblas_sgemm (the build found OpenBLAS) */
+
+/** Build facts of the matmul (QS_MATMUL_* bits). */
+QS_API uint32_t qs_matmul_info(void);
+
+/**
+ * LLM.int8 vector-wise quantization of activations, as bitsandbytes' int8_vectorwise_quant(A,
+ * threshold): x is M x K of dtype.
+ * - threshold > 0: an element with |x| >= threshold is an outlier; every column holding one is an
+ *   outlier column. Their indices, ascending, go to outlier_cols (capacity outlier_capacity) and
+ *   their count to *n_outliers. threshold 0: no outliers (*n_outliers = 0).
+ * - row_stats[m] (M floats) = max |x[m, k]| over the elements that are not outliers (NaN ignored;
+ *   the other elements of an outlier column count).
+ * - codes (M x K int8, capacity codes_bytes) = rne(x * fl(127 / row_stats[m])), NaN -> 0, an
+ *   all-zero row -> 0; 0 in every outlier column.
+ * Returns QS_OK; QS_ERR_INVALID_ARG (NULL, negative size, unknown dtype, threshold negative or
+ * not finite); QS_ERR_BUFFER_TOO_SMALL (codes, row_stats, or more outlier columns than
+ * outlier_capacity: the columns are counted first, *n_outliers is set to the count needed and
+ * nothing else is written); QS_ERR_NONFINITE (context rejects non-finite input); QS_ERR_OVERFLOW;
+ * QS_ERR_OUT_OF_MEMORY.
+ */
+QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dtype, int64_t M,
+                                          int64_t K, float threshold, int8_t *codes,
+                                          int64_t codes_bytes, float *row_stats,
+                                          int64_t row_stats_count, int64_t *outlier_cols,
+                                          int64_t outlier_capacity, int64_t *n_outliers);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QSPARSE_MATMUL_H */

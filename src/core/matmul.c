@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * qs_matmul: checks the parameters, shapes, activations and the weight (its planes against an
+ * N x K weight of its format, 2:4 meta nibbles), allocates every scratch buffer, and only then
+ * converts x, decodes double-quantized scales and runs the f32 path (matmul_f32.c) or the int8
+ * activation path (matmul_act8.c). Nothing is written to y before all of that succeeded.
+ */
+#include <math.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../ref/sp24_ref.h"
+#include "matmul_internal.h"
+#include "parallel.h"
+#include "quant_common.h"
+
+QS_API void qs_matmul_params_init(qs_matmul_params *params)
+{
+    if (!params)
+        return;
+    memset(params, 0, sizeof *params);
+    params->activations = QS_ACT_F32;
+}
+
+QS_API uint32_t qs_matmul_info(void)
+{
+#ifdef QS_HAVE_BLAS
+    return QS_MATMUL_BLAS;
+#else
+    return 0;
+#endif
+}
+
+void qs_mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn)
+{
+    int32_t threads = qs_threads(j->ctx);
+
+    if (count <= 1 || threads <= 1) {
+        for (int64_t i = 0; i < count; i++)
+            fn(j, i, j->scratch);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+    {
+        float *s = j->scratch ? j->scratch + (int64_t)omp_get_thread_num() * j->per_thread : NULL;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < count; i++)
+            fn(j, i, s);
+    }
+#endif
+}
+
+/* ---- checks ----------------------------------------------------------------------------------- */
+
+static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
+{
+    for (size_t i = 0; i < sizeof p->reserved / sizeof p->reserved[0]; i++)
+        if (p->reserved[i] != 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_matmul_params reserved fields must be zero");
+    if (p->activations != QS_ACT_F32 && p->activations != QS_ACT_INT8)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown activations %d (QS_ACT_F32 or QS_ACT_INT8)",
+                       p->activations);
+    if (!(p->threshold >= 0.0f) || isinf(p->threshold))
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "threshold must be finite and >= 0, got %g",
+                       (double)p->threshold);
+    if (p->threshold > 0.0f && p->activations != QS_ACT_INT8)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG,
+                       "an outlier threshold needs int8 activations (QS_ACT_INT8)");
+    return QS_OK;
+}
+
+/* Every nibble of the N rows' meta words: used ones one of the six codes, unused ones 0. */
+static qs_status check_meta(qs_ctx *ctx, const uint16_t *meta, int64_t N, int64_t K, int64_t words)
+{
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t g = 0; g < 4 * words; g++) {
+            unsigned nib = (meta[r * words + g / 4] >> (4 * (g % 4))) & 15u;
+            if (g < K / 4 ? !qs_sp24_nibble_valid(nib) : nib != 0)
+                return qs_fail(ctx, QS_ERR_BAD_DATA,
+                               "2:4 meta of row %lld, group %lld holds the invalid nibble 0x%X",
+                               (long long)r, (long long)g, nib);
+        }
+    return QS_OK;
+}
+
+static qs_status check_quant(qs_ctx *ctx, struct qs_mm_job *j, const qs_weight *w, int64_t rows,
+                             int64_t cols)
+{
+    const qs_quant_params *p = w->quant;
+    const qs_qtensor *q = w->q;
+    struct qs_layout l;
+    qs_status st;
+
+    if (!p || !q)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight %s is NULL", p ? "q" : "quant");
+    if (w->data || w->data_bytes || w->dtype)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "a quantized weight has no data / dtype fields");
+    if ((st = qs_layout_compute(ctx, p, rows, cols, &l)) != QS_OK)
+        return st;
+    if ((st = qs_check_planes(ctx, &l, q)) != QS_OK)
+        return st;
+    j->format = p->format;
+    j->wdata = q->data;
+    j->block = p->block_size;
+    j->gran = p->granularity;
+    j->group = cols;
+    if (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_GROUP)
+        j->group = p->block_size;
+    j->fscale = q->scale;
+    j->zp = p->format == QS_FORMAT_INT8 && !p->symmetric ? q->zero_point : NULL;
+    j->bscale = q->scale;
+    j->absmax = q->scale;
+    j->s_global = q->global_scale;
+    j->spr = qs_ceil_div(cols, p->format == QS_FORMAT_NVFP4 ? 16 : 32);
+    j->row_bytes = p->format == QS_FORMAT_MXFP8 ? cols : cols / 2 + (cols & 1);
+    return QS_OK;
+}
+
+static qs_status check_weight(qs_ctx *ctx, struct qs_mm_job *j, const qs_weight *w)
+{
+    int64_t need, n = j->N * j->K;
+    qs_status st;
+
+    for (size_t i = 0; i < sizeof w->reserved / sizeof w->reserved[0]; i++)
+        if (w->reserved[i] != 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_weight reserved fields must be zero");
+    j->kind = w->kind;
+    j->wcols = j->K;
+    switch (w->kind) {
+    case QS_WEIGHT_DENSE:
+    case QS_WEIGHT_SP24:
+        if (qs_dtype_size(w->dtype) == 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown weight dtype %d", w->dtype);
+        if (w->quant || w->q)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "a plain or 2:4 weight has no quant / q");
+        j->wdtype = w->dtype;
+        j->wdata = w->data;
+        if (w->kind == QS_WEIGHT_SP24) {
+            if (j->K % 4 != 0)
+                return qs_fail(ctx, QS_ERR_SHAPE, "K = %lld is not a multiple of 4 (2:4 weight)",
+                               (long long)j->K);
+            j->wcols = j->K / 2;
+            n /= 2;
+        } else if (w->meta || w->meta_count) {
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "a plain weight has no meta");
+        }
+        need = n * qs_dtype_size(w->dtype); /* N * K * 4 was overflow-checked */
+        if (!w->data && need > 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight data is NULL");
+        if (w->data_bytes < need)
+            return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
+                           "weight data holds %lld bytes, an %lld x %lld weight needs %lld",
+                           (long long)w->data_bytes, (long long)j->N, (long long)j->K,
+                           (long long)need);
+        break;
+    case QS_WEIGHT_QUANT:
+        if (w->meta || w->meta_count)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "a quantized dense weight has no meta");
+        if ((st = check_quant(ctx, j, w, j->N, j->K)) != QS_OK)
+            return st;
+        break;
+    case QS_WEIGHT_SP24_QUANT:
+        if (j->K % 4 != 0)
+            return qs_fail(ctx, QS_ERR_SHAPE, "K = %lld is not a multiple of 4 (2:4 weight)",
+                           (long long)j->K);
+        j->wcols = j->K / 2;
+        if ((st = check_quant(ctx, j, w, j->N, j->wcols)) != QS_OK)
+            return st;
+        break;
+    default: return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown weight kind %d", w->kind);
+    }
+    if (w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT) {
+        j->words = qs_ceil_div(j->K, 16);
+        need = j->N * j->words;
+        if (!w->meta && need > 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight meta is NULL");
+        if (w->meta_count < need)
+            return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
+                           "weight meta holds %lld words, an %lld x %lld weight needs %lld",
+                           (long long)w->meta_count, (long long)j->N, (long long)j->K,
+                           (long long)need);
+        j->meta = w->meta;
+        if ((st = check_meta(ctx, w->meta, j->N, j->K, j->words)) != QS_OK)
+            return st;
+    }
+    return QS_OK;
+}
+
+/* ---- x conversion and double-quantized scales ------------------------------------------------- */
+
+struct cvt_job {
+    const qs_ctx *ctx;
+    const uint16_t *src;
+    int32_t dtype;
+    int64_t n;
+    float *dst;
+    const uint8_t *codes;
+    const float *nested;
+    float offset;
+};
+
+static void cvt_task(void *arg, int64_t i, float *tile)
+{
+    const struct cvt_job *c = arg;
+    int64_t start = i * QS_TILE, len = c->n - start < QS_TILE ? c->n - start : QS_TILE;
+
+    (void)tile;
+    if (c->dtype == QS_DTYPE_F16)
+        c->ctx->k.cvt_f16_f32(c->src + start, len, c->dst + start);
+    else
+        c->ctx->k.cvt_bf16_f32(c->src + start, len, c->dst + start);
+}
+
+static void dyn8_task(void *arg, int64_t i, float *tile)
+{
+    const struct cvt_job *c = arg;
+    int64_t start = i * QS_DQ_CHUNK, len = c->n - start < QS_DQ_CHUNK ? c->n - start : QS_DQ_CHUNK;
+
+    (void)tile;
+    c->ctx->k.dyn8_dequant(c->codes + start, c->nested + start / 256, len, 256, c->offset,
+                           c->dst + start);
+}
+
+/* ---- entry point ------------------------------------------------------------------------------ */
+
+QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
+                           int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
+                           const float *bias, float *y, int64_t y_bytes)
+{
+    qs_matmul_params defaults;
+    struct qs_mm_job j;
+    qs_status st;
+    int64_t mk, nk, mn, nb = 0, per_thread = 0, panel = 0, xt = 0, threads;
+    int need_x, need_absmax;
+    float *xf = NULL, *absmax = NULL, *scratch = NULL, *big = NULL;
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    if (!params) {
+        qs_matmul_params_init(&defaults);
+        params = &defaults;
+    }
+    if ((st = check_params(ctx, params)) != QS_OK)
+        return st;
+    if (!w)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "w is NULL");
+    if (qs_dtype_size(x_dtype) == 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown activation dtype %d", x_dtype);
+    if (M < 0 || K < 0 || N < 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "negative shape M=%lld K=%lld N=%lld",
+                       (long long)M, (long long)K, (long long)N);
+    if (qs_mul_overflow(M, K, &mk) || qs_mul_overflow(N, K, &nk) || qs_mul_overflow(M, N, &mn) ||
+        qs_mul_overflow(mk, 4, &mk) || qs_mul_overflow(nk, 4, &nk) || qs_mul_overflow(mn, 4, &mn))
+        return qs_fail(ctx, QS_ERR_OVERFLOW, "shape M=%lld K=%lld N=%lld overflows", (long long)M,
+                       (long long)K, (long long)N);
+    if (!x && mk > 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "x is NULL");
+    if (!y && mn > 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "y is NULL");
+    if (y_bytes < mn)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "y holds %lld bytes, %lld needed",
+                       (long long)y_bytes, (long long)mn);
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.M = M;
+    j.K = K;
+    j.N = N;
+    j.bias = bias;
+    j.y = y;
+    if ((st = check_weight(ctx, &j, w)) != QS_OK)
+        return st;
+    if (params->activations == QS_ACT_INT8 && qs_mm_integer_weight(&j) &&
+        K > QS_MATMUL_INT8_MAX_K)
+        return qs_fail(ctx, QS_ERR_UNSUPPORTED,
+                       "int8 activations with INT8 weights support K <= %d, got %lld",
+                       QS_MATMUL_INT8_MAX_K, (long long)K);
+    if (mn == 0)
+        return qs_ok(ctx);
+
+    /* Scratch, all of it before any output. */
+    need_x = x_dtype != QS_DTYPE_F32;
+    need_absmax = (j.format == QS_FORMAT_NF4 || j.format == QS_FORMAT_FP4) && w->quant->double_quant;
+    if (need_absmax) {
+        nb = qs_ceil_div(j.N * j.wcols, j.block);
+        if (!(absmax = qs_scratch_alloc(ctx, (size_t)(nb > 0 ? nb : 1) * sizeof(float))))
+            return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld absmax values",
+                           (long long)nb);
+    }
+    if (need_x && !(xf = qs_scratch_alloc(ctx, (size_t)(mk > 0 ? mk : 4)))) {
+        qs_scratch_free(ctx, absmax);
+        return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld activation bytes",
+                       (long long)mk);
+    }
+    if (params->activations == QS_ACT_F32) {
+        qs_mm_f32_scratch(&j, &per_thread, &panel, &xt);
+        threads = qs_threads(ctx);
+        scratch = per_thread > 0 ? qs_scratch_alloc(ctx, (size_t)(threads * per_thread) *
+                                                             sizeof(float))
+                                 : NULL;
+        big = panel + xt > 0 ? qs_scratch_alloc(ctx, (size_t)(panel + xt) * sizeof(float)) : NULL;
+        if ((per_thread > 0 && !scratch) || (panel + xt > 0 && !big)) {
+            qs_scratch_free(ctx, scratch);
+            qs_scratch_free(ctx, big);
+            qs_scratch_free(ctx, xf);
+            qs_scratch_free(ctx, absmax);
+            return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for matmul scratch");
+        }
+        j.scratch = scratch;
+        j.per_thread = per_thread;
+        j.panel = panel > 0 ? big : NULL;
+        j.xt = xt > 0 ? big + panel : NULL;
+    }
+
+    /* Inputs in f32. */
+    j.x = x;
+    if (need_x) {
+        struct cvt_job c = {ctx, x, x_dtype, M * K, xf, NULL, NULL, 0.0f};
+        qs_parallel_for(ctx, qs_ceil_div(c.n, QS_TILE), cvt_task, &c);
+        j.x = xf;
+    }
+    if (need_absmax) {
+        struct cvt_job c = {ctx, NULL, 0, nb, absmax, w->q->scale, w->q->nested_scale,
+                            w->q->nested_offset};
+        qs_parallel_for(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), dyn8_task, &c);
+        j.absmax = absmax;
+    }
+
+    st = QS_OK;
+    if (params->activations == QS_ACT_F32)
+        qs_mm_run_f32(&j);
+    else
+        st = qs_mm_run_int8(ctx, &j, params->threshold);
+    qs_scratch_free(ctx, scratch);
+    qs_scratch_free(ctx, big);
+    qs_scratch_free(ctx, xf);
+    qs_scratch_free(ctx, absmax);
+    return st == QS_OK ? qs_ok(ctx) : st;
+}

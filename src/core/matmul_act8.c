@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * int8 activations: the LLM.int8 vector-wise quantizer (qs_int8_vectorwise_quant, bitsandbytes'
+ * int8_vectorwise_quant) and the int8 part of qs_matmul: integer dot products against INT8 and
+ * LLM_INT8 weights with the outlier columns in f32, or, for every other weight, the f32 path on
+ * the dequantized activations x^ (include/qsparse/matmul.h gives the definition).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../ref/ref.h"
+#include "matmul_internal.h"
+#include "parallel.h"
+
+#define MM_FLAG_COLS 256 /* columns per outlier-scan task */
+#define MM_ROWS 16       /* rows of W per task */
+
+/* ---- the quantizer ---------------------------------------------------------------------------- */
+
+struct act_job {
+    const qs_ctx *ctx;
+    const float *x;
+    int64_t M, K;
+    float threshold;
+    const uint8_t *flags;
+    uint8_t *wflags;
+    int8_t *codes;
+    float *rstat;
+};
+
+static void flag_task(void *arg, int64_t t, float *tile)
+{
+    const struct act_job *a = arg;
+    int64_t c0 = t * MM_FLAG_COLS, c1 = c0 + MM_FLAG_COLS < a->K ? c0 + MM_FLAG_COLS : a->K;
+
+    (void)tile;
+    memset(a->wflags + c0, 0, (size_t)(c1 - c0));
+    for (int64_t m = 0; m < a->M; m++)
+        for (int64_t k = c0; k < c1; k++)
+            if (fabsf(a->x[m * a->K + k]) >= a->threshold)
+                a->wflags[k] = 1;
+}
+
+void qs_mm_outlier_flags(const qs_ctx *ctx, const float *x, int64_t M, int64_t K, float threshold,
+                         uint8_t *flags)
+{
+    struct act_job a = {ctx, x, M, K, threshold, NULL, flags, NULL, NULL};
+
+    qs_parallel_for(ctx, qs_ceil_div(K, MM_FLAG_COLS), flag_task, &a);
+}
+
+static void quant_task(void *arg, int64_t m, float *tile)
+{
+    const struct act_job *a = arg;
+    const float *x = a->x + m * a->K;
+    float amax = 0.0f, mul;
+
+    (void)tile;
+    /* bitsandbytes zeroes the outlier elements (|x| >= threshold) before the row absmax */
+    for (int64_t k = 0; k < a->K; k++)
+        if (!(a->threshold > 0.0f && fabsf(x[k]) >= a->threshold))
+            amax = qs_ref_absmax_step(amax, x[k]);
+    mul = 127.0f / amax; /* inf for an all-zero row: every product is 0 or NaN, both code 0 */
+    a->rstat[m] = amax;
+    a->ctx->k.int8_quant(x, a->K, mul, 0, -127, a->codes + m * a->K);
+    if (a->flags)
+        for (int64_t k = 0; k < a->K; k++)
+            if (a->flags[k])
+                a->codes[m * a->K + k] = 0;
+}
+
+void qs_mm_quantize_rows(const qs_ctx *ctx, const float *x, int64_t M, int64_t K, float threshold,
+                         const uint8_t *flags, int8_t *codes, float *rstat)
+{
+    struct act_job a = {ctx, x, M, K, threshold, flags, NULL, codes, rstat};
+
+    qs_parallel_for(ctx, M, quant_task, &a);
+}
+
+struct cvt_job {
+    const qs_ctx *ctx;
+    const void *src;
+    int32_t dtype;
+    int64_t n;
+    float *dst;
+};
+
+static void cvt_task(void *arg, int64_t i, float *tile)
+{
+    const struct cvt_job *c = arg;
+    int64_t start = i * QS_TILE, len = c->n - start < QS_TILE ? c->n - start : QS_TILE;
+
+    (void)tile;
+    if (c->dtype == QS_DTYPE_F32)
+        memcpy(c->dst + start, (const float *)c->src + start, (size_t)len * sizeof(float));
+    else if (c->dtype == QS_DTYPE_F16)
+        c->ctx->k.cvt_f16_f32((const uint16_t *)c->src + start, len, c->dst + start);
+    else
+        c->ctx->k.cvt_bf16_f32((const uint16_t *)c->src + start, len, c->dst + start);
+}
+
+QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dtype, int64_t M,
+                                          int64_t K, float threshold, int8_t *codes,
+                                          int64_t codes_bytes, float *row_stats,
+                                          int64_t row_stats_count, int64_t *outlier_cols,
+                                          int64_t outlier_capacity, int64_t *n_outliers)
+{
+    int64_t n, bytes, count = 0;
+    float *xf = NULL;
+    uint8_t *flags = NULL;
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    if (qs_dtype_size(dtype) == 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown dtype %d", dtype);
+    if (M < 0 || K < 0 || outlier_capacity < 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "negative size M=%lld K=%lld capacity=%lld",
+                       (long long)M, (long long)K, (long long)outlier_capacity);
+    if (!(threshold >= 0.0f) || isinf(threshold))
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "threshold must be finite and >= 0, got %g",
+                       (double)threshold);
+    if (qs_mul_overflow(M, K, &n) || qs_mul_overflow(n, 4, &bytes))
+        return qs_fail(ctx, QS_ERR_OVERFLOW, "%lld x %lld overflows", (long long)M, (long long)K);
+    if (!n_outliers || (n > 0 && (!x || !codes)) || (M > 0 && !row_stats) ||
+        (outlier_capacity > 0 && !outlier_cols))
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "a pointer argument is NULL");
+    if (codes_bytes < n)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "codes hold %lld bytes, %lld needed",
+                       (long long)codes_bytes, (long long)n);
+    if (row_stats_count < M)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "row_stats holds %lld floats, %lld needed",
+                       (long long)row_stats_count, (long long)M);
+    if (ctx->nonfinite == QS_NONFINITE_REJECT && qs_tensor_nonfinite(ctx, x, dtype, n))
+        return qs_fail(ctx, QS_ERR_NONFINITE, "x holds NaN or Inf (the context rejects them)");
+    xf = qs_scratch_alloc(ctx, (size_t)(n > 0 ? bytes : 4));
+    flags = qs_scratch_alloc(ctx, (size_t)(K > 0 ? K : 1));
+    if (!xf || !flags) {
+        qs_scratch_free(ctx, xf);
+        qs_scratch_free(ctx, flags);
+        return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld activations", (long long)n);
+    }
+    {
+        struct cvt_job c = {ctx, x, dtype, n, xf};
+        qs_parallel_for(ctx, qs_ceil_div(n, QS_TILE), cvt_task, &c);
+    }
+    memset(flags, 0, (size_t)K);
+    if (threshold > 0.0f)
+        qs_mm_outlier_flags(ctx, xf, M, K, threshold, flags);
+    for (int64_t k = 0; k < K; k++)
+        count += flags[k];
+    if (count > outlier_capacity) {
+        qs_scratch_free(ctx, xf);
+        qs_scratch_free(ctx, flags);
+        *n_outliers = count;
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
+                       "%lld outlier columns, outlier_cols holds %lld", (long long)count,
+                       (long long)outlier_capacity);
+    }
+    qs_mm_quantize_rows(ctx, xf, M, K, threshold, threshold > 0.0f ? flags : NULL, codes,
+                        row_stats);
+    count = 0;
+    for (int64_t k = 0; k < K; k++)
+        if (flags[k])
+            outlier_cols[count++] = k;
+    *n_outliers = count;
+    qs_scratch_free(ctx, xf);
+    qs_scratch_free(ctx, flags);
+    return qs_ok(ctx);
+}
+
+/* ---- the matmul with int8 activations --------------------------------------------------------- */
+
+/* INT8 / LLM_INT8 weights: exact integer sums, then the format's scaling and the outliers. */
+static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    int64_t n0 = t * MM_ROWS, n1 = n0 + MM_ROWS < j->N ? n0 + MM_ROWS : j->N, K = j->K;
+    const int8_t *wq = j->wdata;
+    static const float one = 1.0f;
+
+    (void)scratch;
+    for (int64_t m = 0; m < j->M; m++)
+        for (int64_t n = n0; n < n1; n++) {
+            float v, o = 0.0f;
+            if (j->format == QS_FORMAT_LLM_INT8) {
+                float a = j->ctx->k.mm_dot_w8a8(j->xq + m * K, wq + n * K, K, &one, NULL, K);
+                v = (a * (j->rstat[m] * j->fscale[n])) * QS_MM_INV127SQ;
+            } else {
+                int64_t u = j->gran == QS_GRAN_TENSOR ? 0
+                            : j->gran == QS_GRAN_ROW  ? n
+                                                      : n * (K / j->group);
+                float a = j->ctx->k.mm_dot_w8a8(j->xq + m * K, wq + n * K, K, j->fscale + u,
+                                                j->zp ? j->zp + u : NULL, j->group);
+                v = a * (j->rstat[m] / 127.0f);
+            }
+            if (j->nout > 0) {
+                for (int64_t c = 0; c < j->nout; c++)
+                    o = o + j->xo[m * j->nout + c] * j->wo[n * j->nout + c];
+                v = v + o;
+            }
+            j->y[m * j->N + n] = j->bias ? v + j->bias[n] : v;
+        }
+}
+
+/* Outlier weight columns: W[n, cols[c]] dequantized by the format's rule. */
+static void wo_task(const struct qs_mm_job *j, int64_t n, float *scratch)
+{
+    const int64_t *cols = j->ocols;
+    const int8_t *wq = (const int8_t *)j->wdata + n * j->K;
+    float *wo = (float *)j->wo + n * j->nout;
+
+    (void)scratch;
+    for (int64_t c = 0; c < j->nout; c++) {
+        const int8_t *q = wq + cols[c];
+        if (j->format == QS_FORMAT_LLM_INT8) {
+            j->ctx->k.int8_dequant_rowstat(q, 1, j->fscale[n], wo + c);
+        } else {
+            int64_t u = j->gran == QS_GRAN_TENSOR ? 0
+                        : j->gran == QS_GRAN_ROW  ? n
+                                                  : n * (j->K / j->group) + cols[c] / j->group;
+            j->ctx->k.int8_dequant(q, 1, j->fscale[u], j->zp ? j->zp[u] : 0, wo + c);
+        }
+    }
+}
+
+/* x^ = the dequantized codes, with the outlier columns as given. */
+static void xhat_task(const struct qs_mm_job *j, int64_t m, float *scratch)
+{
+    float *xh = j->xhat + m * j->K;
+    const uint8_t *flags = j->oflags;
+
+    (void)scratch;
+    j->ctx->k.int8_dequant_rowstat(j->xq + m * j->K, j->K, j->rstat[m], xh);
+    if (flags)
+        for (int64_t k = 0; k < j->K; k++)
+            if (flags[k])
+                xh[k] = j->x[m * j->K + k];
+}
+
+qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
+{
+    int64_t M = j->M, K = j->K, N = j->N, mk = M * K, nout = 0, per_thread, panel, xt;
+    int32_t threads = qs_threads(ctx);
+    int8_t *codes = qs_scratch_alloc(ctx, (size_t)(mk > 0 ? mk : 1));
+    float *rstat = qs_scratch_alloc(ctx, (size_t)M * sizeof(float));
+    uint8_t *flags = threshold > 0.0f ? qs_scratch_alloc(ctx, (size_t)(K > 0 ? K : 1)) : NULL;
+    int64_t *cols = NULL;
+    float *a = NULL, *b = NULL, *scratch = NULL, *big = NULL;
+    qs_status st = QS_ERR_OUT_OF_MEMORY;
+
+    if (!codes || !rstat || (threshold > 0.0f && !flags))
+        goto done;
+    if (flags) {
+        qs_mm_outlier_flags(ctx, j->x, M, K, threshold, flags);
+        for (int64_t k = 0; k < K; k++)
+            nout += flags[k];
+    }
+    if (qs_mm_integer_weight(j)) {
+        if (nout > 0) {
+            cols = qs_scratch_alloc(ctx, (size_t)nout * sizeof(int64_t));
+            a = qs_scratch_alloc(ctx, (size_t)(M * nout) * sizeof(float));
+            b = qs_scratch_alloc(ctx, (size_t)(N * nout) * sizeof(float));
+            if (!cols || !a || !b)
+                goto done;
+        }
+    } else {
+        a = qs_scratch_alloc(ctx, (size_t)(mk > 0 ? mk : 1) * sizeof(float));
+        qs_mm_f32_scratch(j, &per_thread, &panel, &xt);
+        scratch = per_thread > 0 ? qs_scratch_alloc(ctx, (size_t)(threads * per_thread) *
+                                                             sizeof(float))
+                                 : NULL;
+        big = panel + xt > 0 ? qs_scratch_alloc(ctx, (size_t)(panel + xt) * sizeof(float)) : NULL;
+        if (!a || (per_thread > 0 && !scratch) || (panel + xt > 0 && !big))
+            goto done;
+    }
+    /* Everything allocated: from here on nothing fails. */
+    st = QS_OK;
+    qs_mm_quantize_rows(ctx, j->x, M, K, threshold, flags, codes, rstat);
+    j->xq = codes;
+    j->rstat = rstat;
+    if (qs_mm_integer_weight(j)) {
+        j->nout = nout;
+        if (nout > 0) {
+            int64_t c = 0;
+            for (int64_t k = 0; k < K; k++)
+                if (flags[k]) {
+                    cols[c] = k;
+                    for (int64_t m = 0; m < M; m++)
+                        a[m * nout + c] = j->x[m * K + k];
+                    c++;
+                }
+            j->xo = a;
+            j->wo = b;
+            j->ocols = cols;
+            qs_mm_parallel(j, N, wo_task);
+        }
+        qs_mm_parallel(j, qs_ceil_div(N, MM_ROWS), w8a8_task);
+    } else {
+        j->xhat = a;
+        j->oflags = flags;
+        qs_mm_parallel(j, M, xhat_task);
+        j->x = a;
+        j->scratch = scratch;
+        j->per_thread = per_thread;
+        j->panel = panel > 0 ? big : NULL;
+        j->xt = xt > 0 ? big + panel : NULL;
+        qs_mm_run_f32(j);
+    }
+done:
+    qs_scratch_free(ctx, codes);
+    qs_scratch_free(ctx, rstat);
+    qs_scratch_free(ctx, flags);
+    qs_scratch_free(ctx, cols);
+    qs_scratch_free(ctx, a);
+    qs_scratch_free(ctx, b);
+    qs_scratch_free(ctx, scratch);
+    qs_scratch_free(ctx, big);
+    return st == QS_OK ? QS_OK : qs_fail(ctx, st, "no memory for the int8 activation path");
+}

@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The f32 paths of qs_matmul over validated inputs:
+ * - GEMV (M < QS_MATMUL_GEMM_MIN_M, or K = 0): y[m, n] from the fused dot-product kernels of the
+ *   table, tasks of MM_GEMV_ROWS rows of W (every m per task, so W streams once).
+ * - GEMM, dense and quantized weights: panels of MM_PANEL rows of W dequantized with the table's
+ *   dequantize kernels (in parallel), then cblas_sgemm (QS_HAVE_BLAS) or blocks of MM_GEMM_ROWS
+ *   rows of x against the panel with the f32 dot kernel.
+ * - GEMM, 2:4 weights: the outer-product form over rows of x^T (no zeros, no gathers).
+ * Tasks have fixed bounds that depend only on the shape, so the bits never depend on threads.
+ */
+#include <limits.h>
+#include <string.h>
+
+#ifdef QS_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+#include "matmul_internal.h"
+
+#define MM_GEMV_ROWS 16  /* rows of W per GEMV task */
+#define MM_PANEL 128     /* rows of W per dequantized GEMM panel */
+#define MM_GEMM_ROWS 32  /* rows of x per task of the plain blocked GEMM */
+#define MM_SP_COLS 256   /* rows of x per accumulator of the 2:4 outer product */
+
+static int use_gemm(const struct qs_mm_job *j)
+{
+    return j->M >= QS_MATMUL_GEMM_MIN_M && j->K > 0;
+}
+
+static int sparse(const struct qs_mm_job *j)
+{
+    return j->kind == QS_WEIGHT_SP24 || j->kind == QS_WEIGHT_SP24_QUANT;
+}
+
+void qs_mm_f32_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *panel, int64_t *xt)
+{
+    *per_thread = 0;
+    *panel = 0;
+    *xt = 0;
+    if (!use_gemm(j)) {
+        if (sparse(j))
+            *per_thread = j->wcols; /* gathered x */
+        return;
+    }
+    if (sparse(j)) {
+        *per_thread = j->wcols + MM_SP_COLS + QS_TILE; /* row values, accumulator, decode tile */
+        *xt = j->M * j->K;
+        return;
+    }
+    *per_thread = QS_TILE; /* NF4/FP4 first partial block of a row */
+    if (!(j->kind == QS_WEIGHT_DENSE && j->wdtype == QS_DTYPE_F32))
+        *panel = (j->N < MM_PANEL ? j->N : MM_PANEL) * j->K;
+}
+
+/* ---- one row of W ---------------------------------------------------------------------------- */
+
+/* Scale pointers of row n of an INT8 weight of `cols` columns. */
+static const float *int8_scale(const struct qs_mm_job *j, int64_t n, int64_t cols, const int8_t **zp)
+{
+    int64_t u = j->gran == QS_GRAN_TENSOR ? 0
+                : j->gran == QS_GRAN_ROW  ? n
+                                          : n * (cols / j->group);
+    *zp = j->zp ? j->zp + u : NULL;
+    return j->fscale + u;
+}
+
+/* The fused dot product of x (cols values) with row n of a quantized matrix of `cols` columns. */
+static float quant_dot(const struct qs_mm_job *j, const float *x, int64_t n, int64_t cols)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+    const uint8_t *d = j->wdata;
+    const int8_t *zp;
+    const float *s;
+    float rs;
+
+    switch (j->format) {
+    case QS_FORMAT_NF4: return k->mm_dot_nf4(x, cols, d, n * cols, j->absmax, j->block);
+    case QS_FORMAT_FP4: return k->mm_dot_fp4(x, cols, d, n * cols, j->absmax, j->block);
+    case QS_FORMAT_INT8:
+        s = int8_scale(j, n, cols, &zp);
+        return k->mm_dot_int8(x, cols, (const int8_t *)d + n * cols, s, zp, j->group);
+    case QS_FORMAT_LLM_INT8:
+        rs = j->fscale[n] * QS_MM_INV127; /* the row's scale fl(SCB * fl(1/127)) */
+        return k->mm_dot_int8(x, cols, (const int8_t *)d + n * cols, &rs, NULL, cols);
+    case QS_FORMAT_FP8_E4M3: return k->mm_dot_e4m3(x, cols, d + n * cols, j->fscale[0]);
+    case QS_FORMAT_FP8_E5M2: return k->mm_dot_e5m2(x, cols, d + n * cols, j->fscale[0]);
+    case QS_FORMAT_MXFP4:
+        return k->mm_dot_mxfp4(x, cols, d + n * j->row_bytes, j->bscale + n * j->spr);
+    case QS_FORMAT_MXFP8:
+        return k->mm_dot_mxfp8(x, cols, d + n * j->row_bytes, j->bscale + n * j->spr);
+    default:
+        return k->mm_dot_nvfp4(x, cols, d + n * j->row_bytes, j->bscale + n * j->spr,
+                               j->s_global);
+    }
+}
+
+static float plain_dot(const struct qs_mm_job *j, const float *x, int64_t n, int64_t cols)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+
+    switch (j->wdtype) {
+    case QS_DTYPE_F32: return k->mm_dot_f32(x, (const float *)j->wdata + n * cols, cols);
+    case QS_DTYPE_F16: return k->mm_dot_f16(x, (const uint16_t *)j->wdata + n * cols, cols);
+    default: return k->mm_dot_bf16(x, (const uint16_t *)j->wdata + n * cols, cols);
+    }
+}
+
+/* x . W[n, :] by the GEMV definition; xg holds wcols floats for 2:4 weights. */
+static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float *xg)
+{
+    switch (j->kind) {
+    case QS_WEIGHT_DENSE: return plain_dot(j, x, n, j->K);
+    case QS_WEIGHT_QUANT: return quant_dot(j, x, n, j->K);
+    case QS_WEIGHT_SP24:
+        j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
+        return plain_dot(j, xg, n, j->wcols);
+    default:
+        j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
+        return quant_dot(j, xg, n, j->wcols);
+    }
+}
+
+static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
+
+    for (int64_t m = 0; m < j->M; m++)
+        for (int64_t n = n0; n < n1; n++) {
+            float v = row_dot(j, j->x + m * j->K, n, scratch);
+            j->y[m * j->N + n] = j->bias ? v + j->bias[n] : v;
+        }
+}
+
+/* ---- dequantized rows ------------------------------------------------------------------------- */
+
+/* NF4/FP4 elements [f, f + len) of the flattened tensor into out: a first partial block is
+ * decoded whole into tmp (kernels start at a block), the rest straight into out. */
+static void bnb4_span(const struct qs_mm_job *j, int64_t f, int64_t len, float *out, float *tmp)
+{
+    qs_nf4_dequant_fn *dec = j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_dequant
+                                                         : j->ctx->k.fp4_dequant;
+    const uint8_t *d = j->wdata;
+    int64_t a = f - f % j->block;
+
+    if (a < f) {
+        int64_t end = a + j->block < f + len ? a + j->block : f + len;
+        dec(d + a / 2, j->absmax + a / j->block, end - a, j->block, tmp);
+        memcpy(out, tmp + (f - a), (size_t)(end - f) * sizeof(float));
+        out += end - f;
+        len -= end - f;
+        f = end;
+    }
+    if (len > 0)
+        dec(d + f / 2, j->absmax + f / j->block, len, j->block, out);
+}
+
+void qs_mm_row_dequant(const struct qs_mm_job *j, int64_t n, float *out, float *tmp)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+    int64_t cols = j->wcols;
+    const uint8_t *d = j->wdata;
+    const int8_t *zp;
+    const float *s;
+
+    if (j->kind == QS_WEIGHT_DENSE || j->kind == QS_WEIGHT_SP24) {
+        if (j->wdtype == QS_DTYPE_F32)
+            memcpy(out, (const float *)j->wdata + n * cols, (size_t)cols * sizeof(float));
+        else if (j->wdtype == QS_DTYPE_F16)
+            k->cvt_f16_f32((const uint16_t *)j->wdata + n * cols, cols, out);
+        else
+            k->cvt_bf16_f32((const uint16_t *)j->wdata + n * cols, cols, out);
+        return;
+    }
+    switch (j->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4: bnb4_span(j, n * cols, cols, out, tmp); break;
+    case QS_FORMAT_INT8:
+        s = int8_scale(j, n, cols, &zp);
+        for (int64_t g = 0; g * j->group < cols; g++) {
+            int64_t c0 = g * j->group, len = cols - c0 < j->group ? cols - c0 : j->group;
+            int64_t u = j->gran == QS_GRAN_GROUP ? g : 0;
+            k->int8_dequant((const int8_t *)d + n * cols + c0, len, s[u], zp ? zp[u] : 0,
+                            out + c0);
+        }
+        break;
+    case QS_FORMAT_LLM_INT8:
+        k->int8_dequant_rowstat((const int8_t *)d + n * cols, cols, j->fscale[n], out);
+        break;
+    case QS_FORMAT_FP8_E4M3: k->e4m3_dequant(d + n * cols, cols, j->fscale[0], out); break;
+    case QS_FORMAT_FP8_E5M2: k->e5m2_dequant(d + n * cols, cols, j->fscale[0], out); break;
+    case QS_FORMAT_MXFP4:
+        k->mxfp4_dequant(d + n * j->row_bytes, j->bscale + n * j->spr, cols, out);
+        break;
+    case QS_FORMAT_MXFP8:
+        k->mxfp8_dequant(d + n * j->row_bytes, j->bscale + n * j->spr, cols, out);
+        break;
+    default:
+        k->nvfp4_dequant(d + n * j->row_bytes, j->bscale + n * j->spr, cols, j->s_global, out);
+        break;
+    }
+}
+
+/* ---- GEMM through dequantized panels ----------------------------------------------------------- */
+
+static void panel_task(const struct qs_mm_job *j, int64_t r, float *scratch)
+{
+    qs_mm_row_dequant(j, j->n0 + r, j->panel + r * j->K, scratch);
+}
+
+/* Rows [m0, m0 + MM_GEMM_ROWS) of x against every row of the panel (no BLAS). */
+static void block_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    const float *w = j->panel ? j->panel : (const float *)j->wdata + j->n0 * j->K;
+    int64_t m0 = t * MM_GEMM_ROWS, m1 = m0 + MM_GEMM_ROWS < j->M ? m0 + MM_GEMM_ROWS : j->M;
+
+    (void)scratch;
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t r = 0; r < j->nb; r++)
+            j->y[m * j->N + j->n0 + r] = j->ctx->k.mm_dot_f32(j->x + m * j->K, w + r * j->K, j->K);
+}
+
+static void bias_task(const struct qs_mm_job *j, int64_t m, float *scratch)
+{
+    (void)scratch;
+    for (int64_t n = 0; n < j->N; n++)
+        j->y[m * j->N + n] = j->y[m * j->N + n] + j->bias[n];
+}
+
+static void gemm_panels(struct qs_mm_job *j)
+{
+    int blas = 0;
+
+#ifdef QS_HAVE_BLAS
+    blas = j->M <= INT_MAX && j->K <= INT_MAX && j->N <= INT_MAX;
+#endif
+    for (j->n0 = 0; j->n0 < j->N; j->n0 += MM_PANEL) {
+        j->nb = j->N - j->n0 < MM_PANEL ? j->N - j->n0 : MM_PANEL;
+        if (j->panel)
+            qs_mm_parallel(j, j->nb, panel_task);
+#ifdef QS_HAVE_BLAS
+        if (blas) {
+            const float *w = j->panel ? j->panel : (const float *)j->wdata + j->n0 * j->K;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->M, (int)j->nb, (int)j->K,
+                        1.0f, j->x, (int)j->K, w, (int)j->K, 0.0f, j->y + j->n0, (int)j->N);
+            continue;
+        }
+#endif
+        (void)blas;
+        qs_mm_parallel(j, qs_ceil_div(j->M, MM_GEMM_ROWS), block_task);
+    }
+    if (j->bias)
+        qs_mm_parallel(j, j->M, bias_task);
+}
+
+/* ---- 2:4 GEMM: outer product over rows of x^T ------------------------------------------------- */
+
+static void transpose_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    float *xt = (float *)j->xt;
+    int64_t k0 = t * 64, k1 = k0 + 64 < j->K ? k0 + 64 : j->K;
+
+    (void)scratch;
+    for (int64_t m = 0; m < j->M; m++)
+        for (int64_t kk = k0; kk < k1; kk++)
+            xt[kk * j->M + m] = j->x[m * j->K + kk];
+}
+
+static void sp24_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
+    float *vals = scratch, *acc = scratch + j->wcols, *tmp = acc + MM_SP_COLS;
+
+    for (int64_t n = n0; n < n1; n++) {
+        const float *v = vals;
+        if (j->kind == QS_WEIGHT_SP24 && j->wdtype == QS_DTYPE_F32)
+            v = (const float *)j->wdata + n * j->wcols;
+        else
+            qs_mm_row_dequant(j, n, vals, tmp);
+        for (int64_t m0 = 0; m0 < j->M; m0 += MM_SP_COLS) {
+            int64_t mb = j->M - m0 < MM_SP_COLS ? j->M - m0 : MM_SP_COLS;
+            for (int64_t i = 0; i < mb; i++)
+                acc[i] = 0.0f;
+            j->ctx->k.mm_sp24_axpy(v, j->meta + n * j->words, j->K, j->xt + m0, j->M, mb, acc);
+            for (int64_t i = 0; i < mb; i++)
+                j->y[(m0 + i) * j->N + n] = j->bias ? acc[i] + j->bias[n] : acc[i];
+        }
+    }
+}
+
+void qs_mm_run_f32(struct qs_mm_job *j)
+{
+    if (!use_gemm(j)) {
+        qs_mm_parallel(j, qs_ceil_div(j->N, MM_GEMV_ROWS), gemv_task);
+    } else if (sparse(j)) {
+        qs_mm_parallel(j, qs_ceil_div(j->K, 64), transpose_task);
+        qs_mm_parallel(j, qs_ceil_div(j->N, MM_GEMV_ROWS), sp24_task);
+    } else {
+        gemm_panels(j);
+    }
+}

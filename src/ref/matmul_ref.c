@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The matmul reference (include/qsparse/matmul.h): the dot product of x with one row of W, with
+ * dequantization fused, in the defined summation order:
+ *
+ * - The row is cut into segments: the elements that share one scale (an NF4/FP4 block of the
+ *   flattened tensor clipped to the row, an INT8 group or row or tensor, an MX block of 32, an
+ *   NVFP4 block of 16; the whole row for FP8 and for plain weights).
+ * - Inside a segment, the product x_k * v_k of the element's unscaled value v_k is added to
+ *   partial sum p[(k - segment start) mod 16] (ascending k, each p starting at +0); the segment
+ *   sum is the fixed tree p[i] += p[i + 8] (i < 8), p[i] += p[i + 4] (i < 4), p[i] += p[i + 2],
+ *   p[0] += p[1]. A SIMD kernel with 16 lanes (two AVX2 registers, four NEON registers) keeps
+ *   the same order.
+ * - acc = acc + fl(segment sum * segment scale), ascending segments, acc starting at +0.
+ *   Scale-free kinds (plain f32/f16/bf16) return the segment sum of their single segment.
+ *
+ * The unscaled element values come from the format's own dequantize kernel called with a unit
+ * scale (absmax 1, E8M0 127, E4M3 scale 0x38, FP8 scale 1, INT8 scale 1 with the zero point),
+ * which is exact, so no codebook or element rule is repeated here.
+ *
+ * The int8 path (w8a8): per segment an exact integer sum sum q_x * (q_w - zp) in int32 (the
+ * driver bounds K so it cannot overflow), then t = t + fl(a_s * scale_s) in ascending segments.
+ */
+#include "../core/kernels.h"
+#include "ref.h"
+
+#define LANES 16
+/* Elements decoded per call of a dequantize kernel: a multiple of LANES and of 2 (nibbles). */
+#define PIECE 64
+
+struct lanes {
+    float p[LANES];
+    int64_t i;
+};
+
+static void lanes_reset(struct lanes *l)
+{
+    for (int i = 0; i < LANES; i++)
+        l->p[i] = 0.0f;
+    l->i = 0;
+}
+
+static void lanes_feed(struct lanes *l, const float *x, const float *v, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++, l->i++)
+        l->p[l->i % LANES] += x[k] * v[k];
+}
+
+static float lanes_sum(const struct lanes *l)
+{
+    float t[LANES];
+
+    for (int i = 0; i < LANES; i++)
+        t[i] = l->p[i];
+    for (int h = LANES / 2; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++)
+            t[i] = t[i] + t[i + h];
+    return t[0];
+}
+
+/* Unit scales: enough entries for any per-element index a dequantize kernel computes over one
+ * piece (NF4/FP4 with the smallest block of 2 read absmax[i / 2] for i < PIECE + 1). */
+static const float ones[PIECE / 2 + 1] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+static const uint8_t e8m0_one[2] = {127, 127}; /* 2^0; a piece spans at most 2 MX blocks */
+static const uint8_t e4m3_one[4] = {0x38, 0x38, 0x38, 0x38}; /* 1.0; up to 4 NVFP4 blocks */
+
+/* ---- plain weights ---------------------------------------------------------------------------- */
+
+float qs_mm_dot_f32__ref(const float *x, const float *w, int64_t n)
+{
+    struct lanes l;
+
+    lanes_reset(&l);
+    lanes_feed(&l, x, w, n);
+    return lanes_sum(&l);
+}
+
+static float dot_u16(const float *x, const uint16_t *w, int64_t n,
+                     void (*cvt)(const uint16_t *, int64_t, float *))
+{
+    struct lanes l;
+    float v[PIECE];
+
+    lanes_reset(&l);
+    for (int64_t i = 0; i < n; i += PIECE) {
+        int64_t len = n - i < PIECE ? n - i : PIECE;
+        cvt(w + i, len, v);
+        lanes_feed(&l, x + i, v, len);
+    }
+    return lanes_sum(&l);
+}
+
+float qs_mm_dot_f16__ref(const float *x, const uint16_t *w, int64_t n)
+{
+    return dot_u16(x, w, n, qs_cvt_f16_f32__ref);
+}
+
+float qs_mm_dot_bf16__ref(const float *x, const uint16_t *w, int64_t n)
+{
+    return dot_u16(x, w, n, qs_cvt_bf16_f32__ref);
+}
+
+/* ---- NF4 / FP4: blocks over the flattened tensor ---------------------------------------------- */
+
+/* Row elements [0, n) are flat elements start ... start + n - 1 (element j in byte j / 2, high
+ * nibble for even j); block b of the tensor has scale absmax[b]. */
+static float bnb4_dot(qs_nf4_dequant_fn *dec, const float *x, int64_t n, const uint8_t *data,
+                      int64_t start, const float *absmax, int32_t block)
+{
+    float acc = 0.0f, v[PIECE + 1];
+    int64_t i = 0;
+
+    while (i < n) {
+        int64_t b = (start + i) / block, end = (b + 1) * block - start;
+        struct lanes l;
+
+        if (end > n)
+            end = n;
+        lanes_reset(&l);
+        while (i < end) {
+            int64_t len = end - i < PIECE ? end - i : PIECE, f = start + i, skip = f & 1;
+            dec(data + (f - skip) / 2, ones, len + skip, 2, v);
+            lanes_feed(&l, x + i, v + skip, len);
+            i += len;
+        }
+        acc = acc + lanes_sum(&l) * absmax[b];
+    }
+    return acc;
+}
+
+float qs_mm_dot_nf4__ref(const float *x, int64_t n, const uint8_t *data, int64_t start,
+                         const float *absmax, int32_t block)
+{
+    return bnb4_dot(qs_nf4_dequant__ref, x, n, data, start, absmax, block);
+}
+
+float qs_mm_dot_fp4__ref(const float *x, int64_t n, const uint8_t *data, int64_t start,
+                         const float *absmax, int32_t block)
+{
+    return bnb4_dot(qs_fp4_dequant__ref, x, n, data, start, absmax, block);
+}
+
+/* ---- INT8 (f32 activations) ------------------------------------------------------------------- */
+
+float qs_mm_dot_int8__ref(const float *x, int64_t n, const int8_t *q, const float *scale,
+                          const int8_t *zp, int64_t group)
+{
+    float acc = 0.0f, v[PIECE];
+
+    for (int64_t s = 0; s * group < n; s++) {
+        int64_t i0 = s * group, end = i0 + group < n ? i0 + group : n;
+        struct lanes l;
+
+        lanes_reset(&l);
+        for (int64_t i = i0; i < end; i += PIECE) {
+            int64_t len = end - i < PIECE ? end - i : PIECE;
+            qs_int8_dequant__ref(q + i, len, 1.0f, zp ? zp[s] : 0, v); /* q - zp, exact */
+            lanes_feed(&l, x + i, v, len);
+        }
+        acc = acc + lanes_sum(&l) * scale[s];
+    }
+    return acc;
+}
+
+/* ---- FP8: one per-tensor scale ---------------------------------------------------------------- */
+
+static float fp8_dot(qs_e4m3_dequant_fn *dec, const float *x, int64_t n, const uint8_t *q,
+                     float scale)
+{
+    float acc = 0.0f, v[PIECE];
+    struct lanes l;
+
+    lanes_reset(&l);
+    for (int64_t i = 0; i < n; i += PIECE) {
+        int64_t len = n - i < PIECE ? n - i : PIECE;
+        dec(q + i, len, 1.0f, v);
+        lanes_feed(&l, x + i, v, len);
+    }
+    return acc + lanes_sum(&l) * scale;
+}
+
+float qs_mm_dot_e4m3__ref(const float *x, int64_t n, const uint8_t *q, float scale)
+{
+    return fp8_dot(qs_e4m3_dequant__ref, x, n, q, scale);
+}
+
+float qs_mm_dot_e5m2__ref(const float *x, int64_t n, const uint8_t *q, float scale)
+{
+    return fp8_dot(qs_e5m2_dequant__ref, x, n, q, scale);
+}
+
+/* ---- MX and NVFP4: blocks along the row ------------------------------------------------------- */
+
+float qs_mm_dot_mxfp4__ref(const float *x, int64_t n, const uint8_t *data, const uint8_t *scales)
+{
+    float acc = 0.0f, v[32];
+
+    for (int64_t i = 0; i < n; i += 32) {
+        int64_t len = n - i < 32 ? n - i : 32;
+        struct lanes l;
+        qs_mxfp4_dequant__ref(data + i / 2, e8m0_one, len, v);
+        lanes_reset(&l);
+        lanes_feed(&l, x + i, v, len);
+        acc = acc + lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
+    }
+    return acc;
+}
+
+float qs_mm_dot_mxfp8__ref(const float *x, int64_t n, const uint8_t *data, const uint8_t *scales)
+{
+    float acc = 0.0f, v[32];
+
+    for (int64_t i = 0; i < n; i += 32) {
+        int64_t len = n - i < 32 ? n - i : 32;
+        struct lanes l;
+        qs_mxfp8_dequant__ref(data + i, e8m0_one, len, v);
+        lanes_reset(&l);
+        lanes_feed(&l, x + i, v, len);
+        acc = acc + lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
+    }
+    return acc;
+}
+
+float qs_mm_dot_nvfp4__ref(const float *x, int64_t n, const uint8_t *data, const uint8_t *scales,
+                           float s_global)
+{
+    float acc = 0.0f, v[16];
+
+    for (int64_t i = 0; i < n; i += 16) {
+        int64_t len = n - i < 16 ? n - i : 16;
+        struct lanes l;
+        /* the block's den as the dequantize rule forms it: fl(value(S & 0x7F) * s_global) */
+        float den = qs_ref_e4m3_decode(scales[i / 16] & 0x7F) * s_global;
+        qs_nvfp4_dequant__ref(data + i / 2, e4m3_one, len, 1.0f, v);
+        lanes_reset(&l);
+        lanes_feed(&l, x + i, v, len);
+        acc = acc + lanes_sum(&l) * den;
+    }
+    return acc;
+}
+
+/* ---- int8 activations x INT8 weights ---------------------------------------------------------- */
+
+float qs_mm_dot_w8a8__ref(const int8_t *xq, const int8_t *wq, int64_t n, const float *scale,
+                          const int8_t *zp, int64_t group)
+{
+    float t = 0.0f;
+
+    for (int64_t s = 0; s * group < n; s++) {
+        int64_t i0 = s * group, end = i0 + group < n ? i0 + group : n;
+        int32_t z = zp ? zp[s] : 0, a = 0;
+        for (int64_t i = i0; i < end; i++)
+            a += (int32_t)xq[i] * ((int32_t)wq[i] - z);
+        t = t + (float)a * scale[s];
+    }
+    return t;
+}
+
+/* ---- 2:4 -------------------------------------------------------------------------------------- */
+
+void qs_mm_gather_sp24__ref(const float *x, const uint16_t *meta, int64_t n, float *xg)
+{
+    for (int64_t g = 0; g < n / 4; g++) {
+        unsigned nib = (meta[g / 4] >> (4 * (g % 4))) & 15u;
+        xg[2 * g] = x[4 * g + (nib & 3u)];
+        xg[2 * g + 1] = x[4 * g + (nib >> 2)];
+    }
+}
+
+void qs_mm_sp24_axpy__ref(const float *values, const uint16_t *meta, int64_t n, const float *xt,
+                          int64_t ldxt, int64_t m, float *acc)
+{
+    for (int64_t g = 0; g < n / 4; g++) {
+        unsigned nib = (meta[g / 4] >> (4 * (g % 4))) & 15u;
+        for (int t = 0; t < 2; t++) {
+            float v = values[2 * g + t];
+            const float *row = xt + (4 * g + (t ? nib >> 2 : nib & 3u)) * ldxt;
+            for (int64_t i = 0; i < m; i++)
+                acc[i] += v * row[i];
+        }
+    }
+}

@@ -1,0 +1,619 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * qs_matmul (include/qsparse/matmul.h) through the public API: every weight kind (every format and
+ * option of qs_quantize, 2:4 of f32/f16/bf16 values, 2:4 + quantized) against the float64 product
+ * of x and the weight as qs_dequantize / qs_sp24_decompress / qs_sp24_dequantize decode it, over
+ * tails in M, N, K on the GEMV and GEMM paths, with bias and f16/bf16 activations; int8
+ * activations within the documented bound; the LLM.int8 outlier split against a model written
+ * here from bitsandbytes' definition; bit-identical results for 1 and 2 threads; and bad
+ * arguments returning a status with y untouched (canaries).
+ */
+#include "common.h"
+#include "quant_helpers.h"
+
+/* A weight of one kind for an N x K matrix, with its dequantized f32 form. */
+typedef struct {
+    const char *name;
+    int32_t kind, format, dtype; /* dtype: DENSE / SP24 values */
+    int32_t gran, sym, dq, block;
+} wspec;
+
+typedef struct {
+    qs_weight w;
+    qs_quant_params p;
+    tq t;
+    t_buf values;
+    uint16_t *meta;
+    float *dense; /* N x K dequantized */
+} wobj;
+
+static const wspec specs[] = {
+    {"f32", QS_WEIGHT_DENSE, 0, QS_DTYPE_F32, 0, 0, 0, 0},
+    {"bf16", QS_WEIGHT_DENSE, 0, QS_DTYPE_BF16, 0, 0, 0, 0},
+    {"nf4", QS_WEIGHT_QUANT, QS_FORMAT_NF4, 0, 0, 0, 0, 64},
+    {"nf4-dq-b32", QS_WEIGHT_QUANT, QS_FORMAT_NF4, 0, 0, 0, 1, 32},
+    {"nf4-b6", QS_WEIGHT_QUANT, QS_FORMAT_NF4, 0, 0, 0, 0, 6},
+    {"fp4", QS_WEIGHT_QUANT, QS_FORMAT_FP4, 0, 0, 0, 0, 64},
+    {"fp4-dq", QS_WEIGHT_QUANT, QS_FORMAT_FP4, 0, 0, 0, 1, 64},
+    {"int8-tensor", QS_WEIGHT_QUANT, QS_FORMAT_INT8, 0, QS_GRAN_TENSOR, 1, 0, 0},
+    {"int8-row", QS_WEIGHT_QUANT, QS_FORMAT_INT8, 0, QS_GRAN_ROW, 1, 0, 0},
+    {"int8-row-asym", QS_WEIGHT_QUANT, QS_FORMAT_INT8, 0, QS_GRAN_ROW, 0, 0, 0},
+    {"int8-tensor-asym", QS_WEIGHT_QUANT, QS_FORMAT_INT8, 0, QS_GRAN_TENSOR, 0, 0, 0},
+    {"int8-group", QS_WEIGHT_QUANT, QS_FORMAT_INT8, 0, QS_GRAN_GROUP, 1, 0, -1},
+    {"int8-group-asym", QS_WEIGHT_QUANT, QS_FORMAT_INT8, 0, QS_GRAN_GROUP, 0, 0, -1},
+    {"llm_int8", QS_WEIGHT_QUANT, QS_FORMAT_LLM_INT8, 0, 0, 0, 0, 0},
+    {"e4m3", QS_WEIGHT_QUANT, QS_FORMAT_FP8_E4M3, 0, 0, 0, 0, 0},
+    {"e5m2", QS_WEIGHT_QUANT, QS_FORMAT_FP8_E5M2, 0, 0, 0, 0, 0},
+    {"mxfp4", QS_WEIGHT_QUANT, QS_FORMAT_MXFP4, 0, 0, 0, 0, 0},
+    {"mxfp8", QS_WEIGHT_QUANT, QS_FORMAT_MXFP8, 0, 0, 0, 0, 0},
+    {"nvfp4", QS_WEIGHT_QUANT, QS_FORMAT_NVFP4, 0, 0, 0, 0, 0},
+    {"sp24-f32", QS_WEIGHT_SP24, 0, QS_DTYPE_F32, 0, 0, 0, 0},
+    {"sp24-f16", QS_WEIGHT_SP24, 0, QS_DTYPE_F16, 0, 0, 0, 0},
+    {"sp24-bf16", QS_WEIGHT_SP24, 0, QS_DTYPE_BF16, 0, 0, 0, 0},
+    {"sp24-nf4", QS_WEIGHT_SP24_QUANT, QS_FORMAT_NF4, 0, 0, 0, 0, 64},
+    {"sp24-int8-row", QS_WEIGHT_SP24_QUANT, QS_FORMAT_INT8, 0, QS_GRAN_ROW, 1, 0, 0},
+    {"sp24-mxfp4", QS_WEIGHT_SP24_QUANT, QS_FORMAT_MXFP4, 0, 0, 0, 0, 0},
+    {"sp24-nvfp4", QS_WEIGHT_SP24_QUANT, QS_FORMAT_NVFP4, 0, 0, 0, 0, 0},
+    {"sp24-e4m3", QS_WEIGHT_SP24_QUANT, QS_FORMAT_FP8_E4M3, 0, 0, 0, 0, 0},
+};
+#define NSPECS ((int)(sizeof specs / sizeof specs[0]))
+
+static int is_sparse(const wspec *s)
+{
+    return s->kind == QS_WEIGHT_SP24 || s->kind == QS_WEIGHT_SP24_QUANT;
+}
+
+static void fill(t_rng *r, float *x, int64_t n, double scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(t_normal(r) * scale);
+}
+
+/* Build the weight of spec s for N x K from f32 values w0; K must suit the spec. */
+static void wobj_make(qs_ctx *ctx, const wspec *s, const float *w0, int64_t N, int64_t K,
+                      wobj *o)
+{
+    int64_t n = N * K, vb = 0, mc = 0;
+
+    memset(o, 0, sizeof *o);
+    o->w.kind = s->kind;
+    o->dense = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    assert_non_null(o->dense);
+    if (s->kind == QS_WEIGHT_QUANT || s->kind == QS_WEIGHT_SP24_QUANT) {
+        o->p = params(s->format);
+        if (s->format == QS_FORMAT_NF4 || s->format == QS_FORMAT_FP4) {
+            o->p.block_size = s->block;
+            o->p.double_quant = s->dq;
+        }
+        if (s->format == QS_FORMAT_INT8) {
+            o->p.granularity = s->gran;
+            o->p.symmetric = s->sym;
+            if (s->gran == QS_GRAN_GROUP) { /* a group dividing the stored columns */
+                int64_t cols = is_sparse(s) ? K / 2 : K;
+                o->p.block_size = cols % 8 == 0 ? 8 : cols % 2 == 0 ? 2 : 1;
+            }
+        }
+        o->w.quant = &o->p;
+        o->w.q = &o->t.q;
+    }
+    if (!is_sparse(s)) {
+        if (s->kind == QS_WEIGHT_DENSE) {
+            o->w.dtype = s->dtype;
+            o->values = t_buf_new((size_t)(n * qs_dtype_size(s->dtype)));
+            assert_int_equal(qs_convert(ctx, w0, QS_DTYPE_F32, o->values.p, s->dtype, n,
+                                        (int64_t)o->values.bytes),
+                             QS_OK);
+            assert_int_equal(qs_convert(ctx, o->values.p, s->dtype, o->dense, QS_DTYPE_F32, n,
+                                        n * 4),
+                             QS_OK);
+            o->w.data = o->values.p;
+            o->w.data_bytes = (int64_t)o->values.bytes;
+        } else {
+            quant(ctx, &o->p, w0, QS_DTYPE_F32, N, K, &o->t);
+            assert_int_equal(qs_dequantize(ctx, &o->p, &o->t.q, N, K, o->dense, QS_DTYPE_F32,
+                                           n * 4),
+                             QS_OK);
+        }
+        return;
+    }
+    /* 2:4: prune by magnitude, then keep the values in the spec's form. */
+    assert_int_equal(qs_sp24_size(QS_DTYPE_F32, N, K, &vb, &mc), QS_OK);
+    float *vals = malloc((size_t)(vb > 0 ? vb : 4));
+    float *pruned = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    o->meta = malloc((size_t)(mc > 0 ? mc : 1) * sizeof(uint16_t));
+    assert_true(vals && pruned && o->meta);
+    assert_int_equal(qs_sp24_prune_compress(ctx, w0, QS_DTYPE_F32, N, K, NULL, vals, vb, o->meta,
+                                            mc, NULL, 0),
+                     QS_OK);
+    assert_int_equal(qs_sp24_decompress(ctx, vals, QS_DTYPE_F32, o->meta, mc, N, K, pruned, n * 4),
+                     QS_OK);
+    o->w.meta = o->meta;
+    o->w.meta_count = mc;
+    if (s->kind == QS_WEIGHT_SP24) {
+        int64_t nv = n / 2;
+        o->w.dtype = s->dtype;
+        o->values = t_buf_new((size_t)(nv * qs_dtype_size(s->dtype)));
+        assert_int_equal(qs_convert(ctx, vals, QS_DTYPE_F32, o->values.p, s->dtype, nv,
+                                    (int64_t)o->values.bytes),
+                         QS_OK);
+        o->w.data = o->values.p;
+        o->w.data_bytes = (int64_t)o->values.bytes;
+        if (s->dtype == QS_DTYPE_F32) {
+            memcpy(o->dense, pruned, (size_t)n * sizeof(float));
+        } else { /* decompress in the values' dtype, then widen */
+            uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2);
+            assert_int_equal(qs_sp24_decompress(ctx, o->values.p, s->dtype, o->meta, mc, N, K, h,
+                                                n * 2),
+                             QS_OK);
+            assert_int_equal(qs_convert(ctx, h, s->dtype, o->dense, QS_DTYPE_F32, n, n * 4),
+                             QS_OK);
+            free(h);
+        }
+    } else {
+        tq_new(&o->t, &o->p, N, K / 2);
+        assert_int_equal(qs_sp24_quantize(ctx, &o->p, pruned, QS_DTYPE_F32, N, K, NULL, &o->t.q,
+                                          o->meta, mc),
+                         QS_OK);
+        assert_int_equal(qs_sp24_dequantize(ctx, &o->p, &o->t.q, o->meta, mc, N, K, o->dense,
+                                            QS_DTYPE_F32, n * 4),
+                         QS_OK);
+    }
+    free(vals);
+    free(pruned);
+}
+
+static void wobj_free(wobj *o)
+{
+    if (o->w.q)
+        tq_free(&o->t);
+    if (o->values.base)
+        t_buf_free(&o->values);
+    free(o->meta);
+    free(o->dense);
+}
+
+/* float64 x . W^T (+ bias) and the sum of |x| |W| per output (for bounds). */
+static void ref_product(const float *x, const float *w, const float *bias, int64_t M, int64_t K,
+                        int64_t N, double *y, double *absy)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = bias ? bias[n] : 0.0, a = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                s += (double)x[m * K + k] * w[n * K + k];
+                a += fabs((double)x[m * K + k] * w[n * K + k]);
+            }
+            y[m * N + n] = s;
+            if (absy)
+                absy[m * N + n] = a;
+        }
+}
+
+static double rel_frobenius(const float *got, const double *want, int64_t n)
+{
+    double e = 0.0, r = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        e += (got[i] - want[i]) * (got[i] - want[i]);
+        r += want[i] * want[i];
+    }
+    return r > 0.0 ? sqrt(e / r) : sqrt(e);
+}
+
+static qs_status run(qs_ctx *ctx, const qs_matmul_params *p, const void *x, int32_t dt, int64_t M,
+                     int64_t K, const wobj *o, int64_t N, const float *bias, t_buf *y)
+{
+    return qs_matmul(ctx, p, x, dt, M, K, &o->w, N, bias, y->p, (int64_t)y->bytes);
+}
+
+/* ---- every kind, f32 / f16 / bf16 activations ----------------------------------------------- */
+
+static void test_kinds_f32(void **state)
+{
+    /* tails: 1, odd, just over block multiples; M on both sides of QS_MATMUL_GEMM_MIN_M */
+    static const int64_t Ms[] = {1, 3, QS_MATMUL_GEMM_MIN_M, 37};
+    static const int64_t Ns[] = {1, 5, 33, 130};
+    static const int64_t Ks[] = {4, 68, 132, 36};
+    static const int64_t Ks_odd[] = {1, 7, 65, 97};
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {11};
+
+    (void)state;
+    for (int s = 0; s < NSPECS; s++)
+        for (int c = 0; c < 4; c++) {
+            const wspec *sp = &specs[s];
+            int64_t M = Ms[c], N = Ns[(c + s) % 4];
+            int64_t K = is_sparse(sp) || sp->format == QS_FORMAT_INT8 ? Ks[(c + s) % 4]
+                                                                      : Ks_odd[(c + s) % 4];
+            int32_t dt = (c + s) % 3; /* f32, f16, bf16 activations */
+            float *w0 = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(M * K) * 4);
+            float *xw = malloc((size_t)(M * K) * 4), *bias = malloc((size_t)N * 4);
+            uint16_t *xh = malloc((size_t)(M * K) * 2);
+            double *want = malloc((size_t)(M * N) * 8);
+            t_buf y = t_buf_new((size_t)(M * N) * 4);
+            wobj o;
+
+            fill(&r, w0, N * K, 0.05);
+            fill(&r, x, M * K, 1.0);
+            fill(&r, bias, N, 0.1);
+            wobj_make(ctx, sp, w0, N, K, &o);
+            if (dt == QS_DTYPE_F32)
+                memcpy(xw, x, (size_t)(M * K) * 4);
+            else
+                round_16(ctx, x, M * K, dt, xh, xw);
+            ref_product(xw, o.dense, c & 1 ? bias : NULL, M, K, N, want, NULL);
+            assert_int_equal(run(ctx, NULL, dt == QS_DTYPE_F32 ? (const void *)x : xh, dt, M, K,
+                                 &o, N, c & 1 ? bias : NULL, &y),
+                             QS_OK);
+            assert_string_equal(qs_ctx_last_error(ctx), "");
+            assert_true(t_buf_guards_ok(&y));
+            double e = rel_frobenius(y.p, want, M * N);
+            if (!(e <= 1e-5)) {
+                print_error("%s M=%lld N=%lld K=%lld dtype %d: relative error %g\n", sp->name,
+                            (long long)M, (long long)N, (long long)K, dt, e);
+                fail();
+            }
+            wobj_free(&o);
+            t_buf_free(&y);
+            free(w0);
+            free(x);
+            free(xw);
+            free(bias);
+            free(xh);
+            free(want);
+        }
+    qs_ctx_destroy(ctx);
+}
+
+/* K = 0: y is the bias (or 0); M = 0 or N = 0: nothing to write. */
+static void test_empty(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    float w0[1] = {0}, bias[3] = {1.5f, -2.0f, 0.25f}, x[1] = {0};
+    wobj o;
+    t_buf y = t_buf_new(2 * 3 * 4);
+
+    (void)state;
+    wobj_make(ctx, &specs[0], w0, 3, 0, &o);
+    assert_int_equal(run(ctx, NULL, x, QS_DTYPE_F32, 2, 0, &o, 3, bias, &y), QS_OK);
+    for (int i = 0; i < 6; i++)
+        assert_true(((float *)y.p)[i] == bias[i % 3]);
+    assert_int_equal(run(ctx, NULL, x, QS_DTYPE_F32, 2, 0, &o, 3, NULL, &y), QS_OK);
+    for (int i = 0; i < 6; i++)
+        assert_true(((float *)y.p)[i] == 0.0f);
+    wobj_free(&o);
+    t_buf_free(&y);
+    qs_ctx_destroy(ctx);
+}
+
+/* ---- int8 activations ----------------------------------------------------------------------- */
+
+static void test_int8_bound(void **state)
+{
+    static const int idx[] = {8, 9, 11, 12, 13, 2, 18, 19, 22, 23};
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {5};
+
+    (void)state;
+    for (int i = 0; i < (int)(sizeof idx / sizeof idx[0]); i++)
+        for (int c = 0; c < 2; c++) {
+            const wspec *sp = &specs[idx[i]];
+            int64_t M = c ? 20 : 3, N = 17, K = 136;
+            float *w0 = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(M * K) * 4);
+            double *want = malloc((size_t)(M * N) * 8), *absy = malloc((size_t)(M * N) * 8);
+            t_buf y = t_buf_new((size_t)(M * N) * 4), y32 = t_buf_new((size_t)(M * N) * 4);
+            qs_matmul_params p;
+            wobj o;
+
+            fill(&r, w0, N * K, 0.05);
+            fill(&r, x, M * K, 1.0);
+            wobj_make(ctx, sp, w0, N, K, &o);
+            qs_matmul_params_init(&p);
+            p.activations = QS_ACT_INT8;
+            assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y), QS_OK);
+            assert_int_equal(run(ctx, NULL, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y32), QS_OK);
+            ref_product(x, o.dense, NULL, M, K, N, want, absy);
+            int exact = 0;
+            for (int64_t m = 0; m < M; m++) {
+                double amax = 0.0;
+                for (int64_t k = 0; k < K; k++)
+                    amax = fmax(amax, fabs(x[m * K + k]));
+                for (int64_t n = 0; n < N; n++) {
+                    double wsum = 0.0, got = ((float *)y.p)[m * N + n];
+                    for (int64_t k = 0; k < K; k++)
+                        wsum += fabs(o.dense[n * K + k]);
+                    double bound = 1.001 * amax / 254.0 * wsum + 1e-5 * absy[m * N + n];
+                    double err = fabs(got - ((float *)y32.p)[m * N + n]);
+                    if (!(err <= bound)) {
+                        print_error("%s m=%lld n=%lld: |y8 - y32| = %g > bound %g\n", sp->name,
+                                    (long long)m, (long long)n, err, bound);
+                        fail();
+                    }
+                    exact += got == ((float *)y32.p)[m * N + n];
+                }
+            }
+            /* the bound is not vacuous: int8 activations change most outputs */
+            assert_true(exact < M * N / 2);
+            wobj_free(&o);
+            t_buf_free(&y);
+            t_buf_free(&y32);
+            free(w0);
+            free(x);
+            free(want);
+            free(absy);
+        }
+    qs_ctx_destroy(ctx);
+}
+
+/* qs_int8_vectorwise_quant on a hand-worked input (bitsandbytes' rules): threshold 6, the
+ * outliers 7 (row 0, col 1) and -6 (row 1, col 3; >= counts); row 0's absmax skips the 7 but
+ * counts the other elements of outlier columns. */
+static void test_vectorwise_hand(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    const float x[2 * 5] = {1.0f, 7.0f, -2.0f, 0.5f, 0.0f, /* */ 0.0f, 3.0f, 1.0f, -6.0f, -4.0f};
+    int8_t codes[10];
+    float stats[2];
+    int64_t cols[5] = {-1, -1, -1, -1, -1}, n = -1;
+    /* row 0: absmax 2 (7 skipped), mul 63.5: 1 -> 64 (63.5 ties to even), -2 -> -127, 0.5 ->
+     * 32 (31.75); row 1: absmax 4 (-6 skipped; 3 in an outlier column counts), mul 31.75 */
+    const int8_t want[10] = {64, 0, -127, 0, 0, /* */ 0, 0, 32, 0, -127};
+
+    (void)state;
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 6.0f, codes, 10, stats,
+                                              2, cols, 5, &n),
+                     QS_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(cols[0], 1);
+    assert_int_equal(cols[1], 3);
+    assert_true(stats[0] == 2.0f && stats[1] == 4.0f);
+    assert_memory_equal(codes, want, 10);
+    /* too small a column list: the count is reported, nothing else written */
+    int8_t c2[10];
+    memset(c2, 0x55, sizeof c2);
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 6.0f, c2, 10, stats, 2,
+                                              cols, 1, &n),
+                     QS_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(n, 2);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal((uint8_t)c2[i], 0x55);
+    /* threshold 0: no outliers, plain per-row absmax */
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 0.0f, codes, 10, stats,
+                                              2, NULL, 0, &n),
+                     QS_OK);
+    assert_int_equal(n, 0);
+    assert_true(stats[0] == 7.0f && stats[1] == 6.0f);
+    assert_int_equal(codes[1], 127);
+    assert_int_equal(codes[8], -127);
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, -1.0f, codes, 10, stats,
+                                              2, cols, 5, &n),
+                     QS_ERR_INVALID_ARG);
+    qs_ctx_destroy(ctx);
+}
+
+/* LLM.int8 matmul with outliers against bitsandbytes' definition restated here: int32 sums of
+ * codes, fl(fl(acc * fl(r * SCB)) * fl(1/127^2)), plus the outlier columns in f32 against
+ * fl(fl(q * SCB) * fl(1/127)), plus bias. Bit for bit. */
+static void test_llm_int8_outliers(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {77};
+    const int64_t M = 5, K = 40, N = 9;
+    float w0[9 * 40], x[5 * 40], bias[9], stats[5];
+    int8_t codes[5 * 40];
+    int64_t cols[40], nout = 0;
+    t_buf y = t_buf_new(M * N * 4);
+    qs_matmul_params p;
+    wobj o;
+
+    (void)state;
+    fill(&r, w0, N * K, 0.05);
+    fill(&r, x, M * K, 1.0);
+    fill(&r, bias, N, 0.1);
+    x[0 * K + 3] = 9.0f;  /* outlier columns 3, 17 and 30 */
+    x[2 * K + 17] = -12.0f;
+    x[4 * K + 30] = 6.0f;
+    wobj_make(ctx, &specs[13], w0, N, K, &o);
+    qs_matmul_params_init(&p);
+    p.activations = QS_ACT_INT8;
+    p.threshold = QS_LLM_INT8_THRESHOLD;
+    assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, bias, &y), QS_OK);
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, M, K, 6.0f, codes, M * K,
+                                              stats, M, cols, K, &nout),
+                     QS_OK);
+    assert_int_equal(nout, 3);
+    const int8_t *wq = o.t.q.data;
+    const float *scb = o.t.q.scale;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            int32_t acc = 0;
+            float out = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                acc += codes[m * K + k] * wq[n * K + k];
+            float v = ((float)acc * (stats[m] * scb[n])) * 6.200124e-05f;
+            for (int64_t c = 0; c < nout; c++) {
+                float wd = ((float)wq[n * K + cols[c]] * scb[n]) * (1.0f / 127.0f);
+                out = out + x[m * K + cols[c]] * wd;
+            }
+            v = v + out;
+            v = v + bias[n];
+            assert_true(t_bits(((float *)y.p)[m * N + n]) == t_bits(v));
+        }
+    /* the outlier split matters: without it the error against float64 is far larger */
+    double want[5 * 9], e_split, e_plain;
+    ref_product(x, o.dense, bias, M, K, N, want, NULL);
+    e_split = rel_frobenius(y.p, want, M * N);
+    p.threshold = 0.0f;
+    assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, bias, &y), QS_OK);
+    e_plain = rel_frobenius(y.p, want, M * N);
+    assert_true(e_split * 2.0 < e_plain);
+    wobj_free(&o);
+    t_buf_free(&y);
+    qs_ctx_destroy(ctx);
+}
+
+/* ---- threads -------------------------------------------------------------------------------- */
+
+static void test_threads(void **state)
+{
+    static const int idx[] = {0, 2, 3, 8, 13, 16, 19, 22};
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {3};
+
+    (void)state;
+    for (int i = 0; i < (int)(sizeof idx / sizeof idx[0]); i++)
+        for (int c = 0; c < 3; c++) {
+            int64_t M = c == 0 ? 2 : 40, N = 300, K = 260;
+            float *w0 = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(M * K) * 4);
+            t_buf y1 = t_buf_new((size_t)(M * N) * 4), y2 = t_buf_new((size_t)(M * N) * 4);
+            qs_matmul_params p;
+            wobj o;
+
+            fill(&r, w0, N * K, 0.05);
+            fill(&r, x, M * K, 2.0);
+            wobj_make(ctx, &specs[idx[i]], w0, N, K, &o);
+            qs_matmul_params_init(&p);
+            if (c == 2) {
+                p.activations = QS_ACT_INT8;
+                p.threshold = 6.0f;
+            }
+            assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 1), QS_OK);
+            assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y1), QS_OK);
+            assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 2), QS_OK);
+            assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y2), QS_OK);
+            T_ASSERT_BYTES(specs[idx[i]].name, y1.p, y2.p, y1.bytes);
+            wobj_free(&o);
+            t_buf_free(&y1);
+            t_buf_free(&y2);
+            free(w0);
+            free(x);
+        }
+    qs_ctx_destroy(ctx);
+}
+
+/* ---- bad arguments: a status and y untouched ---------------------------------------------- */
+
+static void expect(qs_ctx *ctx, qs_status want, const qs_matmul_params *p, const void *x,
+                   int32_t dt, int64_t M, int64_t K, const qs_weight *w, int64_t N, int64_t ybytes)
+{
+    t_buf y = t_buf_new(64 * 64 * 4);
+
+    assert_int_equal(qs_matmul(ctx, p, x, dt, M, K, w, N, NULL, y.p, ybytes), want);
+    assert_true(t_buf_untouched(&y));
+    assert_true(strlen(qs_ctx_last_error(ctx)) > 0);
+    t_buf_free(&y);
+}
+
+static void test_errors(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {9};
+    float w0[16 * 32], x[4 * 64];
+    qs_matmul_params p;
+    wobj nf4, sp, i8;
+    qs_weight w;
+
+    (void)state;
+    fill(&r, w0, 16 * 32, 1.0);
+    fill(&r, x, 4 * 64, 1.0);
+    wobj_make(ctx, &specs[2], w0, 16, 32, &nf4);
+    wobj_make(ctx, &specs[19], w0, 16, 32, &sp);
+    wobj_make(ctx, &specs[8], w0, 16, 32, &i8);
+    qs_matmul_params_init(&p);
+
+    assert_int_equal(qs_matmul(NULL, NULL, x, 0, 1, 32, &nf4.w, 16, NULL, NULL, 0),
+                     QS_ERR_INVALID_ARG);
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, NULL, 0, 4, 32, &nf4.w, 16, 4 * 16 * 4);
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, 4, 32, NULL, 16, 4 * 16 * 4);
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 7, 4, 32, &nf4.w, 16, 4 * 16 * 4);
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, -1, 32, &nf4.w, 16, 4 * 16 * 4);
+    expect(ctx, QS_ERR_OVERFLOW, NULL, x, 0, INT64_MAX / 2, 32, &nf4.w, 16, INT64_MAX);
+    expect(ctx, QS_ERR_BUFFER_TOO_SMALL, NULL, x, 0, 4, 32, &nf4.w, 16, 4 * 16 * 4 - 1);
+    /* a weight made for 16 x 32 used as 17 x 32 or 16 x 64: its planes are too short */
+    expect(ctx, QS_ERR_BUFFER_TOO_SMALL, NULL, x, 0, 2, 32, &nf4.w, 17, 64 * 64 * 4);
+    expect(ctx, QS_ERR_BUFFER_TOO_SMALL, NULL, x, 0, 2, 64, &nf4.w, 16, 64 * 64 * 4);
+    expect(ctx, QS_ERR_BUFFER_TOO_SMALL, NULL, x, 0, 2, 64, &i8.w, 16, 64 * 64 * 4);
+    expect(ctx, QS_ERR_BUFFER_TOO_SMALL, NULL, x, 0, 2, 64, &sp.w, 16, 64 * 64 * 4);
+    expect(ctx, QS_ERR_SHAPE, NULL, x, 0, 2, 30, &sp.w, 16, 64 * 64 * 4);
+    /* params */
+    p.activations = 5;
+    expect(ctx, QS_ERR_INVALID_ARG, &p, x, 0, 2, 32, &nf4.w, 16, 64 * 64 * 4);
+    qs_matmul_params_init(&p);
+    p.threshold = 6.0f; /* needs int8 activations */
+    expect(ctx, QS_ERR_INVALID_ARG, &p, x, 0, 2, 32, &nf4.w, 16, 64 * 64 * 4);
+    p.activations = QS_ACT_INT8;
+    p.threshold = -1.0f;
+    expect(ctx, QS_ERR_INVALID_ARG, &p, x, 0, 2, 32, &nf4.w, 16, 64 * 64 * 4);
+    p.threshold = INFINITY;
+    expect(ctx, QS_ERR_INVALID_ARG, &p, x, 0, 2, 32, &nf4.w, 16, 64 * 64 * 4);
+    qs_matmul_params_init(&p);
+    p.reserved[3] = 1;
+    expect(ctx, QS_ERR_INVALID_ARG, &p, x, 0, 2, 32, &nf4.w, 16, 64 * 64 * 4);
+    /* weight fields */
+    w = nf4.w;
+    w.kind = 9;
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, 2, 32, &w, 16, 64 * 64 * 4);
+    w = nf4.w;
+    w.reserved[0] = 1;
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, 2, 32, &w, 16, 64 * 64 * 4);
+    w = nf4.w;
+    w.meta = sp.meta;
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, 2, 32, &w, 16, 64 * 64 * 4);
+    w = nf4.w;
+    w.q = NULL;
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, 2, 32, &w, 16, 64 * 64 * 4);
+    w = sp.w;
+    w.meta = NULL;
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, 2, 32, &w, 16, 64 * 64 * 4);
+    w.meta = sp.meta;
+    w.dtype = 3;
+    expect(ctx, QS_ERR_INVALID_ARG, NULL, x, 0, 2, 32, &w, 16, 64 * 64 * 4);
+    /* invalid meta nibble (0x5: indices 1, 1) in the last row */
+    {
+        uint16_t *m = malloc((size_t)sp.w.meta_count * 2);
+        memcpy(m, sp.meta, (size_t)sp.w.meta_count * 2);
+        m[sp.w.meta_count - 1] = (uint16_t)((m[sp.w.meta_count - 1] & 0xFFF0u) | 0x5u);
+        w = sp.w;
+        w.meta = m;
+        expect(ctx, QS_ERR_BAD_DATA, NULL, x, 0, 2, 32, &w, 16, 64 * 64 * 4);
+        free(m);
+    }
+    /* int8 activations with INT8 weights: K beyond the exact int32 range */
+    {
+        int64_t K = QS_MATMUL_INT8_MAX_K + 1;
+        int8_t *q = calloc((size_t)K, 1);
+        float s = 1.0f, *xb = calloc((size_t)K, 4);
+        qs_quant_params qp = params(QS_FORMAT_INT8);
+        qs_qtensor qt = qt_over(q, K, &s, 4);
+        w = (qs_weight){0};
+        w.kind = QS_WEIGHT_QUANT;
+        w.quant = &qp;
+        w.q = &qt;
+        qs_matmul_params_init(&p);
+        p.activations = QS_ACT_INT8;
+        expect(ctx, QS_ERR_UNSUPPORTED, &p, xb, 0, 1, K, &w, 1, 64 * 64 * 4);
+        /* f32 activations take it */
+        t_buf y = t_buf_new(4);
+        assert_int_equal(qs_matmul(ctx, NULL, xb, 0, 1, K, &w, 1, NULL, y.p, 4), QS_OK);
+        t_buf_free(&y);
+        free(q);
+        free(xb);
+    }
+    wobj_free(&nf4);
+    wobj_free(&sp);
+    wobj_free(&i8);
+    qs_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kinds_f32),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_int8_bound),
+        cmocka_unit_test(test_vectorwise_hand),
+        cmocka_unit_test(test_llm_int8_outliers),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
