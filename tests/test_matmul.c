@@ -451,6 +451,62 @@ static void test_llm_int8_outliers(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* int8 activations against INT8 weights (tensor / row / group, symmetric or not) restated:
+ * exact integer sums per scale unit, t = sum fl(a_s * scale_s), y = fl(t * fl(r / 127)), bit for
+ * bit; the codes and r are qs_int8_vectorwise_quant's with threshold 0. */
+static void test_w8a8_exact(void **state)
+{
+    static const int idx[] = {7, 8, 9, 10, 11, 12};
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {21};
+    const int64_t M = 3, K = 48, N = 7;
+    float w0[7 * 48], x[3 * 48], stats[3];
+    int8_t codes[3 * 48];
+    int64_t nout = -1;
+    t_buf y = t_buf_new(M * N * 4);
+    qs_matmul_params p;
+
+    (void)state;
+    qs_matmul_params_init(&p);
+    p.activations = QS_ACT_INT8;
+    for (int i = 0; i < (int)(sizeof idx / sizeof idx[0]); i++) {
+        wobj o;
+        fill(&r, w0, N * K, 0.05);
+        fill(&r, x, M * K, 1.0);
+        wobj_make(ctx, &specs[idx[i]], w0, N, K, &o);
+        assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y), QS_OK);
+        assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, M, K, 0.0f, codes, M * K,
+                                                  stats, M, NULL, 0, &nout),
+                         QS_OK);
+        const int8_t *wq = o.t.q.data, *zp = o.t.q.zero_point;
+        const float *sc = o.t.q.scale;
+        int64_t g = o.p.granularity == QS_GRAN_GROUP ? o.p.block_size : K;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                float t = 0.0f;
+                for (int64_t s0 = 0; s0 < K; s0 += g) {
+                    int64_t u = o.p.granularity == QS_GRAN_TENSOR ? 0
+                                : o.p.granularity == QS_GRAN_ROW  ? n
+                                                                  : (n * K + s0) / g;
+                    int32_t a = 0, z = o.p.symmetric ? 0 : zp[u];
+                    for (int64_t k = s0; k < s0 + g; k++)
+                        a += codes[m * K + k] * (wq[n * K + k] - z);
+                    t = t + (float)a * sc[u];
+                }
+                float want = t * (stats[m] / 127.0f);
+                if (t_bits(((float *)y.p)[m * N + n]) != t_bits(want)) {
+                    print_error("%s m=%lld n=%lld: got %a want %a\n", specs[idx[i]].name,
+                                (long long)m, (long long)n, (double)((float *)y.p)[m * N + n],
+                                (double)want);
+                    fail();
+                }
+            }
+        wobj_free(&o);
+    }
+    t_buf_free(&y);
+    qs_ctx_destroy(ctx);
+}
+
 /* ---- threads -------------------------------------------------------------------------------- */
 
 static void test_threads(void **state)
@@ -612,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_vectorwise_hand),
         cmocka_unit_test(test_llm_int8_outliers),
+        cmocka_unit_test(test_w8a8_exact),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_errors),
     };

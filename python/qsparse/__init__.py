@@ -24,7 +24,7 @@ try:
 except ImportError:
     pass
 try:
-    from .matmul import matmul  # noqa: F401
+    from .matmul import int8_vectorwise_quant, matmul  # noqa: F401
 except ImportError:
     pass
 
@@ -131,6 +131,6 @@ def kernels():
 
 __all__ = ["QTensor", "QsparseError", "backend", "backends", "codebook", "convert", "dequantize",
            "formats", "get_num_threads", "kernels", "quantize", "set_backend", "set_num_threads"]
-for _name in ("Observer", "prune", "compress", "decompress", "matmul"):
+for _name in ("Observer", "prune", "compress", "decompress", "matmul", "int8_vectorwise_quant"):
     if _name in globals():
         __all__.append(_name)

@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: MIT
+"""Matmul with compressed weights (include/qsparse/matmul.h) and LLM.int8 activation quantization.
+
+    y = qs.matmul(x, w)                              # x (..., K), w (N, K): y (..., N) float32
+    y = qs.matmul(x, qs.quantize(w, "nf4"), bias)    # any QTensor, Compressed24, SparseQTensor
+    y = qs.matmul(x, q8, activations="int8", threshold=6.0)  # LLM.int8 with the outlier split
+    codes, row_stats, outlier_cols = qs.int8_vectorwise_quant(x, threshold=6.0)
+
+Every number is computed by the C library; this module checks arguments, describes the weight to
+C, allocates the output and raises QsparseError on failure.
+"""
+
+import ctypes
+import math
+
+import numpy as np
+
+from . import _lib
+from . import _quant
+
+QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
+QS_ACT_F32, QS_ACT_INT8 = 0, 1
+_ACTIVATIONS = {"f32": QS_ACT_F32, "float32": QS_ACT_F32, "int8": QS_ACT_INT8}
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_I32 = ctypes.c_int32
+
+
+class MatmulParams(ctypes.Structure):
+    _fields_ = [("activations", ctypes.c_int32), ("threshold", ctypes.c_float),
+                ("reserved", ctypes.c_int64 * 7)]
+
+
+class WeightC(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("data", ctypes.c_void_p),
+        ("data_bytes", ctypes.c_int64),
+        ("meta", ctypes.c_void_p),
+        ("meta_count", ctypes.c_int64),
+        ("quant", ctypes.c_void_p),
+        ("q", ctypes.c_void_p),
+        ("reserved", ctypes.c_int64 * 4),
+    ]
+
+
+_SIGS = {
+    "qs_matmul": (_I32, [_P, _P, _P, _I32, _I64, _I64, _P, _I64, _P, _P, _I64]),
+    "qs_int8_vectorwise_quant": (_I32, [_P, _P, _I32, _I64, _I64, ctypes.c_float, _P, _I64, _P,
+                                        _I64, _P, _I64, ctypes.POINTER(_I64)]),
+    "qs_matmul_info": (ctypes.c_uint32, []),
+}
+_fns = {}
+
+
+def _fn(name):
+    f = _fns.get(name)
+    if f is None:
+        restype, argtypes = _SIGS[name]
+        f = _fns[name] = _lib.declare(name, restype, argtypes)
+    return f
+
+
+def blas():
+    """True when the library's GEMM path calls OpenBLAS sgemm (the build found it)."""
+    return bool(_fn("qs_matmul_info")() & 1)
+
+
+def _quant_c(q):
+    """(qs_quant_params, qs_qtensor, arrays to keep alive) for a QTensor, with the same plane
+    checks as dequantize()."""
+    fmt = q.format
+    code = _quant._format_code(fmt)
+    rows, cols = _quant._rows_cols(q.shape)
+    bnb4, mx = fmt in _quant._BNB4, fmt in _quant._MX
+    p = _quant._params(fmt, code,
+                       blocksize=q.blocksize if bnb4 else None,
+                       double_quant=q.double_quant if bnb4 else False,
+                       granularity=q.granularity if fmt == "int8" else None,
+                       group_size=q.group_size if fmt == "int8" else None,
+                       symmetric=q.symmetric if fmt == "int8" else None,
+                       scale_rounding=q.scale_rounding if mx else None)
+    _quant._check_shape(fmt, p, q.shape, cols)
+    sizes = _quant._plane_sizes(p, rows, cols)
+    i8, u8, f32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.float32)
+    data = _quant._plane(q, "data", q.data, (i8, u8), sizes[0])
+    if bnb4:
+        sc = _quant._plane(q, "absmax", q.absmax, (u8,) if q.double_quant else (f32,), sizes[1])
+    elif mx or fmt == "nvfp4":
+        sc = _quant._plane(q, "scale", q.scale, (u8,), sizes[1])
+    else:
+        sc = _quant._plane(q, "scale", q.scale, (f32,), sizes[1])
+    zp = _quant._plane(q, "zero_point", q.zero_point, (i8,), sizes[2])
+    nested = _quant._plane(q, "nested_absmax", q.nested_absmax, (f32,), sizes[3])
+    qt = _lib.QTensorC()
+    for field, arr in (("data", data), ("scale", sc), ("zero_point", zp),
+                       ("nested_scale", nested)):
+        if arr is not None:
+            setattr(qt, field, arr.ctypes.data)
+            setattr(qt, field + "_bytes", arr.nbytes)
+    if fmt == "nvfp4":
+        if q.global_scale is None:
+            raise ValueError("an nvfp4 tensor needs global_scale")
+        qt.global_scale = _quant._f32("global_scale", q.global_scale)
+    if bnb4 and q.double_quant:
+        if q.nested_offset is None:
+            raise ValueError("a double-quantized tensor needs nested_offset")
+        qt.nested_offset = _quant._f32("nested_offset", q.nested_offset, zero_ok=True)
+    return p, qt, (data, sc, zp, nested)
+
+
+def _weight_c(w):
+    """(WeightC, (N, K), objects to keep alive) for any weight qs.matmul accepts."""
+    from .sparse import Compressed24, SparseQTensor
+
+    wc = WeightC()
+    if isinstance(w, _quant.QTensor):
+        shape = w.shape
+        p, qt, keep = _quant_c(w)
+        wc.kind = QS_WEIGHT_QUANT
+    elif isinstance(w, SparseQTensor):
+        shape = w.shape
+        if len(w.q.shape) != 2 or len(shape) != 2 or w.q.shape != (shape[0], shape[1] // 2):
+            raise ValueError(f"SparseQTensor of shape {shape} holds values of shape {w.q.shape}")
+        p, qt, keep = _quant_c(w.q)
+        meta = np.ascontiguousarray(w.meta, dtype=np.uint16)
+        wc.kind = QS_WEIGHT_SP24_QUANT
+        wc.meta, wc.meta_count = meta.ctypes.data, meta.size
+        keep = keep + (meta,)
+    elif isinstance(w, Compressed24):
+        shape = w.shape
+        values, code, _ = _lib.as_float_array(w.values, w.dtype if w.values.dtype == np.uint16
+                                              else None)
+        meta = np.ascontiguousarray(w.meta, dtype=np.uint16)
+        wc.kind, wc.dtype = QS_WEIGHT_SP24, code
+        wc.data, wc.data_bytes = values.ctypes.data, values.nbytes
+        wc.meta, wc.meta_count = meta.ctypes.data, meta.size
+        keep = (values, meta)
+    else:
+        values, code, _ = _lib.as_float_array(w)
+        shape = values.shape
+        wc.kind, wc.dtype = QS_WEIGHT_DENSE, code
+        wc.data, wc.data_bytes = values.ctypes.data, values.nbytes
+        keep = (values,)
+    if wc.kind in (QS_WEIGHT_QUANT, QS_WEIGHT_SP24_QUANT):
+        wc.quant = ctypes.addressof(p)
+        wc.q = ctypes.addressof(qt)
+        keep = keep + (p, qt)
+    if len(shape) != 2:
+        raise ValueError(f"the weight must be 2-D (N, K), got shape {tuple(shape)}")
+    return wc, (int(shape[0]), int(shape[1])), keep
+
+
+def matmul(x, w, bias=None, *, activations="f32", threshold=0.0):
+    """y = x . w^T (+ bias) as float32, x of shape (..., K) (float32, float16 or bfloat16),
+    w of shape (N, K): a float32/float16/bfloat16 array, a QTensor of any format, a
+    Compressed24 or a SparseQTensor (qs.compress / qs.quantize of one). Returns (..., N).
+
+    activations="int8" quantizes x per token on the fly (LLM.int8 vector-wise, integer dot
+    products against INT8 / LLM_INT8 weights); threshold > 0 (bitsandbytes uses 6.0) sends every
+    column of x holding an |x| >= threshold through float32 instead. See include/qsparse/matmul.h
+    for the definition and the error bound."""
+    if activations not in _ACTIVATIONS:
+        raise ValueError(f"activations must be 'f32' or 'int8', got {activations!r}")
+    threshold = float(threshold)
+    if not math.isfinite(threshold) or threshold < 0.0:
+        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    if threshold > 0.0 and activations != "int8":
+        raise ValueError("an outlier threshold needs activations='int8'")
+    xa, xcode, _ = _lib.as_float_array(x)
+    if xa.ndim < 1:
+        raise ValueError("x must have at least one axis (K)")
+    wc, (n, k), keep = _weight_c(w)
+    if xa.shape[-1] != k:
+        raise ValueError(f"x has K = {xa.shape[-1]} columns, the weight {k}")
+    m = math.prod(xa.shape[:-1])
+    b = None
+    if bias is not None:
+        if not isinstance(bias, np.ndarray):
+            raise ValueError(f"bias must be a numpy array, got {type(bias).__name__}")
+        b = np.ascontiguousarray(bias, dtype=np.float32)
+        if b.shape != (n,):
+            raise ValueError(f"bias must have shape ({n},), got {bias.shape}")
+    params = MatmulParams()
+    params.activations = _ACTIVATIONS[activations]
+    params.threshold = threshold
+    y = np.empty(xa.shape[:-1] + (n,), np.float32)
+    _lib.check(_fn("qs_matmul")(_lib.ctx(), ctypes.byref(params), _lib.ptr(xa), xcode, m, k,
+                                ctypes.byref(wc), n, None if b is None else _lib.ptr(b),
+                                _lib.ptr(y), y.nbytes))
+    del keep
+    return y
+
+
+def int8_vectorwise_quant(x, threshold=0.0):
+    """bitsandbytes' int8_vectorwise_quant(x, threshold) for a 2-D (M, K) x: returns (codes int8
+    (M, K), row_stats float32 (M,), outlier_cols int64 ascending). Columns with any
+    |x| >= threshold (threshold > 0) are outliers: their codes are 0 and the row absmax skips
+    the outlier elements themselves."""
+    xa, code, _ = _lib.as_float_array(x)
+    if xa.ndim != 2:
+        raise ValueError(f"x must be 2-D (M, K), got shape {xa.shape}")
+    threshold = float(threshold)
+    if not math.isfinite(threshold) or threshold < 0.0:
+        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    m, k = xa.shape
+    codes = np.empty((m, k), np.int8)
+    stats = np.empty(m, np.float32)
+    cols = np.empty(k, np.int64)
+    count = _I64(0)
+    _lib.check(_fn("qs_int8_vectorwise_quant")(_lib.ctx(), _lib.ptr(xa), code, m, k, threshold,
+                                               _lib.ptr(codes), codes.nbytes, _lib.ptr(stats),
+                                               m, _lib.ptr(cols), k, ctypes.byref(count)))
+    return codes, stats, cols[:count.value].copy()

@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: MIT
+"""qs.matmul and qs.int8_vectorwise_quant: every weight the binding models against numpy's float64
+product of x and the dequantized weight; int8 activations within the bound of
+include/qsparse/matmul.h; the LLM.int8 outlier split against a numpy model of bitsandbytes'
+int8_vectorwise_quant + int8_mixed_scaled_mm; argument errors."""
+
+import numpy as np
+import pytest
+
+import qsparse as qs
+
+RNG = np.random.default_rng(7)
+
+
+def _rel(got, want):
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-300)
+
+
+def _weights(w):
+    """(name, weight object, its dense float64 form) for every kind."""
+    out = [("f32", w, w.astype(np.float64)),
+           ("f16", w.astype(np.float16), w.astype(np.float16).astype(np.float64))]
+    for fmt, kw in (("nf4", {}), ("nf4", {"double_quant": True}), ("fp4", {}),
+                    ("int8", {}), ("int8", {"granularity": "tensor", "symmetric": False}),
+                    ("int8", {"group_size": 16}), ("llm_int8", {}), ("fp8_e4m3", {}),
+                    ("fp8_e5m2", {}), ("mxfp4", {}), ("mxfp8", {}), ("nvfp4", {})):
+        q = qs.quantize(w, fmt, **kw)
+        out.append((f"{fmt}{kw}", q, qs.dequantize(q).astype(np.float64)))
+    s, _ = qs.sparse.prune_compress(w)
+    out.append(("sp24", s, qs.decompress(s).astype(np.float64)))
+    for fmt in ("nf4", "int8", "mxfp4"):
+        sq = qs.quantize(s, fmt)
+        out.append((f"sp24+{fmt}", sq, qs.dequantize(sq).astype(np.float64)))
+    return out
+
+
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_every_weight_kind(m):
+    n, k = 24, 96
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    for name, wobj, dense in _weights(w):
+        y = qs.matmul(x, wobj, bias)
+        assert y.dtype == np.float32 and y.shape == (m, n), name
+        want = x.astype(np.float64) @ dense.T + bias
+        assert _rel(y, want) <= 1e-5, name
+
+
+def test_leading_axes_and_f16_activations():
+    w = (RNG.standard_normal((7, 33)) * 0.1).astype(np.float32)
+    x = RNG.standard_normal((2, 3, 33)).astype(np.float16)
+    q = qs.quantize(w, "nf4")
+    y = qs.matmul(x, q)
+    assert y.shape == (2, 3, 7)
+    want = x.astype(np.float64) @ qs.dequantize(q).astype(np.float64).T
+    assert _rel(y, want) <= 1e-5
+
+
+def test_int8_activations_bound():
+    n, k, m = 16, 128, 6
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    for fmt in ("int8", "llm_int8", "nf4"):
+        q = qs.quantize(w, fmt)
+        dense = qs.dequantize(q).astype(np.float64)
+        y8 = qs.matmul(x, q, activations="int8")
+        y32 = qs.matmul(x, q)
+        r = np.abs(x).max(axis=1, keepdims=True).astype(np.float64)
+        bound = 1.001 * r / 254.0 * np.abs(dense).sum(axis=1) + \
+            1e-5 * (np.abs(x).astype(np.float64) @ np.abs(dense).T)
+        assert np.all(np.abs(y8 - y32) <= bound), fmt
+        assert np.mean(y8 == y32) < 0.5, fmt  # the int8 path really ran
+
+
+def _bnb_vectorwise(x, threshold):
+    """bitsandbytes' int8_vectorwise_quant (default backend) in numpy, float32 arithmetic."""
+    a = x.astype(np.float32).copy()
+    cols = np.zeros(0, np.int64)
+    if threshold > 0:
+        outliers = np.abs(a) >= threshold
+        cols = np.flatnonzero(outliers.any(axis=0))
+        a[outliers] = 0
+    stats = np.abs(a).max(axis=1).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = a * (np.float32(127.0) / stats[:, None])
+    codes = np.nan_to_num(np.rint(scaled), nan=0.0).astype(np.int8)
+    codes[:, cols] = 0
+    return codes, stats, cols
+
+
+def test_vectorwise_quant_matches_numpy_model():
+    x = np.clip(RNG.standard_normal((9, 64)) * 2, -5.5, 5.5).astype(np.float32)
+    x[1, 5] = 8.0
+    x[7, 40] = -6.0   # exactly the threshold: an outlier (>=)
+    x[3, 63] = 5.99
+    codes, stats, cols = qs.int8_vectorwise_quant(x, threshold=6.0)
+    wc, ws, wcols = _bnb_vectorwise(x, 6.0)
+    assert list(cols) == [5, 40]
+    np.testing.assert_array_equal(cols, wcols)
+    np.testing.assert_array_equal(stats, ws)
+    np.testing.assert_array_equal(codes, wc)
+    codes0, stats0, cols0 = qs.int8_vectorwise_quant(x)
+    assert cols0.size == 0 and stats0[1] == 8.0
+
+
+def test_llm_int8_outlier_split_matches_numpy_model():
+    n, k, m = 12, 64, 5
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    x[0, 10] = 20.0
+    x[3, 50] = -9.0
+    bias = RNG.standard_normal(n).astype(np.float32)
+    q = qs.quantize(w, "llm_int8")
+    y = qs.matmul(x, q, bias, activations="int8", threshold=6.0)
+
+    ca, sca, cols = _bnb_vectorwise(x, 6.0)
+    cb, scb = q.data.astype(np.int64), q.scale.astype(np.float32)
+    acc = (ca.astype(np.int64) @ cb.T).astype(np.float32)  # exact int32 sums
+    inner = ((acc * (sca[:, None] * scb[None, :])) * np.float32(6.200124e-05)).astype(np.float32)
+    # outlier columns: x as given against fl(fl(q * SCB) * fl(1/127)), summed in column order
+    wdq = ((cb[:, cols].astype(np.float32) * scb[:, None]) * np.float32(1 / 127)).astype(np.float32)
+    out = np.zeros((m, n), np.float32)
+    for c in range(len(cols)):
+        out = (out + x[:, cols[c]][:, None] * wdq[:, c][None, :]).astype(np.float32)
+    want = ((inner + out) + bias).astype(np.float32)
+    np.testing.assert_array_equal(y, want)
+    # and it is close to the float product, closer than without the split
+    exact = x.astype(np.float64) @ qs.dequantize(q).astype(np.float64).T + bias
+    plain = qs.matmul(x, q, bias, activations="int8")
+    assert _rel(y, exact) * 2 < _rel(plain, exact)
+
+
+def test_threads_bit_identical():
+    w = (RNG.standard_normal((300, 128)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((33, 128)).astype(np.float32)
+    q = qs.quantize(w, "nf4")
+    old = qs.get_num_threads()
+    try:
+        qs.set_num_threads(1)
+        a = qs.matmul(x, q)
+        qs.set_num_threads(2)
+        b = qs.matmul(x, q)
+    finally:
+        qs.set_num_threads(old)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_errors():
+    w = RNG.standard_normal((8, 32)).astype(np.float32)
+    x = RNG.standard_normal((2, 32)).astype(np.float32)
+    q = qs.quantize(w, "nf4")
+    with pytest.raises(ValueError):
+        qs.matmul(x[:, :16], q)                       # K mismatch
+    with pytest.raises(ValueError):
+        qs.matmul(x, q, activations="int4")
+    with pytest.raises(ValueError):
+        qs.matmul(x, q, threshold=6.0)                # threshold needs int8 activations
+    with pytest.raises(ValueError):
+        qs.matmul(x, q, np.zeros(7, np.float32))      # bias of the wrong length
+    with pytest.raises(ValueError):
+        qs.matmul(x.astype(np.float64), q)
+    with pytest.raises(ValueError):
+        qs.int8_vectorwise_quant(x, threshold=-1.0)
+    # a QTensor whose planes were cut short: the library refuses it
+    bad = qs.quantize(w, "int8")
+    bad.data = bad.data[:4]
+    with pytest.raises((ValueError, qs.QsparseError)):
+        qs.matmul(x, bad)
