@@ -97,6 +97,69 @@ static size_t run_sparse_slot(int32_t slot, void (*fn)(void), const k_in *in, in
     }
 }
 
+/* Runners of the matmul slots (include/qsparse/matmul.h): one f32 result per call (the int8
+ * group sums stay far below 2^31 at MAX_N), NF4/FP4 rows starting on either nibble, INT8 groups
+ * of 1 ... n, 2:4 meta with valid nibbles only, as the driver guarantees. */
+static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
+{
+    static const int32_t blocks[] = {64, 2, 32, 6};
+    static const uint8_t nibs[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
+    static uint16_t meta[MAX_N / 16 + 1];
+    static float xt[2 * MAX_N];
+    const int8_t *zp = in->variant & 1 ? (const int8_t *)in->half : NULL;
+    int64_t group = in->variant % 4 == 0 ? (n > 0 ? n : 1) : 1 + (in->variant * 7) % 40;
+    int64_t n4 = n & ~(int64_t)3;
+    float r = 0.0f;
+
+    switch (slot) {
+    case QS_SLOT_mm_dot_f32: r = ((qs_mm_dot_f32_fn *)fn)(in->x, in->absmax, n); break;
+    case QS_SLOT_mm_dot_f16: r = ((qs_mm_dot_f16_fn *)fn)(in->x, in->half, n); break;
+    case QS_SLOT_mm_dot_bf16: r = ((qs_mm_dot_bf16_fn *)fn)(in->x, in->half, n); break;
+    case QS_SLOT_mm_dot_nf4:
+    case QS_SLOT_mm_dot_fp4: {
+        int64_t start = n > 1 ? in->variant & 1 : 0; /* (start + n + 1) / 2 <= n bytes */
+        r = ((qs_mm_dot_nf4_fn *)fn)(in->x, n - start, in->codes, start, in->absmax,
+                                     blocks[in->variant % 4]);
+        break;
+    }
+    case QS_SLOT_mm_dot_int8:
+        r = ((qs_mm_dot_int8_fn *)fn)(in->x, n, (const int8_t *)in->codes, in->absmax, zp, group);
+        break;
+    case QS_SLOT_mm_dot_e4m3:
+    case QS_SLOT_mm_dot_e5m2: r = ((qs_mm_dot_e4m3_fn *)fn)(in->x, n, in->codes, 0.037f); break;
+    case QS_SLOT_mm_dot_mxfp4:
+    case QS_SLOT_mm_dot_mxfp8: r = ((qs_mm_dot_mxfp4_fn *)fn)(in->x, n, in->codes, in->sbytes); break;
+    case QS_SLOT_mm_dot_nvfp4:
+        r = ((qs_mm_dot_nvfp4_fn *)fn)(in->x, n, in->codes, in->sbytes, 0.37f);
+        break;
+    case QS_SLOT_mm_dot_w8a8:
+        r = ((qs_mm_dot_w8a8_fn *)fn)((const int8_t *)in->codes, (const int8_t *)in->sbytes, n,
+                                      in->absmax, zp, group);
+        break;
+    case QS_SLOT_mm_gather_sp24:
+    case QS_SLOT_mm_sp24_axpy:
+        for (int64_t g = 0; g < n4 / 4; g++) {
+            if (g % 4 == 0)
+                meta[g / 4] = 0;
+            meta[g / 4] |= (uint16_t)(nibs[in->codes[4 * g] % 6] << (4 * (g % 4)));
+        }
+        if (slot == QS_SLOT_mm_gather_sp24) {
+            ((qs_mm_gather_sp24_fn *)fn)(in->x, meta, n4, (float *)out);
+            return (size_t)n4 * 2;
+        }
+        for (int64_t i = 0; i < n4; i++) {
+            xt[2 * i] = in->absmax[i];
+            xt[2 * i + 1] = in->x[n - 1 - i];
+        }
+        memcpy(out, (const float[2]){0.5f, -0.0f}, 8); /* acc is accumulated into */
+        ((qs_mm_sp24_axpy_fn *)fn)(in->x, meta, n4, xt, 2, 2, (float *)out);
+        return 8;
+    default: fail_msg("slot %d has no runner in test_kernels.c", slot); return 0;
+    }
+    memcpy(out, &r, 4);
+    return 4;
+}
+
 /* Run `fn` of `slot` on `in` with length n, writing every output into out; return bytes used. */
 static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
 {
@@ -206,6 +269,20 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_sp24_tile_f32:
     case QS_SLOT_nm_mask_f32:
     case QS_SLOT_nm_srste_f32: return run_sparse_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_dot_f32:
+    case QS_SLOT_mm_dot_f16:
+    case QS_SLOT_mm_dot_bf16:
+    case QS_SLOT_mm_dot_nf4:
+    case QS_SLOT_mm_dot_fp4:
+    case QS_SLOT_mm_dot_int8:
+    case QS_SLOT_mm_dot_e4m3:
+    case QS_SLOT_mm_dot_e5m2:
+    case QS_SLOT_mm_dot_mxfp4:
+    case QS_SLOT_mm_dot_mxfp8:
+    case QS_SLOT_mm_dot_nvfp4:
+    case QS_SLOT_mm_dot_w8a8:
+    case QS_SLOT_mm_gather_sp24:
+    case QS_SLOT_mm_sp24_axpy: return run_mm_slot(slot, fn, in, n, out);
     case QS_SLOT_hist_scan: {
         /* calibration range scan: the caller's values are kept unless beaten (strictly) */
         float lh[2] = {in->variant & 1 ? INFINITY : -0.0f, in->variant & 1 ? -INFINITY : 0.0f};

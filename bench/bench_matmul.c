@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * qs_matmul against OpenBLAS on the dense float32 weights, same shapes, same run, one thread
+ * (OpenBLAS is told so too): GEMV (M = 1) for NF4 with f32 and int8 activations, INT8 row
+ * W8A8, 2:4 + NF4, against cblas_sgemv; NF4 GEMM at M = 512 against cblas_sgemm. The weights of
+ * each case cycle over enough matrices that the working set exceeds the last-level cache, so
+ * every call streams its weight from memory; the read bandwidth of one pass over the f32
+ * matrices is measured in the same run. Prints time per call, the ratio to OpenBLAS (> 1: we are
+ * faster), GB/s of weight bytes and OPENBLAS_CORETYPE.
+ *
+ * Usage: bench_matmul [N=K] [copies]   (default 4096 and 8)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "qsparse.h"
+
+#ifdef QS_HAVE_BLAS
+#include <cblas.h>
+
+#define REPS 9
+
+typedef struct {
+    const char *name;
+    qs_quant_params p;
+    qs_qtensor q;
+    qs_weight w;
+    uint16_t *meta;
+    int64_t bytes;
+} wcopy;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void make_quant(qs_ctx *ctx, const float *w, int64_t N, int64_t K, int32_t fmt, int sparse,
+                       wcopy *c)
+{
+    void **ptr[QS_PLANE_COUNT] = {&c->q.data, &c->q.scale, &c->q.zero_point, &c->q.nested_scale};
+    int64_t *cap[QS_PLANE_COUNT] = {&c->q.data_bytes, &c->q.scale_bytes, &c->q.zero_point_bytes,
+                                    &c->q.nested_scale_bytes};
+    int64_t cols = sparse ? K / 2 : K, mc = N * ((K + 15) / 16);
+
+    memset(c, 0, sizeof *c);
+    qs_quant_params_init(&c->p, fmt);
+    for (int i = 0; i < QS_PLANE_COUNT; i++) {
+        int64_t b = 0;
+        qs_quant_size(&c->p, N, cols, i, &b);
+        *ptr[i] = b > 0 ? xmalloc((size_t)b) : NULL;
+        *cap[i] = b;
+        c->bytes += b;
+    }
+    c->w.quant = &c->p;
+    c->w.q = &c->q;
+    if (!sparse) {
+        c->w.kind = QS_WEIGHT_QUANT;
+        if (qs_quantize(ctx, &c->p, w, QS_DTYPE_F32, N, K, &c->q) != QS_OK)
+            exit(1);
+        return;
+    }
+    c->meta = xmalloc((size_t)mc * 2);
+    c->bytes += mc * 2;
+    {
+        int64_t vb = 0;
+        float *vals, *pruned = xmalloc((size_t)(N * K) * 4);
+        qs_sp24_size(QS_DTYPE_F32, N, K, &vb, NULL);
+        vals = xmalloc((size_t)vb);
+        if (qs_sp24_prune_compress(ctx, w, QS_DTYPE_F32, N, K, NULL, vals, vb, c->meta, mc, NULL,
+                                   0) != QS_OK ||
+            qs_sp24_decompress(ctx, vals, QS_DTYPE_F32, c->meta, mc, N, K, pruned, N * K * 4) !=
+                QS_OK ||
+            qs_sp24_quantize(ctx, &c->p, pruned, QS_DTYPE_F32, N, K, NULL, &c->q, c->meta, mc) !=
+                QS_OK)
+            exit(1);
+        free(vals);
+        free(pruned);
+    }
+    c->w.kind = QS_WEIGHT_SP24_QUANT;
+    c->w.meta = c->meta;
+    c->w.meta_count = mc;
+}
+
+/* Median seconds per call of qs_matmul over the copies, cycling. */
+static double time_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M,
+                      int64_t K, const wcopy *c, int copies, int64_t N, float *y)
+{
+    double t[REPS];
+    for (int r = 0; r < REPS; r++) {
+        double t0 = now();
+        for (int i = 0; i < copies; i++)
+            if (qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y,
+                          M * N * 4) != QS_OK) {
+                fprintf(stderr, "qs_matmul: %s\n", qs_ctx_last_error(ctx));
+                exit(1);
+            }
+        t[r] = (now() - t0) / copies;
+    }
+    return median(t, REPS);
+}
+
+static double time_blas(float *const *wf, int fcopies, const float *x, int64_t M, int64_t K,
+                        int64_t N, float *y)
+{
+    double t[REPS];
+    for (int r = 0; r < REPS; r++) {
+        double t0 = now();
+        for (int i = 0; i < fcopies; i++) {
+            if (M == 1)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, 1.0f, wf[i], (int)K, x, 1,
+                            0.0f, y, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f,
+                            x, (int)K, wf[i], (int)K, 0.0f, y, (int)N);
+        }
+        t[r] = (now() - t0) / fcopies;
+    }
+    return median(t, REPS);
+}
+
+int main(int argc, char **argv)
+{
+    int64_t N = argc > 1 ? atoll(argv[1]) : 4096, K = N, Mg = 512;
+    int copies = argc > 2 ? atoi(argv[2]) : 8, fcopies = 2;
+    const char *core = getenv("OPENBLAS_CORETYPE");
+    char model[256];
+    qs_ctx_params cp;
+    qs_ctx *ctx = NULL;
+    float *wf[2], *x, *y;
+    wcopy *nf4, *i8, *spnf4;
+
+    cpu_model(model, sizeof model);
+    openblas_set_num_threads(1);
+    qs_ctx_params_init(&cp);
+    cp.num_threads = 1;
+    if (qs_ctx_create(&cp, &ctx) != QS_OK)
+        return 1;
+    printf("bench_matmul: N = K = %lld, %d quantized copies, %d f32 copies, 1 thread\n",
+           (long long)N, copies, fcopies);
+    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model,
+           qs_ctx_backend_name(ctx), core ? core : "(unset)", OPENBLAS_VERSION);
+
+    x = xmalloc((size_t)(Mg * K) * 4);
+    y = xmalloc((size_t)(Mg * N) * 4);
+    for (int64_t i = 0; i < Mg * K; i++)
+        x[i] = (float)((i * 7919 % 2001) - 1000) / 1000.0f;
+    nf4 = xmalloc(sizeof(wcopy) * (size_t)copies);
+    i8 = xmalloc(sizeof(wcopy) * (size_t)copies);
+    spnf4 = xmalloc(sizeof(wcopy) * (size_t)copies);
+    for (int i = 0; i < fcopies; i++) {
+        wf[i] = xmalloc((size_t)(N * K) * 4);
+        for (int64_t e = 0; e < N * K; e++)
+            wf[i][e] = (float)(((e + i) * 2654435761u % 4001) - 2000) / 40000.0f;
+    }
+    for (int i = 0; i < copies; i++) {
+        make_quant(ctx, wf[i % fcopies], N, K, QS_FORMAT_NF4, 0, &nf4[i]);
+        make_quant(ctx, wf[i % fcopies], N, K, QS_FORMAT_INT8, 0, &i8[i]);
+        make_quant(ctx, wf[i % fcopies], N, K, QS_FORMAT_NF4, 1, &spnf4[i]);
+    }
+    {
+        double rd = read_pass(wf[0], (size_t)(N * K) * 4);
+        rd = read_pass(wf[1], (size_t)(N * K) * 4);
+        printf("read bandwidth (one pass over a %lld MiB f32 matrix): %.1f GB/s\n",
+               (long long)(N * K * 4 >> 20), (double)(N * K * 4) / rd * 1e-9);
+    }
+
+    qs_matmul_params f32p, i8p;
+    qs_matmul_params_init(&f32p);
+    qs_matmul_params_init(&i8p);
+    i8p.activations = QS_ACT_INT8;
+    double sgemv = time_blas(wf, fcopies, x, 1, K, N, y);
+    printf("\n%-28s %10s %9s %10s\n", "case (M = 1)", "ms/call", "vs sgemv", "weight GB/s");
+    printf("%-28s %10.3f %9.2f %10.1f\n", "OpenBLAS sgemv f32", sgemv * 1e3, 1.0,
+           (double)(N * K * 4) / sgemv * 1e-9);
+    struct {
+        const char *name;
+        const wcopy *c;
+        const qs_matmul_params *p;
+    } cases[] = {
+        {"NF4, f32 activations", nf4, &f32p},
+        {"NF4, int8 activations", nf4, &i8p},
+        {"INT8 row W8A8", i8, &i8p},
+        {"INT8 row, f32 activations", i8, &f32p},
+        {"2:4 + NF4, f32 activations", spnf4, &f32p},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double t = time_qs(ctx, cases[c].p, x, 1, K, cases[c].c, copies, N, y);
+        printf("%-28s %10.3f %9.2f %10.1f\n", cases[c].name, t * 1e3, sgemv / t,
+               (double)cases[c].c[0].bytes / t * 1e-9);
+    }
+    double sgemm = time_blas(wf, fcopies, x, Mg, K, N, y);
+    double tg = time_qs(ctx, &f32p, x, Mg, K, nf4, 2, N, y);
+    printf("\n%-28s %10s %9s %10s\n", "case (M = 512)", "ms/call", "vs sgemm", "GFLOP/s");
+    printf("%-28s %10.1f %9.2f %10.1f\n", "OpenBLAS sgemm f32", sgemm * 1e3, 1.0,
+           2.0 * (double)(Mg * N * K) / sgemm * 1e-9);
+    printf("%-28s %10.1f %9.2f %10.1f\n", "NF4 GEMM (panels + sgemm)", tg * 1e3, sgemm / tg,
+           2.0 * (double)(Mg * N * K) / tg * 1e-9);
+    qs_ctx_destroy(ctx);
+    return 0;
+}
+#else
+int main(void)
+{
+    printf("bench_matmul: this build has no OpenBLAS to compare with\n");
+    return 77;
+}
+#endif
