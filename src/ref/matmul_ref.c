@@ -14,9 +14,10 @@
  * - acc = acc + fl(segment sum * segment scale), ascending segments, acc starting at +0.
  *   Scale-free kinds (plain f32/f16/bf16) return the segment sum of their single segment.
  *
- * The unscaled element values come from the format's own dequantize kernel called with a unit
- * scale (absmax 1, E8M0 127, E4M3 scale 0x38, FP8 scale 1, INT8 scale 1 with the zero point),
- * which is exact, so no codebook or element rule is repeated here.
+ * The unscaled element values come from the format's own tables (the NF4/FP4 codebooks its
+ * dequantize kernels multiply by absmax) or its dequantize kernel called with a unit scale (E8M0
+ * 127, E4M3 scale 0x38, FP8 scale 1, INT8 scale 1 with the zero point), which is exact, so no
+ * codebook or element rule is repeated here.
  *
  * The int8 path (w8a8): per segment an exact integer sum sum q_x * (q_w - zp) in int32 (the
  * driver bounds K so it cannot overflow), then t = t + fl(a_s * scale_s) in ascending segments.
@@ -40,10 +41,20 @@ static void lanes_reset(struct lanes *l)
     l->i = 0;
 }
 
+/* Element k goes to lane (l->i + k) % 16. Once the lanes are at a multiple of 16, whole rounds
+ * of 16 run as one loop over the lanes (the same order, in a form the compiler vectorizes). */
 static void lanes_feed(struct lanes *l, const float *x, const float *v, int64_t n)
 {
-    for (int64_t k = 0; k < n; k++, l->i++)
-        l->p[l->i % LANES] += x[k] * v[k];
+    int64_t k = 0;
+
+    for (; k < n && (l->i + k) % LANES != 0; k++)
+        l->p[(l->i + k) % LANES] += x[k] * v[k];
+    for (; k + LANES <= n; k += LANES)
+        for (int j = 0; j < LANES; j++)
+            l->p[j] += x[k + j] * v[k + j];
+    for (; k < n; k++)
+        l->p[(l->i + k) % LANES] += x[k] * v[k];
+    l->i += n;
 }
 
 static float lanes_sum(const struct lanes *l)
@@ -58,11 +69,6 @@ static float lanes_sum(const struct lanes *l)
     return t[0];
 }
 
-/* Unit scales: enough entries for any per-element index a dequantize kernel computes over one
- * piece (NF4/FP4 with the smallest block of 2 read absmax[i / 2] for i < PIECE + 1). */
-static const float ones[PIECE / 2 + 1] = {
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-};
 static const uint8_t e8m0_one[2] = {127, 127}; /* 2^0; a piece spans at most 2 MX blocks */
 static const uint8_t e4m3_one[4] = {0x38, 0x38, 0x38, 0x38}; /* 1.0; up to 4 NVFP4 blocks */
 
@@ -105,11 +111,12 @@ float qs_mm_dot_bf16__ref(const float *x, const uint16_t *w, int64_t n)
 /* ---- NF4 / FP4: blocks over the flattened tensor ---------------------------------------------- */
 
 /* Row elements [0, n) are flat elements start ... start + n - 1 (element j in byte j / 2, high
- * nibble for even j); block b of the tensor has scale absmax[b]. */
-static float bnb4_dot(qs_nf4_dequant_fn *dec, const float *x, int64_t n, const uint8_t *data,
+ * nibble for even j); block b of the tensor has scale absmax[b]. The unscaled value of a code is
+ * the format's codebook entry, the table its dequantize kernel multiplies by absmax. */
+static float bnb4_dot(const float *book, const float *x, int64_t n, const uint8_t *data,
                       int64_t start, const float *absmax, int32_t block)
 {
-    float acc = 0.0f, v[PIECE + 1];
+    float acc = 0.0f, v[PIECE];
     int64_t i = 0;
 
     while (i < n) {
@@ -120,9 +127,12 @@ static float bnb4_dot(qs_nf4_dequant_fn *dec, const float *x, int64_t n, const u
             end = n;
         lanes_reset(&l);
         while (i < end) {
-            int64_t len = end - i < PIECE ? end - i : PIECE, f = start + i, skip = f & 1;
-            dec(data + (f - skip) / 2, ones, len + skip, 2, v);
-            lanes_feed(&l, x + i, v + skip, len);
+            int64_t len = end - i < PIECE ? end - i : PIECE;
+            for (int64_t k = 0; k < len; k++) {
+                int64_t f = start + i + k;
+                v[k] = book[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
+            }
+            lanes_feed(&l, x + i, v, len);
             i += len;
         }
         acc = acc + lanes_sum(&l) * absmax[b];
@@ -133,13 +143,13 @@ static float bnb4_dot(qs_nf4_dequant_fn *dec, const float *x, int64_t n, const u
 float qs_mm_dot_nf4__ref(const float *x, int64_t n, const uint8_t *data, int64_t start,
                          const float *absmax, int32_t block)
 {
-    return bnb4_dot(qs_nf4_dequant__ref, x, n, data, start, absmax, block);
+    return bnb4_dot(qs_nf4_codebook, x, n, data, start, absmax, block);
 }
 
 float qs_mm_dot_fp4__ref(const float *x, int64_t n, const uint8_t *data, int64_t start,
                          const float *absmax, int32_t block)
 {
-    return bnb4_dot(qs_fp4_dequant__ref, x, n, data, start, absmax, block);
+    return bnb4_dot(qs_fp4_codebook, x, n, data, start, absmax, block);
 }
 
 /* ---- INT8 (f32 activations) ------------------------------------------------------------------- */
