@@ -9,6 +9,11 @@
  * - x is M x K row-major (f32, f16 or bf16: QS_DTYPE_*), W is N x K row-major (a PyTorch Linear
  *   weight [out, in]), y is M x N row-major f32, bias (optional) N f32 values.
  * - On any error y is not written.
+ * - The context's non-finite policy does not apply: NaN and Inf propagate through the f32
+ *   arithmetic (with int8 activations a NaN element gets code 0 and Inf is an outlier or sets
+ *   its row's statistic).
+ * - The sgemm of the GEMM path runs with OpenBLAS's own threads (OPENBLAS_NUM_THREADS); the
+ *   context's thread count governs everything else.
  * - Results never depend on the thread count. For a fixed build, ISA and shape they are
  *   deterministic; they may differ in the last bits between ISA tiers (within the tolerance
  *   below) and between the GEMV path (M < QS_MATMUL_GEMM_MIN_M) and the GEMM path.
