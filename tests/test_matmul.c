@@ -211,7 +211,7 @@ static void test_kinds_f32(void **state)
 {
     /* tails: 1, odd, just over block multiples; M on both sides of QS_MATMUL_GEMM_MIN_M */
     static const int64_t Ms[] = {1, 3, QS_MATMUL_GEMM_MIN_M, 37};
-    static const int64_t Ns[] = {1, 5, 33, 130};
+    static const int64_t Ns[] = {1, 5, 33, 530}; /* 530: more than one GEMM panel */
     static const int64_t Ks[] = {4, 68, 132, 36};
     static const int64_t Ks_odd[] = {1, 7, 65, 97};
     qs_ctx *ctx = t_ctx();
@@ -518,7 +518,7 @@ static void test_threads(void **state)
     (void)state;
     for (int i = 0; i < (int)(sizeof idx / sizeof idx[0]); i++)
         for (int c = 0; c < 3; c++) {
-            int64_t M = c == 0 ? 2 : 40, N = 300, K = 260;
+            int64_t M = c == 0 ? 2 : 40, N = 600, K = 260; /* two GEMM panels */
             float *w0 = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(M * K) * 4);
             t_buf y1 = t_buf_new((size_t)(M * N) * 4), y2 = t_buf_new((size_t)(M * N) * 4);
             qs_matmul_params p;

@@ -19,7 +19,7 @@
 #include "matmul_internal.h"
 
 #define MM_GEMV_ROWS 16  /* rows of W per GEMV task */
-#define MM_PANEL 128     /* rows of W per dequantized GEMM panel */
+#define MM_PANEL 512     /* rows of W per dequantized GEMM panel (sgemm wants wide panels) */
 #define MM_GEMM_ROWS 32  /* rows of x per task of the plain blocked GEMM */
 #define MM_SP_COLS 256   /* rows of x per accumulator of the 2:4 outer product */
 
