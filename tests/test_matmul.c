@@ -264,6 +264,66 @@ static void test_kinds_f32(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* The GEMV summation order of matmul.h, restated: 16 partial sums by position in the segment,
+ * the pairwise tree, acc = acc + fl(sum * scale) per segment. Plain f32 (one segment per row,
+ * K not a multiple of 16) and NF4 with blocks of 32 over the flattened tensor, so that row 1
+ * (K = 70) starts 6 elements into block 2 and its first segment is 26 elements long. */
+static float restated_sum(const float *x, const float *v, int64_t n)
+{
+    float p[16] = {0};
+    for (int64_t k = 0; k < n; k++)
+        p[k % 16] += x[k] * v[k];
+    for (int h = 8; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++)
+            p[i] = p[i] + p[i + h];
+    return p[0];
+}
+
+static void test_summation_order(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {99};
+    const int64_t K = 70, N = 2;
+    float w0[2 * 70], x[70], bias[2] = {0.25f, -1.0f}, y[2], book[16], v[70];
+    wobj o;
+
+    (void)state;
+    fill(&r, w0, N * K, 1.0);
+    for (int64_t k = 0; k < K; k++) /* magnitudes far apart, so the order shows in the bits */
+        x[k] = (float)(t_normal(&r) * ldexp(1.0, (int)(k % 23) - 11));
+    wobj_make(ctx, &specs[0], w0, N, K, &o);
+    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, K, &o.w, N, bias, y, 8), QS_OK);
+    for (int64_t n = 0; n < N; n++)
+        assert_true(t_bits(y[n]) == t_bits(restated_sum(x, w0 + n * K, K) + bias[n]));
+    wobj_free(&o);
+
+    wspec nf4 = specs[2];
+    nf4.block = 32;
+    wobj_make(ctx, &nf4, w0, N, K, &o);
+    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, K, &o.w, N, NULL, y, 8), QS_OK);
+    assert_int_equal(qs_codebook(QS_CODEBOOK_NF4, book, 16), QS_OK);
+    const uint8_t *d = o.t.q.data;
+    const float *absmax = o.t.q.scale;
+    for (int64_t n = 0; n < N; n++) {
+        float acc = 0.0f;
+        int64_t k = 0;
+        while (k < K) {
+            int64_t f = n * K + k, b = f / 32, end = (b + 1) * 32 - n * K;
+            if (end > K)
+                end = K;
+            for (int64_t j = k; j < end; j++) {
+                int64_t e = n * K + j;
+                v[j - k] = book[(e & 1) ? d[e / 2] & 0xF : d[e / 2] >> 4];
+            }
+            acc = acc + restated_sum(x + k, v, end - k) * absmax[b];
+            k = end;
+        }
+        assert_true(t_bits(y[n]) == t_bits(acc));
+    }
+    wobj_free(&o);
+    qs_ctx_destroy(ctx);
+}
+
 /* K = 0: y is the bias (or 0); M = 0 or N = 0: nothing to write. */
 static void test_empty(void **state)
 {
@@ -665,6 +725,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kinds_f32),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_summation_order),
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_vectorwise_hand),
         cmocka_unit_test(test_llm_int8_outliers),
