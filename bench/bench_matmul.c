@@ -89,15 +89,15 @@ static void make_quant(qs_ctx *ctx, const float *w, int64_t N, int64_t K, int32_
 }
 
 /* Median seconds per call of qs_matmul over the copies, cycling. */
-static double time_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M,
-                      int64_t K, const wcopy *c, int copies, int64_t N, float *y)
+static double time_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M, int64_t K,
+                      const wcopy *c, int copies, int64_t N, float *y)
 {
     double t[REPS];
     for (int r = 0; r < REPS; r++) {
         double t0 = now();
         for (int i = 0; i < copies; i++)
-            if (qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y,
-                          M * N * 4) != QS_OK) {
+            if (qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y, M * N * 4) !=
+                QS_OK) {
                 fprintf(stderr, "qs_matmul: %s\n", qs_ctx_last_error(ctx));
                 exit(1);
             }
@@ -144,8 +144,8 @@ int main(int argc, char **argv)
         return 1;
     printf("bench_matmul: N = K = %lld, %d quantized copies, %d f32 copies, 1 thread\n",
            (long long)N, copies, fcopies);
-    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model,
-           qs_ctx_backend_name(ctx), core ? core : "(unset)", OPENBLAS_VERSION);
+    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model, qs_ctx_backend_name(ctx),
+           core ? core : "(unset)", OPENBLAS_VERSION);
 
     x = xmalloc((size_t)(Mg * K) * 4);
     y = xmalloc((size_t)(Mg * N) * 4);
@@ -174,7 +174,7 @@ int main(int argc, char **argv)
     qs_matmul_params f32p, i8p;
     qs_matmul_params_init(&f32p);
     qs_matmul_params_init(&i8p);
-    i8p.activations = QS_ACT_INT8;
+    i8p.activations = QS_MATMUL_ACT_INT8;
     double sgemv = time_blas(wf, fcopies, x, 1, K, N, y);
     printf("\n%-28s %10s %9s %10s\n", "case (M = 1)", "ms/call", "vs sgemv", "weight GB/s");
     printf("%-28s %10.3f %9.2f %10.1f\n", "OpenBLAS sgemv f32", sgemv * 1e3, 1.0,

@@ -128,7 +128,9 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
     case QS_SLOT_mm_dot_e4m3:
     case QS_SLOT_mm_dot_e5m2: r = ((qs_mm_dot_e4m3_fn *)fn)(in->x, n, in->codes, 0.037f); break;
     case QS_SLOT_mm_dot_mxfp4:
-    case QS_SLOT_mm_dot_mxfp8: r = ((qs_mm_dot_mxfp4_fn *)fn)(in->x, n, in->codes, in->sbytes); break;
+    case QS_SLOT_mm_dot_mxfp8:
+        r = ((qs_mm_dot_mxfp4_fn *)fn)(in->x, n, in->codes, in->sbytes);
+        break;
     case QS_SLOT_mm_dot_nvfp4:
         r = ((qs_mm_dot_nvfp4_fn *)fn)(in->x, n, in->codes, in->sbytes, 0.37f);
         break;

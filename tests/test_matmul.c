@@ -70,8 +70,7 @@ static void fill(t_rng *r, float *x, int64_t n, double scale)
 }
 
 /* Build the weight of spec s for N x K from f32 values w0; K must suit the spec. */
-static void wobj_make(qs_ctx *ctx, const wspec *s, const float *w0, int64_t N, int64_t K,
-                      wobj *o)
+static void wobj_make(qs_ctx *ctx, const wspec *s, const float *w0, int64_t N, int64_t K, wobj *o)
 {
     int64_t n = N * K, vb = 0, mc = 0;
 
@@ -103,16 +102,14 @@ static void wobj_make(qs_ctx *ctx, const wspec *s, const float *w0, int64_t N, i
             assert_int_equal(qs_convert(ctx, w0, QS_DTYPE_F32, o->values.p, s->dtype, n,
                                         (int64_t)o->values.bytes),
                              QS_OK);
-            assert_int_equal(qs_convert(ctx, o->values.p, s->dtype, o->dense, QS_DTYPE_F32, n,
-                                        n * 4),
-                             QS_OK);
+            assert_int_equal(
+                qs_convert(ctx, o->values.p, s->dtype, o->dense, QS_DTYPE_F32, n, n * 4), QS_OK);
             o->w.data = o->values.p;
             o->w.data_bytes = (int64_t)o->values.bytes;
         } else {
             quant(ctx, &o->p, w0, QS_DTYPE_F32, N, K, &o->t);
-            assert_int_equal(qs_dequantize(ctx, &o->p, &o->t.q, N, K, o->dense, QS_DTYPE_F32,
-                                           n * 4),
-                             QS_OK);
+            assert_int_equal(
+                qs_dequantize(ctx, &o->p, &o->t.q, N, K, o->dense, QS_DTYPE_F32, n * 4), QS_OK);
         }
         return;
     }
@@ -122,9 +119,9 @@ static void wobj_make(qs_ctx *ctx, const wspec *s, const float *w0, int64_t N, i
     float *pruned = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     o->meta = malloc((size_t)(mc > 0 ? mc : 1) * sizeof(uint16_t));
     assert_true(vals && pruned && o->meta);
-    assert_int_equal(qs_sp24_prune_compress(ctx, w0, QS_DTYPE_F32, N, K, NULL, vals, vb, o->meta,
-                                            mc, NULL, 0),
-                     QS_OK);
+    assert_int_equal(
+        qs_sp24_prune_compress(ctx, w0, QS_DTYPE_F32, N, K, NULL, vals, vb, o->meta, mc, NULL, 0),
+        QS_OK);
     assert_int_equal(qs_sp24_decompress(ctx, vals, QS_DTYPE_F32, o->meta, mc, N, K, pruned, n * 4),
                      QS_OK);
     o->w.meta = o->meta;
@@ -142,18 +139,16 @@ static void wobj_make(qs_ctx *ctx, const wspec *s, const float *w0, int64_t N, i
             memcpy(o->dense, pruned, (size_t)n * sizeof(float));
         } else { /* decompress in the values' dtype, then widen */
             uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * 2);
-            assert_int_equal(qs_sp24_decompress(ctx, o->values.p, s->dtype, o->meta, mc, N, K, h,
-                                                n * 2),
-                             QS_OK);
-            assert_int_equal(qs_convert(ctx, h, s->dtype, o->dense, QS_DTYPE_F32, n, n * 4),
-                             QS_OK);
+            assert_int_equal(
+                qs_sp24_decompress(ctx, o->values.p, s->dtype, o->meta, mc, N, K, h, n * 2), QS_OK);
+            assert_int_equal(qs_convert(ctx, h, s->dtype, o->dense, QS_DTYPE_F32, n, n * 4), QS_OK);
             free(h);
         }
     } else {
         tq_new(&o->t, &o->p, N, K / 2);
-        assert_int_equal(qs_sp24_quantize(ctx, &o->p, pruned, QS_DTYPE_F32, N, K, NULL, &o->t.q,
-                                          o->meta, mc),
-                         QS_OK);
+        assert_int_equal(
+            qs_sp24_quantize(ctx, &o->p, pruned, QS_DTYPE_F32, N, K, NULL, &o->t.q, o->meta, mc),
+            QS_OK);
         assert_int_equal(qs_sp24_dequantize(ctx, &o->p, &o->t.q, o->meta, mc, N, K, o->dense,
                                             QS_DTYPE_F32, n * 4),
                          QS_OK);
@@ -241,8 +236,8 @@ static void test_kinds_f32(void **state)
             else
                 round_16(ctx, x, M * K, dt, xh, xw);
             ref_product(xw, o.dense, c & 1 ? bias : NULL, M, K, N, want, NULL);
-            assert_int_equal(run(ctx, NULL, dt == QS_DTYPE_F32 ? (const void *)x : xh, dt, M, K,
-                                 &o, N, c & 1 ? bias : NULL, &y),
+            assert_int_equal(run(ctx, NULL, dt == QS_DTYPE_F32 ? (const void *)x : xh, dt, M, K, &o,
+                                 N, c & 1 ? bias : NULL, &y),
                              QS_OK);
             assert_string_equal(qs_ctx_last_error(ctx), "");
             assert_true(t_buf_guards_ok(&y));
@@ -368,7 +363,7 @@ static void test_int8_bound(void **state)
             fill(&r, x, M * K, 1.0);
             wobj_make(ctx, sp, w0, N, K, &o);
             qs_matmul_params_init(&p);
-            p.activations = QS_ACT_INT8;
+            p.activations = QS_MATMUL_ACT_INT8;
             assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y), QS_OK);
             assert_int_equal(run(ctx, NULL, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y32), QS_OK);
             ref_product(x, o.dense, NULL, M, K, N, want, absy);
@@ -419,8 +414,8 @@ static void test_vectorwise_hand(void **state)
     const int8_t want[10] = {64, 0, -127, 0, 0, /* */ 0, 0, 32, 0, -127};
 
     (void)state;
-    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 6.0f, codes, 10, stats,
-                                              2, cols, 5, &n),
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 6.0f, codes, 10, stats, 2,
+                                              cols, 5, &n),
                      QS_OK);
     assert_int_equal(n, 2);
     assert_int_equal(cols[0], 1);
@@ -430,15 +425,15 @@ static void test_vectorwise_hand(void **state)
     /* too small a column list: the count is reported, nothing else written */
     int8_t c2[10];
     memset(c2, 0x55, sizeof c2);
-    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 6.0f, c2, 10, stats, 2,
-                                              cols, 1, &n),
-                     QS_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(
+        qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 6.0f, c2, 10, stats, 2, cols, 1, &n),
+        QS_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(n, 2);
     for (int i = 0; i < 10; i++)
         assert_int_equal((uint8_t)c2[i], 0x55);
     /* threshold 0: no outliers, plain per-row absmax */
-    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 0.0f, codes, 10, stats,
-                                              2, NULL, 0, &n),
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, 0.0f, codes, 10, stats, 2,
+                                              NULL, 0, &n),
                      QS_OK);
     assert_int_equal(n, 0);
     assert_true(stats[0] == 7.0f && stats[1] == 6.0f);
@@ -469,16 +464,16 @@ static void test_llm_int8_outliers(void **state)
     fill(&r, w0, N * K, 0.05);
     fill(&r, x, M * K, 1.0);
     fill(&r, bias, N, 0.1);
-    x[0 * K + 3] = 9.0f;  /* outlier columns 3, 17 and 30 */
+    x[0 * K + 3] = 9.0f; /* outlier columns 3, 17 and 30 */
     x[2 * K + 17] = -12.0f;
     x[4 * K + 30] = 6.0f;
     wobj_make(ctx, &specs[13], w0, N, K, &o);
     qs_matmul_params_init(&p);
-    p.activations = QS_ACT_INT8;
+    p.activations = QS_MATMUL_ACT_INT8;
     p.threshold = QS_LLM_INT8_THRESHOLD;
     assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, bias, &y), QS_OK);
-    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, M, K, 6.0f, codes, M * K,
-                                              stats, M, cols, K, &nout),
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, M, K, 6.0f, codes, M * K, stats,
+                                              M, cols, K, &nout),
                      QS_OK);
     assert_int_equal(nout, 3);
     const int8_t *wq = o.t.q.data;
@@ -528,7 +523,7 @@ static void test_w8a8_exact(void **state)
 
     (void)state;
     qs_matmul_params_init(&p);
-    p.activations = QS_ACT_INT8;
+    p.activations = QS_MATMUL_ACT_INT8;
     for (int i = 0; i < (int)(sizeof idx / sizeof idx[0]); i++) {
         wobj o;
         fill(&r, w0, N * K, 0.05);
@@ -589,7 +584,7 @@ static void test_threads(void **state)
             wobj_make(ctx, &specs[idx[i]], w0, N, K, &o);
             qs_matmul_params_init(&p);
             if (c == 2) {
-                p.activations = QS_ACT_INT8;
+                p.activations = QS_MATMUL_ACT_INT8;
                 p.threshold = 6.0f;
             }
             assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 1), QS_OK);
@@ -656,7 +651,7 @@ static void test_errors(void **state)
     qs_matmul_params_init(&p);
     p.threshold = 6.0f; /* needs int8 activations */
     expect(ctx, QS_ERR_INVALID_ARG, &p, x, 0, 2, 32, &nf4.w, 16, 64 * 64 * 4);
-    p.activations = QS_ACT_INT8;
+    p.activations = QS_MATMUL_ACT_INT8;
     p.threshold = -1.0f;
     expect(ctx, QS_ERR_INVALID_ARG, &p, x, 0, 2, 32, &nf4.w, 16, 64 * 64 * 4);
     p.threshold = INFINITY;
@@ -705,7 +700,7 @@ static void test_errors(void **state)
         w.quant = &qp;
         w.q = &qt;
         qs_matmul_params_init(&p);
-        p.activations = QS_ACT_INT8;
+        p.activations = QS_MATMUL_ACT_INT8;
         expect(ctx, QS_ERR_UNSUPPORTED, &p, xb, 0, 1, K, &w, 1, 64 * 64 * 4);
         /* f32 activations take it */
         t_buf y = t_buf_new(4);
@@ -723,14 +718,10 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kinds_f32),
-        cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_summation_order),
-        cmocka_unit_test(test_int8_bound),
-        cmocka_unit_test(test_vectorwise_hand),
-        cmocka_unit_test(test_llm_int8_outliers),
-        cmocka_unit_test(test_w8a8_exact),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_kinds_f32),       cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_summation_order), cmocka_unit_test(test_int8_bound),
+        cmocka_unit_test(test_vectorwise_hand), cmocka_unit_test(test_llm_int8_outliers),
+        cmocka_unit_test(test_w8a8_exact),      cmocka_unit_test(test_threads),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,7 +36,7 @@
  * Every path is within a relative Frobenius error of 1e-5 of the float64 product of x and the
  * dequantized weight (for finite data of moderate range; tested at every ISA tier).
  *
- * int8 activations (params.activations = QS_ACT_INT8): x is quantized per token (row) as
+ * int8 activations (params.activations = QS_MATMUL_ACT_INT8): x is quantized per token (row) as
  * qs_int8_vectorwise_quant does: r_m = max |x[m, k]| over the non-outlier elements,
  * codes q = rne(x * fl(127 / r_m)) in [-127, 127] (0 for r_m = 0 and for NaN), the same rule as
  * qs_quantize_dynamic_int8_per_token. With params.threshold > 0 (LLM.int8; bitsandbytes uses 6.0)
@@ -68,10 +68,11 @@ extern "C" {
 #endif
 
 /* Kinds of weight. */
-#define QS_WEIGHT_DENSE      0 /* plain N x K of `dtype` (f32, f16, bf16) in `data` */
-#define QS_WEIGHT_QUANT      1 /* `q` quantized by qs_quantize with `quant` as an N x K tensor */
-#define QS_WEIGHT_SP24       2 /* qs_sp24_compress output: `data` values (N x K/2 of `dtype`), `meta` */
-#define QS_WEIGHT_SP24_QUANT 3 /* qs_sp24_quantize output: `q` (N x K/2 quantized with `quant`), `meta` */
+#define QS_WEIGHT_DENSE 0 /* plain N x K of `dtype` (f32, f16, bf16) in `data` */
+#define QS_WEIGHT_QUANT 1 /* `q` quantized by qs_quantize with `quant` as an N x K tensor */
+#define QS_WEIGHT_SP24 2  /* qs_sp24_compress output: `data` values (N x K/2 of `dtype`), `meta` */
+#define QS_WEIGHT_SP24_QUANT                                                                       \
+    3 /* qs_sp24_quantize output: `q` (N x K/2 quantized with `quant`), `meta` */
 
 /**
  * A weight W (N x K) as the library stores it. Zero the struct, then set the fields of its kind;
@@ -90,8 +91,9 @@ typedef struct qs_weight {
 } qs_weight;
 
 /* Activation types of qs_matmul. */
-#define QS_ACT_F32  0 /* x used as given (f16/bf16 widened exactly): the default */
-#define QS_ACT_INT8 1 /* x quantized per token to INT8 on the fly (see the definition above) */
+#define QS_MATMUL_ACT_F32 0 /* x used as given (f16/bf16 widened exactly): the default */
+#define QS_MATMUL_ACT_INT8                                                                         \
+    1 /* x quantized per token to INT8 on the fly (see the definition above) */
 
 /* bitsandbytes' default LLM.int8 outlier threshold. */
 #define QS_LLM_INT8_THRESHOLD 6.0f
@@ -101,9 +103,9 @@ typedef struct qs_weight {
 #define QS_MATMUL_GEMM_MIN_M 16
 
 typedef struct qs_matmul_params {
-    int32_t activations; /* QS_ACT_F32 (default) or QS_ACT_INT8 */
-    float threshold;     /* QS_ACT_INT8: outlier threshold (> 0, finite) or 0 for none (default);
-                            must be 0 with QS_ACT_F32 */
+    int32_t activations; /* QS_MATMUL_ACT_F32 (default) or QS_MATMUL_ACT_INT8 */
+    float threshold; /* QS_MATMUL_ACT_INT8: outlier threshold (> 0, finite) or 0 for none (default);
+                        must be 0 with QS_MATMUL_ACT_F32 */
     int64_t reserved[7]; /* must be zero */
 } qs_matmul_params;
 

@@ -19,8 +19,8 @@ from . import _lib
 from . import _quant
 
 QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
-QS_ACT_F32, QS_ACT_INT8 = 0, 1
-_ACTIVATIONS = {"f32": QS_ACT_F32, "float32": QS_ACT_F32, "int8": QS_ACT_INT8}
+QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8 = 0, 1
+_ACTIVATIONS = {"f32": QS_MATMUL_ACT_F32, "float32": QS_MATMUL_ACT_F32, "int8": QS_MATMUL_ACT_INT8}
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64

@@ -22,7 +22,7 @@ QS_API void qs_matmul_params_init(qs_matmul_params *params)
     if (!params)
         return;
     memset(params, 0, sizeof *params);
-    params->activations = QS_ACT_F32;
+    params->activations = QS_MATMUL_ACT_F32;
 }
 
 QS_API uint32_t qs_matmul_info(void)
@@ -54,22 +54,25 @@ void qs_mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn)
 #endif
 }
 
-/* ---- checks ----------------------------------------------------------------------------------- */
+/* ---- checks -----------------------------------------------------------------------------------
+ */
 
 static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
 {
     for (size_t i = 0; i < sizeof p->reserved / sizeof p->reserved[0]; i++)
         if (p->reserved[i] != 0)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_matmul_params reserved fields must be zero");
-    if (p->activations != QS_ACT_F32 && p->activations != QS_ACT_INT8)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown activations %d (QS_ACT_F32 or QS_ACT_INT8)",
+            return qs_fail(ctx, QS_ERR_INVALID_ARG,
+                           "qs_matmul_params reserved fields must be zero");
+    if (p->activations != QS_MATMUL_ACT_F32 && p->activations != QS_MATMUL_ACT_INT8)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG,
+                       "unknown activations %d (QS_MATMUL_ACT_F32 or QS_MATMUL_ACT_INT8)",
                        p->activations);
     if (!(p->threshold >= 0.0f) || isinf(p->threshold))
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "threshold must be finite and >= 0, got %g",
                        (double)p->threshold);
-    if (p->threshold > 0.0f && p->activations != QS_ACT_INT8)
+    if (p->threshold > 0.0f && p->activations != QS_MATMUL_ACT_INT8)
         return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                       "an outlier threshold needs int8 activations (QS_ACT_INT8)");
+                       "an outlier threshold needs int8 activations (QS_MATMUL_ACT_INT8)");
     return QS_OK;
 }
 
@@ -190,7 +193,8 @@ static qs_status check_weight(qs_ctx *ctx, struct qs_mm_job *j, const qs_weight 
     return QS_OK;
 }
 
-/* ---- x conversion and double-quantized scales ------------------------------------------------- */
+/* ---- x conversion and double-quantized scales -------------------------------------------------
+ */
 
 struct cvt_job {
     const qs_ctx *ctx;
@@ -225,7 +229,8 @@ static void dyn8_task(void *arg, int64_t i, float *tile)
                            c->dst + start);
 }
 
-/* ---- entry point ------------------------------------------------------------------------------ */
+/* ---- entry point ------------------------------------------------------------------------------
+ */
 
 QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
@@ -251,8 +256,8 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
     if (qs_dtype_size(x_dtype) == 0)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown activation dtype %d", x_dtype);
     if (M < 0 || K < 0 || N < 0)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "negative shape M=%lld K=%lld N=%lld",
-                       (long long)M, (long long)K, (long long)N);
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "negative shape M=%lld K=%lld N=%lld", (long long)M,
+                       (long long)K, (long long)N);
     if (qs_mul_overflow(M, K, &mk) || qs_mul_overflow(N, K, &nk) || qs_mul_overflow(M, N, &mn) ||
         qs_mul_overflow(mk, 4, &mk) || qs_mul_overflow(nk, 4, &nk) || qs_mul_overflow(mn, 4, &mn))
         return qs_fail(ctx, QS_ERR_OVERFLOW, "shape M=%lld K=%lld N=%lld overflows", (long long)M,
@@ -273,7 +278,7 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
     j.y = y;
     if ((st = check_weight(ctx, &j, w)) != QS_OK)
         return st;
-    if (params->activations == QS_ACT_INT8 && qs_mm_integer_weight(&j) &&
+    if (params->activations == QS_MATMUL_ACT_INT8 && qs_mm_integer_weight(&j) &&
         K > QS_MATMUL_INT8_MAX_K)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED,
                        "int8 activations with INT8 weights support K <= %d, got %lld",
@@ -283,7 +288,8 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
 
     /* Scratch, all of it before any output. */
     need_x = x_dtype != QS_DTYPE_F32;
-    need_absmax = (j.format == QS_FORMAT_NF4 || j.format == QS_FORMAT_FP4) && w->quant->double_quant;
+    need_absmax =
+        (j.format == QS_FORMAT_NF4 || j.format == QS_FORMAT_FP4) && w->quant->double_quant;
     if (need_absmax) {
         nb = qs_ceil_div(j.N * j.wcols, j.block);
         if (!(absmax = qs_scratch_alloc(ctx, (size_t)(nb > 0 ? nb : 1) * sizeof(float))))
@@ -295,12 +301,12 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
         return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld activation bytes",
                        (long long)mk);
     }
-    if (params->activations == QS_ACT_F32) {
+    if (params->activations == QS_MATMUL_ACT_F32) {
         qs_mm_f32_scratch(&j, &per_thread, &panel, &xt);
         threads = qs_threads(ctx);
-        scratch = per_thread > 0 ? qs_scratch_alloc(ctx, (size_t)(threads * per_thread) *
-                                                             sizeof(float))
-                                 : NULL;
+        scratch = per_thread > 0
+                      ? qs_scratch_alloc(ctx, (size_t)(threads * per_thread) * sizeof(float))
+                      : NULL;
         big = panel + xt > 0 ? qs_scratch_alloc(ctx, (size_t)(panel + xt) * sizeof(float)) : NULL;
         if ((per_thread > 0 && !scratch) || (panel + xt > 0 && !big)) {
             qs_scratch_free(ctx, scratch);
@@ -323,14 +329,14 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
         j.x = xf;
     }
     if (need_absmax) {
-        struct cvt_job c = {ctx, NULL, 0, nb, absmax, w->q->scale, w->q->nested_scale,
-                            w->q->nested_offset};
+        struct cvt_job c = {
+            ctx, NULL, 0, nb, absmax, w->q->scale, w->q->nested_scale, w->q->nested_offset};
         qs_parallel_for(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), dyn8_task, &c);
         j.absmax = absmax;
     }
 
     st = QS_OK;
-    if (params->activations == QS_ACT_F32)
+    if (params->activations == QS_MATMUL_ACT_F32)
         qs_mm_run_f32(&j);
     else
         st = qs_mm_run_int8(ctx, &j, params->threshold);

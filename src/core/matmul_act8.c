@@ -15,7 +15,8 @@
 #define MM_FLAG_COLS 256 /* columns per outlier-scan task */
 #define MM_ROWS 16       /* rows of W per task */
 
-/* ---- the quantizer ---------------------------------------------------------------------------- */
+/* ---- the quantizer ----------------------------------------------------------------------------
+ */
 
 struct act_job {
     const qs_ctx *ctx;
@@ -168,7 +169,8 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
     return qs_ok(ctx);
 }
 
-/* ---- the matmul with int8 activations --------------------------------------------------------- */
+/* ---- the matmul with int8 activations ---------------------------------------------------------
+ */
 
 /* INT8 / LLM_INT8 weights: exact integer sums, then the format's scaling and the outliers. */
 static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
@@ -265,9 +267,9 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
     } else {
         a = qs_scratch_alloc(ctx, (size_t)(mk > 0 ? mk : 1) * sizeof(float));
         qs_mm_f32_scratch(j, &per_thread, &panel, &xt);
-        scratch = per_thread > 0 ? qs_scratch_alloc(ctx, (size_t)(threads * per_thread) *
-                                                             sizeof(float))
-                                 : NULL;
+        scratch = per_thread > 0
+                      ? qs_scratch_alloc(ctx, (size_t)(threads * per_thread) * sizeof(float))
+                      : NULL;
         big = panel + xt > 0 ? qs_scratch_alloc(ctx, (size_t)(panel + xt) * sizeof(float)) : NULL;
         if (!a || (per_thread > 0 && !scratch) || (panel + xt > 0 && !big))
             goto done;

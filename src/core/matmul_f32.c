@@ -18,10 +18,10 @@
 
 #include "matmul_internal.h"
 
-#define MM_GEMV_ROWS 16  /* rows of W per GEMV task */
-#define MM_PANEL 512     /* rows of W per dequantized GEMM panel (sgemm wants wide panels) */
-#define MM_GEMM_ROWS 32  /* rows of x per task of the plain blocked GEMM */
-#define MM_SP_COLS 256   /* rows of x per accumulator of the 2:4 outer product */
+#define MM_GEMV_ROWS 16 /* rows of W per GEMV task */
+#define MM_PANEL 512    /* rows of W per dequantized GEMM panel (sgemm wants wide panels) */
+#define MM_GEMM_ROWS 32 /* rows of x per task of the plain blocked GEMM */
+#define MM_SP_COLS 256  /* rows of x per accumulator of the 2:4 outer product */
 
 static int use_gemm(const struct qs_mm_job *j)
 {
@@ -56,11 +56,10 @@ void qs_mm_f32_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *
 /* ---- one row of W ---------------------------------------------------------------------------- */
 
 /* Scale pointers of row n of an INT8 weight of `cols` columns. */
-static const float *int8_scale(const struct qs_mm_job *j, int64_t n, int64_t cols, const int8_t **zp)
+static const float *int8_scale(const struct qs_mm_job *j, int64_t n, int64_t cols,
+                               const int8_t **zp)
 {
-    int64_t u = j->gran == QS_GRAN_TENSOR ? 0
-                : j->gran == QS_GRAN_ROW  ? n
-                                          : n * (cols / j->group);
+    int64_t u = j->gran == QS_GRAN_TENSOR ? 0 : j->gran == QS_GRAN_ROW ? n : n * (cols / j->group);
     *zp = j->zp ? j->zp + u : NULL;
     return j->fscale + u;
 }
@@ -90,8 +89,7 @@ static float quant_dot(const struct qs_mm_job *j, const float *x, int64_t n, int
     case QS_FORMAT_MXFP8:
         return k->mm_dot_mxfp8(x, cols, d + n * j->row_bytes, j->bscale + n * j->spr);
     default:
-        return k->mm_dot_nvfp4(x, cols, d + n * j->row_bytes, j->bscale + n * j->spr,
-                               j->s_global);
+        return k->mm_dot_nvfp4(x, cols, d + n * j->row_bytes, j->bscale + n * j->spr, j->s_global);
     }
 }
 
@@ -132,14 +130,15 @@ static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
         }
 }
 
-/* ---- dequantized rows ------------------------------------------------------------------------- */
+/* ---- dequantized rows -------------------------------------------------------------------------
+ */
 
 /* NF4/FP4 elements [f, f + len) of the flattened tensor into out: a first partial block is
  * decoded whole into tmp (kernels start at a block), the rest straight into out. */
 static void bnb4_span(const struct qs_mm_job *j, int64_t f, int64_t len, float *out, float *tmp)
 {
-    qs_nf4_dequant_fn *dec = j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_dequant
-                                                         : j->ctx->k.fp4_dequant;
+    qs_nf4_dequant_fn *dec =
+        j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_dequant : j->ctx->k.fp4_dequant;
     const uint8_t *d = j->wdata;
     int64_t a = f - f % j->block;
 
@@ -180,8 +179,7 @@ void qs_mm_row_dequant(const struct qs_mm_job *j, int64_t n, float *out, float *
         for (int64_t g = 0; g * j->group < cols; g++) {
             int64_t c0 = g * j->group, len = cols - c0 < j->group ? cols - c0 : j->group;
             int64_t u = j->gran == QS_GRAN_GROUP ? g : 0;
-            k->int8_dequant((const int8_t *)d + n * cols + c0, len, s[u], zp ? zp[u] : 0,
-                            out + c0);
+            k->int8_dequant((const int8_t *)d + n * cols + c0, len, s[u], zp ? zp[u] : 0, out + c0);
         }
         break;
     case QS_FORMAT_LLM_INT8:
@@ -201,7 +199,8 @@ void qs_mm_row_dequant(const struct qs_mm_job *j, int64_t n, float *out, float *
     }
 }
 
-/* ---- GEMM through dequantized panels ----------------------------------------------------------- */
+/* ---- GEMM through dequantized panels -----------------------------------------------------------
+ */
 
 static void panel_task(const struct qs_mm_job *j, int64_t r, float *scratch)
 {
@@ -253,7 +252,8 @@ static void gemm_panels(struct qs_mm_job *j)
         qs_mm_parallel(j, j->M, bias_task);
 }
 
-/* ---- 2:4 GEMM: outer product over rows of x^T ------------------------------------------------- */
+/* ---- 2:4 GEMM: outer product over rows of x^T -------------------------------------------------
+ */
 
 static void transpose_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {

@@ -18,28 +18,28 @@ struct qs_mm_job {
     int32_t block;          /* NF4/FP4 block */
     const void *wdata;      /* DENSE, SP24 values; QUANT data plane */
     const uint16_t *meta;
-    const float *fscale;    /* INT8, LLM_INT8, FP8 scale plane */
-    const int8_t *zp;       /* INT8 asymmetric zero points, else NULL */
-    const uint8_t *bscale;  /* MX / NVFP4 scale bytes */
-    const float *absmax;    /* NF4/FP4: plane or decoded double quantization */
+    const float *fscale;   /* INT8, LLM_INT8, FP8 scale plane */
+    const int8_t *zp;      /* INT8 asymmetric zero points, else NULL */
+    const uint8_t *bscale; /* MX / NVFP4 scale bytes */
+    const float *absmax;   /* NF4/FP4: plane or decoded double quantization */
     float s_global;
-    const float *x;         /* M x K f32 activations (the caller's, converted, or x^) */
+    const float *x; /* M x K f32 activations (the caller's, converted, or x^) */
     const float *bias;
     float *y;
     /* int8 activations against INT8 weights */
-    const int8_t *xq;       /* M x K codes */
-    const float *rstat;     /* M row statistics */
-    int64_t nout;           /* outlier columns */
-    const float *xo, *wo;   /* M x nout activations, N x nout dequantized weight columns */
-    const int64_t *ocols;   /* the nout outlier column indices, ascending */
-    const uint8_t *oflags;  /* K flags, 1 for an outlier column; NULL without a threshold */
-    float *xhat;            /* M x K dequantized activations (non-integer weights) */
+    const int8_t *xq;      /* M x K codes */
+    const float *rstat;    /* M row statistics */
+    int64_t nout;          /* outlier columns */
+    const float *xo, *wo;  /* M x nout activations, N x nout dequantized weight columns */
+    const int64_t *ocols;  /* the nout outlier column indices, ascending */
+    const uint8_t *oflags; /* K flags, 1 for an outlier column; NULL without a threshold */
+    float *xhat;           /* M x K dequantized activations (non-integer weights) */
     /* scratch */
-    float *scratch;         /* per-thread scratch, `per_thread` floats each */
+    float *scratch; /* per-thread scratch, `per_thread` floats each */
     int64_t per_thread;
-    float *panel;           /* GEMM: dequantized rows of W */
-    const float *xt;        /* 2:4 GEMM: K x M transpose of x */
-    int64_t n0, nb;         /* GEMM: the panel's first row and row count */
+    float *panel;    /* GEMM: dequantized rows of W */
+    const float *xt; /* 2:4 GEMM: K x M transpose of x */
+    int64_t n0, nb;  /* GEMM: the panel's first row and row count */
 };
 
 typedef void qs_mm_task_fn(const struct qs_mm_job *j, int64_t index, float *scratch);

@@ -72,7 +72,8 @@ static float lanes_sum(const struct lanes *l)
 static const uint8_t e8m0_one[2] = {127, 127}; /* 2^0; a piece spans at most 2 MX blocks */
 static const uint8_t e4m3_one[4] = {0x38, 0x38, 0x38, 0x38}; /* 1.0; up to 4 NVFP4 blocks */
 
-/* ---- plain weights ---------------------------------------------------------------------------- */
+/* ---- plain weights ----------------------------------------------------------------------------
+ */
 
 float qs_mm_dot_f32__ref(const float *x, const float *w, int64_t n)
 {
@@ -108,7 +109,8 @@ float qs_mm_dot_bf16__ref(const float *x, const uint16_t *w, int64_t n)
     return dot_u16(x, w, n, qs_cvt_bf16_f32__ref);
 }
 
-/* ---- NF4 / FP4: blocks over the flattened tensor ---------------------------------------------- */
+/* ---- NF4 / FP4: blocks over the flattened tensor ----------------------------------------------
+ */
 
 /* Row elements [0, n) are flat elements start ... start + n - 1 (element j in byte j / 2, high
  * nibble for even j); block b of the tensor has scale absmax[b]. The unscaled value of a code is
@@ -152,7 +154,8 @@ float qs_mm_dot_fp4__ref(const float *x, int64_t n, const uint8_t *data, int64_t
     return bnb4_dot(qs_fp4_codebook, x, n, data, start, absmax, block);
 }
 
-/* ---- INT8 (f32 activations) ------------------------------------------------------------------- */
+/* ---- INT8 (f32 activations) -------------------------------------------------------------------
+ */
 
 float qs_mm_dot_int8__ref(const float *x, int64_t n, const int8_t *q, const float *scale,
                           const int8_t *zp, int64_t group)
@@ -174,7 +177,8 @@ float qs_mm_dot_int8__ref(const float *x, int64_t n, const int8_t *q, const floa
     return acc;
 }
 
-/* ---- FP8: one per-tensor scale ---------------------------------------------------------------- */
+/* ---- FP8: one per-tensor scale ----------------------------------------------------------------
+ */
 
 static float fp8_dot(qs_e4m3_dequant_fn *dec, const float *x, int64_t n, const uint8_t *q,
                      float scale)
@@ -201,7 +205,8 @@ float qs_mm_dot_e5m2__ref(const float *x, int64_t n, const uint8_t *q, float sca
     return fp8_dot(qs_e5m2_dequant__ref, x, n, q, scale);
 }
 
-/* ---- MX and NVFP4: blocks along the row ------------------------------------------------------- */
+/* ---- MX and NVFP4: blocks along the row -------------------------------------------------------
+ */
 
 float qs_mm_dot_mxfp4__ref(const float *x, int64_t n, const uint8_t *data, const uint8_t *scales)
 {
@@ -251,7 +256,8 @@ float qs_mm_dot_nvfp4__ref(const float *x, int64_t n, const uint8_t *data, const
     return acc;
 }
 
-/* ---- int8 activations x INT8 weights ---------------------------------------------------------- */
+/* ---- int8 activations x INT8 weights ----------------------------------------------------------
+ */
 
 float qs_mm_dot_w8a8__ref(const int8_t *xq, const int8_t *wq, int64_t n, const float *scale,
                           const int8_t *zp, int64_t group)
@@ -268,7 +274,8 @@ float qs_mm_dot_w8a8__ref(const int8_t *xq, const int8_t *wq, int64_t n, const f
     return t;
 }
 
-/* ---- 2:4 -------------------------------------------------------------------------------------- */
+/* ---- 2:4 --------------------------------------------------------------------------------------
+ */
 
 void qs_mm_gather_sp24__ref(const float *x, const uint16_t *meta, int64_t n, float *xg)
 {
