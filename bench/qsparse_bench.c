@@ -575,13 +575,14 @@ static void kernel_call(void *arg)
     run_kernel(arg);
 }
 
-/* The tier of an entry, as its name says: "avx2" of qs_nf4_quant__avx2, "scalar" for __ref. */
+/* The tier of an entry, as its name says: "avx2" of qs_nf4_quant__avx2 (the tag up to a tile's
+ * '_', dashes restored from the tier table), "scalar" for __ref. */
 static const char *tier_name(const struct qs_kernel_entry *e, char *buf, size_t cap)
 {
     const char *p = strstr(e->name, "__");
-    snprintf(buf, cap, "%s", p && strcmp(p + 2, "ref") != 0 ? p + 2 : "scalar");
+    snprintf(buf, cap, "%s", p ? p + 2 : "ref");
     buf[strcspn(buf, "_")] = '\0';
-    return buf;
+    return bench_tier_of_tag(buf);
 }
 
 /* Time every registry entry this CPU can run (or, with check, call it once); returns the number
@@ -600,7 +601,7 @@ static int bench_kernels(const options *o, int check)
     uint64_t seed = 7;
     double ref_ns[QS_SLOT_COUNT];
     int missing = 0, calls = 0, e_bits;
-    char tier[32];
+    char tag[32];
     float amax = 0.0f;
     /* the six ways to keep two of four, as a mask and as a metadata nibble */
     static const uint8_t keep2[6] = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
@@ -637,7 +638,7 @@ static int bench_kernels(const options *o, int check)
     for (int32_t i = 0; i < count; i++) {
         if (o->kernel && !strstr(e[i].name, o->kernel))
             continue;
-        tier_name(&e[i], tier, sizeof tier);
+        const char *tier = tier_name(&e[i], tag, sizeof tag);
         if (e[i].isa != 0 && !bench_name_in_list(tier, o->isa))
             continue;
         if ((e[i].isa & ~cpu) != 0) {
