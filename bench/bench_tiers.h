@@ -19,7 +19,7 @@
 
 typedef struct {
     const char *name;
-    uint32_t mask; /* the tier's `allows`: isa_mask of the benchmark's contexts */
+    uint32_t mask; /* the tier's `allowed`: isa_mask of the benchmark's contexts */
     uint32_t isa;  /* what a context got on this machine */
 } bench_tier;
 
@@ -102,11 +102,11 @@ static inline int bench_tiers(bench_tier *out, int max, const char *filter)
         if (qs_isa_tier_info(i, &t) != QS_OK || !bench_name_in_list(t.name, filter))
             continue;
         if (!t.available) {
-            if (strcmp(t.arch, "any") == 0 || t.allows & qs_cpu_isa())
+            if (strcmp(t.arch, "any") == 0 || t.allowed & qs_cpu_isa())
                 snprintf(left + used, sizeof left - used, " %s (not on this CPU)", t.name);
             continue;
         }
-        int k = bench_table(t.allows, tables[n], CAP, &isa), dup = -1;
+        int k = bench_table(t.allowed, tables[n], CAP, &isa), dup = -1;
         for (int j = 0; j < n && dup < 0 && k >= 0; j++)
             if (sizes[j] == k && memcmp(tables[j], tables[n], (size_t)k * sizeof(char *)) == 0)
                 dup = j;
@@ -117,7 +117,7 @@ static inline int bench_tiers(bench_tier *out, int max, const char *filter)
         }
         sizes[n] = k;
         out[n].name = t.name;
-        out[n].mask = t.allows;
+        out[n].mask = t.allowed;
         out[n].isa = isa;
         n++;
     }

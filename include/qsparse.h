@@ -127,9 +127,9 @@ QS_API const char *qs_isa_name(uint32_t isa_bit);
 typedef struct qs_isa_tier {
     const char *name;  /* "scalar", "avx2", "avx-vnni", "avx512", "neon-i8mm", ... */
     const char *arch;  /* "any", "x86_64" or "aarch64": where its bits can exist */
-    uint32_t requires; /* the tier is available when the CPU has all of these bits */
-    uint32_t allows;   /* the ISA mask that QS_FORCE_ISA=<name> applies (requires included) */
-    int32_t available; /* 1 if this CPU and OS have every bit of `requires`, else 0 */
+    uint32_t required; /* the tier is available when the CPU has all of these bits */
+    uint32_t allowed;  /* the ISA mask that QS_FORCE_ISA=<name> applies (required included) */
+    int32_t available; /* 1 if this CPU and OS have every bit of `required`, else 0 */
     int32_t reserved;  /* 0 */
 } qs_isa_tier;
 
@@ -173,7 +173,7 @@ QS_API void qs_ctx_params_init(qs_ctx_params *params);
 /**
  * Create a context: detects the CPU once, intersects the result with params->isa_mask and the
  * QS_FORCE_ISA environment variable (a tier name of qs_isa_tier_info: "scalar", "avx2",
- * "avx512", "neon", ...; it applies that tier's `allows` mask, so a level above what the machine
+ * "avx512", "neon", ...; it applies that tier's `allowed` mask, so a level above what the machine
  * has is clamped, never honoured; an unknown name forces nothing) and fills the context's kernel
  * table: per slot, the highest-ranked kernel whose ISA bits the result contains.
  * params may be NULL for the defaults. Returns QS_ERR_INVALID_ARG for a null `out` or bad params,
@@ -186,7 +186,7 @@ QS_API void qs_ctx_destroy(qs_ctx *ctx);
 QS_API const char *qs_ctx_last_error(const qs_ctx *ctx);
 /** The ISA bits the context's kernel table was built for. */
 QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx);
-/** Name of the last tier of the tier table whose `requires` bits the context's ISA contains. */
+/** Name of the last tier of the tier table whose `required` bits the context's ISA contains. */
 QS_API const char *qs_ctx_backend_name(const qs_ctx *ctx);
 
 /* Keys for qs_ctx_set / qs_ctx_get. */

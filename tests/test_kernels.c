@@ -548,13 +548,13 @@ static int tier_by_tag(const char *tag, qs_isa_tier *out)
     return -1;
 }
 
-/* The entry's home tier: the first tier whose `allows` holds all its bits (-1: none). */
+/* The entry's home tier: the first tier whose `allowed` holds all its bits (-1: none). */
 static int home_tier(const struct qs_kernel_entry *e)
 {
     qs_isa_tier t;
     for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
         assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
-        if ((e->isa & ~t.allows) == 0)
+        if ((e->isa & ~t.allowed) == 0)
             return i;
     }
     return -1;
@@ -569,7 +569,7 @@ static void isa_tag(const struct qs_kernel_entry *e, char *tag, size_t size)
     tag[strcspn(tag, "_")] = '\0';
 }
 
-/* Every tier: a unique name, a known arch, requires within allows, bits of its own architecture
+/* Every tier: a unique name, a known arch, required within allowed, bits of its own architecture
  * only, availability as the CPU's bits say, forcing it applies exactly its mask (clamped to the
  * CPU) and a context forced to an available tier is named after it. */
 static void test_tier_table(void **state)
@@ -585,8 +585,8 @@ static void test_tier_table(void **state)
     assert_true(qs_isa_tier_count() >= 2);
     assert_int_equal(qs_isa_tier_info(0, &t), QS_OK);
     assert_string_equal(t.name, "scalar");
-    assert_int_equal(t.requires, 0);
-    assert_int_equal(t.allows, 0);
+    assert_int_equal(t.required, 0);
+    assert_int_equal(t.allowed, 0);
     assert_int_equal(t.available, 1);
     assert_int_equal(qs_isa_tier_info(-1, &t), QS_ERR_INVALID_ARG);
     assert_int_equal(qs_isa_tier_info(qs_isa_tier_count(), &t), QS_ERR_INVALID_ARG);
@@ -597,23 +597,23 @@ static void test_tier_table(void **state)
             assert_int_equal(qs_isa_tier_info(j, &u), QS_OK);
             assert_string_not_equal(t.name, u.name);
         }
-        assert_int_equal(t.requires & ~t.allows, 0);
+        assert_int_equal(t.required & ~t.allowed, 0);
         assert_int_equal(t.reserved, 0);
         if (strcmp(t.arch, "x86_64") == 0)
-            assert_int_equal(t.allows & ~QS_ISA_X86_ALL, 0);
+            assert_int_equal(t.allowed & ~QS_ISA_X86_ALL, 0);
         else if (strcmp(t.arch, "aarch64") == 0)
-            assert_int_equal(t.allows & ~QS_ISA_ARM_ALL, 0);
+            assert_int_equal(t.allowed & ~QS_ISA_ARM_ALL, 0);
         else
             assert_string_equal(t.arch, "any");
-        assert_int_equal(t.available, (cpu & t.requires) == t.requires);
+        assert_int_equal(t.available, (cpu & t.required) == t.required);
         for (int b = 0; b < 32; b++)
-            if (t.allows & (1u << b))
+            if (t.allowed & (1u << b))
                 assert_non_null(qs_isa_name(1u << b));
 
         qs_ctx *ctx;
         setenv("QS_FORCE_ISA", t.name, 1);
         assert_int_equal(qs_ctx_create(NULL, &ctx), QS_OK);
-        assert_int_equal(qs_ctx_isa(ctx), cpu & t.allows);
+        assert_int_equal(qs_ctx_isa(ctx), cpu & t.allowed);
         if (t.available)
             assert_string_equal(qs_ctx_backend_name(ctx), t.name);
         qs_ctx_destroy(ctx);
@@ -643,7 +643,7 @@ static void test_tier_table(void **state)
 /* ---- the registry --------------------------------------------------------------------------- */
 
 /* Every slot has exactly one __ref entry (rank 0, no bits, no shape minimums); names follow
- * qs_<slot>__<tier without dashes>[_<tile>] with the tier's bits: requires <= bits <= allows; other entries rank
+ * qs_<slot>__<tier without dashes>[_<tile>] with the tier's bits: required <= bits <= allowed; other entries rank
  * above 0; ranks are unique per slot; a slot's entries share a family; only matmul entries carry
  * tile metadata; and every entry has a home tier that tests/meson.build registers. */
 static void test_registry_structure(void **state)
@@ -673,9 +673,9 @@ static void test_registry_structure(void **state)
             if (tier_by_tag(tag, &t) < 0)
                 fail_msg("%s: '%s' is no tier of the tier table (its name without dashes)",
                          e[i].name, tag);
-            if ((t.requires & ~e[i].isa) != 0 || (e[i].isa & ~t.allows) != 0)
-                fail_msg("%s: bits 0x%x do not fit tier %s (requires 0x%x, allows 0x%x)",
-                         e[i].name, e[i].isa, t.name, t.requires, t.allows);
+            if ((t.required & ~e[i].isa) != 0 || (e[i].isa & ~t.allowed) != 0)
+                fail_msg("%s: bits 0x%x do not fit tier %s (required 0x%x, allowed 0x%x)",
+                         e[i].name, e[i].isa, t.name, t.required, t.allowed);
         }
         if (e[i].family != QS_FAMILY_MATMUL)
             assert_true(e[i].tile.mr == 0 && e[i].tile.nr == 0 && e[i].tile.kr == 0 &&
@@ -771,7 +771,7 @@ static void test_context_table_follows_rule(void **state)
         qs_ctx_params_init(&p);
         if (i < qs_isa_tier_count()) {
             assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
-            p.isa_mask = t.allows;
+            p.isa_mask = t.allowed;
         }
         assert_int_equal(qs_ctx_create(&p, &ctx), QS_OK);
         for (int32_t s = 0; s < qs_ctx_kernel_count(ctx); s++) {

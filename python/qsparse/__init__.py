@@ -32,7 +32,7 @@ except ImportError:
 # mask of ISA bits (the context clamps it to the CPU) and is available when the CPU has the bits
 # it requires.
 def _tier_masks():
-    return {t["name"]: t["allows"] for t in _lib.isa_tiers()}
+    return {t["name"]: t["allowed"] for t in _lib.isa_tiers()}
 
 
 def __getattr__(name):
@@ -59,7 +59,7 @@ def backends():
         name = tier["name"]
         params = _lib.CtxParams()
         lib.qs_ctx_params_init(ctypes.byref(params))
-        params.isa_mask = tier["allows"]
+        params.isa_mask = tier["allowed"]
         handle = ctypes.c_void_p()
         if lib.qs_ctx_create(ctypes.byref(params), ctypes.byref(handle)) != _lib.QS_OK:
             continue

@@ -129,23 +129,23 @@ class IsaTier(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
         ("arch", ctypes.c_char_p),
-        ("requires", ctypes.c_uint32),
-        ("allows", ctypes.c_uint32),
+        ("required", ctypes.c_uint32),
+        ("allowed", ctypes.c_uint32),
         ("available", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
     ]
 
 
 def isa_tiers():
-    """The tier table of the C library, in its order: [{"name", "arch", "requires", "allows",
+    """The tier table of the C library, in its order: [{"name", "arch", "required", "allowed",
     "available"}, ...] ("scalar" first)."""
     cdll = lib()
     out = []
     for i in range(cdll.qs_isa_tier_count()):
         t = IsaTier()
         check(cdll.qs_isa_tier_info(i, ctypes.byref(t)))
-        out.append({"name": t.name.decode(), "arch": t.arch.decode(), "requires": t.requires,
-                    "allows": t.allows, "available": bool(t.available)})
+        out.append({"name": t.name.decode(), "arch": t.arch.decode(), "required": t.required,
+                    "allowed": t.allowed, "available": bool(t.available)})
     return out
 
 

@@ -53,9 +53,9 @@ QS_API const char *qs_isa_name(uint32_t isa_bit)
 
 static const struct {
     const char *name, *arch;
-    uint32_t requires, allows;
+    uint32_t required, allowed;
 } tiers[] = {
-#define QS_TIER(name, arch, suite, requires, allows) {name, arch, (requires), (allows)},
+#define QS_TIER(name, arch, suite, required, allowed) {name, arch, (required), (allowed)},
 #include "isa_tiers.inc"
 #undef QS_TIER
 };
@@ -73,9 +73,9 @@ QS_API qs_status qs_isa_tier_info(int32_t index, qs_isa_tier *info)
         return QS_ERR_INVALID_ARG;
     info->name = tiers[index].name;
     info->arch = tiers[index].arch;
-    info->requires = tiers[index].requires;
-    info->allows = tiers[index].allows;
-    info->available = (qs_cpu_detect() & tiers[index].requires) == tiers[index].requires;
+    info->required = tiers[index].required;
+    info->allowed = tiers[index].allowed;
+    info->available = (qs_cpu_detect() & tiers[index].required) == tiers[index].required;
     info->reserved = 0;
     return QS_OK;
 }
@@ -85,12 +85,12 @@ const char *qs_isa_tier_name(uint32_t isa)
     int32_t best = 0;
 
     for (int32_t i = 0; i < TIER_COUNT; i++)
-        if ((isa & tiers[i].requires) == tiers[i].requires)
+        if ((isa & tiers[i].required) == tiers[i].required)
             best = i;
     return tiers[best].name;
 }
 
-/* A forced tier applies its `allows` mask; "none" is an old spelling of "scalar"; an unset, empty
+/* A forced tier applies its `allowed` mask; "none" is an old spelling of "scalar"; an unset, empty
  * or unknown name forces nothing. */
 uint32_t qs_force_isa_mask(const char *value)
 {
@@ -100,6 +100,6 @@ uint32_t qs_force_isa_mask(const char *value)
         return 0;
     for (int32_t i = 0; i < TIER_COUNT; i++)
         if (strcmp(value, tiers[i].name) == 0)
-            return tiers[i].allows;
+            return tiers[i].allowed;
     return QS_ISA_ALL;
 }

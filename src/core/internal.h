@@ -68,7 +68,7 @@ QS_INTERNAL int32_t qs_threads(const qs_ctx *ctx);
 
 /* Detected CPU features (src/x86/cpu_x86.c or src/arm/cpu_arm.c; 0 elsewhere). */
 QS_INTERNAL uint32_t qs_cpu_detect(void);
-/* The ISA mask that QS_FORCE_ISA allows: the named tier's `allows` (isa_tiers.inc), QS_ISA_ALL if
+/* The ISA mask that QS_FORCE_ISA allows: the named tier's `allowed` (isa_tiers.inc), QS_ISA_ALL if
  * unset or unknown. */
 QS_INTERNAL uint32_t qs_force_isa_mask(const char *value);
 #if defined(__x86_64__)
@@ -77,7 +77,7 @@ QS_INTERNAL uint32_t qs_force_isa_mask(const char *value);
  * before choosing an AMX entry. */
 QS_INTERNAL int qs_x86_amx_request(void);
 #endif
-/* The name of the last tier of isa_tiers.inc whose `requires` bits `isa` contains. */
+/* The name of the last tier of isa_tiers.inc whose `required` bits `isa` contains. */
 QS_INTERNAL const char *qs_isa_tier_name(uint32_t isa);
 
 /* The kernel of `slot` this context runs for an m x n x k problem (qs_kernel_select over the

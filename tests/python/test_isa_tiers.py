@@ -15,15 +15,15 @@ def test_table_comes_from_c():
     tiers = _lib.isa_tiers()
     cdll = _lib.lib()
     assert len(tiers) == cdll.qs_isa_tier_count() >= 2
-    assert tiers[0] == {"name": "scalar", "arch": "any", "requires": 0, "allows": 0,
+    assert tiers[0] == {"name": "scalar", "arch": "any", "required": 0, "allowed": 0,
                         "available": True}
     names = [t["name"] for t in tiers]
     assert len(set(names)) == len(names)
     cpu = cdll.qs_cpu_isa()
     for t in tiers:
-        assert t["requires"] & ~t["allows"] == 0
+        assert t["required"] & ~t["allowed"] == 0
         assert t["arch"] in ("any", "x86_64", "aarch64")
-        assert t["available"] == ((cpu & t["requires"]) == t["requires"])
+        assert t["available"] == ((cpu & t["required"]) == t["required"])
     info = _lib.IsaTier()
     assert cdll.qs_isa_tier_info(len(tiers), ctypes.byref(info)) == _lib.QS_ERR_INVALID_ARG
     assert cdll.qs_isa_tier_info(-1, ctypes.byref(info)) == _lib.QS_ERR_INVALID_ARG
@@ -47,7 +47,7 @@ def test_set_backend_uses_tier_masks():
         for name in qs.backends():
             qs.set_backend(name)
             assert qs.backend() == name
-            allows = next(t["allows"] for t in _lib.isa_tiers() if t["name"] == name)
+            allows = next(t["allowed"] for t in _lib.isa_tiers() if t["name"] == name)
             assert cdll.qs_ctx_isa(_lib.ctx()) & ~(cpu & allows) == 0
         with pytest.raises(ValueError, match="unknown backend"):
             qs.set_backend("avx512-but-not-a-tier")
