@@ -632,6 +632,29 @@ static void test_tier_table(void **state)
         snprintf(list, sizeof list, "%s", reg);
         for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
             assert_true(tier_by_name(tok, &t) >= 0);
+        /* ... and is exactly the list the table gives for this build: the tiers with suite 1 whose
+         * arch is "any" or the one whose kernels are compiled in */
+        static const struct {
+            const char *name, *arch;
+            int suite;
+        } rows[] = {
+#define QS_TIER(name, arch, suite, required, allowed) {name, arch, suite},
+#include "core/isa_tiers.inc"
+#undef QS_TIER
+        };
+#if defined(QS_HAVE_X86_KERNELS)
+        const char *here = "x86_64";
+#elif defined(QS_HAVE_ARM_KERNELS)
+        const char *here = "aarch64";
+#else
+        const char *here = "any";
+#endif
+        char want[256] = "";
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+            if (rows[i].suite && (!strcmp(rows[i].arch, "any") || !strcmp(rows[i].arch, here)))
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                         *want ? "," : "", rows[i].name);
+        assert_string_equal(reg, want);
     }
 #if defined(__x86_64__)
     /* The AMX permission helper agrees with detection (XCR0 tile state implies a kernel that
