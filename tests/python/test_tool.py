@@ -564,6 +564,13 @@ def test_names_with_escape_sequences_are_printed_escaped(run_tool, tool, tmp_pat
         r = run_tool(*args)
         assert r.returncode == 1 and f"tensor '{EVIL_SHOWN}': unknown dtype" in r.stderr
         assert_terminal_safe(r.stderr)
+    # a message cut inside a UTF-8 sequence (names are long, messages are not) shows the
+    # dangling bytes as \xHH instead of printing invalid UTF-8
+    long_name = "\u00e9" * 400
+    src.write_bytes(st_bytes({long_name: entry("F99", [1], 0, 4)}, b"\0" * 4))
+    r = run_tool("inspect", src)  # text=True: invalid UTF-8 would raise here
+    assert r.returncode == 1 and r.stderr.rstrip("\n").endswith("\\xc3")
+    assert_terminal_safe(r.stderr)
     # a format string taken from the metadata is escaped too
     src.write_bytes(st_bytes({"__metadata__": {"qsparse.quantized": json.dumps(
         {"a.weight": {"format": "\x1b[2J", "shape": [2, 2], "dtype": "\x07"}})},
