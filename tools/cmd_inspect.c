@@ -120,6 +120,23 @@ static int set_shape_json(struct weight *w, json_t *shape, const char *where, ch
     return 0;
 }
 
+/*
+ * Copy a metadata string into a fixed field, cut before a UTF-8 sequence that does not fit
+ * whole: a split one would make the --json output invalid and jansson drop the whole entry.
+ */
+static void copy_text(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+
+    if (len >= n) {
+        len = n - 1;
+        while (len > 0 && ((unsigned char)src[len] & 0xC0) == 0x80)
+            len--; /* src[len], the first byte left out, continues a sequence: leave it all out */
+    }
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
 /* The original dtype of a quantized weight, named as safetensors names it ("float32" -> F32). */
 static void set_dtype(struct weight *w, const char *name)
 {
@@ -129,7 +146,7 @@ static void set_dtype(struct weight *w, const char *name)
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(name, map[i][0]) == 0)
             name = map[i][1];
-    snprintf(w->dtype, sizeof w->dtype, "%s", name);
+    copy_text(w->dtype, sizeof w->dtype, name);
 }
 
 static void plain(struct weight *w, const struct qs_st_tensor *t)
@@ -244,8 +261,8 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
             w = &ws[nw++];
             plain(w, t);
             used[i] = 1;
-            snprintf(w->format, sizeof w->format, "%s",
-                     json_is_string(fmt) ? json_string_value(fmt) : "?");
+            copy_text(w->format, sizeof w->format,
+                      json_is_string(fmt) ? json_string_value(fmt) : "?");
             if (json_is_string(dt))
                 set_dtype(w, json_string_value(dt));
             if (set_shape_json(w, json_object_get(r, "shape"), "qsparse.quantized metadata", err,

@@ -576,6 +576,14 @@ def test_names_with_escape_sequences_are_printed_escaped(run_tool, tool, tmp_pat
     r = run_tool("inspect", src, check=0)
     assert "\\x1b[2J" in r.stdout and "\\x07" in r.stdout
     assert_terminal_safe(r.stdout)
+    # ... and one too long for its field is cut between characters, never inside one (the
+    # --json output once lost such a weight: jansson refuses a string of invalid UTF-8)
+    src.write_bytes(st_bytes({"__metadata__": {"qsparse.quantized": json.dumps(
+        {"a.weight": {"format": "\u00e9" * 40, "shape": [2, 2], "dtype": "\u20ac" * 9}})},
+        "a.weight": entry("U8", [2], 0, 2)}, b"\0\0"))
+    w = json.loads(run_tool("inspect", src, "--json", check=0).stdout)["weights"]
+    assert [(x["name"], x["format"], x["dtype"]) for x in w] == [
+        ("a.weight", "\u00e9" * 15, "\u20ac" * 5)]
 
 
 def quant_state_file(path, shape, record=None):
