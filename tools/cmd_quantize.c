@@ -26,6 +26,7 @@
 
 #include "qsparse.h"
 #include "commands.h"
+#include "escape.h"
 #include "safetensors.h"
 
 #define ERRLEN 512
@@ -257,11 +258,13 @@ static void *dup_bytes(const void *p, size_t n)
 static void progress_bar(const char *what, size_t done, size_t total, const char *name)
 {
     int width = 30, fill = total ? (int)((double)done / (double)total * width) : width;
+    char shown[41];
 
     fprintf(stderr, "\r%s [", what);
     for (int i = 0; i < width; i++)
         fputc(i < fill ? '#' : ' ', stderr);
-    fprintf(stderr, "] %zu/%zu %-40.40s", done, total, name ? name : "");
+    fprintf(stderr, "] %zu/%zu %-40s", done, total,
+            qs_escape_into(name ? name : "", shown, sizeof shown));
     if (done == total)
         fputc('\n', stderr);
     fflush(stderr);
@@ -524,8 +527,12 @@ fail:
     return -1;
 }
 
-/* Output keys a quantized tensor adds beside its own name: none may already exist. */
-static const char *collision(const struct qs_st_file *f, const char *name, int32_t format)
+/*
+ * Output keys a quantized tensor adds beside its own name: none may already exist. Returns the
+ * first that does (from malloc, for the message), else NULL; *oom is set when memory ran out.
+ * Each lookup is a binary search, so checking every tensor costs n log n.
+ */
+static char *collision(const struct qs_st_file *f, const char *name, int32_t format, int *oom)
 {
     static const char *const bnb[] = {".absmax",
                                       ".quant_map",
@@ -535,24 +542,35 @@ static const char *collision(const struct qs_st_file *f, const char *name, int32
                                       ".quant_state.bitsandbytes__fp4",
                                       NULL};
     static const char *const scaled[] = {"_scale", "_scale_2", NULL};
-    static char buf[1024];
+    static const char *const int8[] = {".SCB", ".weight_format", NULL};
     const char *const *suffixes = format == QS_FORMAT_NF4 || format == QS_FORMAT_FP4 ? bnb : scaled;
-    char *prefix;
+    char *prefix = NULL, *key = NULL;
 
-    for (int i = 0; suffixes[i]; i++) {
-        snprintf(buf, sizeof buf, "%s%s", name, suffixes[i]);
-        if (qs_st_find(f, buf))
-            return buf;
+    *oom = 0;
+    for (int pass = 0; pass < 2 && !key && !*oom; pass++) {
+        const char *base = name;
+        if (pass == 1) { /* LLM.int8 adds keys beside the module prefix P of "P.weight" */
+            if (format != QS_FORMAT_LLM_INT8)
+                break;
+            if (!(base = prefix = module_prefix(name))) {
+                *oom = 1;
+                break;
+            }
+            suffixes = int8;
+        }
+        for (int i = 0; suffixes[i]; i++) {
+            if (!(key = cat(base, suffixes[i]))) {
+                *oom = 1;
+                break;
+            }
+            if (qs_st_find(f, key))
+                break;
+            free(key);
+            key = NULL;
+        }
     }
-    if (format == QS_FORMAT_LLM_INT8 && (prefix = module_prefix(name))) {
-        snprintf(buf, sizeof buf, "%s.SCB", prefix);
-        if (!qs_st_find(f, buf))
-            snprintf(buf, sizeof buf, "%s.weight_format", prefix);
-        free(prefix);
-        if (qs_st_find(f, buf))
-            return buf;
-    }
-    return NULL;
+    free(prefix);
+    return key;
 }
 
 static int32_t cli_format(const char *name)
@@ -577,6 +595,14 @@ static double file_size(const char *path)
     struct stat sb;
 
     return stat(path, &sb) == 0 ? (double)sb.st_size : 0.0;
+}
+
+/* An error message that may quote names from the input: printed escaped. */
+static void print_error(const char *msg)
+{
+    fputs("qsparse quantize: error: ", stderr);
+    qs_escape_print(stderr, msg);
+    fputc('\n', stderr);
 }
 
 int qs_cmd_quantize(int argc, char **argv)
@@ -626,8 +652,11 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     have_re = 1;
 
+    /* Before the input is mapped: a truncated input then gives a message, a signal removes the
+     * temporary output. */
+    qs_st_install_signal_cleanup();
     if (qs_st_open(&in, o.in, err, sizeof err) != 0) {
-        fprintf(stderr, "qsparse quantize: error: %s\n", err);
+        print_error(err);
         regfree(&inc);
         regfree(&exc);
         return 1;
@@ -659,21 +688,29 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     for (size_t i = 0, done = 0; i < in.count; i++) {
         const struct qs_st_tensor *t = &in.tensors[i];
-        const char *clash;
+        char *clash;
+        int oom;
         if (!selected(t, &inc, &exc)) {
             if (qs_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data,
                                  t->end - t->begin, NULL, err, sizeof err) != 0) {
-                fprintf(stderr, "qsparse quantize: error: %s\n", err);
+                print_error(err);
                 goto done_w;
             }
             ncopy++;
             continue;
         }
-        if ((clash = collision(&in, t->name, c.format))) {
-            fprintf(stderr,
-                    "qsparse quantize: error: %s: the input already has a tensor "
-                    "'%s' (is it quantized already?)\n",
-                    t->name, clash);
+        if ((clash = collision(&in, t->name, c.format, &oom)) || oom) {
+            fputs("qsparse quantize: error: ", stderr);
+            if (oom) {
+                fputs("out of memory", stderr);
+            } else {
+                qs_escape_print(stderr, t->name);
+                fputs(": the input already has a tensor '", stderr);
+                qs_escape_print(stderr, clash);
+                fputs("' (is it quantized already?)", stderr);
+            }
+            fputc('\n', stderr);
+            free(clash);
             goto done_w;
         }
         if (tty && !o.quiet)
@@ -682,7 +719,7 @@ int qs_cmd_quantize(int argc, char **argv)
         if (quantize_one(&c, t, &stats[nstat]) != 0) {
             if (tty && !o.quiet)
                 fputc('\n', stderr);
-            fprintf(stderr, "qsparse quantize: error: %s\n", c.err);
+            print_error(c.err);
             goto done_w;
         }
         nstat++;
@@ -709,10 +746,9 @@ int qs_cmd_quantize(int argc, char **argv)
         }
         free(rec);
     }
-    qs_st_install_signal_cleanup();
     if (qs_st_writer_write(&w, o.out, tty && !o.quiet ? write_progress : NULL, NULL, err,
                            sizeof err) != 0) {
-        fprintf(stderr, "qsparse quantize: error: %s\n", err);
+        print_error(err);
         goto done_w;
     }
 
@@ -720,14 +756,16 @@ int qs_cmd_quantize(int argc, char **argv)
         double before = file_size(o.in), after = file_size(o.out);
         printf("%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE", "max|err|");
         for (size_t i = 0; i < nstat; i++) {
-            char shape[32];
+            char shape[32], *name = qs_escape_dup(stats[i].name);
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)stats[i].rows,
                      (long long)stats[i].cols);
-            printf("%-52s %11s %6.3f %10.3e %10.3e\n", stats[i].name, shape, stats[i].bits,
+            printf("%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape, stats[i].bits,
                    stats[i].rel_rmse, stats[i].max_abs);
+            free(name);
         }
-        printf("%s: %zu tensors quantized to %s, %zu copied; %.2f MB -> %.2f MB (%.2fx)\n", o.out,
-               nstat, o.format, ncopy, before / 1e6, after / 1e6, after > 0 ? before / after : 0.0);
+        qs_escape_print(stdout, o.out);
+        printf(": %zu tensors quantized to %s, %zu copied; %.2f MB -> %.2f MB (%.2fx)\n", nstat,
+               o.format, ncopy, before / 1e6, after / 1e6, after > 0 ? before / after : 0.0);
     }
     rc = 0;
 done_w:
