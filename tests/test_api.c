@@ -419,6 +419,53 @@ static void test_short_and_overflow(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* cols == 0 with rows above 2^61: n = 0, but INT8 by row and LLM.int8 keep one f32 scale per
+ * row, and 4 * rows overflows int64. The size query must say QS_ERR_OVERFLOW (it once returned a
+ * wrapped, tiny size), and quantize / dequantize must fail before writing: the planes are real
+ * canary-guarded buffers whose capacities claim INT64_MAX, so no capacity check can save a wrong
+ * size. Formats without per-row units have nothing to store and keep their small sizes. */
+static void test_cols_zero_rows_overflow(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    static const int64_t huge_rows[] = {(INT64_C(1) << 61) + 1, INT64_C(1) << 62,
+                                        (INT64_C(1) << 62) + 1, INT64_MAX / 4 + 1, INT64_MAX};
+
+    for (int k = 0; k < n_sets; k++) {
+        const qs_quant_params *p = &sets[k];
+        int per_row = p->format == QS_FORMAT_LLM_INT8 ||
+                      (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_ROW);
+        for (size_t r = 0; r < sizeof huge_rows / sizeof huge_rows[0]; r++) {
+            int64_t rows = huge_rows[r];
+            for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+                int64_t bytes = -7;
+                qs_status st = qs_quant_size(p, rows, 0, pl, &bytes);
+                if (per_row) {
+                    assert_int_equal(st, QS_ERR_OVERFLOW);
+                    assert_int_equal(bytes, -7);
+                } else {
+                    assert_int_equal(st, QS_OK);
+                    assert_true(bytes >= 0 && bytes <= 4); /* per-tensor scales only */
+                }
+            }
+            if (!per_row)
+                continue;
+            tq t;
+            t_buf dst = t_buf_new(16);
+            tq_new_marked(&t, p);
+            t.q.data_bytes = t.q.scale_bytes = INT64_MAX;
+            if (t.q.zero_point)
+                t.q.zero_point_bytes = INT64_MAX;
+            expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, rows, 0, &t.q),
+                        QS_ERR_OVERFLOW, &t);
+            expect_fail(ctx, qs_dequantize(ctx, p, &t.q, rows, 0, dst.p, QS_DTYPE_F32, 16),
+                        QS_ERR_OVERFLOW, &t);
+            free_untouched(&dst, &t);
+        }
+    }
+    qs_ctx_destroy(ctx);
+}
+
 /* QS_NONFINITE_REJECT: NaN or Inf anywhere (f32, f16, bf16) -> QS_ERR_NONFINITE, nothing
  * written; finite input still works; the default policy encodes. */
 static void test_nonfinite_reject(void **state)
@@ -844,6 +891,7 @@ int main(void)
         cmocka_unit_test(test_null_and_negative),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_short_and_overflow),
+        cmocka_unit_test(test_cols_zero_rows_overflow),
         cmocka_unit_test(test_nonfinite_reject),
         cmocka_unit_test(test_allocator),
         cmocka_unit_test(test_ctx),

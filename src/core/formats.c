@@ -128,12 +128,30 @@ static qs_status check_params(qs_ctx *ctx, const qs_quant_params *p)
     return QS_OK;
 }
 
+/* The one size helper of every layout: bytes of `count` elements of `bits` bits each (4: two per
+ * byte, the odd one in a byte of its own; 8, 16, 32: whole bytes), or 1 when that overflows int64.
+ * Every count a layout derives (blocks, units, rows * blocks per row) also goes through
+ * qs_mul_overflow: with cols == 0 the element count n is 0 while rows may be near INT64_MAX, so no
+ * per-row count is bounded by n. */
+static int plane_bytes(int64_t count, int32_t bits, int64_t *bytes)
+{
+    if (count < 0)
+        return 1;
+    if (bits == 4) {
+        *bytes = count / 2 + (count & 1);
+        return 0;
+    }
+    return qs_mul_overflow(count, bits / 8, bytes);
+}
+
 #define CHECKED(expr)                                                                              \
     do {                                                                                           \
         if (expr)                                                                                  \
             return qs_fail(ctx, QS_ERR_OVERFLOW, "tensor of %lld x %lld: a size overflows int64", \
                            (long long)rows, (long long)cols);                                      \
     } while (0)
+
+#define PLANE(plane, count, bits) CHECKED(plane_bytes((count), (bits), &l.bytes[plane]))
 
 qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows, int64_t cols,
                             struct qs_layout *out)
@@ -161,16 +179,16 @@ qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows,
     case QS_FORMAT_FP4:
         l.block = p->block_size;
         l.units = qs_ceil_div(n, l.block);
-        l.bytes[QS_PLANE_DATA] = n / 2 + (n & 1);
+        PLANE(QS_PLANE_DATA, n, 4);
         if (p->double_quant) {
-            l.bytes[QS_PLANE_SCALE] = l.units;
-            l.bytes[QS_PLANE_NESTED_SCALE] = 4 * qs_ceil_div(l.units, 256);
+            PLANE(QS_PLANE_SCALE, l.units, 8);
+            PLANE(QS_PLANE_NESTED_SCALE, qs_ceil_div(l.units, 256), 32);
         } else {
-            l.bytes[QS_PLANE_SCALE] = 4 * l.units;
+            PLANE(QS_PLANE_SCALE, l.units, 32);
         }
         break;
     case QS_FORMAT_INT8:
-        l.bytes[QS_PLANE_DATA] = n;
+        PLANE(QS_PLANE_DATA, n, 8);
         if (p->granularity == QS_GRAN_TENSOR) {
             l.block = 0;
             l.units = 1;
@@ -182,33 +200,34 @@ qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows,
                 return qs_fail(ctx, QS_ERR_SHAPE, "int8 group size %d does not divide cols %lld",
                                p->block_size, (long long)cols);
             l.block = p->block_size;
-            l.units = rows * (cols / p->block_size);
+            CHECKED(qs_mul_overflow(rows, cols / p->block_size, &l.units));
         }
-        l.bytes[QS_PLANE_SCALE] = 4 * l.units;
-        l.bytes[QS_PLANE_ZERO_POINT] = p->symmetric ? 0 : l.units;
+        PLANE(QS_PLANE_SCALE, l.units, 32);
+        PLANE(QS_PLANE_ZERO_POINT, p->symmetric ? 0 : l.units, 8);
         break;
     case QS_FORMAT_LLM_INT8:
         l.units = rows;
-        l.bytes[QS_PLANE_DATA] = n;
-        l.bytes[QS_PLANE_SCALE] = 4 * rows;
+        PLANE(QS_PLANE_DATA, n, 8);
+        PLANE(QS_PLANE_SCALE, rows, 32);
         break;
     case QS_FORMAT_FP8_E4M3:
     case QS_FORMAT_FP8_E5M2:
         l.units = 1;
-        l.bytes[QS_PLANE_DATA] = n;
-        l.bytes[QS_PLANE_SCALE] = 4;
+        PLANE(QS_PLANE_DATA, n, 8);
+        PLANE(QS_PLANE_SCALE, 1, 32);
         break;
     case QS_FORMAT_MXFP4:
     case QS_FORMAT_MXFP8:
-    case QS_FORMAT_NVFP4:
+    case QS_FORMAT_NVFP4: {
+        int64_t row_data;
         l.block = p->format == QS_FORMAT_NVFP4 ? 16 : 32;
-        l.units = rows * qs_ceil_div(cols, l.block); /* <= n, cannot overflow */
-        l.bytes[QS_PLANE_SCALE] = l.units;
-        if (p->format == QS_FORMAT_MXFP8)
-            l.bytes[QS_PLANE_DATA] = n;
-        else
-            CHECKED(qs_mul_overflow(rows, cols / 2 + (cols & 1), &l.bytes[QS_PLANE_DATA]));
+        CHECKED(qs_mul_overflow(rows, qs_ceil_div(cols, l.block), &l.units));
+        PLANE(QS_PLANE_SCALE, l.units, 8);
+        /* rows never share a byte: each row's codes are packed on their own */
+        CHECKED(plane_bytes(cols, p->format == QS_FORMAT_MXFP8 ? 8 : 4, &row_data));
+        CHECKED(qs_mul_overflow(rows, row_data, &l.bytes[QS_PLANE_DATA]));
         break;
+    }
     default:
         break;
     }
@@ -216,6 +235,7 @@ qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows,
     return QS_OK;
 }
 
+#undef PLANE
 #undef CHECKED
 
 QS_API qs_status qs_quant_size(const qs_quant_params *params, int64_t rows, int64_t cols,

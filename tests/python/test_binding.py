@@ -367,6 +367,23 @@ def test_library_errors_carry_the_library_message():
         qs.quantize(x, "nf4", blocksize=8192)
 
 
+@pytest.mark.parametrize("fmt,options", [("llm_int8", {}), ("int8", {}),
+                                         ("int8", {"symmetric": False})])
+def test_rows_times_zero_scale_plane_overflow(fmt, options):
+    # cols == 0 with rows > 2^61: one f32 scale per row is more than int64 bytes. The size
+    # query once wrapped to a negative size (numpy: "negative dimensions are not allowed") and
+    # the kernel wrote scales past the buffer; now the library refuses before any buffer exists.
+    x = np.empty((2**61 + 1, 0), np.float16)
+    with pytest.raises(qs.QsparseError, match="overflows int64") as e:
+        qs.quantize(x, fmt, **options)
+    assert e.value.status == _lib.QS_ERR_OVERFLOW
+    hand = qs.QTensor(fmt, x.shape, np.zeros(x.shape, np.int8), scale=np.ones(4, np.float32),
+                      zero_point=None if options.get("symmetric", True) else np.zeros(4, np.int8))
+    with pytest.raises(qs.QsparseError) as e:
+        qs.dequantize(hand)
+    assert e.value.status == _lib.QS_ERR_OVERFLOW
+
+
 def test_check_raises_with_message():
     _lib.check(_lib.QS_OK)
     with pytest.raises(qs.QsparseError) as e:
