@@ -202,6 +202,35 @@ QS_API int32_t qs_format_block_size(int32_t format);
 /** Bits of one stored element code (4 or 8), or 0 for an unknown format. */
 QS_API int32_t qs_format_bits(int32_t format);
 
+/* Where a format's blocks run (qs_format_info.blocks). */
+#define QS_BLOCKS_NONE 0 /* no blocks: one scale per tensor or per row */
+#define QS_BLOCKS_FLAT 1 /* over the flattened tensor, a block may span rows (NF4, FP4) */
+#define QS_BLOCKS_ROWS 2 /* along each row, never spanning two (INT8 groups, MX, NVFP4) */
+
+/* Fields of qs_quant_params a format reads (qs_format_info.options); the others must keep the
+ * values of qs_quant_params_init. */
+#define QS_OPT_BLOCK_SIZE     (1u << 0) /* block_size (fixed where block_min == block_max) */
+#define QS_OPT_DOUBLE_QUANT   (1u << 1)
+#define QS_OPT_GRANULARITY    (1u << 2)
+#define QS_OPT_SYMMETRIC      (1u << 3) /* symmetric = 0 adds the zero-point plane */
+#define QS_OPT_SCALE          (1u << 4)
+#define QS_OPT_SCALE_ROUNDING (1u << 5)
+
+/** What a format is: the answers of the queries above in one struct. */
+typedef struct qs_format_info {
+    const char *name;      /* as qs_format_name */
+    int32_t bits;          /* bits of one element code */
+    int32_t block_size;    /* the default block size; 0 for formats without blocks */
+    int32_t block_min;     /* block sizes accepted (INT8: the group size); equal when fixed */
+    int32_t block_max;
+    int32_t blocks;        /* QS_BLOCKS_* */
+    uint32_t options;      /* QS_OPT_* */
+    int64_t reserved[4];   /* zero */
+} qs_format_info;
+
+/** Fill *info for `format`. QS_ERR_INVALID_ARG for an unknown format or a NULL info. */
+QS_API qs_status qs_format_info_get(int32_t format, qs_format_info *info);
+
 /* INT8 granularity. */
 #define QS_GRAN_TENSOR 0 /* one scale for the whole tensor */
 #define QS_GRAN_ROW    1 /* one scale per row (= per output channel) */
@@ -271,9 +300,39 @@ typedef struct qs_qtensor {
  * Exact size in bytes of one plane (QS_PLANE_*) for a rows x cols tensor; 0 for a plane the
  * format does not use. Returns QS_ERR_INVALID_ARG for bad params or negative sizes, QS_ERR_SHAPE
  * for a group size that does not divide cols, QS_ERR_OVERFLOW when the size exceeds int64_t.
+ * It has no context for a message: qs_quant_plane_info answers the same with one.
  */
 QS_API qs_status qs_quant_size(const qs_quant_params *params, int64_t rows, int64_t cols,
                                int32_t plane, int64_t *bytes);
+
+/* Element types of the planes (qs_plane_info.elem). */
+#define QS_ELEM_NONE 0 /* the format does not use the plane */
+#define QS_ELEM_U8   1 /* bytes: codes (two 4-bit codes per byte when bits == 4) or byte scales */
+#define QS_ELEM_I8   2 /* int8 codes or zero points */
+#define QS_ELEM_F32  3 /* f32 scales */
+
+/** One plane of a quantized tensor, as qs_quant_plane_info describes it. */
+typedef struct qs_plane_info {
+    int32_t elem;       /* QS_ELEM_* */
+    int32_t bits;       /* bits of one stored value: 4 (two per byte), 8 or 32; 0 if unused */
+    int32_t ndim;       /* 0 unused; 1: shape[0] values over the flattened tensor;
+                           2: shape[0] = rows lines of shape[1] (one line per tensor row) */
+    int32_t reserved0;
+    int64_t shape[2];   /* in elements of `elem` (bytes for QS_ELEM_U8); shape[1] is 1 when
+                           ndim == 1; {0, 1} for an unused plane */
+    int64_t values;     /* stored values: codes, scales or zero points */
+    int64_t bytes;      /* = qs_quant_size(); shape[0] * shape[1] * sizeof(elem) */
+    int64_t reserved[4];
+} qs_plane_info;
+
+/**
+ * Describe plane `plane` (QS_PLANE_*) of a rows x cols tensor quantized with *params: its
+ * element type, shape and exact byte size, so that bindings and tools allocate and name planes
+ * by asking the library. ctx may be NULL; when given, a failure leaves its message there
+ * (qs_ctx_last_error). Statuses as qs_quant_size; *info is written only on QS_OK.
+ */
+QS_API qs_status qs_quant_plane_info(qs_ctx *ctx, const qs_quant_params *params, int64_t rows,
+                                     int64_t cols, int32_t plane, qs_plane_info *info);
 
 /**
  * Quantize a rows x cols row-major tensor of `src_dtype` elements into the planes of *q.

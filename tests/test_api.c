@@ -174,6 +174,126 @@ static void test_quant_size(void **state)
     }
 }
 
+/* qs_quant_plane_info: element type, shape and size of each plane, worked by hand for 3 x 45,
+ * always equal to qs_quant_size; failures leave *info alone and say why in the context. */
+static void test_plane_info(void **state)
+{
+    (void)state;
+    static const struct {
+        int32_t format, granularity, symmetric, double_quant, block, plane;
+        qs_plane_info want;
+    } cases[] = {
+        {QS_FORMAT_NF4, 0, 1, 0, 64, QS_PLANE_DATA, {QS_ELEM_U8, 4, 1, 0, {68, 1}, 135, 68, {0}}},
+        {QS_FORMAT_NF4, 0, 1, 0, 64, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 1, 0, {3, 1}, 3, 12, {0}}},
+        {QS_FORMAT_NF4, 0, 1, 0, 64, QS_PLANE_NESTED_SCALE, {QS_ELEM_NONE, 0, 0, 0, {0, 1}, 0, 0, {0}}},
+        {QS_FORMAT_FP4, 0, 1, 1, 64, QS_PLANE_SCALE, {QS_ELEM_U8, 8, 1, 0, {3, 1}, 3, 3, {0}}},
+        {QS_FORMAT_FP4, 0, 1, 1, 64, QS_PLANE_NESTED_SCALE, {QS_ELEM_F32, 32, 1, 0, {1, 1}, 1, 4, {0}}},
+        {QS_FORMAT_INT8, QS_GRAN_GROUP, 0, 0, 15, QS_PLANE_DATA, {QS_ELEM_I8, 8, 2, 0, {3, 45}, 135, 135, {0}}},
+        {QS_FORMAT_INT8, QS_GRAN_GROUP, 0, 0, 15, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 2, 0, {3, 3}, 9, 36, {0}}},
+        {QS_FORMAT_INT8, QS_GRAN_GROUP, 0, 0, 15, QS_PLANE_ZERO_POINT, {QS_ELEM_I8, 8, 2, 0, {3, 3}, 9, 9, {0}}},
+        {QS_FORMAT_INT8, QS_GRAN_ROW, 1, 0, 0, QS_PLANE_ZERO_POINT, {QS_ELEM_NONE, 0, 0, 0, {0, 1}, 0, 0, {0}}},
+        {QS_FORMAT_INT8, QS_GRAN_TENSOR, 0, 0, 0, QS_PLANE_ZERO_POINT, {QS_ELEM_I8, 8, 1, 0, {1, 1}, 1, 1, {0}}},
+        {QS_FORMAT_LLM_INT8, 1, 1, 0, 0, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 1, 0, {3, 1}, 3, 12, {0}}},
+        {QS_FORMAT_FP8_E5M2, 1, 1, 0, 0, QS_PLANE_DATA, {QS_ELEM_U8, 8, 2, 0, {3, 45}, 135, 135, {0}}},
+        {QS_FORMAT_FP8_E4M3, 1, 1, 0, 0, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 1, 0, {1, 1}, 1, 4, {0}}},
+        {QS_FORMAT_MXFP4, 1, 1, 0, 32, QS_PLANE_DATA, {QS_ELEM_U8, 4, 2, 0, {3, 23}, 135, 69, {0}}},
+        {QS_FORMAT_MXFP4, 1, 1, 0, 32, QS_PLANE_SCALE, {QS_ELEM_U8, 8, 2, 0, {3, 2}, 6, 6, {0}}},
+        {QS_FORMAT_MXFP8, 1, 1, 0, 32, QS_PLANE_DATA, {QS_ELEM_U8, 8, 2, 0, {3, 45}, 135, 135, {0}}},
+        {QS_FORMAT_NVFP4, 1, 1, 0, 16, QS_PLANE_SCALE, {QS_ELEM_U8, 8, 2, 0, {3, 3}, 9, 9, {0}}},
+    };
+    qs_ctx *ctx = t_ctx();
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qs_quant_params p = params(cases[i].format);
+        qs_plane_info got;
+        int64_t bytes;
+        p.granularity = cases[i].granularity;
+        p.symmetric = cases[i].symmetric;
+        p.double_quant = cases[i].double_quant;
+        if (cases[i].block)
+            p.block_size = cases[i].block;
+        memset(&got, 0xA5, sizeof got);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, ROWS, COLS, cases[i].plane, &got), QS_OK);
+        if (memcmp(&got, &cases[i].want, sizeof got) != 0) {
+            print_error("case %zu: elem %d bits %d ndim %d shape %lld x %lld values %lld bytes "
+                        "%lld\n", i, got.elem, got.bits, got.ndim, (long long)got.shape[0],
+                        (long long)got.shape[1], (long long)got.values, (long long)got.bytes);
+            fail();
+        }
+        assert_int_equal(qs_quant_size(&p, ROWS, COLS, cases[i].plane, &bytes), QS_OK);
+        assert_int_equal(bytes, got.bytes);
+    }
+    /* every set and plane: bytes agree with qs_quant_size and with the shape */
+    for (int k = 0; k < n_sets; k++)
+        for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+            static const int64_t elem_size[] = {0, 1, 1, 4};
+            qs_plane_info got;
+            int64_t bytes;
+            assert_int_equal(qs_quant_plane_info(NULL, &sets[k], ROWS, COLS, pl, &got), QS_OK);
+            assert_int_equal(qs_quant_size(&sets[k], ROWS, COLS, pl, &bytes), QS_OK);
+            assert_int_equal(got.bytes, bytes);
+            assert_int_equal(got.shape[0] * got.shape[1] * elem_size[got.elem], bytes);
+        }
+    /* failures: the reason is in the context, *info untouched */
+    {
+        qs_quant_params p = params(QS_FORMAT_INT8);
+        qs_plane_info got, before;
+        p.granularity = QS_GRAN_GROUP;
+        p.block_size = 7;
+        memset(&got, 0x5A, sizeof got);
+        before = got;
+        assert_int_equal(qs_quant_plane_info(ctx, &p, ROWS, COLS, 0, &got), QS_ERR_SHAPE);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "does not divide cols 45"));
+        p = params(QS_FORMAT_LLM_INT8);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, INT64_MAX, 0, 1, &got), QS_ERR_OVERFLOW);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "overflows int64"));
+        assert_int_equal(qs_quant_plane_info(ctx, &p, 1, 1, QS_PLANE_COUNT, &got),
+                         QS_ERR_INVALID_ARG);
+        assert_true(strlen(qs_ctx_last_error(ctx)) > 0);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, 1, 1, 0, NULL), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_plane_info(ctx, NULL, 1, 1, 0, &got), QS_ERR_INVALID_ARG);
+        assert_memory_equal(&got, &before, sizeof got);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, 2, 3, 0, &got), QS_OK);
+        assert_string_equal(qs_ctx_last_error(ctx), "");
+    }
+    qs_ctx_destroy(ctx);
+}
+
+/* qs_format_info_get agrees with the single-answer queries and states the options. */
+static void test_format_info(void **state)
+{
+    (void)state;
+    qs_format_info fi;
+
+    for (int32_t f = 1; f <= qs_format_count(); f++) {
+        assert_int_equal(qs_format_info_get(f, &fi), QS_OK);
+        assert_string_equal(fi.name, qs_format_name(f));
+        assert_int_equal(fi.bits, qs_format_bits(f));
+        assert_int_equal(fi.block_size, qs_format_block_size(f));
+        assert_true(fi.block_min <= fi.block_max);
+    }
+    assert_int_equal(qs_format_info_get(QS_FORMAT_NF4, &fi), QS_OK);
+    assert_int_equal(fi.blocks, QS_BLOCKS_FLAT);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_DOUBLE_QUANT);
+    assert_int_equal(fi.block_min, 2);
+    assert_int_equal(fi.block_max, 4096);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_NVFP4, &fi), QS_OK);
+    assert_int_equal(fi.blocks, QS_BLOCKS_ROWS);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_SCALE);
+    assert_int_equal(fi.block_min, 16);
+    assert_int_equal(fi.block_max, 16);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_INT8, &fi), QS_OK);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_GRANULARITY | QS_OPT_SYMMETRIC);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_LLM_INT8, &fi), QS_OK);
+    assert_int_equal(fi.options, 0);
+    assert_int_equal(fi.blocks, QS_BLOCKS_NONE);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_MXFP8, &fi), QS_OK);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_SCALE_ROUNDING);
+    assert_int_equal(qs_format_info_get(0, &fi), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_format_info_get(qs_format_count() + 1, &fi), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_NF4, NULL), QS_ERR_INVALID_ARG);
+}
+
 /* ---- argument errors of qs_quantize / qs_dequantize ---------------------------------------- */
 
 static void test_null_and_negative(void **state)
@@ -888,6 +1008,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_size),
+        cmocka_unit_test(test_plane_info),
+        cmocka_unit_test(test_format_info),
         cmocka_unit_test(test_null_and_negative),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_short_and_overflow),

@@ -21,8 +21,8 @@ static void emit(const struct qs_qjob *j, int64_t start, int64_t len, float *til
 
 static void bnb4_decode(const struct qs_qjob *j, int64_t start, int64_t len, float *out)
 {
-    qs_nf4_dequant_fn *fn = j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_dequant
-                                                        : j->ctx->k.fp4_dequant;
+    qs_nf4_dequant_fn *fn = (qs_nf4_dequant_fn *)j->dequant;
+
     fn(j->data + start / 2, j->absmax + start / j->block, len, j->block, out);
 }
 
@@ -76,14 +76,12 @@ static void unit_decode(const struct qs_qjob *j, int64_t start, int64_t len, flo
     const int8_t *codes = (const int8_t *)j->data + start;
     int64_t u = j->unit_len > 0 ? start / j->unit_len : 0;
 
-    switch (j->format) {
-    case QS_FORMAT_LLM_INT8: j->ctx->k.int8_dequant_rowstat(codes, len, j->fscale[u], out); break;
-    case QS_FORMAT_INT8:
-        j->ctx->k.int8_dequant(codes, len, j->fscale[u], j->zp ? j->zp[u] : 0, out);
-        break;
-    case QS_FORMAT_FP8_E4M3: j->ctx->k.e4m3_dequant(j->data + start, len, j->fscale[0], out); break;
-    default: j->ctx->k.e5m2_dequant(j->data + start, len, j->fscale[0], out); break;
-    }
+    if (j->t->driver == QS_DRIVER_FP8)
+        ((qs_e4m3_dequant_fn *)j->dequant)(j->data + start, len, j->fscale[0], out);
+    else if (j->t->flags & QS_TRAIT_ROWSTAT)
+        ((qs_int8_dequant_rowstat_fn *)j->dequant)(codes, len, j->fscale[u], out);
+    else
+        ((qs_int8_dequant_fn *)j->dequant)(codes, len, j->fscale[u], j->zp ? j->zp[u] : 0, out);
 }
 
 /* Scale units (rows or groups) of unit_len elements; 0 means one unit over the whole tensor. */
@@ -103,14 +101,13 @@ static void dequantize_units(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_para
     int64_t units = 1;
 
     j->fscale = q->scale;
-    j->zp = (p->format == QS_FORMAT_INT8 && !p->symmetric) ? q->zero_point : NULL;
+    j->zp = (j->t->options & QS_OPT_SYMMETRIC) && !p->symmetric ? q->zero_point : NULL;
     j->unit_len = 0;
-    if (p->format == QS_FORMAT_LLM_INT8 ||
-        (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_ROW)) {
+    if (j->unit_rule == QS_UNITS_ROWS) {
         j->unit_len = j->cols;
         units = j->rows;
-    } else if (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_GROUP) {
-        j->unit_len = p->block_size;
+    } else if (j->unit_rule == QS_UNITS_ROW_BLOCKS) {
+        j->unit_len = j->block;
         units = j->units;
     }
     /* Each unit is cut into tiles; tasks never straddle two units. */
@@ -125,17 +122,13 @@ static void row_decode(const struct qs_qjob *j, int64_t start, int64_t len, floa
     int64_t r = start / j->cols, c0 = start % j->cols;
     const uint8_t *scales = j->scales + r * j->scales_per_row + c0 / j->block;
 
-    switch (j->format) {
-    case QS_FORMAT_MXFP4:
-        j->ctx->k.mxfp4_dequant(j->data + r * j->row_bytes + c0 / 2, scales, len, out);
-        break;
-    case QS_FORMAT_MXFP8:
-        j->ctx->k.mxfp8_dequant(j->data + r * j->row_bytes + c0, scales, len, out);
-        break;
-    default:
-        j->ctx->k.nvfp4_dequant(j->data + r * j->row_bytes + c0 / 2, scales, len, j->scale, out);
-        break;
-    }
+    /* c0 is a multiple of QS_TILE, so the codes before it fill whole bytes */
+    const uint8_t *src = j->data + r * j->row_bytes + c0 * j->t->bits / 8;
+
+    if (j->t->driver == QS_DRIVER_MX)
+        ((qs_mxfp4_dequant_fn *)j->dequant)(src, scales, len, out);
+    else
+        ((qs_nvfp4_dequant_fn *)j->dequant)(src, scales, len, j->scale, out);
 }
 
 static void row_task(void *arg, int64_t i, float *tile)
@@ -174,18 +167,15 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "dst holds %lld bytes, %lld needed",
                        (long long)dst_bytes, (long long)need);
 
-    qs_qjob_init(&j, ctx, &l, params, rows, cols, dst_dtype, q);
+    qs_qjob_init(&j, ctx, &l, rows, cols, dst_dtype, q);
     j.dst = dst;
-    switch (params->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4:
+    switch (l.traits->driver) {
+    case QS_DRIVER_BNB4:
         if ((st = dequantize_bnb4(ctx, &j, params, q)) != QS_OK)
             return st;
         break;
-    case QS_FORMAT_INT8:
-    case QS_FORMAT_LLM_INT8:
-    case QS_FORMAT_FP8_E4M3:
-    case QS_FORMAT_FP8_E5M2: dequantize_units(ctx, &j, params, q); break;
+    case QS_DRIVER_INT8:
+    case QS_DRIVER_FP8: dequantize_units(ctx, &j, params, q); break;
     default:
         j.scales = q->scale;
         j.scale = q->global_scale;
