@@ -123,13 +123,46 @@ typedef struct qs_allocator {
 #define QS_NONFINITE_ENCODE 0 /* default: the defined bits of spec/formats.md */
 #define QS_NONFINITE_REJECT 1 /* return QS_ERR_NONFINITE before writing anything */
 
-/* Backends. */
-#define QS_BACKEND_AUTO 0 /* best available: CPU SIMD (CUDA when its plugin lands) */
+/*
+ * Backends: where a context's heavy calls (qs_quantize, qs_dequantize) run. The CPU backend is
+ * always there. Other backends are plugins: shared modules loaded with dlopen the first time a
+ * context asks for AUTO or CUDA (or by qs_backend_load), from the file named by the QS_PLUGIN_PATH
+ * environment variable, else libqsparse-cuda.so in the directory of the loaded libqsparse. A
+ * plugin is accepted only if it exports its init symbol and was built for this library's backend
+ * ABI version; every failure leaves the CPU backend working and a message naming the cause and
+ * the file (qs_backend_message). Arguments are validated in the core before any backend runs.
+ */
+#define QS_BACKEND_AUTO 0 /* a plugin backend that can run here (CUDA), else the CPU */
 #define QS_BACKEND_CPU  1 /* CPU, best ISA allowed by isa_mask */
+#define QS_BACKEND_CUDA 2 /* the CUDA plugin; qs_ctx_create gives QS_ERR_BACKEND without it */
+
+/** "auto", "cpu", "cuda", or NULL for an unknown backend. */
+QS_API const char *qs_backend_name(int32_t backend);
+/** The backend code for a name above, or -1. */
+QS_API int32_t qs_backend_from_name(const char *name);
+/**
+ * Whether a context created for `backend` would run (1) or get QS_ERR_BACKEND (0). For a plugin
+ * backend this loads the plugin if no load was tried yet. AUTO and CPU are always 1.
+ */
+QS_API int32_t qs_backend_available(int32_t backend);
+/**
+ * Why a plugin backend is not available: "backend plugin PATH: no such file", "... cannot be
+ * loaded: ...", "... does not export qs_backend_plugin_init", "... built for backend ABI version
+ * N, this library has M", or the plugin's own reason (e.g. no device). "" when it is available,
+ * was not tried yet, and for AUTO / CPU. The string stays valid until the next load. Thread-safe.
+ */
+QS_API const char *qs_backend_message(int32_t backend);
+/**
+ * Load a backend plugin from `path` and register it for the backend it implements, replacing
+ * the default search (a later plugin for the same backend replaces an earlier one for contexts
+ * created afterwards). path NULL repeats the default search. Returns QS_OK or QS_ERR_BACKEND
+ * (the reason in qs_backend_message(QS_BACKEND_CUDA)). Thread-safe.
+ */
+QS_API qs_status qs_backend_load(const char *path);
 
 typedef struct qs_ctx_params {
     int32_t num_threads;  /* 0: OpenMP's default; 1: single-threaded */
-    int32_t backend;      /* QS_BACKEND_* */
+    int32_t backend;      /* QS_BACKEND_*: AUTO (default), CPU or CUDA */
     uint32_t isa_mask;    /* intersected with qs_cpu_isa() and QS_FORCE_ISA; default QS_ISA_ALL */
     int32_t nonfinite;    /* QS_NONFINITE_* */
     qs_allocator allocator; /* alloc == NULL: the C library's aligned allocation */
@@ -146,7 +179,8 @@ QS_API void qs_ctx_params_init(qs_ctx_params *params);
  * QS_FORCE_ISA environment variable ("scalar", "avx2", "avx512", "neon", "neon-dotprod"; a level
  * above what the machine has is clamped, never honoured) and fills the context's kernel table.
  * params may be NULL for the defaults. Returns QS_ERR_INVALID_ARG for a null `out` or bad params,
- * QS_ERR_OUT_OF_MEMORY if the allocator fails. Thread-safe.
+ * QS_ERR_BACKEND when params->backend names a backend that cannot run here (the reason is in
+ * qs_backend_message), QS_ERR_OUT_OF_MEMORY if the allocator fails. Thread-safe.
  */
 QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out);
 /** Destroy a context (NULL is accepted). */
@@ -156,7 +190,9 @@ QS_API const char *qs_ctx_last_error(const qs_ctx *ctx);
 /** The ISA bits the context's kernel table was built for. */
 QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx);
 /** Name of the best ISA tier in use: "scalar", "avx2", "avx512", "neon", "neon-dotprod". */
-QS_API const char *qs_ctx_backend_name(const qs_ctx *ctx);
+QS_API const char *qs_ctx_isa_name(const qs_ctx *ctx);
+/** The backend the context runs on: QS_BACKEND_CPU or QS_BACKEND_CUDA (never AUTO); -1 for NULL. */
+QS_API int32_t qs_ctx_backend(const qs_ctx *ctx);
 
 /* Keys for qs_ctx_set / qs_ctx_get. */
 #define QS_PARAM_NUM_THREADS 1 /* >= 0; 0 = OpenMP default */

@@ -7,7 +7,7 @@
  * nothing was written on error and a non-empty qs_ctx_last_error; qs_quant_size for every format
  * against sizes worked out by hand; names <-> codes round trips; qs_ctx_set / qs_ctx_get.
  * QS_ERR_UNSUPPORTED and QS_ERR_BAD_DATA come from the observer API (qsparse/calib.h), the only
- * public calls that return them; no call can return QS_ERR_BACKEND yet.
+ * public calls that return them; QS_ERR_BACKEND comes from qs_ctx_create (tests/test_backend.c).
  */
 #include "common.h"
 #include "quant_helpers.h"
@@ -778,7 +778,7 @@ static void test_ctx(void **state)
     /* the context's ISA is a subset of the CPU's, and its name is one of the tiers */
     assert_int_equal(qs_ctx_isa(ctx) & ~qs_cpu_isa(), 0);
     {
-        const char *b = qs_ctx_backend_name(ctx);
+        const char *b = qs_ctx_isa_name(ctx);
         assert_non_null(b);
         assert_true(!strcmp(b, "scalar") || !strcmp(b, "avx2") || !strcmp(b, "avx512") ||
                     !strcmp(b, "neon") || !strcmp(b, "neon-dotprod"));
@@ -793,7 +793,7 @@ static void test_ctx(void **state)
         cp.isa_mask = 0;
         assert_int_equal(qs_ctx_create(&cp, &c0), QS_OK);
         assert_int_equal(qs_ctx_isa(c0), 0);
-        assert_string_equal(qs_ctx_backend_name(c0), "scalar");
+        assert_string_equal(qs_ctx_isa_name(c0), "scalar");
         for (int32_t i = 0; i < qs_ctx_kernel_count(c0); i++) {
             const char *slot = NULL, *impl = NULL;
             assert_int_equal(qs_ctx_kernel_info(c0, i, &slot, &impl), QS_OK);
@@ -980,12 +980,22 @@ static void test_convert_codebook_errors(void **state)
 
 /* The two statuses that the quantization API never returns come from other families of the same
  * public API: QS_ERR_UNSUPPORTED (merging moving-average observers) and QS_ERR_BAD_DATA (a byte
- * string that is not a serialized observer). QS_ERR_BACKEND needs an explicitly requested backend
- * that is missing; the only backends today are AUTO and CPU, so no call can return it yet. */
+ * string that is not a serialized observer). QS_ERR_BACKEND comes from a context that asks for
+ * the CUDA backend when no plugin is beside the library (test_backend.c tests the plugins). */
 static void test_status_other_families(void **state)
 {
     (void)state;
     qs_ctx *ctx = t_ctx();
+    {
+        qs_ctx_params cp;
+        qs_ctx *none = (qs_ctx *)&cp;
+        qs_ctx_params_init(&cp);
+        cp.backend = QS_BACKEND_CUDA;
+        assert_int_equal(qs_ctx_create(&cp, &none), QS_ERR_BACKEND);
+        assert_ptr_equal(none, (qs_ctx *)&cp);
+        assert_non_null(strstr(qs_backend_message(QS_BACKEND_CUDA), "libqsparse-cuda.so"));
+        assert_int_equal(qs_ctx_backend(ctx), QS_BACKEND_CPU);
+    }
     qs_observer_params op;
     qs_observer *a = NULL, *b = NULL, *sentinel = (qs_observer *)&op, *out = sentinel;
     uint8_t junk[256];

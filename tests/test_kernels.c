@@ -510,7 +510,7 @@ static void test_dispatch_and_clamping(void **state)
     p.isa_mask = 0;
     assert_int_equal(qs_ctx_create(&p, &ctx), QS_OK);
     assert_int_equal(qs_ctx_isa(ctx), 0);
-    assert_string_equal(qs_ctx_backend_name(ctx), "scalar");
+    assert_string_equal(qs_ctx_isa_name(ctx), "scalar");
     for (int32_t i = 0; i < qs_ctx_kernel_count(ctx); i++) {
         assert_int_equal(qs_ctx_kernel_info(ctx, i, &slot, &impl), QS_OK);
         assert_non_null(strstr(impl, "__ref"));

@@ -4,6 +4,7 @@
  * into f32 (directly into dst for f32 output, else through the staging tile and a cvt kernel).
  */
 #include "parallel.h"
+#include "backend.h"
 #include "quant_common.h"
 
 /* Decode `len` elements starting at element `start` into dst with `decode(j, out)`. */
@@ -139,14 +140,37 @@ static void row_task(void *arg, int64_t i, float *tile)
     emit(j, r * j->cols + c0, j->cols - c0 < QS_TILE ? j->cols - c0 : QS_TILE, tile, row_decode);
 }
 
-/* ---- entry point ------------------------------------------------------------------------------ */
+/* ---- the CPU backend's dequantize, then the public entry point ------------------------------ */
+
+qs_status qs_cpu_dequantize(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                            const qs_qtensor *q, void *dst, int32_t dst_dtype)
+{
+    struct qs_qjob j;
+    qs_status st;
+
+    qs_qjob_init(&j, ctx, l, dst_dtype, q);
+    j.dst = dst;
+    switch (l->traits->driver) {
+    case QS_DRIVER_BNB4:
+        if ((st = dequantize_bnb4(ctx, &j, p, q)) != QS_OK)
+            return st;
+        break;
+    case QS_DRIVER_INT8:
+    case QS_DRIVER_FP8: dequantize_units(ctx, &j, p, q); break;
+    default:
+        j.scales = q->scale;
+        j.scale = q->global_scale;
+        qs_parallel_for(ctx, l->rows * j.chunks_per_row, row_task, &j);
+        break;
+    }
+    return QS_OK;
+}
 
 QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *q,
                                int64_t rows, int64_t cols, void *dst, int32_t dst_dtype,
                                int64_t dst_bytes)
 {
     struct qs_layout l;
-    struct qs_qjob j;
     qs_status st;
     int64_t need;
 
@@ -167,20 +191,10 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "dst holds %lld bytes, %lld needed",
                        (long long)dst_bytes, (long long)need);
 
-    qs_qjob_init(&j, ctx, &l, rows, cols, dst_dtype, q);
-    j.dst = dst;
-    switch (l.traits->driver) {
-    case QS_DRIVER_BNB4:
-        if ((st = dequantize_bnb4(ctx, &j, params, q)) != QS_OK)
-            return st;
-        break;
-    case QS_DRIVER_INT8:
-    case QS_DRIVER_FP8: dequantize_units(ctx, &j, params, q); break;
-    default:
-        j.scales = q->scale;
-        j.scale = q->global_scale;
-        qs_parallel_for(ctx, rows * j.chunks_per_row, row_task, &j);
-        break;
-    }
+    ctx->last_error[0] = '\0';
+    if ((st = ctx->ops->dequantize(ctx, &l, params, q, dst, dst_dtype)) != QS_OK)
+        return ctx->last_error[0]
+                   ? st
+                   : qs_fail(ctx, st, "%s backend: dequantize failed", ctx->ops->name);
     return qs_ok(ctx);
 }

@@ -160,6 +160,8 @@ qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows,
     CHECKED(qs_mul_overflow(rows, cols, &n));
     CHECKED(qs_mul_overflow(n, 4, &per_row)); /* every f32 view of the tensor must fit, too */
     l.n = n;
+    l.rows = rows;
+    l.cols = cols;
 
     /* Scale units: the granularity of INT8 picks one of the fixed rules. */
     unit_rule = t->units;

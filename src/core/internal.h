@@ -18,11 +18,14 @@
  * for NF4/FP4, the largest multiple of the block that fits) and of 32 and 16 for MX/NVFP4. */
 #define QS_TILE 4096
 
+struct qs_backend_ops;
+
 struct qs_ctx {
     int32_t num_threads;
     int32_t nonfinite;
     uint32_t isa;
-    int32_t backend;
+    int32_t backend;                  /* QS_BACKEND_CPU or a plugin's; never AUTO */
+    const struct qs_backend_ops *ops; /* the backend's operations (backend.h) */
     qs_allocator allocator;
     struct qs_kernels k;
     const char *kernel_names[QS_SLOT_COUNT];
@@ -87,6 +90,7 @@ struct qs_layout {
     int32_t format;
     const struct qs_format_traits *traits;
     int32_t block;          /* block or INT8 group length; 0 without blocks */
+    int64_t rows, cols;
     int64_t n;              /* rows * cols */
     int32_t unit_rule;      /* enum qs_unit_rule (format_traits.h), INT8 granularity resolved */
     int64_t units;          /* scale units: blocks, rows, groups or 1 */

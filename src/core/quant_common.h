@@ -30,7 +30,7 @@ struct qs_qjob {
 
 /* Fill the fields every driver uses. */
 QS_INTERNAL void qs_qjob_init(struct qs_qjob *j, const qs_ctx *ctx, const struct qs_layout *l,
-                              int64_t rows, int64_t cols, int32_t dtype, const qs_qtensor *q);
+                              int32_t dtype, const qs_qtensor *q);
 /* Every plane the layout uses must be non-NULL and large enough; reserved fields zero. */
 QS_INTERNAL qs_status qs_check_planes(qs_ctx *ctx, const struct qs_layout *l, const qs_qtensor *q);
 

@@ -8,6 +8,7 @@
 
 #include "../ref/scale_ref.h"
 #include "parallel.h"
+#include "backend.h"
 #include "quant_common.h"
 
 /* ---- NF4 / FP4 (spec §5, §6): chunks of whole blocks over the flattened tensor ---------------- */
@@ -182,13 +183,32 @@ static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
     qs_parallel_for(ctx, j->rows * j->chunks_per_row, row_block_task, j);
 }
 
-/* ---- entry point ------------------------------------------------------------------------------ */
+/* ---- the CPU backend's quantize, then the public entry point -------------------------------- */
+
+qs_status qs_cpu_quantize(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                          const void *src, int32_t src_dtype, qs_qtensor *q)
+{
+    struct qs_qjob j;
+    qs_status st;
+
+    qs_qjob_init(&j, ctx, l, src_dtype, q);
+    j.src = src;
+    switch (l->traits->driver) {
+    case QS_DRIVER_BNB4:
+        if ((st = quantize_bnb4(ctx, &j, p, q)) != QS_OK)
+            return st;
+        break;
+    case QS_DRIVER_INT8: quantize_int8(ctx, &j, p, q); break;
+    case QS_DRIVER_FP8: quantize_fp8(ctx, &j, p, q); break;
+    default: quantize_rows(ctx, &j, p, q); break;
+    }
+    return QS_OK;
+}
 
 QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const void *src,
                              int32_t src_dtype, int64_t rows, int64_t cols, qs_qtensor *q)
 {
     struct qs_layout l;
-    struct qs_qjob j;
     qs_status st;
 
     if (!ctx)
@@ -207,16 +227,9 @@ QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const v
         return qs_fail(ctx, QS_ERR_NONFINITE,
                        "input holds NaN or Inf and the context rejects non-finite values");
 
-    qs_qjob_init(&j, ctx, &l, rows, cols, src_dtype, q);
-    j.src = src;
-    switch (l.traits->driver) {
-    case QS_DRIVER_BNB4:
-        if ((st = quantize_bnb4(ctx, &j, params, q)) != QS_OK)
-            return st;
-        break;
-    case QS_DRIVER_INT8: quantize_int8(ctx, &j, params, q); break;
-    case QS_DRIVER_FP8: quantize_fp8(ctx, &j, params, q); break;
-    default: quantize_rows(ctx, &j, params, q); break;
-    }
+    ctx->last_error[0] = '\0';
+    if ((st = ctx->ops->quantize(ctx, &l, params, src, src_dtype, q)) != QS_OK)
+        return ctx->last_error[0] ? st
+                                  : qs_fail(ctx, st, "%s backend: quantize failed", ctx->ops->name);
     return qs_ok(ctx);
 }
