@@ -261,6 +261,8 @@ typedef struct qs_format_info {
     int32_t block_max;
     int32_t blocks;        /* QS_BLOCKS_* */
     uint32_t options;      /* QS_OPT_* */
+    int32_t global_scale;  /* 1: qs_qtensor.global_scale holds an f32 per-tensor scale (NVFP4) */
+    int32_t reserved0;
     int64_t reserved[4];   /* zero */
 } qs_format_info;
 
@@ -401,6 +403,23 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
  */
 QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, void *dst,
                             int32_t dst_dtype, int64_t n, int64_t dst_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Struct layouts, for bindings that mirror the public structs (e.g. with ctypes)
+ * ------------------------------------------------------------------------------------------- */
+
+#define QS_STRUCT_ALLOCATOR       1 /* qs_allocator */
+#define QS_STRUCT_CTX_PARAMS      2 /* qs_ctx_params */
+#define QS_STRUCT_QUANT_PARAMS    3 /* qs_quant_params */
+#define QS_STRUCT_QTENSOR         4 /* qs_qtensor */
+#define QS_STRUCT_PLANE_INFO      5 /* qs_plane_info */
+#define QS_STRUCT_FORMAT_INFO     6 /* qs_format_info */
+#define QS_STRUCT_OBSERVER_PARAMS 7 /* qs_observer_params (qsparse/calib.h) */
+
+/** sizeof the struct QS_STRUCT_* as compiled into the library, or -1 for an unknown kind. */
+QS_API int64_t qs_struct_size(int32_t kind);
+/** offsetof the field named `field` ("block_size") in struct `kind`, or -1 if there is none. */
+QS_API int64_t qs_struct_offset(int32_t kind, const char *field);
 
 /* ---------------------------------------------------------------------------------------------
  * Codebooks (the tables a checkpoint stores as quant_map / nested_quant_map)

@@ -280,6 +280,7 @@ static void test_format_info(void **state)
     assert_int_equal(qs_format_info_get(QS_FORMAT_NVFP4, &fi), QS_OK);
     assert_int_equal(fi.blocks, QS_BLOCKS_ROWS);
     assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_SCALE);
+    assert_int_equal(fi.global_scale, 1);
     assert_int_equal(fi.block_min, 16);
     assert_int_equal(fi.block_max, 16);
     assert_int_equal(qs_format_info_get(QS_FORMAT_INT8, &fi), QS_OK);
@@ -287,6 +288,7 @@ static void test_format_info(void **state)
     assert_int_equal(qs_format_info_get(QS_FORMAT_LLM_INT8, &fi), QS_OK);
     assert_int_equal(fi.options, 0);
     assert_int_equal(fi.blocks, QS_BLOCKS_NONE);
+    assert_int_equal(fi.global_scale, 0);
     assert_int_equal(qs_format_info_get(QS_FORMAT_MXFP8, &fi), QS_OK);
     assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_SCALE_ROUNDING);
     assert_int_equal(qs_format_info_get(0, &fi), QS_ERR_INVALID_ARG);

@@ -21,7 +21,7 @@ import ctypes
 
 import numpy as np
 
-from . import _lib
+from . import _capi, _lib
 
 _c = ctypes
 
@@ -31,21 +31,8 @@ _MSE_TARGETS = ("int8", "int8_sym", "fp8_e4m3", "fp8_e5m2")
 _HIST_NO_WIDTH = -(2 ** 31)
 
 
-class _ObserverParams(ctypes.Structure):
-    """Mirror of qs_observer_params."""
-
-    _fields_ = [
-        ("method", _c.c_int32),
-        ("axis", _c.c_int32),
-        ("num_bins", _c.c_int32),
-        ("num_levels", _c.c_int32),
-        ("start_bin", _c.c_int32),
-        ("target", _c.c_int32),
-        ("averaging_constant", _c.c_float),
-        ("reserved0", _c.c_int32),
-        ("percentile", _c.c_double),
-        ("reserved", _c.c_int64 * 6),
-    ]
+# The mirror of qs_observer_params lives with the other struct mirrors (layout-checked at load).
+_ObserverParams = _capi.ObserverParams
 
 
 _declared = {}

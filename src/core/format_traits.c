@@ -154,7 +154,8 @@ static const struct qs_format_traits traits[] = {
     [QS_FORMAT_NVFP4] = {
         .name = "nvfp4", .bits = 4, .block_default = 16, .block_min = 16, .block_max = 16,
         .blocks = QS_BLOCKS_ROWS, .options = QS_OPT_BLOCK_SIZE | QS_OPT_SCALE,
-        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_NV, .elem_max = 6.0f,
+        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_NV, .flags = QS_TRAIT_GLOBAL_SCALE,
+        .elem_max = 6.0f,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 4)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_nvfp4, .quant_slot = QS_SLOT_nvfp4_quant,
         .dequant_slot = QS_SLOT_nvfp4_dequant,

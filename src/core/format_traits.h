@@ -55,6 +55,7 @@ enum qs_driver {
 
 /* qs_format_traits.flags */
 #define QS_TRAIT_ROWSTAT 1u /* INT8 driver: the scale plane stores the row absmax (LLM.int8 SCB) */
+#define QS_TRAIT_GLOBAL_SCALE 2u /* an f32 tensor scale in qs_qtensor.global_scale (NVFP4) */
 
 struct qs_format_traits {
     const char *name;

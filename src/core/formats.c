@@ -58,6 +58,7 @@ QS_API qs_status qs_format_info_get(int32_t format, qs_format_info *info)
     info->block_max = t->block_max;
     info->blocks = t->blocks;
     info->options = t->options;
+    info->global_scale = (t->flags & QS_TRAIT_GLOBAL_SCALE) != 0;
     return QS_OK;
 }
 

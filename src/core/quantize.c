@@ -174,7 +174,7 @@ static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
 {
     j->scales = q->scale;
     j->rounding = p->scale_rounding;
-    if (j->t->driver == QS_DRIVER_NV) {
+    if (j->t->flags & QS_TRAIT_GLOBAL_SCALE) {
         j->scale = p->scale > 0.0f
                        ? p->scale
                        : qs_ref_nvfp4_global_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n));
