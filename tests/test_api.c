@@ -179,28 +179,34 @@ static void test_quant_size(void **state)
 static void test_plane_info(void **state)
 {
     (void)state;
+#define INFO(elem, bits, ndim, s0, s1, values, bytes)                                              \
+    {QS_ELEM_##elem, bits, ndim, 0, {s0, s1}, values, bytes, {0}}
+    enum { T = QS_GRAN_TENSOR, R = QS_GRAN_ROW, G = QS_GRAN_GROUP };
+    enum { D = QS_PLANE_DATA, S = QS_PLANE_SCALE, Z = QS_PLANE_ZERO_POINT };
+    enum { N = QS_PLANE_NESTED_SCALE };
     static const struct {
         int32_t format, granularity, symmetric, double_quant, block, plane;
         qs_plane_info want;
     } cases[] = {
-        {QS_FORMAT_NF4, 0, 1, 0, 64, QS_PLANE_DATA, {QS_ELEM_U8, 4, 1, 0, {68, 1}, 135, 68, {0}}},
-        {QS_FORMAT_NF4, 0, 1, 0, 64, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 1, 0, {3, 1}, 3, 12, {0}}},
-        {QS_FORMAT_NF4, 0, 1, 0, 64, QS_PLANE_NESTED_SCALE, {QS_ELEM_NONE, 0, 0, 0, {0, 1}, 0, 0, {0}}},
-        {QS_FORMAT_FP4, 0, 1, 1, 64, QS_PLANE_SCALE, {QS_ELEM_U8, 8, 1, 0, {3, 1}, 3, 3, {0}}},
-        {QS_FORMAT_FP4, 0, 1, 1, 64, QS_PLANE_NESTED_SCALE, {QS_ELEM_F32, 32, 1, 0, {1, 1}, 1, 4, {0}}},
-        {QS_FORMAT_INT8, QS_GRAN_GROUP, 0, 0, 15, QS_PLANE_DATA, {QS_ELEM_I8, 8, 2, 0, {3, 45}, 135, 135, {0}}},
-        {QS_FORMAT_INT8, QS_GRAN_GROUP, 0, 0, 15, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 2, 0, {3, 3}, 9, 36, {0}}},
-        {QS_FORMAT_INT8, QS_GRAN_GROUP, 0, 0, 15, QS_PLANE_ZERO_POINT, {QS_ELEM_I8, 8, 2, 0, {3, 3}, 9, 9, {0}}},
-        {QS_FORMAT_INT8, QS_GRAN_ROW, 1, 0, 0, QS_PLANE_ZERO_POINT, {QS_ELEM_NONE, 0, 0, 0, {0, 1}, 0, 0, {0}}},
-        {QS_FORMAT_INT8, QS_GRAN_TENSOR, 0, 0, 0, QS_PLANE_ZERO_POINT, {QS_ELEM_I8, 8, 1, 0, {1, 1}, 1, 1, {0}}},
-        {QS_FORMAT_LLM_INT8, 1, 1, 0, 0, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 1, 0, {3, 1}, 3, 12, {0}}},
-        {QS_FORMAT_FP8_E5M2, 1, 1, 0, 0, QS_PLANE_DATA, {QS_ELEM_U8, 8, 2, 0, {3, 45}, 135, 135, {0}}},
-        {QS_FORMAT_FP8_E4M3, 1, 1, 0, 0, QS_PLANE_SCALE, {QS_ELEM_F32, 32, 1, 0, {1, 1}, 1, 4, {0}}},
-        {QS_FORMAT_MXFP4, 1, 1, 0, 32, QS_PLANE_DATA, {QS_ELEM_U8, 4, 2, 0, {3, 23}, 135, 69, {0}}},
-        {QS_FORMAT_MXFP4, 1, 1, 0, 32, QS_PLANE_SCALE, {QS_ELEM_U8, 8, 2, 0, {3, 2}, 6, 6, {0}}},
-        {QS_FORMAT_MXFP8, 1, 1, 0, 32, QS_PLANE_DATA, {QS_ELEM_U8, 8, 2, 0, {3, 45}, 135, 135, {0}}},
-        {QS_FORMAT_NVFP4, 1, 1, 0, 16, QS_PLANE_SCALE, {QS_ELEM_U8, 8, 2, 0, {3, 3}, 9, 9, {0}}},
+        {QS_FORMAT_NF4, R, 1, 0, 64, D, INFO(U8, 4, 1, 68, 1, 135, 68)},
+        {QS_FORMAT_NF4, R, 1, 0, 64, S, INFO(F32, 32, 1, 3, 1, 3, 12)},
+        {QS_FORMAT_NF4, R, 1, 0, 64, N, INFO(NONE, 0, 0, 0, 1, 0, 0)},
+        {QS_FORMAT_FP4, R, 1, 1, 64, S, INFO(U8, 8, 1, 3, 1, 3, 3)},
+        {QS_FORMAT_FP4, R, 1, 1, 64, N, INFO(F32, 32, 1, 1, 1, 1, 4)},
+        {QS_FORMAT_INT8, G, 0, 0, 15, D, INFO(I8, 8, 2, 3, 45, 135, 135)},
+        {QS_FORMAT_INT8, G, 0, 0, 15, S, INFO(F32, 32, 2, 3, 3, 9, 36)},
+        {QS_FORMAT_INT8, G, 0, 0, 15, Z, INFO(I8, 8, 2, 3, 3, 9, 9)},
+        {QS_FORMAT_INT8, R, 1, 0, 0, Z, INFO(NONE, 0, 0, 0, 1, 0, 0)},
+        {QS_FORMAT_INT8, T, 0, 0, 0, Z, INFO(I8, 8, 1, 1, 1, 1, 1)},
+        {QS_FORMAT_LLM_INT8, R, 1, 0, 0, S, INFO(F32, 32, 1, 3, 1, 3, 12)},
+        {QS_FORMAT_FP8_E5M2, R, 1, 0, 0, D, INFO(U8, 8, 2, 3, 45, 135, 135)},
+        {QS_FORMAT_FP8_E4M3, R, 1, 0, 0, S, INFO(F32, 32, 1, 1, 1, 1, 4)},
+        {QS_FORMAT_MXFP4, R, 1, 0, 32, D, INFO(U8, 4, 2, 3, 23, 135, 69)},
+        {QS_FORMAT_MXFP4, R, 1, 0, 32, S, INFO(U8, 8, 2, 3, 2, 6, 6)},
+        {QS_FORMAT_MXFP8, R, 1, 0, 32, D, INFO(U8, 8, 2, 3, 45, 135, 135)},
+        {QS_FORMAT_NVFP4, R, 1, 0, 16, S, INFO(U8, 8, 2, 3, 3, 9, 9)},
     };
+#undef INFO
     qs_ctx *ctx = t_ctx();
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -259,7 +265,8 @@ static void test_plane_info(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* qs_format_info_get agrees with the single-answer queries and states the options. */
+/* qs_format_info_get agrees with the single-answer queries and states the options; the struct
+ * layout queries report the compiled sizes and offsets. */
 static void test_format_info(void **state)
 {
     (void)state;
@@ -294,6 +301,23 @@ static void test_format_info(void **state)
     assert_int_equal(qs_format_info_get(0, &fi), QS_ERR_INVALID_ARG);
     assert_int_equal(qs_format_info_get(qs_format_count() + 1, &fi), QS_ERR_INVALID_ARG);
     assert_int_equal(qs_format_info_get(QS_FORMAT_NF4, NULL), QS_ERR_INVALID_ARG);
+
+    /* the layout queries bindings check their struct mirrors with */
+    assert_int_equal(qs_struct_size(QS_STRUCT_QUANT_PARAMS), sizeof(qs_quant_params));
+    assert_int_equal(qs_struct_size(QS_STRUCT_QTENSOR), sizeof(qs_qtensor));
+    assert_int_equal(qs_struct_size(QS_STRUCT_CTX_PARAMS), sizeof(qs_ctx_params));
+    assert_int_equal(qs_struct_size(QS_STRUCT_PLANE_INFO), sizeof(qs_plane_info));
+    assert_int_equal(qs_struct_size(QS_STRUCT_OBSERVER_PARAMS), sizeof(qs_observer_params));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QUANT_PARAMS, "scale"),
+                     offsetof(qs_quant_params, scale));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, "nested_offset"),
+                     offsetof(qs_qtensor, nested_offset));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_FORMAT_INFO, "options"),
+                     offsetof(qs_format_info, options));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, "no_such_field"), -1);
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, NULL), -1);
+    assert_int_equal(qs_struct_size(0), -1);
+    assert_int_equal(qs_struct_size(QS_STRUCT_OBSERVER_PARAMS + 1), -1);
 }
 
 /* ---- argument errors of qs_quantize / qs_dequantize ---------------------------------------- */

@@ -9,7 +9,8 @@
 
 /* ---- parameter validators: the fields each format reads ----------------------------------- */
 
-static qs_status check_bnb4(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p)
+static qs_status check_bnb4(qs_ctx *ctx, const struct qs_format_traits *t,
+                            const qs_quant_params *p)
 {
     /* bitsandbytes sizes are the powers of two 32...4096; other even sizes are an extension,
      * capped at 4096 so that one staging tile always holds whole blocks. */
@@ -22,7 +23,8 @@ static qs_status check_bnb4(qs_ctx *ctx, const struct qs_format_traits *t, const
     return QS_OK;
 }
 
-static qs_status check_int8(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p)
+static qs_status check_int8(qs_ctx *ctx, const struct qs_format_traits *t,
+                            const qs_quant_params *p)
 {
     if (p->granularity < QS_GRAN_TENSOR || p->granularity > QS_GRAN_GROUP)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown granularity %d", p->granularity);
@@ -35,7 +37,8 @@ static qs_status check_int8(qs_ctx *ctx, const struct qs_format_traits *t, const
 }
 
 /* LLM.int8 reads no field: it is always by row and symmetric. */
-static qs_status check_none(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p)
+static qs_status check_none(qs_ctx *ctx, const struct qs_format_traits *t,
+                            const qs_quant_params *p)
 {
     (void)ctx, (void)t, (void)p;
     return QS_OK;
@@ -50,7 +53,8 @@ static qs_status check_fixed_block(qs_ctx *ctx, const struct qs_format_traits *t
     return QS_OK;
 }
 
-static qs_status check_scale(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p)
+static qs_status check_scale(qs_ctx *ctx, const struct qs_format_traits *t,
+                             const qs_quant_params *p)
 {
     if (!(p->scale == 0.0f || (p->scale > 0.0f && isfinite(p->scale))))
         return qs_fail(ctx, QS_ERR_INVALID_ARG,
@@ -59,7 +63,8 @@ static qs_status check_scale(qs_ctx *ctx, const struct qs_format_traits *t, cons
     return QS_OK;
 }
 
-static qs_status check_mx(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p)
+static qs_status check_mx(qs_ctx *ctx, const struct qs_format_traits *t,
+                          const qs_quant_params *p)
 {
     qs_status st = check_fixed_block(ctx, t, p);
 
@@ -70,7 +75,8 @@ static qs_status check_mx(qs_ctx *ctx, const struct qs_format_traits *t, const q
     return QS_OK;
 }
 
-static qs_status check_nvfp4(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p)
+static qs_status check_nvfp4(qs_ctx *ctx, const struct qs_format_traits *t,
+                             const qs_quant_params *p)
 {
     qs_status st = check_scale(ctx, t, p);
 
@@ -129,13 +135,15 @@ static const struct qs_format_traits traits[] = {
         .name = "fp8_e4m3", .bits = 8, .blocks = QS_BLOCKS_NONE, .options = QS_OPT_SCALE,
         .units = QS_UNITS_TENSOR, .driver = QS_DRIVER_FP8, .elem_max = 448.0f,
         .plane = CODES_F32_SCALE(U8),
-        .check = check_scale, .quant_slot = QS_SLOT_e4m3_quant, .dequant_slot = QS_SLOT_e4m3_dequant,
+        .check = check_scale, .quant_slot = QS_SLOT_e4m3_quant,
+        .dequant_slot = QS_SLOT_e4m3_dequant,
     },
     [QS_FORMAT_FP8_E5M2] = {
         .name = "fp8_e5m2", .bits = 8, .blocks = QS_BLOCKS_NONE, .options = QS_OPT_SCALE,
         .units = QS_UNITS_TENSOR, .driver = QS_DRIVER_FP8, .elem_max = 57344.0f,
         .plane = CODES_F32_SCALE(U8),
-        .check = check_scale, .quant_slot = QS_SLOT_e5m2_quant, .dequant_slot = QS_SLOT_e5m2_dequant,
+        .check = check_scale, .quant_slot = QS_SLOT_e5m2_quant,
+        .dequant_slot = QS_SLOT_e5m2_dequant,
     },
     [QS_FORMAT_MXFP4] = {
         .name = "mxfp4", .bits = 4, .block_default = 32, .block_min = 32, .block_max = 32,

@@ -129,7 +129,8 @@ static struct qs_plane_rule plane_rule(const struct qs_format_traits *t, const q
 
     for (int i = 0; i < 2; i++) {
         struct qs_plane_rule r = t->plane[plane][i];
-        int holds = r.when == QS_WHEN_ALWAYS || (r.when == QS_WHEN_SINGLE_QUANT && !p->double_quant) ||
+        int holds = r.when == QS_WHEN_ALWAYS ||
+                    (r.when == QS_WHEN_SINGLE_QUANT && !p->double_quant) ||
                     (r.when == QS_WHEN_DOUBLE_QUANT && p->double_quant) ||
                     (r.when == QS_WHEN_ASYMMETRIC && !p->symmetric);
         if (r.count != QS_COUNT_NONE && holds)

@@ -380,7 +380,8 @@ def test_value_errors_before_the_c_call():
     with pytest.raises(ValueError, match="group_size"):
         qs.quantize(x, "int8", group_size=0)
     # the shape rule is the library's (qs_quant_plane_info), its message with the array's shape
-    with pytest.raises(ValueError, match=r"group size 4 does not divide cols 10 \(shape \(2, 10\)\)"):
+    with pytest.raises(ValueError,
+                       match=r"group size 4 does not divide cols 10 \(shape \(2, 10\)\)"):
         qs.quantize(rand((2, 10)), "int8", group_size=4)
     with pytest.raises(ValueError, match="scale must be"):
         qs.quantize(x, "fp8_e4m3", scale=0.0)
@@ -448,7 +449,8 @@ def test_plane_shapes_and_dtypes_come_from_the_library():
         sc = q.absmax if fmt == "nf4" else q.scale
         assert (q.data.shape, q.data.dtype, sc.shape, sc.dtype) == (dshape, ddt, sshape, sdt), fmt
     g = qs.quantize(x, "int8", group_size=15, symmetric=False)
-    assert g.scale.shape == (6, 3) and g.zero_point.shape == (6, 3) and g.zero_point.dtype == np.int8
+    assert g.scale.shape == (6, 3) and g.zero_point.shape == (6, 3)
+    assert g.zero_point.dtype == np.int8
     d = qs.quantize(x, "fp4", double_quant=True)
     assert d.absmax.dtype == np.uint8 and d.nested_absmax.shape == (1,)
     info = _capi.PlaneInfo()
