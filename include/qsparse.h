@@ -44,10 +44,11 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define QS_VERSION_MAJOR 0
-#define QS_VERSION_MINOR 1
+#define QS_VERSION_MINOR 2
 #define QS_VERSION_PATCH 0
-/* The ABI generation: the shared library's soname is libqsparse.so.QS_API_VERSION. */
-#define QS_API_VERSION 0
+/* The ABI generation: the shared library's soname is libqsparse.so.QS_API_VERSION. 1: the backend
+ * seam (qs_ctx_backend_name became qs_ctx_isa_name; QS_BACKEND_CUDA, plane and format queries). */
+#define QS_API_VERSION 1
 
 /** The library version as "MAJOR.MINOR.PATCH" (a static string). */
 QS_API const char *qs_version_string(void);

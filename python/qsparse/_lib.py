@@ -110,7 +110,7 @@ def lib():
                 return _lib
             except OSError as e:
                 tried.append(f"{path}: {e}")
-        for name in (ctypes.util.find_library("qsparse"), "libqsparse.so.0", "libqsparse.so",
+        for name in (ctypes.util.find_library("qsparse"), "libqsparse.so.1", "libqsparse.so",
                      "libqsparse.dylib", "qsparse.dll"):
             if not name:
                 continue
