@@ -166,7 +166,7 @@ class ObserverParams(c.Structure):
 
 STRUCTS = (Allocator, CtxParams, QuantParams, QTensorC, PlaneInfo, FormatInfo, ObserverParams)
 
-# ---- function signatures of the core API: name -> (restype, argtypes) ----------------------------
+# ---- function signatures of the whole API: name -> (restype, argtypes) ---------------------------
 
 P = c.c_void_p
 Signature = Tuple[Optional[type], List[type]]
@@ -217,6 +217,50 @@ SIGNATURES: Dict[str, Signature] = {
     "qs_codebook": (c.c_int32, [c.c_int32, c.POINTER(c.c_float), c.c_int64]),
     "qs_codebook_size": (c.c_int64, [c.c_int32]),
 }
+
+# include/qsparse/calib.h: observers and the Wanda statistics.
+I32, I64, F32P, U64P = c.c_int32, c.c_int64, c.POINTER(c.c_float), c.POINTER(c.c_uint64)
+OP = c.POINTER(ObserverParams)
+SIGNATURES.update({
+    "qs_observer_params_init": (None, [OP, I32]),
+    "qs_observer_create": (I32, [P, OP, c.POINTER(P)]),
+    "qs_observer_destroy": (None, [P]),
+    "qs_observer_get_params": (I32, [P, OP]),
+    "qs_observer_update": (I32, [P, P, P, I32, I64, I64]),
+    "qs_observer_merge": (I32, [P, P, P]),
+    "qs_observer_channels": (I32, [P, c.POINTER(I64)]),
+    "qs_observer_amax": (I32, [P, P, F32P, I64]),
+    "qs_observer_range": (I32, [P, P, F32P, F32P, I64]),
+    "qs_observer_counts": (I32, [P, I64, U64P, U64P, U64P]),
+    "qs_observer_histogram": (I32, [P, I64, U64P, I64, c.POINTER(I32)]),
+    "qs_observer_serialized_size": (I32, [P, c.POINTER(I64)]),
+    "qs_observer_serialize": (I32, [P, P, P, I64, c.POINTER(I64)]),
+    "qs_observer_deserialize": (I32, [P, P, I64, c.POINTER(P)]),
+    "qs_observer_qparams": (I32, [P, P, I32, F32P, c.POINTER(I32), I64]),
+    "qs_observer_quantize": (I32, [P, P, I32, P, I32, I64, I64, c.POINTER(QTensorC)]),
+    "qs_act_sumsq_update": (I32, [P, P, I32, I64, I64, P, I64]),
+    "qs_act_norms": (I32, [P, P, I64, P]),
+})
+
+# include/qsparse/sparse.h: N:M masks, 2:4 compression and metadata converters.
+SIGNATURES.update({
+    "qs_nm_mask": (I32, [P, P, I32, I64, I64, I32, I32, I32, P, P, I64]),
+    "qs_sp24_tile_mask": (I32, [P, P, I32, I64, I64, P, I32, P, I64]),
+    "qs_nm_check": (I32, [P, P, I32, I64, I64, I32, I32, I32, c.POINTER(I64)]),
+    "qs_sp24_size": (I32, [I32, I64, I64, c.POINTER(I64), c.POINTER(I64)]),
+    "qs_sp24_compress": (I32, [P, P, I32, I64, I64, P, P, I64, P, I64]),
+    "qs_sp24_prune_compress": (I32, [P, P, I32, I64, I64, P, P, I64, P, I64, P, I64]),
+    "qs_sp24_decompress": (I32, [P, P, I32, P, I64, I64, I64, P, I64]),
+    "qs_sp24_meta_to_cutlass": (I32, [P, P, I64, I64, I32, P, I64]),
+    "qs_sp24_meta_from_cutlass": (I32, [P, P, I64, I64, I32, P, I64]),
+    "qs_nm_srste": (I32, [P, P, P, I64, I64, I32, I32, c.c_float, P, P, P, I64]),
+    "qs_nm_apply_mask": (I32, [P, P, I32, P, I64, P, I64]),
+    "qs_nm_mask_flips": (I32, [P, P, P, I64, c.POINTER(I64)]),
+    "qs_sp24_permute_search": (I32, [P, P, I64, I64, P, I32, I32, c.c_uint64, P, I64,
+                                     c.POINTER(c.c_double), c.POINTER(c.c_double)]),
+    "qs_sp24_meta_to_bitmask": (I32, [P, P, I64, I64, I64, P, I64]),
+    "qs_sp24_meta_from_bitmask": (I32, [P, P, I64, I64, I64, P, I64]),
+})
 
 
 def declare_all(cdll: ctypes.CDLL) -> None:

@@ -35,37 +35,9 @@ _HIST_NO_WIDTH = -(2 ** 31)
 _ObserverParams = _capi.ObserverParams
 
 
-_declared = {}
-
-
 def _fn(name):
-    """The C function `name` with its argument and return types (declared once)."""
-    if name in _declared:
-        return _declared[name]
-    P, V, I32, I64 = _c.POINTER, _c.c_void_p, _c.c_int32, _c.c_int64
-    sigs = {
-        "qs_observer_params_init": (None, [P(_ObserverParams), I32]),
-        "qs_observer_create": (I32, [V, P(_ObserverParams), P(V)]),
-        "qs_observer_destroy": (None, [V]),
-        "qs_observer_get_params": (I32, [V, P(_ObserverParams)]),
-        "qs_observer_update": (I32, [V, V, V, I32, I64, I64]),
-        "qs_observer_merge": (I32, [V, V, V]),
-        "qs_observer_channels": (I32, [V, P(I64)]),
-        "qs_observer_amax": (I32, [V, V, P(_c.c_float), I64]),
-        "qs_observer_range": (I32, [V, V, P(_c.c_float), P(_c.c_float), I64]),
-        "qs_observer_counts": (I32, [V, I64, P(_c.c_uint64), P(_c.c_uint64),
-                                     P(_c.c_uint64)]),
-        "qs_observer_histogram": (I32, [V, I64, P(_c.c_uint64), I64, P(I32)]),
-        "qs_observer_serialized_size": (I32, [V, P(I64)]),
-        "qs_observer_serialize": (I32, [V, V, V, I64, P(I64)]),
-        "qs_observer_deserialize": (I32, [V, V, I64, P(V)]),
-        "qs_observer_qparams": (I32, [V, V, I32, P(_c.c_float), P(I32), I64]),
-        "qs_observer_quantize": (I32, [V, V, I32, V, I32, I64, I64, P(_lib.QTensorC)]),
-    }
-    restype, argtypes = sigs[name]
-    fn = _lib.declare(name, restype, argtypes)
-    _declared[name] = fn
-    return fn
+    """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
+    return getattr(_lib.lib(), name)
 
 
 def _check_call(status):
