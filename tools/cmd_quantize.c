@@ -545,6 +545,7 @@ int qs_cmd_quantize(int argc, char **argv)
     struct layer_stat *stats = NULL;
     regex_t inc, exc;
     qs_ctx_params cp;
+    qs_format_info fi;
     char err[ERRLEN];
     size_t nsel = 0, ncopy = 0, nstat = 0;
     int rc = 1, tty = isatty(2), have_re = 0;
@@ -554,21 +555,21 @@ int qs_cmd_quantize(int argc, char **argv)
         return 2;
     memset(&c, 0, sizeof c);
     c.format = cli_format(o.format);
-    if (c.format <= 0 || c.format == QS_FORMAT_INT8) {
+    /* the formats the tool writes are those with a checkpoint-key scheme */
+    if (!qs_ckpt_keys(c.format) || qs_format_info_get(c.format, &fi) != QS_OK) {
         fprintf(stderr,
                 "qsparse quantize: unknown format '%s' (nf4, fp4, int8, fp8_e4m3, "
                 "fp8_e5m2, mxfp4, mxfp8, nvfp4)\n",
                 o.format);
         return 2;
     }
-    if (o.double_quant && c.format != QS_FORMAT_NF4 && c.format != QS_FORMAT_FP4) {
+    if (o.double_quant && !(fi.options & QS_OPT_DOUBLE_QUANT)) {
         fprintf(stderr, "qsparse quantize: --double-quant applies to nf4 and fp4 only\n");
         return 2;
     }
-    if (o.blocksize && c.format != QS_FORMAT_NF4 && c.format != QS_FORMAT_FP4 &&
-        o.blocksize != qs_format_block_size(c.format)) {
+    if (o.blocksize && fi.block_min == fi.block_max && o.blocksize != fi.block_size) {
         fprintf(stderr, "qsparse quantize: %s has a fixed block size of %d\n", o.format,
-                qs_format_block_size(c.format));
+                fi.block_size);
         return 2;
     }
     if (regcomp(&inc, o.include ? o.include : DEFAULT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0) {
