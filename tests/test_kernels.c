@@ -615,7 +615,7 @@ static void test_tier_table(void **state)
         assert_int_equal(qs_ctx_create(NULL, &ctx), QS_OK);
         assert_int_equal(qs_ctx_isa(ctx), cpu & t.allowed);
         if (t.available)
-            assert_string_equal(qs_ctx_backend_name(ctx), t.name);
+            assert_string_equal(qs_ctx_isa_name(ctx), t.name);
         qs_ctx_destroy(ctx);
     }
     if (saved)
@@ -876,7 +876,7 @@ static void test_dispatch_and_clamping(void **state)
     p.isa_mask = 0;
     assert_int_equal(qs_ctx_create(&p, &ctx), QS_OK);
     assert_int_equal(qs_ctx_isa(ctx), 0);
-    assert_string_equal(qs_ctx_backend_name(ctx), "scalar");
+    assert_string_equal(qs_ctx_isa_name(ctx), "scalar");
     for (int32_t i = 0; i < qs_ctx_kernel_count(ctx); i++) {
         assert_int_equal(qs_ctx_kernel_info(ctx, i, &slot, &impl), QS_OK);
         assert_non_null(strstr(impl, "__ref"));

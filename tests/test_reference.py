@@ -93,12 +93,12 @@ def load():
     lib.qs_ctx_destroy.restype = None
     lib.qs_ctx_last_error.argtypes = [P]
     lib.qs_ctx_last_error.restype = ctypes.c_char_p
-    lib.qs_ctx_backend_name.argtypes = [P]
-    lib.qs_ctx_backend_name.restype = ctypes.c_char_p
     lib.qs_isa_tier_count.argtypes = []
     lib.qs_isa_tier_count.restype = i32
     lib.qs_isa_tier_info.argtypes = [i32, ctypes.POINTER(IsaTier)]
     lib.qs_isa_tier_info.restype = i32
+    lib.qs_ctx_isa_name.argtypes = [P]
+    lib.qs_ctx_isa_name.restype = ctypes.c_char_p
     lib.qs_quant_params_init.argtypes = [ctypes.POINTER(QuantParams), i32]
     lib.qs_quant_params_init.restype = None
     lib.qs_quant_size.argtypes = [ctypes.POINTER(QuantParams), i64, i64, i32,

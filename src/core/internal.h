@@ -18,11 +18,14 @@
  * for NF4/FP4, the largest multiple of the block that fits) and of 32 and 16 for MX/NVFP4. */
 #define QS_TILE 4096
 
+struct qs_backend_ops;
+
 struct qs_ctx {
     int32_t num_threads;
     int32_t nonfinite;
     uint32_t isa;
-    int32_t backend;
+    int32_t backend;                  /* QS_BACKEND_CPU or a plugin's; never AUTO */
+    const struct qs_backend_ops *ops; /* the backend's operations (backend.h) */
     qs_allocator allocator;
     struct qs_kernels k;
     const char *kernel_names[QS_SLOT_COUNT];
@@ -96,13 +99,25 @@ QS_INTERNAL void qs_unstage_f32(const qs_ctx *ctx, const float *tile, void *dst,
 /* The f32 pointer a kernel may write directly for dst[offset ...] when dtype is f32, else tile. */
 QS_INTERNAL float *qs_stage_out(void *dst, int32_t dtype, int64_t offset, float *tile);
 
+/* One plane of a layout (qs_plane_info without the reserved fields). */
+struct qs_plane_layout {
+    int32_t elem, bits, ndim;
+    int64_t shape[2], values, bytes;
+};
+
+struct qs_format_traits;
+
 /* Validated layout of a quantized tensor (formats.c). */
 struct qs_layout {
     int32_t format;
-    int32_t block;          /* NF4/FP4 block, INT8 unit length, 32/16 for MX/NVFP4 */
+    const struct qs_format_traits *traits;
+    int32_t block;          /* block or INT8 group length; 0 without blocks */
+    int64_t rows, cols;
     int64_t n;              /* rows * cols */
-    int64_t units;          /* NF4/FP4 blocks; INT8 scale count */
+    int32_t unit_rule;      /* enum qs_unit_rule (format_traits.h), INT8 granularity resolved */
+    int64_t units;          /* scale units: blocks, rows, groups or 1 */
     int64_t bytes[QS_PLANE_COUNT];
+    struct qs_plane_layout plane[QS_PLANE_COUNT];
 };
 
 QS_INTERNAL qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows,

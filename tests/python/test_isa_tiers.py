@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The ISA tier table as the binding sees it: names and masks come from the C library
-(qs_isa_tier_info), backends() and set_backend() accept exactly those names, and a forced tier
+(qs_isa_tier_info), isas() and set_isa() accept exactly those names, and a forced tier
 gives a context named after it with the tier's mask clamped to the CPU."""
 
 import ctypes
@@ -29,9 +29,9 @@ def test_table_comes_from_c():
     assert cdll.qs_isa_tier_info(-1, ctypes.byref(info)) == _lib.QS_ERR_INVALID_ARG
 
 
-def test_backends_are_available_tiers():
+def test_isas_are_available_tiers():
     tiers = {t["name"]: t for t in _lib.isa_tiers()}
-    got = qs.backends()
+    got = qs.isas()
     assert got[0] == "scalar"
     for name in got:
         assert tiers[name]["available"]
@@ -40,16 +40,16 @@ def test_backends_are_available_tiers():
     assert [order.index(n) for n in got] == sorted(order.index(n) for n in got)
 
 
-def test_set_backend_uses_tier_masks():
+def test_set_isa_uses_tier_masks():
     cdll = _lib.lib()
     cpu = cdll.qs_cpu_isa()
     try:
-        for name in qs.backends():
-            qs.set_backend(name)
-            assert qs.backend() == name
+        for name in qs.isas():
+            qs.set_isa(name)
+            assert qs.isa() == name
             allows = next(t["allowed"] for t in _lib.isa_tiers() if t["name"] == name)
             assert cdll.qs_ctx_isa(_lib.ctx()) & ~(cpu & allows) == 0
-        with pytest.raises(ValueError, match="unknown backend"):
-            qs.set_backend("avx512-but-not-a-tier")
+        with pytest.raises(ValueError, match="unknown ISA"):
+            qs.set_isa("avx512-but-not-a-tier")
     finally:
-        qs.set_backend("auto")
+        qs.set_isa("auto")
