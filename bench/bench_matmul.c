@@ -144,7 +144,7 @@ int main(int argc, char **argv)
         return 1;
     printf("bench_matmul: N = K = %lld, %d quantized copies, %d f32 copies, 1 thread\n",
            (long long)N, copies, fcopies);
-    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model, qs_ctx_backend_name(ctx),
+    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model, qs_ctx_isa_name(ctx),
            core ? core : "(unset)", OPENBLAS_VERSION);
 
     x = xmalloc((size_t)(Mg * K) * 4);

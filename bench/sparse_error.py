@@ -60,7 +60,7 @@ def main():
     w, x_cal, x_eval = layer(rng, a.out, a.d_in, a.tokens)
     norms = sp.activation_norms(x_cal)
     print(f"layer {a.out} x {a.d_in}, {a.tokens} calibration + {a.tokens} eval tokens, "
-          f"backend {qs.backend()}")
+          f"isa {qs.isa()}")
 
     results = []
     m_mag = qs.prune(w, "2:4", method="magnitude")

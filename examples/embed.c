@@ -22,7 +22,7 @@ int main(void)
         fprintf(stderr, "error: %s\n", qs_ctx_last_error(ctx));
     else
         printf("%s on %s: w[4] = %g -> code %x -> %g\n", qs_version_string(),
-               qs_ctx_backend_name(ctx), w[4], codes[2] >> 4, back[4]);
+               qs_ctx_isa_name(ctx), w[4], codes[2] >> 4, back[4]);
     qs_ctx_destroy(ctx);
     return st == QS_OK ? 0 : 1;
 }

@@ -44,10 +44,11 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define QS_VERSION_MAJOR 0
-#define QS_VERSION_MINOR 1
+#define QS_VERSION_MINOR 2
 #define QS_VERSION_PATCH 0
-/* The ABI generation: the shared library's soname is libqsparse.so.QS_API_VERSION. */
-#define QS_API_VERSION 0
+/* The ABI generation: the shared library's soname is libqsparse.so.QS_API_VERSION. 1: the backend
+ * seam (qs_ctx_backend_name became qs_ctx_isa_name; QS_BACKEND_CUDA, plane and format queries). */
+#define QS_API_VERSION 1
 
 /** The library version as "MAJOR.MINOR.PATCH" (a static string). */
 QS_API const char *qs_version_string(void);
@@ -95,22 +96,51 @@ QS_API int32_t qs_dtype_from_name(const char *name);
  * Instruction sets and the context
  * ------------------------------------------------------------------------------------------- */
 
-/* ISA bits. A mask of 0 means the scalar reference only. */
+/* ISA bits: one per CPU feature a kernel may need (x86 in bits 0-7 and 16-23, Arm in 8-15).
+ * A mask of 0 means the scalar reference only. Tiers (below) are named sets of these bits. */
 #define QS_ISA_AVX2          (1u << 0)  /* x86-64 AVX2 + FMA + F16C, OS saves YMM state */
 #define QS_ISA_AVX512        (1u << 1)  /* AVX-512 F/BW/DQ/VL, OS saves ZMM and opmask state */
-#define QS_ISA_AVX512_VNNI   (1u << 2)
-#define QS_ISA_AVX512_BF16   (1u << 3)
+#define QS_ISA_AVX512_VNNI   (1u << 2)  /* AVX512_VNNI (with AVX-512) */
+#define QS_ISA_AVX512_BF16   (1u << 3)  /* AVX512_BF16 (with AVX-512) */
+#define QS_ISA_AVX_VNNI      (1u << 4)  /* AVX-VNNI: the VEX encoding, no AVX-512 needed */
+#define QS_ISA_AVX512_FP16   (1u << 5)  /* AVX512_FP16 (with AVX-512) */
+#define QS_ISA_AMX_TILE      (1u << 6)  /* AMX-TILE, OS saves XTILECFG and XTILEDATA state */
+#define QS_ISA_AMX_INT8      (1u << 7)  /* AMX-INT8 (with AMX-TILE) */
+#define QS_ISA_AMX_BF16      (1u << 16) /* AMX-BF16 (with AMX-TILE) */
 #define QS_ISA_NEON          (1u << 8)  /* AArch64 Advanced SIMD */
-#define QS_ISA_NEON_DOTPROD  (1u << 9)
-#define QS_ISA_NEON_FP16     (1u << 10)
-#define QS_ISA_NEON_BF16     (1u << 11)
+#define QS_ISA_NEON_DOTPROD  (1u << 9)  /* SDOT/UDOT */
+#define QS_ISA_NEON_FP16     (1u << 10) /* FP16 arithmetic */
+#define QS_ISA_NEON_BF16     (1u << 11) /* BF16 instructions */
 #define QS_ISA_SVE           (1u << 12) /* detected and reported; no SVE kernels yet */
+#define QS_ISA_NEON_I8MM     (1u << 13) /* Int8 matrix multiply (SMMLA/UMMLA/USDOT) */
 #define QS_ISA_ALL           0xFFFFFFFFu
 
 /** The ISA bits this CPU and OS support (detected on each call; cheap). */
 QS_API uint32_t qs_cpu_isa(void);
 /** Name of a single ISA bit ("avx2", "neon-dotprod", ...), "scalar" for 0, NULL otherwise. */
 QS_API const char *qs_isa_name(uint32_t isa_bit);
+
+/**
+ * An ISA tier: a named set of ISA bits, what QS_FORCE_ISA, the test suite, the benchmarks and
+ * the Python binding call a level. Tiers need not nest (AVX-VNNI without AVX-512, dot product
+ * vs I8MM vs SVE). One table in the library lists them, in order from the reference up.
+ */
+typedef struct qs_isa_tier {
+    const char *name;  /* "scalar", "avx2", "avx-vnni", "avx512", "neon-i8mm", ... */
+    const char *arch;  /* "any", "x86_64" or "aarch64": where its bits can exist */
+    uint32_t required; /* the tier is available when the CPU has all of these bits */
+    uint32_t allowed;  /* the ISA mask that QS_FORCE_ISA=<name> applies (required included) */
+    int32_t available; /* 1 if this CPU and OS have every bit of `required`, else 0 */
+    int32_t reserved;  /* 0 */
+} qs_isa_tier;
+
+/** Number of ISA tiers in the table (all architectures). */
+QS_API int32_t qs_isa_tier_count(void);
+/**
+ * Fill *info with tier `index` (0 <= index < qs_isa_tier_count(); index 0 is "scalar"). The
+ * strings are static. QS_ERR_INVALID_ARG for a null `info` or an index out of range.
+ */
+QS_API qs_status qs_isa_tier_info(int32_t index, qs_isa_tier *info);
 
 /** Allocator hooks. alloc returns memory aligned to `align` (a power of two) or NULL. */
 typedef struct qs_allocator {
@@ -123,13 +153,46 @@ typedef struct qs_allocator {
 #define QS_NONFINITE_ENCODE 0 /* default: the defined bits of spec/formats.md */
 #define QS_NONFINITE_REJECT 1 /* return QS_ERR_NONFINITE before writing anything */
 
-/* Backends. */
-#define QS_BACKEND_AUTO 0 /* best available: CPU SIMD (CUDA when its plugin lands) */
+/*
+ * Backends: where a context's heavy calls (qs_quantize, qs_dequantize) run. The CPU backend is
+ * always there. Other backends are plugins: shared modules loaded with dlopen the first time a
+ * context asks for AUTO or CUDA (or by qs_backend_load), from the file named by the QS_PLUGIN_PATH
+ * environment variable, else libqsparse-cuda.so in the directory of the loaded libqsparse. A
+ * plugin is accepted only if it exports its init symbol and was built for this library's backend
+ * ABI version; every failure leaves the CPU backend working and a message naming the cause and
+ * the file (qs_backend_message). Arguments are validated in the core before any backend runs.
+ */
+#define QS_BACKEND_AUTO 0 /* a plugin backend that can run here (CUDA), else the CPU */
 #define QS_BACKEND_CPU  1 /* CPU, best ISA allowed by isa_mask */
+#define QS_BACKEND_CUDA 2 /* the CUDA plugin; qs_ctx_create gives QS_ERR_BACKEND without it */
+
+/** "auto", "cpu", "cuda", or NULL for an unknown backend. */
+QS_API const char *qs_backend_name(int32_t backend);
+/** The backend code for a name above, or -1. */
+QS_API int32_t qs_backend_from_name(const char *name);
+/**
+ * Whether a context created for `backend` would run (1) or get QS_ERR_BACKEND (0). For a plugin
+ * backend this loads the plugin if no load was tried yet. AUTO and CPU are always 1.
+ */
+QS_API int32_t qs_backend_available(int32_t backend);
+/**
+ * Why a plugin backend is not available: "backend plugin PATH: no such file", "... cannot be
+ * loaded: ...", "... does not export qs_backend_plugin_init", "... built for backend ABI version
+ * N, this library has M", or the plugin's own reason (e.g. no device). "" when it is available,
+ * was not tried yet, and for AUTO / CPU. The string stays valid until the next load. Thread-safe.
+ */
+QS_API const char *qs_backend_message(int32_t backend);
+/**
+ * Load a backend plugin from `path` and register it for the backend it implements, replacing
+ * the default search (a later plugin for the same backend replaces an earlier one for contexts
+ * created afterwards). path NULL repeats the default search. Returns QS_OK or QS_ERR_BACKEND
+ * (the reason in qs_backend_message(QS_BACKEND_CUDA)). Thread-safe.
+ */
+QS_API qs_status qs_backend_load(const char *path);
 
 typedef struct qs_ctx_params {
     int32_t num_threads;  /* 0: OpenMP's default; 1: single-threaded */
-    int32_t backend;      /* QS_BACKEND_* */
+    int32_t backend;      /* QS_BACKEND_*: AUTO (default), CPU or CUDA */
     uint32_t isa_mask;    /* intersected with qs_cpu_isa() and QS_FORCE_ISA; default QS_ISA_ALL */
     int32_t nonfinite;    /* QS_NONFINITE_* */
     qs_allocator allocator; /* alloc == NULL: the C library's aligned allocation */
@@ -143,10 +206,13 @@ QS_API void qs_ctx_params_init(qs_ctx_params *params);
 
 /**
  * Create a context: detects the CPU once, intersects the result with params->isa_mask and the
- * QS_FORCE_ISA environment variable ("scalar", "avx2", "avx512", "neon", "neon-dotprod"; a level
- * above what the machine has is clamped, never honoured) and fills the context's kernel table.
+ * QS_FORCE_ISA environment variable (a tier name of qs_isa_tier_info: "scalar", "avx2",
+ * "avx512", "neon", ...; it applies that tier's `allowed` mask, so a level above what the machine
+ * has is clamped, never honoured; an unknown name forces nothing) and fills the context's kernel
+ * table: per slot, the highest-ranked kernel whose ISA bits the result contains.
  * params may be NULL for the defaults. Returns QS_ERR_INVALID_ARG for a null `out` or bad params,
- * QS_ERR_OUT_OF_MEMORY if the allocator fails. Thread-safe.
+ * QS_ERR_BACKEND when params->backend names a backend that cannot run here (the reason is in
+ * qs_backend_message), QS_ERR_OUT_OF_MEMORY if the allocator fails. Thread-safe.
  */
 QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out);
 /** Destroy a context (NULL is accepted). */
@@ -155,8 +221,11 @@ QS_API void qs_ctx_destroy(qs_ctx *ctx);
 QS_API const char *qs_ctx_last_error(const qs_ctx *ctx);
 /** The ISA bits the context's kernel table was built for. */
 QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx);
-/** Name of the best ISA tier in use: "scalar", "avx2", "avx512", "neon", "neon-dotprod". */
-QS_API const char *qs_ctx_backend_name(const qs_ctx *ctx);
+/** Name of the last tier of the tier table (qs_isa_tier_info) whose `required` bits the
+ * context's ISA contains: "scalar", "avx2", "avx512", "avx512-vnni", "neon", ... */
+QS_API const char *qs_ctx_isa_name(const qs_ctx *ctx);
+/** The backend the context runs on: QS_BACKEND_CPU or QS_BACKEND_CUDA (never AUTO); -1 for NULL. */
+QS_API int32_t qs_ctx_backend(const qs_ctx *ctx);
 
 /* Keys for qs_ctx_set / qs_ctx_get. */
 #define QS_PARAM_NUM_THREADS 1 /* >= 0; 0 = OpenMP default */
@@ -201,6 +270,37 @@ QS_API int32_t qs_format_from_name(const char *name);
 QS_API int32_t qs_format_block_size(int32_t format);
 /** Bits of one stored element code (4 or 8), or 0 for an unknown format. */
 QS_API int32_t qs_format_bits(int32_t format);
+
+/* Where a format's blocks run (qs_format_info.blocks). */
+#define QS_BLOCKS_NONE 0 /* no blocks: one scale per tensor or per row */
+#define QS_BLOCKS_FLAT 1 /* over the flattened tensor, a block may span rows (NF4, FP4) */
+#define QS_BLOCKS_ROWS 2 /* along each row, never spanning two (INT8 groups, MX, NVFP4) */
+
+/* Fields of qs_quant_params a format reads (qs_format_info.options); the others must keep the
+ * values of qs_quant_params_init. */
+#define QS_OPT_BLOCK_SIZE     (1u << 0) /* block_size (fixed where block_min == block_max) */
+#define QS_OPT_DOUBLE_QUANT   (1u << 1)
+#define QS_OPT_GRANULARITY    (1u << 2)
+#define QS_OPT_SYMMETRIC      (1u << 3) /* symmetric = 0 adds the zero-point plane */
+#define QS_OPT_SCALE          (1u << 4)
+#define QS_OPT_SCALE_ROUNDING (1u << 5)
+
+/** What a format is: the answers of the queries above in one struct. */
+typedef struct qs_format_info {
+    const char *name;      /* as qs_format_name */
+    int32_t bits;          /* bits of one element code */
+    int32_t block_size;    /* the default block size; 0 for formats without blocks */
+    int32_t block_min;     /* block sizes accepted (INT8: the group size); equal when fixed */
+    int32_t block_max;
+    int32_t blocks;        /* QS_BLOCKS_* */
+    uint32_t options;      /* QS_OPT_* */
+    int32_t global_scale;  /* 1: qs_qtensor.global_scale holds an f32 per-tensor scale (NVFP4) */
+    int32_t reserved0;
+    int64_t reserved[4];   /* zero */
+} qs_format_info;
+
+/** Fill *info for `format`. QS_ERR_INVALID_ARG for an unknown format or a NULL info. */
+QS_API qs_status qs_format_info_get(int32_t format, qs_format_info *info);
 
 /* INT8 granularity. */
 #define QS_GRAN_TENSOR 0 /* one scale for the whole tensor */
@@ -271,9 +371,39 @@ typedef struct qs_qtensor {
  * Exact size in bytes of one plane (QS_PLANE_*) for a rows x cols tensor; 0 for a plane the
  * format does not use. Returns QS_ERR_INVALID_ARG for bad params or negative sizes, QS_ERR_SHAPE
  * for a group size that does not divide cols, QS_ERR_OVERFLOW when the size exceeds int64_t.
+ * It has no context for a message: qs_quant_plane_info answers the same with one.
  */
 QS_API qs_status qs_quant_size(const qs_quant_params *params, int64_t rows, int64_t cols,
                                int32_t plane, int64_t *bytes);
+
+/* Element types of the planes (qs_plane_info.elem). */
+#define QS_ELEM_NONE 0 /* the format does not use the plane */
+#define QS_ELEM_U8   1 /* bytes: codes (two 4-bit codes per byte when bits == 4) or byte scales */
+#define QS_ELEM_I8   2 /* int8 codes or zero points */
+#define QS_ELEM_F32  3 /* f32 scales */
+
+/** One plane of a quantized tensor, as qs_quant_plane_info describes it. */
+typedef struct qs_plane_info {
+    int32_t elem;       /* QS_ELEM_* */
+    int32_t bits;       /* bits of one stored value: 4 (two per byte), 8 or 32; 0 if unused */
+    int32_t ndim;       /* 0 unused; 1: shape[0] values over the flattened tensor;
+                           2: shape[0] = rows lines of shape[1] (one line per tensor row) */
+    int32_t reserved0;
+    int64_t shape[2];   /* in elements of `elem` (bytes for QS_ELEM_U8); shape[1] is 1 when
+                           ndim == 1; {0, 1} for an unused plane */
+    int64_t values;     /* stored values: codes, scales or zero points */
+    int64_t bytes;      /* = qs_quant_size(); shape[0] * shape[1] * sizeof(elem) */
+    int64_t reserved[4];
+} qs_plane_info;
+
+/**
+ * Describe plane `plane` (QS_PLANE_*) of a rows x cols tensor quantized with *params: its
+ * element type, shape and exact byte size, so that bindings and tools allocate and name planes
+ * by asking the library. ctx may be NULL; when given, a failure leaves its message there
+ * (qs_ctx_last_error). Statuses as qs_quant_size; *info is written only on QS_OK.
+ */
+QS_API qs_status qs_quant_plane_info(qs_ctx *ctx, const qs_quant_params *params, int64_t rows,
+                                     int64_t cols, int32_t plane, qs_plane_info *info);
 
 /**
  * Quantize a rows x cols row-major tensor of `src_dtype` elements into the planes of *q.
@@ -306,6 +436,24 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
  */
 QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, void *dst,
                             int32_t dst_dtype, int64_t n, int64_t dst_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Struct layouts, for bindings that mirror the public structs (e.g. with ctypes)
+ * ------------------------------------------------------------------------------------------- */
+
+#define QS_STRUCT_ALLOCATOR       1 /* qs_allocator */
+#define QS_STRUCT_CTX_PARAMS      2 /* qs_ctx_params */
+#define QS_STRUCT_QUANT_PARAMS    3 /* qs_quant_params */
+#define QS_STRUCT_QTENSOR         4 /* qs_qtensor */
+#define QS_STRUCT_PLANE_INFO      5 /* qs_plane_info */
+#define QS_STRUCT_FORMAT_INFO     6 /* qs_format_info */
+#define QS_STRUCT_OBSERVER_PARAMS 7 /* qs_observer_params (qsparse/calib.h) */
+#define QS_STRUCT_ISA_TIER        8 /* qs_isa_tier */
+
+/** sizeof the struct QS_STRUCT_* as compiled into the library, or -1 for an unknown kind. */
+QS_API int64_t qs_struct_size(int32_t kind);
+/** offsetof the field named `field` ("block_size") in struct `kind`, or -1 if there is none. */
+QS_API int64_t qs_struct_offset(int32_t kind, const char *field);
 
 /* ---------------------------------------------------------------------------------------------
  * Codebooks (the tables a checkpoint stores as quant_map / nested_quant_map)

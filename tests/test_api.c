@@ -7,7 +7,7 @@
  * nothing was written on error and a non-empty qs_ctx_last_error; qs_quant_size for every format
  * against sizes worked out by hand; names <-> codes round trips; qs_ctx_set / qs_ctx_get.
  * QS_ERR_UNSUPPORTED and QS_ERR_BAD_DATA come from the observer API (qsparse/calib.h), the only
- * public calls that return them; no call can return QS_ERR_BACKEND yet.
+ * public calls that return them; QS_ERR_BACKEND comes from qs_ctx_create (tests/test_backend.c).
  */
 #include "common.h"
 #include "quant_helpers.h"
@@ -172,6 +172,155 @@ static void test_quant_size(void **state)
         p.format = qs_format_count() + 1;
         assert_int_equal(qs_quant_size(&p, 1, 1, 0, &b), QS_ERR_INVALID_ARG);
     }
+}
+
+/* qs_quant_plane_info: element type, shape and size of each plane, worked by hand for 3 x 45,
+ * always equal to qs_quant_size; failures leave *info alone and say why in the context. */
+static void test_plane_info(void **state)
+{
+    (void)state;
+#define INFO(elem, bits, ndim, s0, s1, values, bytes)                                              \
+    {QS_ELEM_##elem, bits, ndim, 0, {s0, s1}, values, bytes, {0}}
+    enum { T = QS_GRAN_TENSOR, R = QS_GRAN_ROW, G = QS_GRAN_GROUP };
+    enum { D = QS_PLANE_DATA, S = QS_PLANE_SCALE, Z = QS_PLANE_ZERO_POINT };
+    enum { N = QS_PLANE_NESTED_SCALE };
+    static const struct {
+        int32_t format, granularity, symmetric, double_quant, block, plane;
+        qs_plane_info want;
+    } cases[] = {
+        {QS_FORMAT_NF4, R, 1, 0, 64, D, INFO(U8, 4, 1, 68, 1, 135, 68)},
+        {QS_FORMAT_NF4, R, 1, 0, 64, S, INFO(F32, 32, 1, 3, 1, 3, 12)},
+        {QS_FORMAT_NF4, R, 1, 0, 64, N, INFO(NONE, 0, 0, 0, 1, 0, 0)},
+        {QS_FORMAT_FP4, R, 1, 1, 64, S, INFO(U8, 8, 1, 3, 1, 3, 3)},
+        {QS_FORMAT_FP4, R, 1, 1, 64, N, INFO(F32, 32, 1, 1, 1, 1, 4)},
+        {QS_FORMAT_INT8, G, 0, 0, 15, D, INFO(I8, 8, 2, 3, 45, 135, 135)},
+        {QS_FORMAT_INT8, G, 0, 0, 15, S, INFO(F32, 32, 2, 3, 3, 9, 36)},
+        {QS_FORMAT_INT8, G, 0, 0, 15, Z, INFO(I8, 8, 2, 3, 3, 9, 9)},
+        {QS_FORMAT_INT8, R, 1, 0, 0, Z, INFO(NONE, 0, 0, 0, 1, 0, 0)},
+        {QS_FORMAT_INT8, T, 0, 0, 0, Z, INFO(I8, 8, 1, 1, 1, 1, 1)},
+        {QS_FORMAT_LLM_INT8, R, 1, 0, 0, S, INFO(F32, 32, 1, 3, 1, 3, 12)},
+        {QS_FORMAT_FP8_E5M2, R, 1, 0, 0, D, INFO(U8, 8, 2, 3, 45, 135, 135)},
+        {QS_FORMAT_FP8_E4M3, R, 1, 0, 0, S, INFO(F32, 32, 1, 1, 1, 1, 4)},
+        {QS_FORMAT_MXFP4, R, 1, 0, 32, D, INFO(U8, 4, 2, 3, 23, 135, 69)},
+        {QS_FORMAT_MXFP4, R, 1, 0, 32, S, INFO(U8, 8, 2, 3, 2, 6, 6)},
+        {QS_FORMAT_MXFP8, R, 1, 0, 32, D, INFO(U8, 8, 2, 3, 45, 135, 135)},
+        {QS_FORMAT_NVFP4, R, 1, 0, 16, S, INFO(U8, 8, 2, 3, 3, 9, 9)},
+    };
+#undef INFO
+    qs_ctx *ctx = t_ctx();
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        qs_quant_params p = params(cases[i].format);
+        qs_plane_info got;
+        int64_t bytes;
+        p.granularity = cases[i].granularity;
+        p.symmetric = cases[i].symmetric;
+        p.double_quant = cases[i].double_quant;
+        if (cases[i].block)
+            p.block_size = cases[i].block;
+        memset(&got, 0xA5, sizeof got);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, ROWS, COLS, cases[i].plane, &got), QS_OK);
+        if (memcmp(&got, &cases[i].want, sizeof got) != 0) {
+            print_error("case %zu: elem %d bits %d ndim %d shape %lld x %lld values %lld bytes "
+                        "%lld\n", i, got.elem, got.bits, got.ndim, (long long)got.shape[0],
+                        (long long)got.shape[1], (long long)got.values, (long long)got.bytes);
+            fail();
+        }
+        assert_int_equal(qs_quant_size(&p, ROWS, COLS, cases[i].plane, &bytes), QS_OK);
+        assert_int_equal(bytes, got.bytes);
+    }
+    /* every set and plane: bytes agree with qs_quant_size and with the shape */
+    for (int k = 0; k < n_sets; k++)
+        for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+            static const int64_t elem_size[] = {0, 1, 1, 4};
+            qs_plane_info got;
+            int64_t bytes;
+            assert_int_equal(qs_quant_plane_info(NULL, &sets[k], ROWS, COLS, pl, &got), QS_OK);
+            assert_int_equal(qs_quant_size(&sets[k], ROWS, COLS, pl, &bytes), QS_OK);
+            assert_int_equal(got.bytes, bytes);
+            assert_int_equal(got.shape[0] * got.shape[1] * elem_size[got.elem], bytes);
+        }
+    /* failures: the reason is in the context, *info untouched */
+    {
+        qs_quant_params p = params(QS_FORMAT_INT8);
+        qs_plane_info got, before;
+        p.granularity = QS_GRAN_GROUP;
+        p.block_size = 7;
+        memset(&got, 0x5A, sizeof got);
+        before = got;
+        assert_int_equal(qs_quant_plane_info(ctx, &p, ROWS, COLS, 0, &got), QS_ERR_SHAPE);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "does not divide cols 45"));
+        p = params(QS_FORMAT_LLM_INT8);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, INT64_MAX, 0, 1, &got), QS_ERR_OVERFLOW);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "overflows int64"));
+        assert_int_equal(qs_quant_plane_info(ctx, &p, 1, 1, QS_PLANE_COUNT, &got),
+                         QS_ERR_INVALID_ARG);
+        assert_true(strlen(qs_ctx_last_error(ctx)) > 0);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, 1, 1, 0, NULL), QS_ERR_INVALID_ARG);
+        assert_int_equal(qs_quant_plane_info(ctx, NULL, 1, 1, 0, &got), QS_ERR_INVALID_ARG);
+        assert_memory_equal(&got, &before, sizeof got);
+        assert_int_equal(qs_quant_plane_info(ctx, &p, 2, 3, 0, &got), QS_OK);
+        assert_string_equal(qs_ctx_last_error(ctx), "");
+    }
+    qs_ctx_destroy(ctx);
+}
+
+/* qs_format_info_get agrees with the single-answer queries and states the options; the struct
+ * layout queries report the compiled sizes and offsets. */
+static void test_format_info(void **state)
+{
+    (void)state;
+    qs_format_info fi;
+
+    for (int32_t f = 1; f <= qs_format_count(); f++) {
+        assert_int_equal(qs_format_info_get(f, &fi), QS_OK);
+        assert_string_equal(fi.name, qs_format_name(f));
+        assert_int_equal(fi.bits, qs_format_bits(f));
+        assert_int_equal(fi.block_size, qs_format_block_size(f));
+        assert_true(fi.block_min <= fi.block_max);
+    }
+    assert_int_equal(qs_format_info_get(QS_FORMAT_NF4, &fi), QS_OK);
+    assert_int_equal(fi.blocks, QS_BLOCKS_FLAT);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_DOUBLE_QUANT);
+    assert_int_equal(fi.block_min, 2);
+    assert_int_equal(fi.block_max, 4096);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_NVFP4, &fi), QS_OK);
+    assert_int_equal(fi.blocks, QS_BLOCKS_ROWS);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_SCALE);
+    assert_int_equal(fi.global_scale, 1);
+    assert_int_equal(fi.block_min, 16);
+    assert_int_equal(fi.block_max, 16);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_INT8, &fi), QS_OK);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_GRANULARITY | QS_OPT_SYMMETRIC);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_LLM_INT8, &fi), QS_OK);
+    assert_int_equal(fi.options, 0);
+    assert_int_equal(fi.blocks, QS_BLOCKS_NONE);
+    assert_int_equal(fi.global_scale, 0);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_MXFP8, &fi), QS_OK);
+    assert_int_equal(fi.options, QS_OPT_BLOCK_SIZE | QS_OPT_SCALE_ROUNDING);
+    assert_int_equal(qs_format_info_get(0, &fi), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_format_info_get(qs_format_count() + 1, &fi), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_format_info_get(QS_FORMAT_NF4, NULL), QS_ERR_INVALID_ARG);
+
+    /* the layout queries bindings check their struct mirrors with */
+    assert_int_equal(qs_struct_size(QS_STRUCT_QUANT_PARAMS), sizeof(qs_quant_params));
+    assert_int_equal(qs_struct_size(QS_STRUCT_QTENSOR), sizeof(qs_qtensor));
+    assert_int_equal(qs_struct_size(QS_STRUCT_CTX_PARAMS), sizeof(qs_ctx_params));
+    assert_int_equal(qs_struct_size(QS_STRUCT_PLANE_INFO), sizeof(qs_plane_info));
+    assert_int_equal(qs_struct_size(QS_STRUCT_OBSERVER_PARAMS), sizeof(qs_observer_params));
+    assert_int_equal(qs_struct_size(QS_STRUCT_ISA_TIER), sizeof(qs_isa_tier));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_ISA_TIER, "available"),
+                     offsetof(qs_isa_tier, available));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QUANT_PARAMS, "scale"),
+                     offsetof(qs_quant_params, scale));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, "nested_offset"),
+                     offsetof(qs_qtensor, nested_offset));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_FORMAT_INFO, "options"),
+                     offsetof(qs_format_info, options));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, "no_such_field"), -1);
+    assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, NULL), -1);
+    assert_int_equal(qs_struct_size(0), -1);
+    assert_int_equal(qs_struct_size(QS_STRUCT_ISA_TIER + 1), -1);
 }
 
 /* ---- argument errors of qs_quantize / qs_dequantize ---------------------------------------- */
@@ -419,6 +568,53 @@ static void test_short_and_overflow(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* cols == 0 with rows above 2^61: n = 0, but INT8 by row and LLM.int8 keep one f32 scale per
+ * row, and 4 * rows overflows int64. The size query must say QS_ERR_OVERFLOW (it once returned a
+ * wrapped, tiny size), and quantize / dequantize must fail before writing: the planes are real
+ * canary-guarded buffers whose capacities claim INT64_MAX, so no capacity check can save a wrong
+ * size. Formats without per-row units have nothing to store and keep their small sizes. */
+static void test_cols_zero_rows_overflow(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    static const int64_t huge_rows[] = {(INT64_C(1) << 61) + 1, INT64_C(1) << 62,
+                                        (INT64_C(1) << 62) + 1, INT64_MAX / 4 + 1, INT64_MAX};
+
+    for (int k = 0; k < n_sets; k++) {
+        const qs_quant_params *p = &sets[k];
+        int per_row = p->format == QS_FORMAT_LLM_INT8 ||
+                      (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_ROW);
+        for (size_t r = 0; r < sizeof huge_rows / sizeof huge_rows[0]; r++) {
+            int64_t rows = huge_rows[r];
+            for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+                int64_t bytes = -7;
+                qs_status st = qs_quant_size(p, rows, 0, pl, &bytes);
+                if (per_row) {
+                    assert_int_equal(st, QS_ERR_OVERFLOW);
+                    assert_int_equal(bytes, -7);
+                } else {
+                    assert_int_equal(st, QS_OK);
+                    assert_true(bytes >= 0 && bytes <= 4); /* per-tensor scales only */
+                }
+            }
+            if (!per_row)
+                continue;
+            tq t;
+            t_buf dst = t_buf_new(16);
+            tq_new_marked(&t, p);
+            t.q.data_bytes = t.q.scale_bytes = INT64_MAX;
+            if (t.q.zero_point)
+                t.q.zero_point_bytes = INT64_MAX;
+            expect_fail(ctx, qs_quantize(ctx, p, src_f32, QS_DTYPE_F32, rows, 0, &t.q),
+                        QS_ERR_OVERFLOW, &t);
+            expect_fail(ctx, qs_dequantize(ctx, p, &t.q, rows, 0, dst.p, QS_DTYPE_F32, 16),
+                        QS_ERR_OVERFLOW, &t);
+            free_untouched(&dst, &t);
+        }
+    }
+    qs_ctx_destroy(ctx);
+}
+
 /* QS_NONFINITE_REJECT: NaN or Inf anywhere (f32, f16, bf16) -> QS_ERR_NONFINITE, nothing
  * written; finite input still works; the default policy encodes. */
 static void test_nonfinite_reject(void **state)
@@ -611,10 +807,15 @@ static void test_ctx(void **state)
     /* the context's ISA is a subset of the CPU's, and its name is one of the tiers */
     assert_int_equal(qs_ctx_isa(ctx) & ~qs_cpu_isa(), 0);
     {
-        const char *b = qs_ctx_backend_name(ctx);
+        const char *b = qs_ctx_isa_name(ctx);
         assert_non_null(b);
-        assert_true(!strcmp(b, "scalar") || !strcmp(b, "avx2") || !strcmp(b, "avx512") ||
-                    !strcmp(b, "neon") || !strcmp(b, "neon-dotprod"));
+        int known = 0; /* a name of the tier table */
+        for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+            qs_isa_tier t;
+            assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+            known |= !strcmp(b, t.name);
+        }
+        assert_true(known);
         const char *force = getenv("QS_FORCE_ISA");
         if (force && !strcmp(force, "scalar"))
             assert_string_equal(b, "scalar");
@@ -626,7 +827,7 @@ static void test_ctx(void **state)
         cp.isa_mask = 0;
         assert_int_equal(qs_ctx_create(&cp, &c0), QS_OK);
         assert_int_equal(qs_ctx_isa(c0), 0);
-        assert_string_equal(qs_ctx_backend_name(c0), "scalar");
+        assert_string_equal(qs_ctx_isa_name(c0), "scalar");
         for (int32_t i = 0; i < qs_ctx_kernel_count(c0); i++) {
             const char *slot = NULL, *impl = NULL;
             assert_int_equal(qs_ctx_kernel_info(c0, i, &slot, &impl), QS_OK);
@@ -739,6 +940,12 @@ static void test_names(void **state)
         {QS_ISA_NEON_FP16, "neon-fp16"},
         {QS_ISA_NEON_BF16, "neon-bf16"},
         {QS_ISA_SVE, "sve"},
+        {QS_ISA_AVX_VNNI, "avx-vnni"},
+        {QS_ISA_AVX512_FP16, "avx512-fp16"},
+        {QS_ISA_AMX_TILE, "amx-tile"},
+        {QS_ISA_AMX_INT8, "amx-int8"},
+        {QS_ISA_AMX_BF16, "amx-bf16"},
+        {QS_ISA_NEON_I8MM, "neon-i8mm"},
     };
     for (size_t i = 0; i < sizeof isa / sizeof isa[0]; i++)
         assert_string_equal(qs_isa_name(isa[i].bit), isa[i].name);
@@ -813,12 +1020,22 @@ static void test_convert_codebook_errors(void **state)
 
 /* The two statuses that the quantization API never returns come from other families of the same
  * public API: QS_ERR_UNSUPPORTED (merging moving-average observers) and QS_ERR_BAD_DATA (a byte
- * string that is not a serialized observer). QS_ERR_BACKEND needs an explicitly requested backend
- * that is missing; the only backends today are AUTO and CPU, so no call can return it yet. */
+ * string that is not a serialized observer). QS_ERR_BACKEND comes from a context that asks for
+ * the CUDA backend when no plugin is beside the library (test_backend.c tests the plugins). */
 static void test_status_other_families(void **state)
 {
     (void)state;
     qs_ctx *ctx = t_ctx();
+    {
+        qs_ctx_params cp;
+        qs_ctx *none = (qs_ctx *)&cp;
+        qs_ctx_params_init(&cp);
+        cp.backend = QS_BACKEND_CUDA;
+        assert_int_equal(qs_ctx_create(&cp, &none), QS_ERR_BACKEND);
+        assert_ptr_equal(none, (qs_ctx *)&cp);
+        assert_non_null(strstr(qs_backend_message(QS_BACKEND_CUDA), "libqsparse-cuda.so"));
+        assert_int_equal(qs_ctx_backend(ctx), QS_BACKEND_CPU);
+    }
     qs_observer_params op;
     qs_observer *a = NULL, *b = NULL, *sentinel = (qs_observer *)&op, *out = sentinel;
     uint8_t junk[256];
@@ -841,9 +1058,12 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_size),
+        cmocka_unit_test(test_plane_info),
+        cmocka_unit_test(test_format_info),
         cmocka_unit_test(test_null_and_negative),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_short_and_overflow),
+        cmocka_unit_test(test_cols_zero_rows_overflow),
         cmocka_unit_test(test_nonfinite_reject),
         cmocka_unit_test(test_allocator),
         cmocka_unit_test(test_ctx),

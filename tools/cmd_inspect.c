@@ -5,7 +5,10 @@
  * tensors (absmax, quant_map, quant_state, scales, SCB, ...) folded into it, recognised from
  * bitsandbytes' keys (spec/formats.md §7), from the "qsparse.quantized" metadata that
  * `qsparse quantize` writes, and from the F8 dtypes with a `_scale` companion. The file is
- * validated exactly as for quantize, so a hostile file gives an error, not a crash.
+ * validated exactly as for quantize, so a hostile file gives an error, not a crash; shapes taken
+ * from its metadata are checked the same way (integers >= 0 whose product fits int64), totals
+ * are added with overflow checks, names and metadata strings are printed escaped (escape.h), and
+ * every companion lookup is a binary search, so the cost stays n log n in the number of tensors.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -15,6 +18,7 @@
 
 #include "qsparse.h"
 #include "commands.h"
+#include "escape.h"
 #include "safetensors.h"
 
 struct weight {
@@ -35,16 +39,38 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* The first alen bytes of a followed by b, from malloc (NULL when out of memory). */
+static char *join(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    char *s = malloc(alen + blen + 1);
+
+    if (s) {
+        memcpy(s, a, alen);
+        memcpy(s + alen, b, blen + 1);
+    }
+    return s;
+}
+
+/* The tensor named base + suffix, or NULL. */
+static const struct qs_st_tensor *find2(const struct qs_st_file *f, const char *base,
+                                        const char *suffix, int *oom)
+{
+    char *name = join(base, strlen(base), suffix);
+    const struct qs_st_tensor *t = name ? qs_st_find(f, name) : NULL;
+
+    if (!name)
+        *oom = 1;
+    free(name);
+    return t;
+}
+
 /* Mark companion `base + suffix` as used by weight w. */
 static void fold(const struct qs_st_file *f, char *used, struct weight *w, const char *base,
-                 const char *suffix)
+                 const char *suffix, int *oom)
 {
-    char name[1024];
-    const struct qs_st_tensor *t;
+    const struct qs_st_tensor *t = find2(f, base, suffix, oom);
 
-    if (snprintf(name, sizeof name, "%s%s", base, suffix) >= (int)sizeof name)
-        return;
-    t = qs_st_find(f, name);
     if (t && !used[t - f->tensors]) {
         used[t - f->tensors] = 1;
         w->bytes += t->end - t->begin;
@@ -52,24 +78,63 @@ static void fold(const struct qs_st_file *f, char *used, struct weight *w, const
     }
 }
 
-static void set_shape_json(struct weight *w, json_t *shape)
+/*
+ * A weight's logical shape from its metadata (quant_state or qsparse.quantized), held to the
+ * header's rules: at most QS_ST_MAX_DIMS integers >= 0 whose product fits int64. Returns 0, or
+ * -1 with a message in err.
+ */
+static int set_shape_json(struct weight *w, json_t *shape, const char *where, char *err,
+                          size_t errlen)
 {
     size_t i;
     json_t *x;
+    int64_t numel = 1;
 
-    if (!json_is_array(shape) || json_array_size(shape) > QS_ST_MAX_DIMS)
-        return;
-    w->ndim = (int)json_array_size(shape);
-    w->numel = 1;
+    if (!json_is_array(shape) || json_array_size(shape) > QS_ST_MAX_DIMS) {
+        snprintf(err, errlen,
+                 "tensor '%s': the shape in its %s is not a list of at most %d integers",
+                 w->main->name, where, QS_ST_MAX_DIMS);
+        return -1;
+    }
     json_array_foreach(shape, i, x)
     {
-        int64_t v = json_is_integer(x) ? json_integer_value(x) : 0;
-        w->shape[i] = v < 0 ? 0 : v;
-        if (w->shape[i] != 0 && w->numel > INT64_MAX / w->shape[i])
-            w->numel = INT64_MAX;
-        else
-            w->numel *= w->shape[i];
+        if (!json_is_integer(x) || json_integer_value(x) < 0) {
+            snprintf(err, errlen,
+                     "tensor '%s': the shape in its %s has an entry that is not an "
+                     "integer >= 0",
+                     w->main->name, where);
+            return -1;
+        }
+        w->shape[i] = json_integer_value(x);
+        if (w->shape[i] != 0 && numel > INT64_MAX / w->shape[i]) {
+            snprintf(err, errlen,
+                     "tensor '%s': the shape in its %s overflows (more than 2^63 "
+                     "elements)",
+                     w->main->name, where);
+            return -1;
+        }
+        numel *= w->shape[i];
     }
+    w->ndim = (int)json_array_size(shape);
+    w->numel = numel;
+    return 0;
+}
+
+/*
+ * Copy a metadata string into a fixed field, cut before a UTF-8 sequence that does not fit
+ * whole: a split one would make the --json output invalid and jansson drop the whole entry.
+ */
+static void copy_text(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+
+    if (len >= n) {
+        len = n - 1;
+        while (len > 0 && ((unsigned char)src[len] & 0xC0) == 0x80)
+            len--; /* src[len], the first byte left out, continues a sequence: leave it all out */
+    }
+    memcpy(dst, src, len);
+    dst[len] = '\0';
 }
 
 /* The original dtype of a quantized weight, named as safetensors names it ("float32" -> F32). */
@@ -81,7 +146,7 @@ static void set_dtype(struct weight *w, const char *name)
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(name, map[i][0]) == 0)
             name = map[i][1];
-    snprintf(w->dtype, sizeof w->dtype, "%s", name);
+    copy_text(w->dtype, sizeof w->dtype, name);
 }
 
 static void plain(struct weight *w, const struct qs_st_tensor *t)
@@ -97,20 +162,26 @@ static void plain(struct weight *w, const struct qs_st_tensor *t)
     w->parts = 1;
 }
 
-/* The module prefix P of "P.weight", else the name itself. */
-static void prefix_of(const char *name, char *out, size_t n)
+/* The module prefix P of "P.weight", else the name itself; from malloc. */
+static char *prefix_of(const char *name)
 {
     size_t len = strlen(name);
 
     if (ends_with(name, ".weight"))
         len -= 7;
-    snprintf(out, n, "%.*s", (int)len, name);
+    return join(name, len, "");
 }
 
-static size_t collect(const struct qs_st_file *f, struct weight *ws, char *used)
+/*
+ * Group the tensors into weights (ws, one per output row); returns their number, or -1 with a
+ * message in err.
+ */
+static long collect(const struct qs_st_file *f, struct weight *ws, char *used, char *err,
+                    size_t errlen)
 {
     json_t *rec = NULL;
     size_t nw = 0;
+    int oom = 0;
     static const char *const bnb_suffix[] = {".quant_state.bitsandbytes__nf4",
                                              ".quant_state.bitsandbytes__fp4"};
 
@@ -128,17 +199,21 @@ static size_t collect(const struct qs_st_file *f, struct weight *ws, char *used)
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
         for (int k = 0; k < 2; k++) {
-            char base[1024];
+            char *base;
             const struct qs_st_tensor *m;
             json_t *js;
             struct weight *w;
             if (!ends_with(t->name, bnb_suffix[k]) || strcmp(t->dtype, "U8") != 0)
                 continue;
-            snprintf(base, sizeof base, "%.*s", (int)(strlen(t->name) - strlen(bnb_suffix[k])),
-                     t->name);
+            if (!(base = join(t->name, strlen(t->name) - strlen(bnb_suffix[k]), ""))) {
+                oom = 1;
+                goto out;
+            }
             m = qs_st_find(f, base);
-            if (!m || used[m - f->tensors])
+            if (!m || used[m - f->tensors]) {
+                free(base);
                 continue;
+            }
             w = &ws[nw++];
             plain(w, m);
             used[m - f->tensors] = 1;
@@ -147,7 +222,11 @@ static size_t collect(const struct qs_st_file *f, struct weight *ws, char *used)
             if (json_is_object(js)) {
                 json_t *dt = json_object_get(js, "dtype");
                 json_t *bs = json_object_get(js, "blocksize");
-                set_shape_json(w, json_object_get(js, "shape"));
+                if (set_shape_json(w, json_object_get(js, "shape"), "quant_state", err, errlen)) {
+                    json_decref(js);
+                    free(base);
+                    goto bad;
+                }
                 if (json_is_string(dt))
                     set_dtype(w, json_string_value(dt));
                 snprintf(w->format, sizeof w->format, "%s%s/%lld%s", k == 0 ? "nf4" : "fp4", "",
@@ -155,11 +234,12 @@ static size_t collect(const struct qs_st_file *f, struct weight *ws, char *used)
                          json_object_get(js, "nested_offset") ? "+dq" : "");
             }
             json_decref(js);
-            fold(f, used, w, base, ".absmax");
-            fold(f, used, w, base, ".quant_map");
-            fold(f, used, w, base, ".nested_absmax");
-            fold(f, used, w, base, ".nested_quant_map");
-            fold(f, used, w, base, bnb_suffix[k]);
+            fold(f, used, w, base, ".absmax", &oom);
+            fold(f, used, w, base, ".quant_map", &oom);
+            fold(f, used, w, base, ".nested_absmax", &oom);
+            fold(f, used, w, base, ".nested_quant_map", &oom);
+            fold(f, used, w, base, bnb_suffix[k], &oom);
+            free(base);
         }
     }
 
@@ -167,52 +247,51 @@ static size_t collect(const struct qs_st_file *f, struct weight *ws, char *used)
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
         json_t *r = rec ? json_object_get(rec, t->name) : NULL;
-        char prefix[1024], name[1100];
+        char *prefix;
         struct weight *w;
 
         if (used[i])
             continue;
-        prefix_of(t->name, prefix, sizeof prefix);
-        snprintf(name, sizeof name, "%s_scale", t->name);
+        if (!(prefix = prefix_of(t->name))) {
+            oom = 1;
+            goto out;
+        }
         if (json_is_object(r)) {
             json_t *fmt = json_object_get(r, "format"), *dt = json_object_get(r, "dtype");
             w = &ws[nw++];
             plain(w, t);
             used[i] = 1;
-            snprintf(w->format, sizeof w->format, "%s",
-                     json_is_string(fmt) ? json_string_value(fmt) : "?");
+            copy_text(w->format, sizeof w->format,
+                      json_is_string(fmt) ? json_string_value(fmt) : "?");
             if (json_is_string(dt))
                 set_dtype(w, json_string_value(dt));
-            set_shape_json(w, json_object_get(r, "shape"));
-            fold(f, used, w, t->name, "_scale");
-            fold(f, used, w, t->name, "_scale_2");
-            fold(f, used, w, prefix, ".SCB");
-            fold(f, used, w, prefix, ".weight_format");
-            continue;
-        }
-        if (strcmp(t->dtype, "I8") == 0 && ends_with(t->name, ".weight")) {
-            char scb[1100];
-            snprintf(scb, sizeof scb, "%s.SCB", prefix);
-            if (qs_st_find(f, scb)) {
-                w = &ws[nw++];
-                plain(w, t);
-                used[i] = 1;
-                snprintf(w->format, sizeof w->format, "llm_int8");
-                fold(f, used, w, prefix, ".SCB");
-                fold(f, used, w, prefix, ".weight_format");
-                continue;
+            if (set_shape_json(w, json_object_get(r, "shape"), "qsparse.quantized metadata", err,
+                               errlen) != 0) {
+                free(prefix);
+                goto bad;
             }
-        }
-        if ((strcmp(t->dtype, "F8_E4M3") == 0 || strcmp(t->dtype, "F8_E5M2") == 0) &&
-            qs_st_find(f, name)) {
+            fold(f, used, w, t->name, "_scale", &oom);
+            fold(f, used, w, t->name, "_scale_2", &oom);
+            fold(f, used, w, prefix, ".SCB", &oom);
+            fold(f, used, w, prefix, ".weight_format", &oom);
+        } else if (strcmp(t->dtype, "I8") == 0 && ends_with(t->name, ".weight") &&
+                   find2(f, prefix, ".SCB", &oom)) {
+            w = &ws[nw++];
+            plain(w, t);
+            used[i] = 1;
+            snprintf(w->format, sizeof w->format, "llm_int8");
+            fold(f, used, w, prefix, ".SCB", &oom);
+            fold(f, used, w, prefix, ".weight_format", &oom);
+        } else if ((strcmp(t->dtype, "F8_E4M3") == 0 || strcmp(t->dtype, "F8_E5M2") == 0) &&
+                   find2(f, t->name, "_scale", &oom)) {
             w = &ws[nw++];
             plain(w, t);
             used[i] = 1;
             snprintf(w->format, sizeof w->format, "%s",
                      strcmp(t->dtype, "F8_E4M3") == 0 ? "fp8_e4m3" : "fp8_e5m2");
-            fold(f, used, w, t->name, "_scale");
-            continue;
+            fold(f, used, w, t->name, "_scale", &oom);
         }
+        free(prefix);
     }
 
     /* 3. Everything else as it is. */
@@ -221,9 +300,18 @@ static size_t collect(const struct qs_st_file *f, struct weight *ws, char *used)
             plain(&ws[nw++], &f->tensors[i]);
             used[i] = 1;
         }
+out:
+    if (oom) {
+        snprintf(err, errlen, "out of memory");
+        goto bad;
+    }
     if (rec)
         json_decref(rec);
-    return nw;
+    return (long)nw;
+bad:
+    if (rec)
+        json_decref(rec);
+    return -1;
 }
 
 static double bits_of(const struct weight *w)
@@ -242,6 +330,23 @@ static void shape_str(const struct weight *w, char *buf, size_t n)
         snprintf(buf + k, n - k, "]");
 }
 
+/* An error message that may quote names from the file: printed escaped. */
+static void print_error(const char *msg)
+{
+    fputs("qsparse inspect: error: ", stderr);
+    qs_escape_print(stderr, msg);
+    fputc('\n', stderr);
+}
+
+/* *sum += v unless that overflows int64 (v >= 0); returns 1 on overflow. */
+static int add_overflows(int64_t *sum, int64_t v)
+{
+    if (v > INT64_MAX - *sum)
+        return 1;
+    *sum += v;
+    return 0;
+}
+
 int qs_cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
@@ -249,6 +354,7 @@ int qs_cmd_inspect(int argc, char **argv)
     struct qs_st_file f;
     struct weight *ws = NULL;
     char *used = NULL, err[512];
+    long nw_or_err;
     size_t nw;
     int64_t params = 0, qparams = 0;
     uint64_t qbytes = 0, tbytes = 0;
@@ -274,8 +380,9 @@ int qs_cmd_inspect(int argc, char **argv)
         fprintf(stderr, "usage: qsparse inspect FILE.safetensors [--json]\n");
         return 2;
     }
+    qs_st_install_signal_cleanup(); /* a file truncated while mapped: a message, not SIGBUS */
     if (qs_st_open(&f, path, err, sizeof err) != 0) {
-        fprintf(stderr, "qsparse inspect: error: %s\n", err);
+        print_error(err);
         return 1;
     }
     ws = calloc(f.count + 1, sizeof *ws);
@@ -284,14 +391,27 @@ int qs_cmd_inspect(int argc, char **argv)
         fprintf(stderr, "qsparse inspect: error: out of memory\n");
         goto done;
     }
-    nw = collect(&f, ws, used);
+    if ((nw_or_err = collect(&f, ws, used, err, sizeof err)) < 0) {
+        print_error(err);
+        goto done;
+    }
+    nw = (size_t)nw_or_err;
+    /* Byte counts are bounded by the file size; element counts come from shapes (up to 2^63
+     * each), so their totals are added with a check. */
     for (size_t i = 0; i < nw; i++) {
-        params += ws[i].numel;
-        tbytes += ws[i].bytes;
-        if (strcmp(ws[i].format, "-") != 0) {
-            qparams += ws[i].numel;
-            qbytes += ws[i].bytes;
+        int q = strcmp(ws[i].format, "-") != 0;
+        if (add_overflows(&params, ws[i].numel) || (q && add_overflows(&qparams, ws[i].numel))) {
+            char *name = qs_escape_dup(ws[i].main->name);
+            fprintf(stderr,
+                    "qsparse inspect: error: the parameter count overflows int64 at tensor '%s' "
+                    "(hostile shapes?)\n",
+                    name ? name : "?");
+            free(name);
+            goto done;
         }
+        tbytes += ws[i].bytes;
+        if (q)
+            qbytes += ws[i].bytes;
     }
 
     if (as_json) {
@@ -317,7 +437,8 @@ int qs_cmd_inspect(int argc, char **argv)
         json_object_set_new(root, "weights", list);
         if (f.metadata)
             json_object_set(root, "metadata", f.metadata);
-        text = json_dumps(root, JSON_INDENT(1));
+        /* ASCII only: names reach a terminal as \u escapes, never as control characters. */
+        text = json_dumps(root, JSON_INDENT(1) | JSON_ENSURE_ASCII);
         json_decref(root);
         if (!text) {
             fprintf(stderr, "qsparse inspect: error: out of memory\n");
@@ -329,15 +450,21 @@ int qs_cmd_inspect(int argc, char **argv)
         goto done;
     }
 
-    printf("%s: %zu tensors, %zu bytes (header %llu)\n", path, f.count, f.map_size,
+    qs_escape_print(stdout, path);
+    printf(": %zu tensors, %zu bytes (header %llu)\n", f.count, f.map_size,
            (unsigned long long)f.header_len);
     printf("%-56s %-8s %-16s %-12s %7s %12s\n", "name", "dtype", "shape", "format", "bits/w",
            "bytes");
     for (size_t i = 0; i < nw; i++) {
-        char shape[128];
+        /* dtype and format may come from metadata strings: escaped like the name */
+        char shape[128], dtype[4 * sizeof ws[i].dtype], format[4 * sizeof ws[i].format];
+        char *name = qs_escape_dup(ws[i].main->name);
         shape_str(&ws[i], shape, sizeof shape);
-        printf("%-56s %-8s %-16s %-12s %7.3f %12llu\n", ws[i].main->name, ws[i].dtype, shape,
-               ws[i].format, bits_of(&ws[i]), (unsigned long long)ws[i].bytes);
+        printf("%-56s %-8s %-16s %-12s %7.3f %12llu\n", name ? name : "?",
+               qs_escape_into(ws[i].dtype, dtype, sizeof dtype), shape,
+               qs_escape_into(ws[i].format, format, sizeof format), bits_of(&ws[i]),
+               (unsigned long long)ws[i].bytes);
+        free(name);
     }
     printf("total: %lld parameters in %llu bytes (%.3f bits/weight)", (long long)params,
            (unsigned long long)tbytes, params ? 8.0 * (double)tbytes / (double)params : 0.0);

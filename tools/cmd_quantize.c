@@ -2,7 +2,8 @@
 /*
  * `qsparse quantize IN.safetensors -o OUT.safetensors --format F`: quantizes the selected 2-D
  * weight tensors of a safetensors model with libqsparse, copies every other tensor unchanged, and
- * prints a per-layer error table. The keys it writes (documented in tools/README.md):
+ * prints a per-layer error table. The keys it writes (the table in checkpoint_keys.c, documented
+ * in tools/README.md):
  *
  *   nf4, fp4   bitsandbytes checkpoint keys and JSON quant_state (spec/formats.md §7)
  *   int8       bitsandbytes LLM.int8 keys: P.weight I8, P.SCB F32 row absmax, P.weight_format
@@ -25,7 +26,9 @@
 #include <unistd.h>
 
 #include "qsparse.h"
+#include "checkpoint_keys.h"
 #include "commands.h"
+#include "escape.h"
 #include "safetensors.h"
 
 #define ERRLEN 512
@@ -257,11 +260,13 @@ static void *dup_bytes(const void *p, size_t n)
 static void progress_bar(const char *what, size_t done, size_t total, const char *name)
 {
     int width = 30, fill = total ? (int)((double)done / (double)total * width) : width;
+    char shown[41];
 
     fprintf(stderr, "\r%s [", what);
     for (int i = 0; i < width; i++)
         fputc(i < fill ? '#' : ' ', stderr);
-    fprintf(stderr, "] %zu/%zu %-40.40s", done, total, name ? name : "");
+    fprintf(stderr, "] %zu/%zu %-40s", done, total,
+            qs_escape_into(name ? name : "", shown, sizeof shown));
     if (done == total)
         fputc('\n', stderr);
     fflush(stderr);
@@ -286,13 +291,6 @@ struct ctx_all {
 };
 
 /* Hand plane i to the writer (which owns it from then on, also when adding fails). */
-#define MOVE(name, dtype, ndim, shape, i)                                                          \
-    do {                                                                                           \
-        void *moved_ = planes[i];                                                                  \
-        planes[i] = NULL;                                                                          \
-        ADD((name), (dtype), (ndim), (shape), moved_, (uint64_t)sz[i], moved_);                    \
-    } while (0)
-
 #define ADD(name, dtype, ndim, shape, data, bytes, owned)                                          \
     do {                                                                                           \
         if (qs_st_writer_add(c->w, (name), (dtype), (ndim), (shape), (data), (bytes), (owned),     \
@@ -308,59 +306,78 @@ static void make_params(const struct ctx_all *c, qs_quant_params *p)
     p->double_quant = c->o->double_quant;
 }
 
-/*
- * Check the format options once, before any work: qs_quant_size has no context for a message,
- * so a failure is repeated through qs_quantize, which checks the same parameters first and
- * writes nothing. Returns 0, or -1 with the library's message in c->err.
- */
+/* Check the format options once, before any work. Returns 0, or -1 with the library's message
+ * in c->err. */
 static int check_params(struct ctx_all *c)
 {
     qs_quant_params p;
-    qs_qtensor empty;
-    int64_t bytes;
+    qs_plane_info info;
 
     make_params(c, &p);
-    if (qs_quant_size(&p, 1, 1, QS_PLANE_DATA, &bytes) == QS_OK)
+    if (qs_quant_plane_info(c->ctx, &p, 1, 1, QS_PLANE_DATA, &info) == QS_OK)
         return 0;
-    memset(&empty, 0, sizeof empty);
-    qs_quantize(c->ctx, &p, NULL, QS_DTYPE_F32, 1, 1, &empty);
     snprintf(c->err, sizeof c->err, "%s", qs_ctx_last_error(c->ctx));
     return -1;
 }
 
-/* Quantize tensor t, add its output keys, fill *st. Returns 0 or -1 with c->err. */
+/* The bitsandbytes JSON quant_state of a 4-bit weight (a malloc'd string, NULL without memory). */
+static char *bnb_quant_state(const struct ctx_all *c, const qs_quant_params *p,
+                             const qs_qtensor *q, const char *dtname, int64_t rows, int64_t cols)
+{
+    char json[512], off[64];
+
+    if (p->double_quant) {
+        py_float_repr((double)q->nested_offset, off, sizeof off);
+        snprintf(json, sizeof json,
+                 "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": "
+                 "[%lld, %lld], \"nested_blocksize\": 256, \"nested_dtype\": \"float32\", "
+                 "\"nested_offset\": %s}",
+                 qs_format_name(c->format), p->block_size, dtname, (long long)rows,
+                 (long long)cols, off);
+    } else {
+        snprintf(json, sizeof json,
+                 "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": "
+                 "[%lld, %lld]}",
+                 qs_format_name(c->format), p->block_size, dtname, (long long)rows,
+                 (long long)cols);
+    }
+    return dup_bytes(json, strlen(json) + 1);
+}
+
+/* Quantize tensor t, add its output keys (checkpoint_keys.c), fill *st. Returns 0 or -1 with
+ * c->err. */
 static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct layer_stat *st)
 {
     qs_quant_params p;
     qs_qtensor q;
-    int64_t rows = t->shape[0], cols = t->shape[1], n = t->numel, sz[QS_PLANE_COUNT];
+    qs_plane_info info[QS_PLANE_COUNT];
+    int64_t rows = t->shape[0], cols = t->shape[1], n = t->numel;
     int32_t sdt;
     const char *dtname = src_dtype_name(t->dtype, &sdt);
     void *planes[QS_PLANE_COUNT] = {0};
     float *ref = NULL, *deq = NULL;
-    char *prefix = NULL, *k1 = NULL, *k2 = NULL, *k3 = NULL, *k4 = NULL, *k5 = NULL;
-    qs_status s;
+    char *prefix = NULL, *key = NULL;
     double err2 = 0.0, ref2 = 0.0, maxabs = 0.0;
     int64_t total = 0;
 
     make_params(c, &p);
     memset(&q, 0, sizeof q);
     for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        if ((s = qs_quant_size(&p, rows, cols, i, &sz[i])) != QS_OK) {
-            snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_status_str(s));
+        if (qs_quant_plane_info(c->ctx, &p, rows, cols, i, &info[i]) != QS_OK) {
+            snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
             goto fail;
         }
-        if (sz[i] > 0 && !(planes[i] = malloc((size_t)sz[i]))) {
+        if (info[i].bytes > 0 && !(planes[i] = malloc((size_t)info[i].bytes))) {
             snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
             goto fail;
         }
-        total += sz[i];
+        total += info[i].bytes;
     }
-    q.data = planes[0], q.data_bytes = sz[0];
-    q.scale = planes[1], q.scale_bytes = sz[1];
-    q.zero_point = planes[2], q.zero_point_bytes = sz[2];
-    q.nested_scale = planes[3], q.nested_scale_bytes = sz[3];
-    if ((s = qs_quantize(c->ctx, &p, t->data, sdt, rows, cols, &q)) != QS_OK) {
+    q.data = planes[0], q.data_bytes = info[0].bytes;
+    q.scale = planes[1], q.scale_bytes = info[1].bytes;
+    q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
+    q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
+    if (qs_quantize(c->ctx, &p, t->data, sdt, rows, cols, &q) != QS_OK) {
         snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
         goto fail;
     }
@@ -402,109 +419,65 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         }
     }
 
-    switch (c->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4: {
-        const char *qt = c->format == QS_FORMAT_NF4 ? "nf4" : "fp4";
-        int64_t nb = p.double_quant ? sz[1] : sz[1] / 4, dshape[2] = {sz[0], 1}, one[1];
-        float table[256];
-        void *copy;
-        char json[512], off[64], *state;
-        size_t jl;
+    /* Every key of the format's scheme, in table order. */
+    for (const struct qs_ckpt_key *k = qs_ckpt_keys(c->format); k->suffix; k++) {
+        int64_t shape[2] = {0, 1};
+        int ndim = 1;
+        const char *dtype = k->dtype;
+        void *bytes = NULL;
+        uint64_t nbytes = 0;
 
-        MOVE(t->name, "U8", 2, dshape, 0);
-        if (!(k1 = cat(t->name, ".absmax")))
+        if (k->double_quant && !p.double_quant)
+            continue;
+        if (k->module && !prefix && !(prefix = module_prefix(t->name)))
             goto oom;
-        MOVE(k1, p.double_quant ? "U8" : "F32", 1, &nb, 1);
-        qs_codebook(c->format == QS_FORMAT_NF4 ? QS_CODEBOOK_NF4 : QS_CODEBOOK_FP4, table, 16);
-        one[0] = 16;
-        if (!(k2 = cat(t->name, ".quant_map")) || !(copy = dup_bytes(table, 64)))
+        if (!(key = cat(k->module ? prefix : t->name, k->suffix)))
             goto oom;
-        ADD(k2, "F32", 1, one, copy, 64, copy);
-        if (p.double_quant) {
-            int64_t nn = sz[3] / 4;
-            if (!(k3 = cat(t->name, ".nested_absmax")))
-                goto oom;
-            MOVE(k3, "F32", 1, &nn, 3);
-            qs_codebook(QS_CODEBOOK_DYN8, table, 256);
-            one[0] = 256;
-            if (!(k4 = cat(t->name, ".nested_quant_map")) || !(copy = dup_bytes(table, 1024)))
-                goto oom;
-            ADD(k4, "F32", 1, one, copy, 1024, copy);
-            py_float_repr((double)q.nested_offset, off, sizeof off);
-            snprintf(json, sizeof json,
-                     "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": "
-                     "[%lld, %lld], \"nested_blocksize\": 256, \"nested_dtype\": \"float32\", "
-                     "\"nested_offset\": %s}",
-                     qt, p.block_size, dtname, (long long)rows, (long long)cols, off);
-        } else {
-            snprintf(json, sizeof json,
-                     "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": "
-                     "[%lld, %lld]}",
-                     qt, p.block_size, dtname, (long long)rows, (long long)cols);
+        switch (k->source) {
+        case QS_KEY_PLANE: {
+            const qs_plane_info *pi = &info[k->plane];
+            bytes = planes[k->plane];
+            planes[k->plane] = NULL; /* the writer owns the plane from here */
+            nbytes = (uint64_t)pi->bytes;
+            if (!dtype)
+                dtype = qs_ckpt_elem_dtype(pi->elem);
+            ndim = k->shape == QS_KEY_SHAPE_SCALAR ? 0 : k->shape == QS_KEY_SHAPE_COLUMN ? 2
+                                                                                       : pi->ndim;
+            shape[0] = pi->shape[0];
+            shape[1] = pi->shape[1];
+            break;
         }
-        jl = strlen(json);
-        one[0] = (int64_t)jl;
-        k5 = cat(t->name, c->format == QS_FORMAT_NF4 ? ".quant_state.bitsandbytes__nf4"
-                                                     : ".quant_state.bitsandbytes__fp4");
-        if (!k5 || !(state = dup_bytes(json, jl)))
-            goto oom;
-        ADD(k5, "U8", 1, one, state, jl, state);
-        break;
-    }
-    case QS_FORMAT_LLM_INT8: {
-        int64_t shape[2] = {rows, cols};
-        unsigned char *fmt0 = calloc(1, 1);
-        if (!(prefix = module_prefix(t->name)) || !fmt0) {
-            free(fmt0);
-            goto oom;
-        }
-        MOVE(t->name, "I8", 2, shape, 0);
-        if (!(k1 = cat(prefix, ".SCB")))
-            goto oom;
-        MOVE(k1, "F32", 1, &rows, 1);
-        /* weight_format 0 = "row", the only layout bitsandbytes loads (spec §7). */
-        if (!(k2 = cat(prefix, ".weight_format")))
-            goto oom;
-        ADD(k2, "U8", 0, shape, fmt0, 1, fmt0);
-        break;
-    }
-    case QS_FORMAT_FP8_E4M3:
-    case QS_FORMAT_FP8_E5M2: {
-        int64_t shape[2] = {rows, cols};
-        MOVE(t->name, c->format == QS_FORMAT_FP8_E4M3 ? "F8_E4M3" : "F8_E5M2", 2, shape, 0);
-        if (!(k1 = cat(t->name, "_scale")))
-            goto oom;
-        MOVE(k1, "F32", 0, shape, 1);
-        break;
-    }
-    default: { /* MXFP4, MXFP8, NVFP4: row-wise blocks */
-        int64_t dshape[2] = {rows, rows ? sz[0] / rows : 0};
-        int64_t sshape[2] = {rows, rows ? sz[1] / rows : 0};
-        const char *ddt = c->format == QS_FORMAT_MXFP8 ? "F8_E4M3" : "U8";
-        const char *sdt_name = c->format == QS_FORMAT_NVFP4 ? "F8_E4M3" : "U8";
-        MOVE(t->name, ddt, 2, dshape, 0);
-        if (!(k1 = cat(t->name, "_scale")))
-            goto oom;
-        MOVE(k1, sdt_name, 2, sshape, 1);
-        if (c->format == QS_FORMAT_NVFP4) {
-            float *g = malloc(sizeof *g);
-            if (!g || !(k2 = cat(t->name, "_scale_2"))) {
-                free(g);
+        case QS_KEY_CODEBOOK:
+            shape[0] = qs_codebook_size(k->codebook);
+            nbytes = (uint64_t)shape[0] * 4;
+            if (!(bytes = malloc(nbytes)))
                 goto oom;
-            }
-            *g = q.global_scale;
-            ADD(k2, "F32", 0, dshape, g, 4, g);
+            qs_codebook(k->codebook, bytes, shape[0]);
+            break;
+        case QS_KEY_QUANT_STATE:
+            if (!(bytes = bnb_quant_state(c, &p, &q, dtname, rows, cols)))
+                goto oom;
+            nbytes = strlen(bytes);
+            shape[0] = (int64_t)nbytes;
+            break;
+        case QS_KEY_GLOBAL_SCALE:
+            ndim = 0;
+            nbytes = 4;
+            if (!(bytes = dup_bytes(&q.global_scale, 4)))
+                goto oom;
+            break;
+        default: /* QS_KEY_WEIGHT_FORMAT: 0 = "row", the only layout bitsandbytes loads */
+            ndim = 0;
+            nbytes = 1;
+            if (!(bytes = calloc(1, 1)))
+                goto oom;
+            break;
         }
-        break;
-    }
+        ADD(key, dtype, ndim, shape, bytes, nbytes, bytes);
+        free(key);
+        key = NULL;
     }
     free(prefix);
-    free(k1);
-    free(k2);
-    free(k3);
-    free(k4);
-    free(k5);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         free(planes[i]);
     return 0;
@@ -514,45 +487,41 @@ fail:
     free(ref);
     free(deq);
     free(prefix);
-    free(k1);
-    free(k2);
-    free(k3);
-    free(k4);
-    free(k5);
+    free(key);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         free(planes[i]);
     return -1;
 }
 
-/* Output keys a quantized tensor adds beside its own name: none may already exist. */
-static const char *collision(const struct qs_st_file *f, const char *name, int32_t format)
+/*
+ * Output keys a quantized tensor adds beside its own name (its scheme's other keys, with and
+ * without double quantization, tools/checkpoint_keys.c): none may already exist. Returns the
+ * first that does (from malloc, for the message), else NULL; *oom is set when memory ran out.
+ * Each lookup is a binary search, so checking every tensor costs n log n.
+ */
+static char *collision(const struct qs_st_file *f, const char *name, int32_t format, int *oom)
 {
-    static const char *const bnb[] = {".absmax",
-                                      ".quant_map",
-                                      ".nested_absmax",
-                                      ".nested_quant_map",
-                                      ".quant_state.bitsandbytes__nf4",
-                                      ".quant_state.bitsandbytes__fp4",
-                                      NULL};
-    static const char *const scaled[] = {"_scale", "_scale_2", NULL};
-    static char buf[1024];
-    const char *const *suffixes = format == QS_FORMAT_NF4 || format == QS_FORMAT_FP4 ? bnb : scaled;
-    char *prefix;
+    char *prefix = NULL, *key = NULL;
 
-    for (int i = 0; suffixes[i]; i++) {
-        snprintf(buf, sizeof buf, "%s%s", name, suffixes[i]);
-        if (qs_st_find(f, buf))
-            return buf;
+    *oom = 0;
+    for (const struct qs_ckpt_key *k = qs_ckpt_keys(format); k && k->suffix; k++) {
+        if (!*k->suffix)
+            continue;
+        if (k->module && !prefix && !(prefix = module_prefix(name))) {
+            *oom = 1;
+            break;
+        }
+        if (!(key = cat(k->module ? prefix : name, k->suffix))) {
+            *oom = 1;
+            break;
+        }
+        if (qs_st_find(f, key))
+            break;
+        free(key);
+        key = NULL;
     }
-    if (format == QS_FORMAT_LLM_INT8 && (prefix = module_prefix(name))) {
-        snprintf(buf, sizeof buf, "%s.SCB", prefix);
-        if (!qs_st_find(f, buf))
-            snprintf(buf, sizeof buf, "%s.weight_format", prefix);
-        free(prefix);
-        if (qs_st_find(f, buf))
-            return buf;
-    }
-    return NULL;
+    free(prefix);
+    return key;
 }
 
 static int32_t cli_format(const char *name)
@@ -579,6 +548,14 @@ static double file_size(const char *path)
     return stat(path, &sb) == 0 ? (double)sb.st_size : 0.0;
 }
 
+/* An error message that may quote names from the input: printed escaped. */
+static void print_error(const char *msg)
+{
+    fputs("qsparse quantize: error: ", stderr);
+    qs_escape_print(stderr, msg);
+    fputc('\n', stderr);
+}
+
 int qs_cmd_quantize(int argc, char **argv)
 {
     struct options o;
@@ -588,6 +565,7 @@ int qs_cmd_quantize(int argc, char **argv)
     struct layer_stat *stats = NULL;
     regex_t inc, exc;
     qs_ctx_params cp;
+    qs_format_info fi;
     char err[ERRLEN];
     size_t nsel = 0, ncopy = 0, nstat = 0;
     int rc = 1, tty = isatty(2), have_re = 0;
@@ -597,21 +575,21 @@ int qs_cmd_quantize(int argc, char **argv)
         return 2;
     memset(&c, 0, sizeof c);
     c.format = cli_format(o.format);
-    if (c.format <= 0 || c.format == QS_FORMAT_INT8) {
+    /* the formats the tool writes are those with a checkpoint-key scheme */
+    if (!qs_ckpt_keys(c.format) || qs_format_info_get(c.format, &fi) != QS_OK) {
         fprintf(stderr,
                 "qsparse quantize: unknown format '%s' (nf4, fp4, int8, fp8_e4m3, "
                 "fp8_e5m2, mxfp4, mxfp8, nvfp4)\n",
                 o.format);
         return 2;
     }
-    if (o.double_quant && c.format != QS_FORMAT_NF4 && c.format != QS_FORMAT_FP4) {
+    if (o.double_quant && !(fi.options & QS_OPT_DOUBLE_QUANT)) {
         fprintf(stderr, "qsparse quantize: --double-quant applies to nf4 and fp4 only\n");
         return 2;
     }
-    if (o.blocksize && c.format != QS_FORMAT_NF4 && c.format != QS_FORMAT_FP4 &&
-        o.blocksize != qs_format_block_size(c.format)) {
+    if (o.blocksize && fi.block_min == fi.block_max && o.blocksize != fi.block_size) {
         fprintf(stderr, "qsparse quantize: %s has a fixed block size of %d\n", o.format,
-                qs_format_block_size(c.format));
+                fi.block_size);
         return 2;
     }
     if (regcomp(&inc, o.include ? o.include : DEFAULT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0) {
@@ -626,8 +604,11 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     have_re = 1;
 
+    /* Before the input is mapped: a truncated input then gives a message, a signal removes the
+     * temporary output. */
+    qs_st_install_signal_cleanup();
     if (qs_st_open(&in, o.in, err, sizeof err) != 0) {
-        fprintf(stderr, "qsparse quantize: error: %s\n", err);
+        print_error(err);
         regfree(&inc);
         regfree(&exc);
         return 1;
@@ -659,21 +640,29 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     for (size_t i = 0, done = 0; i < in.count; i++) {
         const struct qs_st_tensor *t = &in.tensors[i];
-        const char *clash;
+        char *clash;
+        int oom;
         if (!selected(t, &inc, &exc)) {
             if (qs_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data,
                                  t->end - t->begin, NULL, err, sizeof err) != 0) {
-                fprintf(stderr, "qsparse quantize: error: %s\n", err);
+                print_error(err);
                 goto done_w;
             }
             ncopy++;
             continue;
         }
-        if ((clash = collision(&in, t->name, c.format))) {
-            fprintf(stderr,
-                    "qsparse quantize: error: %s: the input already has a tensor "
-                    "'%s' (is it quantized already?)\n",
-                    t->name, clash);
+        if ((clash = collision(&in, t->name, c.format, &oom)) || oom) {
+            fputs("qsparse quantize: error: ", stderr);
+            if (oom) {
+                fputs("out of memory", stderr);
+            } else {
+                qs_escape_print(stderr, t->name);
+                fputs(": the input already has a tensor '", stderr);
+                qs_escape_print(stderr, clash);
+                fputs("' (is it quantized already?)", stderr);
+            }
+            fputc('\n', stderr);
+            free(clash);
             goto done_w;
         }
         if (tty && !o.quiet)
@@ -682,7 +671,7 @@ int qs_cmd_quantize(int argc, char **argv)
         if (quantize_one(&c, t, &stats[nstat]) != 0) {
             if (tty && !o.quiet)
                 fputc('\n', stderr);
-            fprintf(stderr, "qsparse quantize: error: %s\n", c.err);
+            print_error(c.err);
             goto done_w;
         }
         nstat++;
@@ -709,10 +698,9 @@ int qs_cmd_quantize(int argc, char **argv)
         }
         free(rec);
     }
-    qs_st_install_signal_cleanup();
     if (qs_st_writer_write(&w, o.out, tty && !o.quiet ? write_progress : NULL, NULL, err,
                            sizeof err) != 0) {
-        fprintf(stderr, "qsparse quantize: error: %s\n", err);
+        print_error(err);
         goto done_w;
     }
 
@@ -720,14 +708,16 @@ int qs_cmd_quantize(int argc, char **argv)
         double before = file_size(o.in), after = file_size(o.out);
         printf("%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE", "max|err|");
         for (size_t i = 0; i < nstat; i++) {
-            char shape[32];
+            char shape[32], *name = qs_escape_dup(stats[i].name);
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)stats[i].rows,
                      (long long)stats[i].cols);
-            printf("%-52s %11s %6.3f %10.3e %10.3e\n", stats[i].name, shape, stats[i].bits,
+            printf("%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape, stats[i].bits,
                    stats[i].rel_rmse, stats[i].max_abs);
+            free(name);
         }
-        printf("%s: %zu tensors quantized to %s, %zu copied; %.2f MB -> %.2f MB (%.2fx)\n", o.out,
-               nstat, o.format, ncopy, before / 1e6, after / 1e6, after > 0 ? before / after : 0.0);
+        qs_escape_print(stdout, o.out);
+        printf(": %zu tensors quantized to %s, %zu copied; %.2f MB -> %.2f MB (%.2fx)\n", nstat,
+               o.format, ncopy, before / 1e6, after / 1e6, after > 0 ? before / after : 0.0);
     }
     rc = 0;
 done_w:

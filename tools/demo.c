@@ -186,7 +186,7 @@ int qs_cmd_demo(int argc, char **argv)
     make_weights(w, rows, cols);
     printf("libqsparse %s demo: %lld x %lld heavy-tailed f32 weights (%.1f MiB), backend %s\n\n",
            qs_version_string(), (long long)rows, (long long)cols,
-           (double)(rows * cols) * 4.0 / 1048576.0, qs_ctx_backend_name(ctx));
+           (double)(rows * cols) * 4.0 / 1048576.0, qs_ctx_isa_name(ctx));
     printf("%-22s %6s %9s %10s %10s %7s %8s %8s\n", "format", "bits/w", "size KiB", "rmse",
            "max |err|", "SQNR dB", "quant ms", "deq ms");
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -2,12 +2,14 @@
 /*
  * safetensors reading (mmap + jansson, every offset validated before use) and atomic writing
  * (temporary file + rename) for the `qsparse` tool; the format is described in safetensors.h.
- * A hostile file must give a clear message, never a crash, an over-read or a huge allocation.
+ * A hostile file must give a clear message, never a crash, an over-read, a huge allocation or a
+ * cost that grows faster than n log n in the number of tensors.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -130,29 +132,79 @@ static int cmp_begin(const void *a, const void *b)
                                  : (x->end > y->end) - (x->end < y->end);
 }
 
+/*
+ * No two non-empty tensors share a byte. In order of their start, each must begin at or after
+ * the furthest end seen so far, not only its neighbour's: one short tensor between two others
+ * would otherwise hide their overlap. Empty tensors own no bytes, so they are left out: they can
+ * neither overlap anything nor stand between two that do.
+ */
 static int check_overlaps(struct qs_st_file *f, char *err, size_t errlen)
 {
-    const struct qs_st_tensor **order;
+    const struct qs_st_tensor **order, *furthest = NULL;
+    size_t n = 0;
     int rc = 0;
 
-    if (f->count < 2)
-        return 0;
-    order = malloc(f->count * sizeof *order);
+    order = malloc((f->count + 1) * sizeof *order);
     if (!order)
         return fail(err, errlen, "out of memory"), -1;
     for (size_t i = 0; i < f->count; i++)
-        order[i] = &f->tensors[i];
-    qsort(order, f->count, sizeof *order, cmp_begin);
-    for (size_t i = 1; i < f->count && rc == 0; i++) {
-        /* Empty tensors occupy no bytes and cannot overlap anything. */
-        if (order[i]->begin < order[i - 1]->end && order[i]->end > order[i]->begin) {
-            fail(err, errlen, "tensors '%s' and '%s' overlap in the data section",
-                 order[i - 1]->name, order[i]->name);
+        if (f->tensors[i].end > f->tensors[i].begin)
+            order[n++] = &f->tensors[i];
+    qsort(order, n, sizeof *order, cmp_begin);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (furthest && order[i]->begin < furthest->end) {
+            fail(err, errlen, "tensors '%s' and '%s' overlap in the data section", furthest->name,
+                 order[i]->name);
             rc = -1;
         }
+        if (!furthest || order[i]->end > furthest->end)
+            furthest = order[i];
     }
     free(order);
     return rc;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct qs_st_tensor *const *)a)->name,
+                  (*(const struct qs_st_tensor *const *)b)->name);
+}
+
+/* The name index behind qs_st_find (names are unique: the JSON parser rejects duplicates). */
+static int index_names(struct qs_st_file *f, char *err, size_t errlen)
+{
+    f->by_name = malloc((f->count + 1) * sizeof *f->by_name);
+    if (!f->by_name)
+        return fail(err, errlen, "out of memory"), -1;
+    for (size_t i = 0; i < f->count; i++)
+        f->by_name[i] = &f->tensors[i];
+    qsort(f->by_name, f->count, sizeof *f->by_name, cmp_name);
+    return 0;
+}
+
+/*
+ * The input being read, watched in case another program truncates it meanwhile. Reading a mapped
+ * page that the file no longer covers raises SIGBUS, which the signal handler turns into a
+ * message; bytes cut from the last page it still covers read as zeros without any signal, so
+ * the writer also compares the file's size with the one it was opened with before it commits an
+ * output. One input at a time is watched, the latest opened.
+ */
+static const unsigned char *volatile watched_map;
+static volatile size_t watched_size;
+static int watched_fd = -1;
+
+/*
+ * Test hook, used by tests/python/test_tool.py and nothing else: with QSPARSE_TOOL_TEST_STOP set
+ * to the name of a point ("open": the input is validated and no tensor read yet; "write": the
+ * temporary output exists and holds its header), the process stops itself there with SIGSTOP so
+ * that a test can act at a known moment (truncate the input, send a signal) and then continue it.
+ */
+static void test_stop(const char *point)
+{
+    const char *v = getenv("QSPARSE_TOOL_TEST_STOP");
+
+    if (v && strcmp(v, point) == 0)
+        raise(SIGSTOP);
 }
 
 int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
@@ -165,13 +217,32 @@ int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
     int fd;
 
     memset(f, 0, sizeof *f);
-    fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer (forever), and
+     * some devices act on a blocking open. Only a regular file is read, in blocking mode. */
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return fail(err, errlen, "%s: %s", path, strerror(errno)), -1;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fail(err, errlen, "%s: not a regular file", path);
+    if (fstat(fd, &sb) != 0) {
+        fail(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
         return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        fail(err, errlen, "%s: not a regular file (%s)", path,
+             S_ISFIFO(sb.st_mode)                         ? "a FIFO"
+             : S_ISDIR(sb.st_mode)                        ? "a directory"
+             : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                                                          : "a socket or other special file");
+        close(fd);
+        return -1;
+    }
+    {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == -1) {
+            fail(err, errlen, "%s: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
     }
     if (sb.st_size < 8) {
         fail(err, errlen, "%s: truncated (%lld bytes, a safetensors file has at least 8)", path,
@@ -181,11 +252,17 @@ int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
     }
     f->map_size = (size_t)sb.st_size;
     f->map = mmap(NULL, f->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
-        return fail(err, errlen, "%s: mmap: %s", path, strerror(errno)), -1;
+        fail(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        close(fd);
+        return -1;
     }
+    f->fd = fd; /* kept open while mapped: the writer checks the size through it */
+    watched_size = 0;
+    watched_map = f->map;
+    watched_size = f->map_size;
+    watched_fd = fd;
     for (int i = 7; i >= 0; i--)
         hl = (hl << 8) | f->map[i];
     if (hl > QS_ST_MAX_HEADER) {
@@ -244,8 +321,9 @@ int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
         f->tensors[f->count].data = f->data + f->tensors[f->count].begin;
         f->count++;
     }
-    if (check_overlaps(f, err, errlen) != 0)
+    if (check_overlaps(f, err, errlen) != 0 || index_names(f, err, errlen) != 0)
         goto bad;
+    test_stop("open");
     return 0;
 bad:
     qs_st_close(f);
@@ -254,9 +332,17 @@ bad:
 
 void qs_st_close(struct qs_st_file *f)
 {
-    if (f->map)
+    if (f->map) {
+        if (watched_map == f->map) {
+            watched_size = 0;
+            watched_map = NULL;
+            watched_fd = -1;
+        }
         munmap(f->map, f->map_size);
+        close(f->fd);
+    }
     free(f->tensors);
+    free(f->by_name);
     if (f->root)
         json_decref(f->root);
     memset(f, 0, sizeof *f);
@@ -264,9 +350,18 @@ void qs_st_close(struct qs_st_file *f)
 
 const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *name)
 {
-    for (size_t i = 0; i < f->count; i++)
-        if (strcmp(f->tensors[i].name, name) == 0)
-            return &f->tensors[i];
+    size_t lo = 0, hi = f->by_name ? f->count : 0;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->by_name[mid]->name, name);
+        if (c == 0)
+            return f->by_name[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 
@@ -348,28 +443,192 @@ void qs_st_writer_free(struct qs_st_writer *w)
     memset(w, 0, sizeof *w);
 }
 
-/* The temporary file being written, for the signal handler (a fixed buffer: no allocation). */
-static char tmp_path[PATH_MAX + 32];
+/*
+ * The temporary output being written, for the signal handler (a fixed buffer: no allocation).
+ * Its name is ".<output name>.qsparse-tmp-<pid>-XXXXXX" beside the output, so that a run killed
+ * by SIGKILL (which no handler sees) leaves a file that the next run for the same output
+ * recognises as stale, by its dead pid, and removes.
+ */
+static char tmp_path[PATH_MAX + 256];
 static volatile sig_atomic_t tmp_active;
 
-static void on_signal(int sig)
+#define TMP_TAG ".qsparse-tmp-"
+#define TMP_BASE_MAX 128 /* bytes of the output's name kept in the temporary name (NAME_MAX) */
+
+static const char truncated_msg[] =
+    "qsparse: error: the input file shrank while it was being read (truncated or rewritten "
+    "by another program); no output was written\n";
+
+static int in_watched_map(const void *addr)
 {
+    const unsigned char *lo = watched_map;
+    size_t n = watched_size;
+
+    return lo && n && (uintptr_t)addr - (uintptr_t)lo < n;
+}
+
+static void on_signal(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
     if (tmp_active)
-        unlink(tmp_path); /* async-signal-safe */
+        unlink(tmp_path); /* async-signal-safe, as are write, _exit, signal and raise */
+    /* si_code > 0: raised by the kernel for a fault, so si_addr is meaningful (kill() fills
+     * the same bytes with its sender's pid and uid). */
+    if (sig == SIGBUS && si && si->si_code > 0 && in_watched_map(si->si_addr)) {
+        if (write(2, truncated_msg, sizeof truncated_msg - 1) < 0) {
+            /* nothing more to do: the exit status still says it failed */
+        }
+        _exit(1);
+    }
+    /* Die of the same signal, as without the handler (core dump included where that is the
+     * default): it is blocked while this runs and delivered on return. */
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
+/* Signals whose default action ends the process, apart from SIGKILL and SIGSTOP. */
+static const int fatal_signals[] = {
+    SIGHUP,    SIGINT,  SIGQUIT, SIGABRT, SIGUSR1, SIGUSR2,   SIGPIPE, SIGALRM,
+    SIGTERM,   SIGTRAP, SIGSYS,  SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF,
+#ifdef SIGPOLL
+    SIGPOLL,
+#endif
+#ifdef SIGSTKFLT
+    SIGSTKFLT,
+#endif
+#ifdef SIGPWR
+    SIGPWR,
+#endif
+#ifdef SIGEMT
+    SIGEMT,
+#endif
+#ifdef SIGLOST
+    SIGLOST,
+#endif
+};
+
+/* Faults: the kernel delivers these even when they are ignored, so they are always handled. */
+static const int fault_signals[] = {SIGBUS, SIGSEGV, SIGILL, SIGFPE};
+
+static void handle(int sig, int even_if_ignored)
+{
+    struct sigaction sa, old;
+
+    if (sigaction(sig, NULL, &old) != 0)
+        return;
+    /* A signal ignored when the tool started stays ignored (nohup, a shell's `trap '' HUP`). */
+    if (!even_if_ignored && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
+        return;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO;
+    sigfillset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+}
+
 void qs_st_install_signal_cleanup(void)
 {
-    struct sigaction sa;
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+        handle(fatal_signals[i], 0);
+    for (size_t i = 0; i < sizeof fault_signals / sizeof fault_signals[0]; i++)
+        handle(fault_signals[i], 1);
+#ifdef SIGRTMIN
+    for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+        handle(sig, 0);
+#endif
+}
 
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+/*
+ * Remove the temporary files of earlier runs for the same output whose process is gone (killed
+ * by SIGKILL, a crash, a power cut). Names are matched exactly and only regular files removed;
+ * a pid that still exists (or belongs to another user: EPERM) keeps its file.
+ */
+static void remove_stale_tmps(const char *dir, const char *prefix)
+{
+    size_t plen = strlen(prefix);
+    struct dirent *e;
+    DIR *d = opendir(dir);
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        const char *p = e->d_name + plen;
+        long long pid = 0;
+        int digits = 0, tail = 0;
+        struct stat sb;
+
+        if (strncmp(e->d_name, prefix, plen) != 0)
+            continue;
+        while (*p >= '0' && *p <= '9' && digits < 10)
+            pid = pid * 10 + (*p++ - '0'), digits++;
+        if (digits == 0 || *p++ != '-')
+            continue;
+        while ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))
+            p++, tail++;
+        if (*p != '\0' || tail != 6 || pid <= 0 || pid > INT_MAX || pid == (long long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/*
+ * Create the temporary output beside path: tmp_path holds its name, tmp_active is set, and its
+ * permissions are those the output will have: the old output's when it exists, else 0666 less
+ * the umask. Returns the descriptor, or -1 with a message.
+ */
+static int create_tmp(const char *path, char *err, size_t errlen)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    char dir[PATH_MAX], prefix[TMP_BASE_MAX + 32];
+    sigset_t all, old;
+    struct stat sb;
+    mode_t mode, mask;
+    int fd;
+
+    if (strlen(path) >= PATH_MAX)
+        return fail(err, errlen, "output path too long"), -1;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    snprintf(prefix, sizeof prefix, ".%.*s" TMP_TAG, TMP_BASE_MAX, base);
+    remove_stale_tmps(dir, prefix);
+
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        mode = sb.st_mode & 0777;
+    } else {
+        mask = umask(0);
+        umask(mask);
+        mode = 0666 & ~mask;
+    }
+    snprintf(tmp_path, sizeof tmp_path, "%s%s%s%lld-XXXXXX", slash ? dir : "",
+             slash && slash != path ? "/" : "", prefix, (long long)getpid());
+    /* No signal between creating the file and recording it: none may leave it behind. */
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    fd = mkstemp(tmp_path);
+    if (fd >= 0)
+        tmp_active = 1;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (fd < 0)
+        return fail(err, errlen, "cannot create a temporary file beside %s: %s", path,
+                    strerror(errno)),
+               -1;
+    if (fchmod(fd, mode) != 0) {
+        fail(err, errlen, "cannot set the mode of a temporary file beside %s: %s", path,
+             strerror(errno));
+        close(fd);
+        unlink(tmp_path);
+        tmp_active = 0;
+        return -1;
+    }
+    return fd;
 }
 
 static int write_all(int fd, const void *buf, uint64_t n)
@@ -390,54 +649,234 @@ static int write_all(int fd, const void *buf, uint64_t n)
     return 0;
 }
 
-static char *build_header(struct qs_st_writer *w, uint64_t *padded_len)
-{
-    json_t *root = json_object();
-    uint64_t off = 0;
-    char *text, *padded;
-    size_t len;
+/* A growing text buffer; `oom` is set once an allocation fails and every later call is a no-op. */
+struct text {
+    char *p;
+    size_t n, cap;
+    int oom;
+};
 
-    if (!root)
-        return NULL;
-    if (w->metadata && json_object_set(root, "__metadata__", w->metadata) != 0)
-        goto oom;
-    for (size_t i = 0; i < w->count; i++) {
-        json_t *e = json_object(), *shape = json_array(), *offs = json_array();
-        if (!e || !shape || !offs) {
-            json_decref(e);
-            json_decref(shape);
-            json_decref(offs);
-            goto oom;
+static void put(struct text *t, const char *s, size_t n)
+{
+    if (t->oom)
+        return;
+    if (t->cap - t->n < n + 1) {
+        size_t cap = t->cap ? t->cap : 4096;
+        char *np;
+        while (cap - t->n < n + 1)
+            cap *= 2;
+        if (!(np = realloc(t->p, cap))) {
+            t->oom = 1;
+            return;
         }
-        for (int d = 0; d < w->t[i].ndim; d++)
-            json_array_append_new(shape, json_integer(w->t[i].shape[d]));
-        json_array_append_new(offs, json_integer((json_int_t)off));
-        json_array_append_new(offs, json_integer((json_int_t)(off + w->t[i].bytes)));
-        off += w->t[i].bytes;
-        json_object_set_new(e, "dtype", json_string(w->t[i].dtype));
-        json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets", offs);
-        if (json_object_set_new(root, w->t[i].name, e) != 0)
-            goto oom;
+        t->p = np;
+        t->cap = cap;
     }
-    text = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(root);
-    if (!text)
-        return NULL;
-    /* Pad with spaces so that the data section starts 8-byte aligned, as the reference writer. */
-    len = strlen(text);
-    *padded_len = (len + 7) & ~(uint64_t)7;
-    padded = malloc(*padded_len + 1);
-    if (padded) {
-        memcpy(padded, text, len);
-        memset(padded + len, ' ', *padded_len - len);
-        padded[*padded_len] = '\0';
+    memcpy(t->p + t->n, s, n);
+    t->n += n;
+    t->p[t->n] = '\0';
+}
+
+static void put_str(struct text *t, const char *s)
+{
+    put(t, s, strlen(s));
+}
+
+static void put_int(struct text *t, long long v)
+{
+    char buf[24];
+
+    put(t, buf, (size_t)snprintf(buf, sizeof buf, "%lld", v));
+}
+
+/*
+ * s as a JSON string, byte for byte as jansson's json_dumps writes it with JSON_ENSURE_ASCII (the
+ * writer's earlier form): `"` and `\` escaped, \b \f \n \r \t, other controls and every non-ASCII
+ * character as \uXXXX (surrogate pairs above U+FFFF). Returns -1 when s is not valid UTF-8.
+ */
+static int put_json_string(struct text *t, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *p = (const unsigned char *)s;
+
+    put(t, "\"", 1);
+    while (*p) {
+        uint32_t c = *p, min = 0;
+        int len = 1;
+        char esc[16];
+        if (c >= 0x80) {
+            if (c >= 0xC2 && c <= 0xDF)
+                len = 2, c &= 0x1F, min = 0x80;
+            else if (c >= 0xE0 && c <= 0xEF)
+                len = 3, c &= 0x0F, min = 0x800;
+            else if (c >= 0xF0 && c <= 0xF4)
+                len = 4, c &= 0x07, min = 0x10000;
+            else
+                return -1;
+            for (int i = 1; i < len; i++) {
+                if ((p[i] & 0xC0) != 0x80)
+                    return -1;
+                c = (c << 6) | (p[i] & 0x3Fu);
+            }
+            if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+                return -1;
+        }
+        p += len;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\', esc[1] = (char)c;
+            put(t, esc, 2);
+        } else if (c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') {
+            esc[0] = '\\';
+            esc[1] = c == '\b' ? 'b' : c == '\f' ? 'f' : c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+            put(t, esc, 2);
+        } else if (c >= 0x20 && c < 0x80) {
+            esc[0] = (char)c;
+            put(t, esc, 1);
+        } else {
+            uint32_t units[2] = {c, 0};
+            int nu = 1;
+            if (c >= 0x10000) {
+                units[0] = 0xD800 | ((c - 0x10000) >> 10);
+                units[1] = 0xDC00 | ((c - 0x10000) & 0x3FF);
+                nu = 2;
+            }
+            for (int u = 0; u < nu; u++) {
+                esc[0] = '\\', esc[1] = 'u';
+                for (int i = 0; i < 4; i++)
+                    esc[2 + i] = hex[(units[u] >> (12 - 4 * i)) & 15];
+                put(t, esc, 6);
+            }
+        }
     }
-    free(text);
-    return padded;
-oom:
-    json_decref(root);
-    return NULL;
+    put(t, "\"", 1);
+    return 0;
+}
+
+/*
+ * The header text, padded with spaces so that the data section starts 8-byte aligned as the
+ * reference writer does; from malloc, NULL with a message. Written directly rather than through a
+ * jansson tree: one small tree per tensor made a header of 10^5 tensors cost seconds in the
+ * allocator alone. The metadata (a few strings) still goes through jansson.
+ */
+static char *build_header(struct qs_st_writer *w, uint64_t *padded_len, char *err, size_t errlen)
+{
+    struct text t = {0};
+    uint64_t off = 0;
+    int first = 1;
+
+    put(&t, "{", 1);
+    if (w->metadata) {
+        char *meta = json_dumps(w->metadata, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (!meta) {
+            free(t.p);
+            return fail(err, errlen, "out of memory building the header"), NULL;
+        }
+        put_str(&t, "\"__metadata__\":");
+        put_str(&t, meta);
+        free(meta);
+        first = 0;
+    }
+    for (size_t i = 0; i < w->count; i++) {
+        const struct qs_st_out *o = &w->t[i];
+        if (!first)
+            put(&t, ",", 1);
+        first = 0;
+        if (put_json_string(&t, o->name) != 0) {
+            free(t.p);
+            return fail(err, errlen, "tensor name '%s' is not valid UTF-8", o->name), NULL;
+        }
+        put_str(&t, ":{\"dtype\":");
+        put_json_string(&t, o->dtype);
+        put_str(&t, ",\"shape\":[");
+        for (int d = 0; d < o->ndim; d++) {
+            if (d)
+                put(&t, ",", 1);
+            put_int(&t, (long long)o->shape[d]);
+        }
+        put_str(&t, "],\"data_offsets\":[");
+        put_int(&t, (long long)off);
+        put(&t, ",", 1);
+        off += o->bytes;
+        put_int(&t, (long long)off);
+        put_str(&t, "]}");
+        if (t.n > QS_ST_MAX_HEADER)
+            break; /* refused below; no need to grow further */
+    }
+    put(&t, "}", 1);
+    while (!t.oom && t.n % 8 != 0)
+        put(&t, " ", 1);
+    if (t.oom) {
+        free(t.p);
+        return fail(err, errlen, "out of memory building the header"), NULL;
+    }
+    *padded_len = t.n;
+    return t.p;
+}
+
+/*
+ * Buffered writes: a model of many small tensors would otherwise cost one system call each.
+ * Tensors larger than the buffer go straight from their memory to the file.
+ */
+struct out_buf {
+    int fd;
+    size_t n;
+    unsigned char b[1u << 20];
+};
+
+static int flush_out(struct out_buf *o)
+{
+    int rc = write_all(o->fd, o->b, o->n);
+
+    o->n = 0;
+    return rc;
+}
+
+static int put_out(struct out_buf *o, const void *p, uint64_t n)
+{
+    if (n > sizeof o->b - o->n) {
+        if (flush_out(o) != 0)
+            return -1;
+        if (n > sizeof o->b)
+            return write_all(o->fd, p, n);
+    }
+    memcpy(o->b + o->n, p, (size_t)n);
+    o->n += (size_t)n;
+    return 0;
+}
+
+/* Whether the watched input no longer has the size it was mapped with. */
+static int watched_input_changed(void)
+{
+    struct stat sb;
+
+    if (watched_fd < 0 || !watched_map)
+        return 0;
+    return fstat(watched_fd, &sb) != 0 || (uint64_t)sb.st_size != (uint64_t)watched_size;
+}
+
+static int cmp_out_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Refuse two output tensors of one name: sorted, equal names are neighbours (n log n). */
+static int check_unique(const struct qs_st_writer *w, char *err, size_t errlen)
+{
+    const char **names = malloc((w->count + 1) * sizeof *names);
+    int rc = 0;
+
+    if (!names)
+        return fail(err, errlen, "out of memory"), -1;
+    for (size_t i = 0; i < w->count; i++)
+        names[i] = w->t[i].name;
+    qsort(names, w->count, sizeof *names, cmp_out_name);
+    for (size_t i = 1; i < w->count && rc == 0; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            fail(err, errlen, "duplicate output tensor '%s'", names[i]);
+            rc = -1;
+        }
+    free(names);
+    return rc;
 }
 
 int qs_st_writer_write(struct qs_st_writer *w, const char *path,
@@ -447,65 +886,55 @@ int qs_st_writer_write(struct qs_st_writer *w, const char *path,
     uint64_t hl;
     unsigned char len8[8];
     char *header = NULL;
-    const char *slash;
-    int fd = -1;
-    mode_t mask;
+    struct out_buf *ob = NULL;
+    int fd;
 
-    for (size_t i = 0; i < w->count; i++)
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(w->t[i].name, w->t[j].name) == 0)
-                return fail(err, errlen, "duplicate output tensor '%s'", w->t[i].name), -1;
-    header = build_header(w, &hl);
+    if (check_unique(w, err, errlen) != 0)
+        return -1;
+    header = build_header(w, &hl, err, errlen);
     if (!header)
-        return fail(err, errlen, "out of memory building the header"), -1;
+        return -1;
     if (hl > QS_ST_MAX_HEADER) {
         free(header);
         return fail(err, errlen, "output header of %llu bytes exceeds the safetensors limit",
                     (unsigned long long)hl),
                -1;
     }
-
-    slash = strrchr(path, '/');
-    if (strlen(path) + 32 > sizeof tmp_path) {
-        free(header);
-        return fail(err, errlen, "output path too long"), -1;
-    }
-    if (slash)
-        snprintf(tmp_path, sizeof tmp_path, "%.*s/.%s.tmp-XXXXXX", (int)(slash - path), path,
-                 slash + 1);
-    else
-        snprintf(tmp_path, sizeof tmp_path, ".%s.tmp-XXXXXX", path);
-    /* Block the cleanup signals while the file is created, so that none can leave it behind. */
-    {
-        sigset_t set, old;
-        sigemptyset(&set);
-        sigaddset(&set, SIGINT);
-        sigaddset(&set, SIGTERM);
-        sigaddset(&set, SIGHUP);
-        sigprocmask(SIG_BLOCK, &set, &old);
-        fd = mkstemp(tmp_path);
-        if (fd >= 0)
-            tmp_active = 1;
-        sigprocmask(SIG_SETMASK, &old, NULL);
-    }
+    fd = create_tmp(path, err, errlen);
     if (fd < 0) {
-        fail(err, errlen, "cannot create a temporary file beside %s: %s", path, strerror(errno));
         free(header);
         return -1;
     }
-    mask = umask(0);
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
 
+    if (!(ob = malloc(sizeof *ob))) {
+        fail(err, errlen, "out of memory");
+        close(fd);
+        unlink(tmp_path);
+        tmp_active = 0;
+        free(header);
+        return -1;
+    }
+    ob->fd = fd;
+    ob->n = 0;
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(hl >> (8 * i));
     if (write_all(fd, len8, 8) != 0 || write_all(fd, header, hl) != 0)
         goto io_error;
+    test_stop("write");
     for (size_t i = 0; i < w->count; i++) {
-        if (write_all(fd, w->t[i].data, w->t[i].bytes) != 0)
+        if (put_out(ob, w->t[i].data, w->t[i].bytes) != 0)
             goto io_error;
         if (progress)
             progress(i + 1, w->count, user);
+    }
+    if (flush_out(ob) != 0)
+        goto io_error;
+    if (watched_input_changed()) {
+        fail(err, errlen,
+             "the input file changed size while it was being read (truncated or rewritten by "
+             "another program); %s was not written",
+             path);
+        goto cleanup;
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         fd = -1;
@@ -515,14 +944,23 @@ int qs_st_writer_write(struct qs_st_writer *w, const char *path,
     if (rename(tmp_path, path) != 0)
         goto io_error;
     tmp_active = 0;
+    free(ob);
     free(header);
     return 0;
 io_error:
-    fail(err, errlen, "writing %s: %s", path, strerror(errno));
+    if (errno == EFAULT) /* write() could not read the source: a mapped input that shrank */
+        fail(err, errlen,
+             "writing %s: a tensor's bytes could not be read: the input file shrank while it was "
+             "being read (truncated or rewritten by another program)",
+             path);
+    else
+        fail(err, errlen, "writing %s: %s", path, strerror(errno));
+cleanup:
     if (fd >= 0)
         close(fd);
     unlink(tmp_path);
     tmp_active = 0;
+    free(ob);
     free(header);
     return -1;
 }

@@ -2,12 +2,15 @@
 /*
  * safetensors reading and writing for the `qsparse` tool. A file is an 8-byte little-endian
  * header length, a JSON header ({name: {dtype, shape, data_offsets}}, optional "__metadata__" of
- * string values) and the data section. Reading memory-maps the file, parses the header with
+ * string values) and the data section. Reading refuses anything but a regular file (a FIFO,
+ * device or directory is refused without blocking), memory-maps it, parses the header with
  * jansson and validates every entry before any tensor is used: header length within the file and
- * under 100 MB, known dtypes, non-negative shapes whose byte count fits int64 and equals the
- * offsets, offsets inside the data section and no two tensors overlapping. Writing goes to a
- * temporary file beside the target that is renamed into place only when complete; a signal
- * during the write removes it.
+ * under 100 MB, unique names, known dtypes, non-negative shapes whose byte count fits int64 and
+ * equals the offsets, offsets inside the data section and no two non-empty tensors sharing a
+ * byte. Every step costs at most O(n log n) in the number of tensors. Writing goes to a temporary
+ * file beside the target (".NAME.qsparse-tmp-PID-XXXXXX", with the old output's permissions)
+ * that is renamed into place only when complete; an error or a fatal signal removes it, and the
+ * next write to the same target removes those left by runs that died of SIGKILL.
  */
 #ifndef QS_TOOLS_SAFETENSORS_H
 #define QS_TOOLS_SAFETENSORS_H
@@ -34,11 +37,13 @@ struct qs_st_tensor {
 struct qs_st_file {
     unsigned char *map;
     size_t map_size;
+    int fd; /* open while mapped (valid when map is not NULL) */
     uint64_t header_len;
     const unsigned char *data;
     uint64_t data_size;
     struct qs_st_tensor *tensors; /* in header order */
     size_t count;
+    const struct qs_st_tensor **by_name; /* the tensors sorted by name, for qs_st_find */
     json_t *root;
     json_t *metadata; /* borrowed from root; NULL when absent */
 };
@@ -46,9 +51,13 @@ struct qs_st_file {
 /* Bytes per element of a safetensors dtype name, 0 if unknown. */
 int qs_st_dtype_size(const char *dtype);
 
-/* Open, map and validate a file. Returns 0, or -1 with a message in err. */
+/*
+ * Open, map and validate a file. Returns 0, or -1 with a message in err. Messages quote tensor
+ * names as the file spells them: print them through escape.h.
+ */
 int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen);
 void qs_st_close(struct qs_st_file *f);
+/* The tensor of that name, or NULL (a binary search: O(log n)). */
 const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *name);
 
 /* ---- writing ----------------------------------------------------------------------------------
@@ -82,7 +91,9 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
 int qs_st_writer_meta(struct qs_st_writer *w, const char *key, const char *value);
 /*
  * Write everything to `path` through a temporary file in the same directory and rename it into
- * place. progress(done, total, user) is called after each tensor when non-NULL.
+ * place. progress(done, total, user) is called after each tensor when non-NULL. The names must be
+ * unique (checked) and valid UTF-8. The output is refused when the input opened last with
+ * qs_st_open (and not yet closed) has changed size since: its tensors may have read as zeros.
  * Returns 0, or -1 with a message (the target is then untouched and the temporary file removed).
  */
 int qs_st_writer_write(struct qs_st_writer *w, const char *path,
@@ -90,7 +101,14 @@ int qs_st_writer_write(struct qs_st_writer *w, const char *path,
                        char *err, size_t errlen);
 void qs_st_writer_free(struct qs_st_writer *w);
 
-/* Install SIGINT / SIGTERM / SIGHUP handlers that remove a temporary output before exiting. */
+/*
+ * Install handlers for every signal whose default action ends the process (all but SIGKILL and
+ * SIGSTOP): they remove a temporary output, then the process dies of the signal as it would have.
+ * A signal ignored when the process started stays ignored (nohup), except the faults (SIGBUS,
+ * SIGSEGV, SIGILL, SIGFPE), which the kernel delivers anyway. A SIGBUS from reading the latest
+ * opened input mapping (a file truncated while mapped) prints a message and exits with status 1
+ * instead. Call it before qs_st_open, so that reading the header is covered too.
+ */
 void qs_st_install_signal_cleanup(void);
 
 #endif /* QS_TOOLS_SAFETENSORS_H */

@@ -10,115 +10,133 @@ allocates the buffers the C size queries ask for and turns error codes into exce
     qs.dequantize(q)
 """
 
+from __future__ import annotations
+
+import ctypes
+from typing import Dict, List
+
 from . import _lib
 from ._lib import QsparseError
 from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
-
-# Other modules land with their own issues; the binding works without them.
-try:
-    from .observer import Observer  # noqa: F401
-except ImportError:
-    pass
-try:
-    from .sparse import compress, decompress, prune  # noqa: F401
-except ImportError:
-    pass
-try:
-    from .matmul import int8_vectorwise_quant, matmul  # noqa: F401
-except ImportError:
-    pass
-
-# Backend names and the ISA bits each one allows (the context clamps them to the CPU).
-_BACKEND_MASKS = {
-    "scalar": 0,
-    "avx2": _lib.QS_ISA_AVX2,
-    "avx512": _lib.QS_ISA_AVX2 | _lib.QS_ISA_AVX512 | _lib.QS_ISA_AVX512_VNNI
-    | _lib.QS_ISA_AVX512_BF16,
-    "neon": _lib.QS_ISA_NEON,
-    "neon-dotprod": _lib.QS_ISA_NEON | _lib.QS_ISA_NEON_DOTPROD | _lib.QS_ISA_NEON_FP16
-    | _lib.QS_ISA_NEON_BF16,
-}
-# The lowest ISA bit that must be present for a backend to be available.
-_BACKEND_NEEDS = {"scalar": 0, "avx2": _lib.QS_ISA_AVX2,
-                  "avx512": _lib.QS_ISA_AVX2 | _lib.QS_ISA_AVX512,
-                  "neon": _lib.QS_ISA_NEON,
-                  "neon-dotprod": _lib.QS_ISA_NEON | _lib.QS_ISA_NEON_DOTPROD}
+from .observer import Observer
+from .sparse import compress, decompress, prune
+from .matmul import int8_vectorwise_quant, matmul
 
 
-def __getattr__(name):
+# ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA
+# bits (the context clamps it to the CPU) and is available when the CPU has the bits it requires.
+def _tier_masks() -> Dict[str, int]:
+    return {t["name"]: t["allowed"] for t in _lib.isa_tiers()}
+
+
+def __getattr__(name: str) -> str:
     if name == "__version__":
         return _lib.lib().qs_version_string().decode()
     raise AttributeError(f"module 'qsparse' has no attribute {name!r}")
 
 
-def backend():
-    """Name of the backend the calling thread's context runs ("scalar", "avx2", "avx512", ...)."""
-    return _lib.lib().qs_ctx_backend_name(_lib.ctx()).decode()
-
-
-def backends():
-    """Backends this process can run, lowest first ("scalar" always): what the CPU has, as
-    clamped by QS_FORCE_ISA (each candidate is checked by making a context for it)."""
-    import ctypes
-
+def backend() -> str:
+    """The backend the calling thread's context runs on: "cpu" or "cuda"."""
     lib = _lib.lib()
-    have = lib.qs_cpu_isa()
+    return lib.qs_backend_name(lib.qs_ctx_backend(_lib.ctx())).decode()
+
+
+def backends() -> List[str]:
+    """Backends that can run in this process: "cpu" always, "cuda" when its plugin loads and
+    finds a device (backend_message("cuda") says why not)."""
+    lib = _lib.lib()
+    return [name for name in ("cpu", "cuda")
+            if lib.qs_backend_available(lib.qs_backend_from_name(name.encode()))]
+
+
+def backend_message(name: str) -> str:
+    """Why backend `name` is not available ("" when it is or was not tried)."""
+    lib = _lib.lib()
+    code = lib.qs_backend_from_name(name.encode()) if isinstance(name, str) else -1
+    if code < 0:
+        raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or 'cuda'")
+    return (lib.qs_backend_message(code) or b"").decode("utf-8", "replace")
+
+
+def set_backend(name: str) -> None:
+    """Run on backend `name`: "auto" (CUDA when available, else the CPU), "cpu" or "cuda".
+    QsparseError (QS_ERR_BACKEND, with the reason) if it cannot run here."""
+    if not isinstance(name, str):
+        raise ValueError(f"backend name must be a string, got {type(name).__name__}")
+    lib = _lib.lib()
+    code = lib.qs_backend_from_name(name.encode())
+    if code < 0:
+        raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or 'cuda'")
+    if not lib.qs_backend_available(code):
+        raise QsparseError(_lib.QS_ERR_BACKEND,
+                           f"backend {name!r} is not available: {backend_message(name)}")
+    _lib.update_settings(backend=code)
+
+
+def isa() -> str:
+    """Name of the ISA tier the calling thread's context runs ("scalar", "avx2", "avx512", ...)."""
+    return _lib.lib().qs_ctx_isa_name(_lib.ctx()).decode()
+
+
+def isas() -> List[str]:
+    """ISA tiers this process can run, lowest first ("scalar" always): what the CPU has, as
+    clamped by QS_FORCE_ISA (each candidate is checked by making a context for it)."""
+    lib = _lib.lib()
     out = []
-    for name, need in _BACKEND_NEEDS.items():
-        if (have & need) != need:
+    for tier in _lib.isa_tiers():
+        if not tier["available"]:
             continue
+        name = tier["name"]
         params = _lib.CtxParams()
         lib.qs_ctx_params_init(ctypes.byref(params))
-        params.isa_mask = _BACKEND_MASKS[name]
+        params.isa_mask = tier["allowed"]
+        params.backend = _lib.QS_BACKEND_CPU
         handle = ctypes.c_void_p()
         if lib.qs_ctx_create(ctypes.byref(params), ctypes.byref(handle)) != _lib.QS_OK:
             continue
         try:
-            if lib.qs_ctx_backend_name(handle).decode() == name:
+            if lib.qs_ctx_isa_name(handle).decode() == name:
                 out.append(name)
         finally:
             lib.qs_ctx_destroy(handle)
     return out
 
 
-def set_backend(name):
-    """Run on `name` ("auto", "cpu", or one of backends()); QsparseError if it is unavailable."""
+def set_isa(name: str) -> None:
+    """Run the CPU kernels of ISA tier `name` ("auto" for the best, or one of isas());
+    QsparseError if it is unavailable."""
     if not isinstance(name, str):
-        raise ValueError(f"backend name must be a string, got {type(name).__name__}")
-    if name in ("auto", "cpu"):
-        _lib.update_settings(isa_mask=_lib.QS_ISA_ALL,
-                             backend=_lib.QS_BACKEND_AUTO if name == "auto" else
-                             _lib.QS_BACKEND_CPU)
+        raise ValueError(f"ISA name must be a string, got {type(name).__name__}")
+    if name == "auto":
+        _lib.update_settings(isa_mask=_lib.QS_ISA_ALL)
         return
-    if name not in _BACKEND_MASKS:
-        raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or one of "
-                         f"{list(_BACKEND_MASKS)}")
+    masks = _tier_masks()
+    if name not in masks:
+        raise ValueError(f"unknown ISA {name!r}: expected 'auto' or one of {list(masks)}")
     old = _lib.settings()
-    _lib.update_settings(isa_mask=_BACKEND_MASKS[name], backend=_lib.QS_BACKEND_CPU)
-    got = backend()
+    _lib.update_settings(isa_mask=masks[name])
+    got = isa()
     if got != name:
-        _lib.update_settings(isa_mask=old["isa_mask"], backend=old["backend"])
+        _lib.update_settings(isa_mask=old["isa_mask"])
         raise QsparseError(_lib.QS_ERR_BACKEND,
-                           f"backend {name!r} is not available here (this machine, or "
-                           f"QS_FORCE_ISA, gives {got!r}; available: {backends()})")
+                           f"ISA {name!r} is not available here (this machine, or "
+                           f"QS_FORCE_ISA, gives {got!r}; available: {isas()})")
 
 
-def set_num_threads(n):
+def set_num_threads(n: int) -> None:
     """Threads per call: n >= 1, or 0 for OpenMP's default."""
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**31:
         raise ValueError(f"number of threads must be an int >= 0, got {n!r}")
     _lib.update_settings(num_threads=n)
 
 
-def get_num_threads():
+def get_num_threads() -> int:
     """The thread setting of set_num_threads (0 = OpenMP's default)."""
     return _lib.settings()["num_threads"]
 
 
-def kernels():
+def kernels() -> Dict[str, str]:
     """{slot: implementation} of this thread's context: {"nf4_quant": "qs_nf4_quant__avx2", ...}."""
-    import ctypes
-
     lib = _lib.lib()
     c = _lib.ctx()
     out = {}
@@ -129,8 +147,7 @@ def kernels():
     return out
 
 
-__all__ = ["QTensor", "QsparseError", "backend", "backends", "codebook", "convert", "dequantize",
-           "formats", "get_num_threads", "kernels", "quantize", "set_backend", "set_num_threads"]
-for _name in ("Observer", "prune", "compress", "decompress", "matmul", "int8_vectorwise_quant"):
-    if _name in globals():
-        __all__.append(_name)
+__all__ = ["Observer", "QTensor", "QsparseError", "backend", "backend_message", "backends",
+           "codebook", "compress", "convert", "decompress", "dequantize", "formats",
+           "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels", "matmul", "prune",
+           "quantize", "set_backend", "set_isa", "set_num_threads"]

@@ -6,10 +6,13 @@ This is the contract the other modules (quantization, observer.py, sparse.py) bu
 * ``lib()`` returns the cached ``ctypes.CDLL``, found through the ``QSPARSE_LIB`` environment
   variable (a path), then next to this package, then on the system.
 * ``ctx()`` returns the calling thread's ``qs_ctx *`` (a ``ctypes.c_void_p``), created lazily with
-  the settings of ``set_num_threads`` / ``set_backend``.  A C context may be used by one thread at
-  a time and ctypes releases the GIL during calls, so each Python thread gets its own context.
+  the settings of ``set_num_threads`` / ``set_backend`` / ``set_isa``.  A C context may be used by
+  one thread at a time and ctypes releases the GIL during calls, so each Python thread gets its
+  own context.
 * ``check(status)`` raises ``QsparseError`` (a ``RuntimeError``) carrying the library's message.
-* ``declare(name, restype, argtypes)`` declares a C function once and returns it.
+* ``declare(name, restype, argtypes)`` declares a C function once and returns it (the core API
+  is declared from ``_capi.SIGNATURES`` when the library loads, and its struct mirrors are
+  checked against the library's layout then).
 * ``as_float_array(x, dtype=None)`` validates an input tensor and returns it C-contiguous with
   its ``QS_DTYPE_*`` code; ``ptr(a)`` gives a ``c_void_p`` to a numpy array's first byte.
 
@@ -33,39 +36,20 @@ except ImportError:  # pragma: no cover - ml_dtypes is installed wherever the te
     _ml_dtypes = None
     BF16 = None
 
-# Status codes and constants of include/qsparse.h (pinned there forever).
-QS_OK = 0
-QS_ERR_INVALID_ARG = -1
-QS_ERR_BUFFER_TOO_SMALL = -2
-QS_ERR_OVERFLOW = -3
-QS_ERR_UNSUPPORTED = -4
-QS_ERR_NONFINITE = -5
-QS_ERR_OUT_OF_MEMORY = -6
-QS_ERR_BAD_DATA = -7
-QS_ERR_SHAPE = -8
-QS_ERR_BACKEND = -9
+# Constants and struct mirrors live in _capi (the one place for the C API's shapes); they are
+# re-exported here because every module of the binding reaches them through _lib.
+from ._capi import (  # noqa: E402,F401
+    QS_BACKEND_AUTO, QS_BACKEND_CPU, QS_BACKEND_CUDA, QS_DTYPE_BF16, QS_DTYPE_F16, QS_DTYPE_F32,
+    QS_ERR_BACKEND, QS_ERR_BAD_DATA, QS_ERR_BUFFER_TOO_SMALL, QS_ERR_INVALID_ARG, QS_ERR_NONFINITE,
+    QS_ERR_OUT_OF_MEMORY, QS_ERR_OVERFLOW, QS_ERR_SHAPE, QS_ERR_UNSUPPORTED, QS_ISA_ALL,
+    QS_ISA_AVX2, QS_ISA_AVX512, QS_ISA_AVX512_BF16, QS_ISA_AVX512_VNNI, QS_ISA_NEON,
+    QS_ISA_NEON_BF16, QS_ISA_NEON_DOTPROD, QS_ISA_NEON_FP16, QS_OK, QS_PARAM_NONFINITE,
+    QS_PARAM_NUM_THREADS, QS_PLANE_DATA, QS_PLANE_NESTED_SCALE, QS_PLANE_SCALE,
+    QS_PLANE_ZERO_POINT, Allocator, CtxParams, FormatInfo, IsaTier, PlaneInfo, QTensorC, QuantParams)
+from . import _capi  # noqa: E402
 
-QS_DTYPE_F32, QS_DTYPE_F16, QS_DTYPE_BF16 = 0, 1, 2
 DTYPE_NAMES = {QS_DTYPE_F32: "float32", QS_DTYPE_F16: "float16", QS_DTYPE_BF16: "bfloat16"}
 DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-
-QS_PARAM_NUM_THREADS = 1
-QS_PARAM_NONFINITE = 2
-
-QS_ISA_AVX2 = 1 << 0
-QS_ISA_AVX512 = 1 << 1
-QS_ISA_AVX512_VNNI = 1 << 2
-QS_ISA_AVX512_BF16 = 1 << 3
-QS_ISA_NEON = 1 << 8
-QS_ISA_NEON_DOTPROD = 1 << 9
-QS_ISA_NEON_FP16 = 1 << 10
-QS_ISA_NEON_BF16 = 1 << 11
-QS_ISA_ALL = 0xFFFFFFFF
-
-QS_BACKEND_AUTO = 0
-QS_BACKEND_CPU = 1
-
-QS_PLANE_DATA, QS_PLANE_SCALE, QS_PLANE_ZERO_POINT, QS_PLANE_NESTED_SCALE = 0, 1, 2, 3
 
 
 class QsparseError(RuntimeError):
@@ -74,54 +58,6 @@ class QsparseError(RuntimeError):
     def __init__(self, status, message):
         super().__init__(message)
         self.status = status
-
-
-# ---- ctypes mirrors of the public structs (include/qsparse.h) ------------------------------------
-
-
-class Allocator(ctypes.Structure):
-    _fields_ = [("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p), ("user", ctypes.c_void_p)]
-
-
-class CtxParams(ctypes.Structure):
-    _fields_ = [
-        ("num_threads", ctypes.c_int32),
-        ("backend", ctypes.c_int32),
-        ("isa_mask", ctypes.c_uint32),
-        ("nonfinite", ctypes.c_int32),
-        ("allocator", Allocator),
-        ("reserved", ctypes.c_int64 * 8),
-    ]
-
-
-class QuantParams(ctypes.Structure):
-    _fields_ = [
-        ("format", ctypes.c_int32),
-        ("block_size", ctypes.c_int32),
-        ("granularity", ctypes.c_int32),
-        ("symmetric", ctypes.c_int32),
-        ("double_quant", ctypes.c_int32),
-        ("scale_rounding", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-        ("reserved0", ctypes.c_int32),
-        ("reserved", ctypes.c_int64 * 6),
-    ]
-
-
-class QTensorC(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("data_bytes", ctypes.c_int64),
-        ("scale", ctypes.c_void_p),
-        ("scale_bytes", ctypes.c_int64),
-        ("zero_point", ctypes.c_void_p),
-        ("zero_point_bytes", ctypes.c_int64),
-        ("nested_scale", ctypes.c_void_p),
-        ("nested_scale_bytes", ctypes.c_int64),
-        ("global_scale", ctypes.c_float),
-        ("nested_offset", ctypes.c_float),
-        ("reserved", ctypes.c_int64 * 4),
-    ]
 
 
 # ---- finding and loading the library -------------------------------------------------------------
@@ -139,53 +75,10 @@ def _candidates_next_to_package():
     return names
 
 
-def _declare_core(cdll):
-    """Argument and return types of the core API used by every module."""
-    c = ctypes
-    sigs = {
-        "qs_version_string": (c.c_char_p, []),
-        "qs_version_number": (c.c_int32, []),
-        "qs_status_str": (c.c_char_p, [c.c_int32]),
-        "qs_dtype_size": (c.c_int32, [c.c_int32]),
-        "qs_cpu_isa": (c.c_uint32, []),
-        "qs_isa_name": (c.c_char_p, [c.c_uint32]),
-        "qs_ctx_params_init": (None, [c.POINTER(CtxParams)]),
-        "qs_ctx_create": (c.c_int32, [c.POINTER(CtxParams), c.POINTER(c.c_void_p)]),
-        "qs_ctx_destroy": (None, [c.c_void_p]),
-        "qs_ctx_last_error": (c.c_char_p, [c.c_void_p]),
-        "qs_ctx_isa": (c.c_uint32, [c.c_void_p]),
-        "qs_ctx_backend_name": (c.c_char_p, [c.c_void_p]),
-        "qs_ctx_set": (c.c_int32, [c.c_void_p, c.c_int32, c.c_int64]),
-        "qs_ctx_get": (c.c_int32, [c.c_void_p, c.c_int32, c.POINTER(c.c_int64)]),
-        "qs_ctx_kernel_count": (c.c_int32, [c.c_void_p]),
-        "qs_ctx_kernel_info": (c.c_int32, [c.c_void_p, c.c_int32, c.POINTER(c.c_char_p),
-                                           c.POINTER(c.c_char_p)]),
-        "qs_format_count": (c.c_int32, []),
-        "qs_format_name": (c.c_char_p, [c.c_int32]),
-        "qs_format_from_name": (c.c_int32, [c.c_char_p]),
-        "qs_format_block_size": (c.c_int32, [c.c_int32]),
-        "qs_format_bits": (c.c_int32, [c.c_int32]),
-        "qs_quant_params_init": (None, [c.POINTER(QuantParams), c.c_int32]),
-        "qs_quant_size": (c.c_int32, [c.POINTER(QuantParams), c.c_int64, c.c_int64, c.c_int32,
-                                      c.POINTER(c.c_int64)]),
-        "qs_quantize": (c.c_int32, [c.c_void_p, c.POINTER(QuantParams), c.c_void_p, c.c_int32,
-                                    c.c_int64, c.c_int64, c.POINTER(QTensorC)]),
-        "qs_dequantize": (c.c_int32, [c.c_void_p, c.POINTER(QuantParams), c.POINTER(QTensorC),
-                                      c.c_int64, c.c_int64, c.c_void_p, c.c_int32, c.c_int64]),
-        "qs_convert": (c.c_int32, [c.c_void_p, c.c_void_p, c.c_int32, c.c_void_p, c.c_int32,
-                                   c.c_int64, c.c_int64]),
-        "qs_codebook": (c.c_int32, [c.c_int32, c.POINTER(c.c_float), c.c_int64]),
-        "qs_codebook_size": (c.c_int64, [c.c_int32]),
-    }
-    for name, (restype, argtypes) in sigs.items():
-        fn = getattr(cdll, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
-
-
 def _load(path):
     cdll = ctypes.CDLL(path)
-    _declare_core(cdll)
+    _capi.declare_all(cdll)
+    _capi.check_layouts(cdll, path)
     return cdll
 
 
@@ -217,7 +110,7 @@ def lib():
                 return _lib
             except OSError as e:
                 tried.append(f"{path}: {e}")
-        for name in (ctypes.util.find_library("qsparse"), "libqsparse.so.0", "libqsparse.so",
+        for name in (ctypes.util.find_library("qsparse"), "libqsparse.so.1", "libqsparse.so",
                      "libqsparse.dylib", "qsparse.dll"):
             if not name:
                 continue
@@ -259,7 +152,11 @@ class _CtxHolder:
         handle = ctypes.c_void_p()
         status = lib().qs_ctx_create(ctypes.byref(params), ctypes.byref(handle))
         if status != QS_OK:
-            raise QsparseError(status, "qs_ctx_create: " + status_str(status))
+            why = ""
+            if status == QS_ERR_BACKEND:  # no context to hold the reason: the registry has it
+                why = (lib().qs_backend_message(params.backend) or b"").decode("utf-8", "replace")
+            raise QsparseError(status, "qs_ctx_create: " + (why + " (" if why else "")
+                               + status_str(status) + (")" if why else ""))
         self.handle = handle
         self.generation = generation
         self._destroy = lib().qs_ctx_destroy
@@ -272,6 +169,19 @@ class _CtxHolder:
             except Exception:  # interpreter shutdown: the library may be gone already
                 pass
             self.handle = None
+
+
+def isa_tiers() -> list:
+    """The tier table of the C library, in its order: [{"name", "arch", "required", "allowed",
+    "available"}, ...] ("scalar" first)."""
+    cdll = lib()
+    out = []
+    for i in range(cdll.qs_isa_tier_count()):
+        t = IsaTier()
+        check(cdll.qs_isa_tier_info(i, ctypes.byref(t)))
+        out.append({"name": t.name.decode(), "arch": t.arch.decode(), "required": t.required,
+                    "allowed": t.allowed, "available": bool(t.available)})
+    return out
 
 
 def ctx():

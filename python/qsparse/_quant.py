@@ -1,46 +1,47 @@
 # SPDX-License-Identifier: MIT
 """quantize / dequantize over qs_quantize and qs_dequantize, and the QTensor holding the planes.
 
-The planes are numpy arrays with exactly the bytes the C API writes (spec/formats.md, the plane
-table in include/qsparse.h); only their numpy shapes are chosen here for convenience, never their
-order or content:
+The planes are numpy arrays with exactly the bytes the C API writes (the plane table in
+include/qsparse.h). Their element types and shapes come from the library (qs_quant_plane_info)
+and which options a format takes from qs_format_info_get; nothing about a format is restated
+here. The numpy shapes follow the library's answer:
 
-- nf4, fp4: data uint8 [(n+1)//2], high nibble first; absmax f32 [nb], or with double_quant
-  the uint8 codes [nb] plus nested_absmax f32 [ceil(nb/256)] and nested_offset.
-- int8: data int8 in the input's shape; scale f32 [1] (tensor), [rows] (row) or
-  [rows, cols/group] (group); zero_point int8 of the same shape when asymmetric.
-- llm_int8: data int8 in the input's shape; scale f32 [rows] (SCB, the row absmax).
-- fp8_e4m3, fp8_e5m2: data uint8 in the input's shape; scale f32 [1].
-- mxfp4, nvfp4: data uint8 [*lead, ceil(cols/2)], low nibble first; scale uint8
-  [rows, ceil(cols/bs)] (E8M0 bytes for MX, E4M3 bytes for NVFP4); nvfp4 also global_scale f32.
-- mxfp8: data uint8 (E4M3) in the input's shape; scale uint8 E8M0 [rows, ceil(cols/32)].
+- a plane over the flattened tensor is 1-D (NF4/FP4 codes: packed bytes; scales; absmax);
+- a plane with one line per tensor row is [rows, k] for scales and zero points, and for codes
+  the input's shape when a line holds one code per element (INT8, FP8, MXFP8), else
+  [*lead, k] (packed MXFP4 / NVFP4 bytes).
 
 rows x cols is the input as [prod(shape[:-1]), shape[-1]] (a 0-D or 1-D tensor is one row).
+The bitsandbytes formats (those with double quantization) call their scale plane ``absmax`` and
+the nested one ``nested_absmax``, as bitsandbytes does.
 """
 
+from __future__ import annotations
+
 import ctypes
+import functools
 import math
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _lib
+from . import _capi, _lib
 
 _GRANULARITY = {"tensor": 0, "row": 1, "channel": 1, "group": 2}
 _GRANULARITY_NAMES = {0: "tensor", 1: "row", 2: "group"}
 _SCALE_ROUNDING = {"floor": 0, "rceil": 1}
 
-_BNB4 = ("nf4", "fp4")
-_MX = ("mxfp4", "mxfp8")
-_FP8 = ("fp8_e4m3", "fp8_e5m2")
+_ELEM_DTYPES = {_capi.QS_ELEM_U8: np.dtype(np.uint8), _capi.QS_ELEM_I8: np.dtype(np.int8),
+                _capi.QS_ELEM_F32: np.dtype(np.float32)}
 
 
-def formats():
+def formats() -> List[str]:
     """Names of every format the library knows, in code order."""
     lib = _lib.lib()
     return [lib.qs_format_name(f).decode() for f in range(1, lib.qs_format_count() + 1)]
 
 
-def _format_code(name):
+def _format_code(name: str) -> int:
     if not isinstance(name, str):
         raise ValueError(f"format must be a string, got {type(name).__name__}")
     code = _lib.lib().qs_format_from_name(name.encode())
@@ -62,7 +63,27 @@ def _f32(name, value, *, zero_ok=False):
     return f
 
 
-def _rows_cols(shape):
+@functools.lru_cache(maxsize=None)
+def _info(code: int) -> Tuple[str, int, int, int, bool]:
+    """(name, default block size, QS_OPT_* options, QS_BLOCKS_*, global scale) of a format."""
+    fi = _capi.FormatInfo()
+    status = _lib.lib().qs_format_info_get(code, ctypes.byref(fi))
+    if status != _lib.QS_OK:
+        raise _lib.QsparseError(status, f"qs_format_info_get({code}): {_lib.status_str(status)}")
+    return fi.name.decode(), fi.block_size, fi.options, fi.blocks, bool(fi.global_scale)
+
+
+def _has(fmt: str, option: int) -> bool:
+    """Whether format `fmt` reads the qs_quant_params field QS_OPT_* `option`."""
+    return bool(_info(_format_code(fmt))[2] & option)
+
+
+def _takes_blocksize(fmt: str) -> bool:
+    # INT8 reads block_size as its group size, spelled group_size in Python
+    return _has(fmt, _capi.QS_OPT_BLOCK_SIZE) and not _has(fmt, _capi.QS_OPT_GRANULARITY)
+
+
+def _rows_cols(shape: Sequence[int]) -> Tuple[int, int]:
     if len(shape) == 0:
         return 1, 1
     cols = int(shape[-1])
@@ -77,10 +98,14 @@ class QTensor:
     safetensors file) and passed to dequantize(), which checks every plane's dtype and size.
     """
 
-    def __init__(self, format, shape, data, *, absmax=None, scale=None, zero_point=None,
-                 global_scale=None, nested_absmax=None, nested_offset=None, blocksize=None,
-                 double_quant=None, granularity=None, group_size=None, symmetric=None,
-                 scale_rounding=None, dtype="float32"):
+    def __init__(self, format: str, shape: Sequence[int], data: np.ndarray, *,
+                 absmax: Optional[np.ndarray] = None, scale: Optional[np.ndarray] = None,
+                 zero_point: Optional[np.ndarray] = None, global_scale: Optional[float] = None,
+                 nested_absmax: Optional[np.ndarray] = None,
+                 nested_offset: Optional[float] = None, blocksize: Optional[int] = None,
+                 double_quant: Optional[bool] = None, granularity: Optional[str] = None,
+                 group_size: Optional[int] = None, symmetric: Optional[bool] = None,
+                 scale_rounding: Optional[str] = None, dtype: str = "float32") -> None:
         self.format = format
         self.shape = tuple(int(s) for s in shape)
         self.data = data
@@ -96,10 +121,11 @@ class QTensor:
             double_quant = nested_absmax is not None
         self.double_quant = bool(double_quant)
         self.nested_blocksize = 256 if self.double_quant else None
-        if blocksize is None and format in _BNB4 + _MX + ("nvfp4",):
+        known = isinstance(format, str) and _lib.lib().qs_format_from_name(format.encode()) > 0
+        if blocksize is None and known and _takes_blocksize(format):
             blocksize = int(_lib.lib().qs_format_block_size(_format_code(format)))
         self.blocksize = blocksize
-        if format == "int8":
+        if known and _has(format, _capi.QS_OPT_GRANULARITY):
             if granularity is None:
                 granularity = "group" if group_size is not None else "row"
             if symmetric is None:
@@ -111,7 +137,7 @@ class QTensor:
         self.dtype = dtype
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of every plane together (what a file stores, without its metadata)."""
         total = 0
         for a in (self.data, self.absmax, self.scale, self.zero_point, self.nested_absmax):
@@ -121,32 +147,34 @@ class QTensor:
         return total
 
     @property
-    def bits_per_weight(self):
+    def bits_per_weight(self) -> float:
         n = math.prod(self.shape)
         return 8.0 * self.nbytes / n if n else 0.0
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"QTensor(format={self.format!r}, shape={self.shape}, blocksize={self.blocksize}, "
                 f"bits_per_weight={self.bits_per_weight:.3f})")
 
 
-def _params(fmt, code, *, blocksize=None, double_quant=False, granularity=None, group_size=None,
-            symmetric=None, scale=None, scale_rounding=None):
+def _params(fmt: str, code: int, *, blocksize: Any = None, double_quant: bool = False,
+            granularity: Any = None, group_size: Any = None, symmetric: Any = None,
+            scale: Any = None, scale_rounding: Any = None) -> _capi.QuantParams:
     """Fill qs_quant_params; an option that does not apply to the format is a ValueError."""
     p = _lib.QuantParams()
     _lib.lib().qs_quant_params_init(ctypes.byref(p), code)
 
-    def reject(name, value, allowed):
-        if value is not None and fmt not in allowed:
+    def reject(name, value, applies):
+        if value is not None and not applies:
             raise ValueError(f"option {name!r} does not apply to format {fmt!r}")
 
-    reject("blocksize", blocksize, _BNB4 + _MX + ("nvfp4",))
-    reject("double_quant", double_quant or None, _BNB4)
-    reject("granularity", granularity, ("int8",))
-    reject("group_size", group_size, ("int8",))
-    reject("symmetric", symmetric, ("int8",))
-    reject("scale", scale, _FP8 + ("nvfp4",))
-    reject("scale_rounding", scale_rounding, _MX)
+    grouped = _has(fmt, _capi.QS_OPT_GRANULARITY)
+    reject("blocksize", blocksize, _takes_blocksize(fmt))
+    reject("double_quant", double_quant or None, _has(fmt, _capi.QS_OPT_DOUBLE_QUANT))
+    reject("granularity", granularity, grouped)
+    reject("group_size", group_size, grouped)
+    reject("symmetric", symmetric, _has(fmt, _capi.QS_OPT_SYMMETRIC))
+    reject("scale", scale, _has(fmt, _capi.QS_OPT_SCALE))
+    reject("scale_rounding", scale_rounding, _has(fmt, _capi.QS_OPT_SCALE_ROUNDING))
 
     if blocksize is not None:
         if isinstance(blocksize, bool) or not isinstance(blocksize, (int, np.integer)):
@@ -156,7 +184,7 @@ def _params(fmt, code, *, blocksize=None, double_quant=False, granularity=None, 
         p.block_size = int(blocksize)
     if double_quant:
         p.double_quant = 1
-    if fmt == "int8":
+    if grouped:
         if granularity is None:
             granularity = "group" if group_size is not None else "row"
         if granularity not in _GRANULARITY:
@@ -172,8 +200,8 @@ def _params(fmt, code, *, blocksize=None, double_quant=False, granularity=None, 
             p.block_size = int(group_size)
         elif group_size is not None:
             raise ValueError(f"group_size needs granularity='group', not {granularity!r}")
-        if symmetric is not None:
-            p.symmetric = 1 if symmetric else 0
+    if symmetric is not None:
+        p.symmetric = 1 if symmetric else 0
     if scale is not None:
         s = float(scale)
         if not (math.isfinite(s) and s > 0.0):
@@ -187,56 +215,44 @@ def _params(fmt, code, *, blocksize=None, double_quant=False, granularity=None, 
     return p
 
 
-def _check_shape(fmt, p, shape, cols):
-    """The one shape rule of the formats: INT8 groups must divide the last dimension."""
-    if fmt == "int8" and p.granularity == 2 and cols % p.block_size:
-        raise ValueError(f"int8 group_size {p.block_size} does not divide the last dimension "
-                         f"({cols}) of shape {tuple(shape)}")
-
-
-def _plane_sizes(p, rows, cols):
+def _plane_infos(p: _capi.QuantParams, shape: Sequence[int], rows: int,
+                 cols: int) -> List[_capi.PlaneInfo]:
+    """The library's description of each plane; a shape the format cannot take is a ValueError
+    with the library's reason, any other failure a QsparseError with it."""
     lib = _lib.lib()
     out = []
-    for plane in range(4):
-        nbytes = ctypes.c_int64(0)
-        status = lib.qs_quant_size(ctypes.byref(p), rows, cols, plane, ctypes.byref(nbytes))
-        if status != _lib.QS_OK:
-            # qs_quant_size has no context to hold a message; qs_quantize checks the same layout
-            # first, with a context, and fails there before it reads or writes any buffer.
-            empty = _lib.QTensorC()
-            status2 = lib.qs_quantize(_lib.ctx(), ctypes.byref(p), None, _lib.QS_DTYPE_F32,
-                                      rows, cols, ctypes.byref(empty))
-            if status2 == status:
-                _lib.check(status)
-            raise _lib.QsparseError(status, f"qs_quant_size for a {rows} x {cols} tensor: "
-                                            f"{_lib.status_str(status)}")
-        out.append(nbytes.value)
+    for plane in range(_capi.QS_PLANE_COUNT):
+        info = _capi.PlaneInfo()
+        status = lib.qs_quant_plane_info(_lib.ctx(), ctypes.byref(p), rows, cols, plane,
+                                         ctypes.byref(info))
+        if status == _lib.QS_ERR_SHAPE:
+            raise ValueError(f"{_lib.last_error()} (shape {tuple(shape)})")
+        _lib.check(status)
+        out.append(info)
     return out
 
 
-def _plane_shapes(fmt, p, shape, rows, cols, sizes):
-    """numpy shapes of the planes (same bytes as the C planes, see the module docstring)."""
-    lead = tuple(shape[:-1]) if len(shape) > 1 else ()
-    if fmt in _BNB4:
-        data = (sizes[0],)
-        sc = (sizes[1] // (1 if p.double_quant else 4),)
-    elif fmt in ("mxfp4", "nvfp4"):
-        data = lead + ((cols + 1) // 2,)
-        sc = (rows, sizes[1] // rows if rows else 0)
-    elif fmt == "mxfp8":
-        data = tuple(shape)
-        sc = (rows, sizes[1] // rows if rows else 0)
-    elif fmt == "int8" and p.granularity == 2:
-        data = tuple(shape)
-        sc = (rows, cols // p.block_size)
-    else:
-        data = tuple(shape)
-        sc = (sizes[1] // 4,)
-    return data, sc
+def _plane_shape(info: _capi.PlaneInfo, plane: int, shape: Sequence[int],
+                 cols: int) -> Tuple[int, ...]:
+    """numpy shape of a plane (same bytes as the C plane, see the module docstring)."""
+    if info.ndim == 1:
+        return (int(info.shape[0]),)
+    k = int(info.shape[1])
+    if plane != _capi.QS_PLANE_DATA:
+        return (int(info.shape[0]), k)
+    if k == cols:
+        return tuple(shape)
+    return (tuple(shape[:-1]) if len(shape) > 1 else ()) + (k,)
 
 
-def quantize(a, format, *, blocksize=None, double_quant=False, granularity=None, group_size=None,
-             symmetric=None, scale=None, scale_rounding=None, dtype=None):
+def _plane_dtype(info: _capi.PlaneInfo) -> np.dtype:
+    return _ELEM_DTYPES[info.elem]
+
+
+def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_quant: bool = False,
+             granularity: Optional[str] = None, group_size: Optional[int] = None,
+             symmetric: Optional[bool] = None, scale: Optional[float] = None,
+             scale_rounding: Optional[str] = None, dtype: Optional[str] = None) -> QTensor:
     """Quantize a float32 / float16 / bfloat16 array to `format` and return a QTensor.
 
     Keywords (each only for the formats it applies to, else ValueError): blocksize (NF4/FP4:
@@ -261,52 +277,43 @@ def quantize(a, format, *, blocksize=None, double_quant=False, granularity=None,
     p = _params(format, code, blocksize=blocksize, double_quant=double_quant,
                 granularity=granularity, group_size=group_size, symmetric=symmetric, scale=scale,
                 scale_rounding=scale_rounding)
-    _check_shape(format, p, shape, cols)
-    sizes = _plane_sizes(p, rows, cols)
-    data_shape, scale_shape = _plane_shapes(format, p, shape, rows, cols, sizes)
-
-    data_dt = np.int8 if format in ("int8", "llm_int8") else np.uint8
-    data = np.empty(data_shape, data_dt)
-    if format in _BNB4:
-        sc = np.empty(scale_shape, np.uint8 if p.double_quant else np.float32)
-    elif format in _MX or format == "nvfp4":
-        sc = np.empty(scale_shape, np.uint8)
-    else:
-        sc = np.empty(scale_shape, np.float32)
-    zp = np.empty(scale_shape, np.int8) if sizes[2] else None
-    nested = np.empty((sizes[3] // 4,), np.float32) if sizes[3] else None
-    assert data.nbytes == sizes[0] and sc.nbytes == sizes[1]
+    infos = _plane_infos(p, shape, rows, cols)
+    planes = [np.empty(_plane_shape(i, pl, shape, cols), _plane_dtype(i)) if i.elem else None
+              for pl, i in enumerate(infos)]
+    for arr, i in zip(planes, infos):
+        assert arr is None or arr.nbytes == i.bytes
+    data, sc, zp, nested = planes
 
     qt = _lib.QTensorC()
-    qt.data, qt.data_bytes = data.ctypes.data, data.nbytes
-    qt.scale, qt.scale_bytes = sc.ctypes.data, sc.nbytes
-    if zp is not None:
-        qt.zero_point, qt.zero_point_bytes = zp.ctypes.data, zp.nbytes
-    if nested is not None:
-        qt.nested_scale, qt.nested_scale_bytes = nested.ctypes.data, nested.nbytes
+    for field, arr in zip(("data", "scale", "zero_point", "nested_scale"), planes):
+        if arr is not None:
+            setattr(qt, field, arr.ctypes.data)
+            setattr(qt, field + "_bytes", arr.nbytes)
     _lib.check(_lib.lib().qs_quantize(_lib.ctx(), ctypes.byref(p), _lib.ptr(x), src_dtype, rows,
                                       cols, ctypes.byref(qt)))
 
-    kw = dict(blocksize=int(p.block_size) if format in _BNB4 + _MX + ("nvfp4",) else None,
+    kw = dict(blocksize=int(p.block_size) if _takes_blocksize(format) else None,
               dtype=dtype_name)
-    if format in _BNB4:
+    if _has(format, _capi.QS_OPT_DOUBLE_QUANT):
         kw.update(absmax=sc, double_quant=bool(p.double_quant))
         if p.double_quant:
             kw.update(nested_absmax=nested, nested_offset=qt.nested_offset)
     else:
         kw["scale"] = sc
-    if format == "int8":
-        kw.update(zero_point=zp, granularity=_GRANULARITY_NAMES[p.granularity],
-                  group_size=int(p.block_size) if p.granularity == 2 else None,
-                  symmetric=bool(p.symmetric))
-    if format == "nvfp4":
+    if _has(format, _capi.QS_OPT_GRANULARITY):
+        kw.update(granularity=_GRANULARITY_NAMES[p.granularity],
+                  group_size=int(p.block_size) if p.granularity == 2 else None)
+    if _has(format, _capi.QS_OPT_SYMMETRIC):
+        kw.update(zero_point=zp, symmetric=bool(p.symmetric))
+    if _info(code)[4]:
         kw["global_scale"] = qt.global_scale
-    if format in _MX:
+    if _has(format, _capi.QS_OPT_SCALE_ROUNDING):
         kw["scale_rounding"] = "rceil" if p.scale_rounding == 1 else "floor"
     return QTensor(format, shape, data, **kw)
 
 
-def _plane(q, name, arr, dtypes, nbytes):
+def _plane(q: QTensor, name: str, arr: Optional[np.ndarray], dtypes: Sequence[np.dtype],
+           nbytes: int) -> Optional[np.ndarray]:
     if nbytes == 0:
         return None
     if arr is None:
@@ -322,39 +329,35 @@ def _plane(q, name, arr, dtypes, nbytes):
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def dequantize(q, dtype="float32"):
-    """Decode a QTensor to a float32 (or dtype="float16" / "bfloat16") array of its shape."""
-    if not isinstance(q, QTensor):
-        hook = getattr(q, "__qsparse_dequantize__", None)
-        if hook is not None:
-            return hook(dtype=dtype)
-        raise ValueError(f"expected a QTensor, got {type(q).__name__}")
+def _c_tensor(q: QTensor) -> Tuple[_capi.QuantParams, _capi.QTensorC, Tuple[Any, ...]]:
+    """(qs_quant_params, qs_qtensor, the plane arrays to keep alive) of a QTensor, every plane's
+    dtype and size checked: what dequantize() and qs.matmul() hand to C."""
     code = _format_code(q.format)
-    dst_code = _lib.dtype_code(dtype)
     rows, cols = _rows_cols(q.shape)
     if any(s < 0 for s in q.shape):
         raise ValueError(f"negative shape {q.shape}")
     fmt = q.format
+    bnb = _has(fmt, _capi.QS_OPT_DOUBLE_QUANT)
+    grouped = _has(fmt, _capi.QS_OPT_GRANULARITY)
     p = _params(fmt, code,
-                blocksize=q.blocksize if fmt in _BNB4 else None,
-                double_quant=q.double_quant if fmt in _BNB4 else False,
-                granularity=q.granularity if fmt == "int8" else None,
-                group_size=q.group_size if fmt == "int8" else None,
-                symmetric=q.symmetric if fmt == "int8" else None,
-                scale_rounding=q.scale_rounding if fmt in _MX else None)
-    _check_shape(fmt, p, q.shape, cols)
-    sizes = _plane_sizes(p, rows, cols)
+                blocksize=q.blocksize if _takes_blocksize(fmt) else None,
+                double_quant=q.double_quant if bnb else False,
+                granularity=q.granularity if grouped else None,
+                group_size=q.group_size if grouped else None,
+                symmetric=q.symmetric if _has(fmt, _capi.QS_OPT_SYMMETRIC) else None,
+                scale_rounding=q.scale_rounding if _has(fmt, _capi.QS_OPT_SCALE_ROUNDING)
+                else None)
+    infos = _plane_infos(p, q.shape, rows, cols)
 
-    i8, u8, f32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.float32)
-    data = _plane(q, "data", q.data, (i8, u8), sizes[0])
-    if fmt in _BNB4:
-        sc = _plane(q, "absmax", q.absmax, (u8,) if q.double_quant else (f32,), sizes[1])
-    elif fmt in _MX or fmt == "nvfp4":
-        sc = _plane(q, "scale", q.scale, (u8,), sizes[1])
-    else:
-        sc = _plane(q, "scale", q.scale, (f32,), sizes[1])
-    zp = _plane(q, "zero_point", q.zero_point, (i8,), sizes[2])
-    nested = _plane(q, "nested_absmax", q.nested_absmax, (f32,), sizes[3])
+    i8, u8 = np.dtype(np.int8), np.dtype(np.uint8)
+    # the codes are bytes: int8 and uint8 arrays both hold them
+    data = _plane(q, "data", q.data, (i8, u8), infos[0].bytes)
+    sc = _plane(q, "absmax" if bnb else "scale", q.absmax if bnb else q.scale,
+                (_plane_dtype(infos[1]),), infos[1].bytes)
+    zp = _plane(q, "zero_point", q.zero_point,
+                (_plane_dtype(infos[2]),) if infos[2].elem else (), infos[2].bytes)
+    nested = _plane(q, "nested_absmax", q.nested_absmax,
+                    (_plane_dtype(infos[3]),) if infos[3].elem else (), infos[3].bytes)
 
     qt = _lib.QTensorC()
     for field, arr in (("data", data), ("scale", sc), ("zero_point", zp),
@@ -362,15 +365,28 @@ def dequantize(q, dtype="float32"):
         if arr is not None:
             setattr(qt, field, arr.ctypes.data)
             setattr(qt, field + "_bytes", arr.nbytes)
-    if fmt == "nvfp4":
+    if _info(code)[4]:
         if q.global_scale is None:
-            raise ValueError("an nvfp4 tensor needs global_scale")
+            raise ValueError(f"an {fmt} tensor needs global_scale")
         qt.global_scale = _f32("global_scale", q.global_scale)  # also when set after init
-    if fmt in _BNB4 and q.double_quant:
+    if bnb and q.double_quant:
         if q.nested_offset is None:
             raise ValueError("a double-quantized tensor needs nested_offset")
         qt.nested_offset = _f32("nested_offset", q.nested_offset, zero_ok=True)
 
+    return p, qt, (data, sc, zp, nested)
+
+
+def dequantize(q: Any, dtype: str = "float32") -> np.ndarray:
+    """Decode a QTensor to a float32 (or dtype="float16" / "bfloat16") array of its shape."""
+    if not isinstance(q, QTensor):
+        hook = getattr(q, "__qsparse_dequantize__", None)
+        if hook is not None:
+            return hook(dtype=dtype)
+        raise ValueError(f"expected a QTensor, got {type(q).__name__}")
+    dst_code = _lib.dtype_code(dtype)
+    p, qt, _keep = _c_tensor(q)
+    rows, cols = _rows_cols(q.shape)
     out = _lib.empty_of(dtype, q.shape)
     _lib.check(_lib.lib().qs_dequantize(_lib.ctx(), ctypes.byref(p), ctypes.byref(qt), rows,
                                         cols, _lib.ptr(out), dst_code, out.nbytes))
@@ -380,7 +396,7 @@ def dequantize(q, dtype="float32"):
 _CODEBOOKS = {"nf4": 1, "fp4": 2, "dyn8": 3, "e2m1": 4, "e4m3": 5, "e5m2": 6}
 
 
-def codebook(name):
+def codebook(name: str) -> np.ndarray:
     """The float32 table of a codebook ("nf4", "fp4", "dyn8", "e2m1", "e4m3", "e5m2")."""
     if name not in _CODEBOOKS:
         raise ValueError(f"unknown codebook {name!r}: expected one of {sorted(_CODEBOOKS)}")
@@ -393,7 +409,7 @@ def codebook(name):
     return out
 
 
-def convert(a, dtype, *, src_dtype=None):
+def convert(a: np.ndarray, dtype: str, *, src_dtype: Optional[str] = None) -> np.ndarray:
     """Convert a float32/float16/bfloat16 array to `dtype` with the library's rounding rules."""
     x, code, _ = _lib.as_float_array(a, src_dtype)
     dst = _lib.dtype_code(dtype)

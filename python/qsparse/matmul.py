@@ -68,49 +68,6 @@ def blas():
     return bool(_fn("qs_matmul_info")() & 1)
 
 
-def _quant_c(q):
-    """(qs_quant_params, qs_qtensor, arrays to keep alive) for a QTensor, with the same plane
-    checks as dequantize()."""
-    fmt = q.format
-    code = _quant._format_code(fmt)
-    rows, cols = _quant._rows_cols(q.shape)
-    bnb4, mx = fmt in _quant._BNB4, fmt in _quant._MX
-    p = _quant._params(fmt, code,
-                       blocksize=q.blocksize if bnb4 else None,
-                       double_quant=q.double_quant if bnb4 else False,
-                       granularity=q.granularity if fmt == "int8" else None,
-                       group_size=q.group_size if fmt == "int8" else None,
-                       symmetric=q.symmetric if fmt == "int8" else None,
-                       scale_rounding=q.scale_rounding if mx else None)
-    _quant._check_shape(fmt, p, q.shape, cols)
-    sizes = _quant._plane_sizes(p, rows, cols)
-    i8, u8, f32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.float32)
-    data = _quant._plane(q, "data", q.data, (i8, u8), sizes[0])
-    if bnb4:
-        sc = _quant._plane(q, "absmax", q.absmax, (u8,) if q.double_quant else (f32,), sizes[1])
-    elif mx or fmt == "nvfp4":
-        sc = _quant._plane(q, "scale", q.scale, (u8,), sizes[1])
-    else:
-        sc = _quant._plane(q, "scale", q.scale, (f32,), sizes[1])
-    zp = _quant._plane(q, "zero_point", q.zero_point, (i8,), sizes[2])
-    nested = _quant._plane(q, "nested_absmax", q.nested_absmax, (f32,), sizes[3])
-    qt = _lib.QTensorC()
-    for field, arr in (("data", data), ("scale", sc), ("zero_point", zp),
-                       ("nested_scale", nested)):
-        if arr is not None:
-            setattr(qt, field, arr.ctypes.data)
-            setattr(qt, field + "_bytes", arr.nbytes)
-    if fmt == "nvfp4":
-        if q.global_scale is None:
-            raise ValueError("an nvfp4 tensor needs global_scale")
-        qt.global_scale = _quant._f32("global_scale", q.global_scale)
-    if bnb4 and q.double_quant:
-        if q.nested_offset is None:
-            raise ValueError("a double-quantized tensor needs nested_offset")
-        qt.nested_offset = _quant._f32("nested_offset", q.nested_offset, zero_ok=True)
-    return p, qt, (data, sc, zp, nested)
-
-
 def _weight_c(w):
     """(WeightC, (N, K), objects to keep alive) for any weight qs.matmul accepts."""
     from .sparse import Compressed24, SparseQTensor
@@ -118,13 +75,13 @@ def _weight_c(w):
     wc = WeightC()
     if isinstance(w, _quant.QTensor):
         shape = w.shape
-        p, qt, keep = _quant_c(w)
+        p, qt, keep = _quant._c_tensor(w)
         wc.kind = QS_WEIGHT_QUANT
     elif isinstance(w, SparseQTensor):
         shape = w.shape
         if len(w.q.shape) != 2 or len(shape) != 2 or w.q.shape != (shape[0], shape[1] // 2):
             raise ValueError(f"SparseQTensor of shape {shape} holds values of shape {w.q.shape}")
-        p, qt, keep = _quant_c(w.q)
+        p, qt, keep = _quant._c_tensor(w.q)
         meta = np.ascontiguousarray(w.meta, dtype=np.uint16)
         wc.kind = QS_WEIGHT_SP24_QUANT
         wc.meta, wc.meta_count = meta.ctypes.data, meta.size

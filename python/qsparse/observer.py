@@ -21,7 +21,7 @@ import ctypes
 
 import numpy as np
 
-from . import _lib
+from . import _capi, _lib
 
 _c = ctypes
 
@@ -31,54 +31,13 @@ _MSE_TARGETS = ("int8", "int8_sym", "fp8_e4m3", "fp8_e5m2")
 _HIST_NO_WIDTH = -(2 ** 31)
 
 
-class _ObserverParams(ctypes.Structure):
-    """Mirror of qs_observer_params."""
-
-    _fields_ = [
-        ("method", _c.c_int32),
-        ("axis", _c.c_int32),
-        ("num_bins", _c.c_int32),
-        ("num_levels", _c.c_int32),
-        ("start_bin", _c.c_int32),
-        ("target", _c.c_int32),
-        ("averaging_constant", _c.c_float),
-        ("reserved0", _c.c_int32),
-        ("percentile", _c.c_double),
-        ("reserved", _c.c_int64 * 6),
-    ]
-
-
-_declared = {}
+# The mirror of qs_observer_params lives with the other struct mirrors (layout-checked at load).
+_ObserverParams = _capi.ObserverParams
 
 
 def _fn(name):
-    """The C function `name` with its argument and return types (declared once)."""
-    if name in _declared:
-        return _declared[name]
-    P, V, I32, I64 = _c.POINTER, _c.c_void_p, _c.c_int32, _c.c_int64
-    sigs = {
-        "qs_observer_params_init": (None, [P(_ObserverParams), I32]),
-        "qs_observer_create": (I32, [V, P(_ObserverParams), P(V)]),
-        "qs_observer_destroy": (None, [V]),
-        "qs_observer_get_params": (I32, [V, P(_ObserverParams)]),
-        "qs_observer_update": (I32, [V, V, V, I32, I64, I64]),
-        "qs_observer_merge": (I32, [V, V, V]),
-        "qs_observer_channels": (I32, [V, P(I64)]),
-        "qs_observer_amax": (I32, [V, V, P(_c.c_float), I64]),
-        "qs_observer_range": (I32, [V, V, P(_c.c_float), P(_c.c_float), I64]),
-        "qs_observer_counts": (I32, [V, I64, P(_c.c_uint64), P(_c.c_uint64),
-                                     P(_c.c_uint64)]),
-        "qs_observer_histogram": (I32, [V, I64, P(_c.c_uint64), I64, P(I32)]),
-        "qs_observer_serialized_size": (I32, [V, P(I64)]),
-        "qs_observer_serialize": (I32, [V, V, V, I64, P(I64)]),
-        "qs_observer_deserialize": (I32, [V, V, I64, P(V)]),
-        "qs_observer_qparams": (I32, [V, V, I32, P(_c.c_float), P(I32), I64]),
-        "qs_observer_quantize": (I32, [V, V, I32, V, I32, I64, I64, P(_lib.QTensorC)]),
-    }
-    restype, argtypes = sigs[name]
-    fn = _lib.declare(name, restype, argtypes)
-    _declared[name] = fn
-    return fn
+    """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
+    return getattr(_lib.lib(), name)
 
 
 def _check_call(status):

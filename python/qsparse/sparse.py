@@ -25,40 +25,12 @@ QS_TILE_BEST, QS_TILE_GREEDY = 0, 1
 QS_DTYPE_MASK_U8 = 100
 
 _c = ctypes
-_P = _c.c_void_p
 _I64 = _c.c_int64
-_I32 = _c.c_int32
-_SIGS = {
-    "qs_nm_mask": (_I32, [_P, _P, _I32, _I64, _I64, _I32, _I32, _I32, _P, _P, _I64]),
-    "qs_sp24_tile_mask": (_I32, [_P, _P, _I32, _I64, _I64, _P, _I32, _P, _I64]),
-    "qs_nm_check": (_I32, [_P, _P, _I32, _I64, _I64, _I32, _I32, _I32, _c.POINTER(_I64)]),
-    "qs_sp24_size": (_I32, [_I32, _I64, _I64, _c.POINTER(_I64), _c.POINTER(_I64)]),
-    "qs_sp24_compress": (_I32, [_P, _P, _I32, _I64, _I64, _P, _P, _I64, _P, _I64]),
-    "qs_sp24_prune_compress": (_I32, [_P, _P, _I32, _I64, _I64, _P, _P, _I64, _P, _I64, _P,
-                                      _I64]),
-    "qs_sp24_decompress": (_I32, [_P, _P, _I32, _P, _I64, _I64, _I64, _P, _I64]),
-    "qs_sp24_meta_to_cutlass": (_I32, [_P, _P, _I64, _I64, _I32, _P, _I64]),
-    "qs_sp24_meta_from_cutlass": (_I32, [_P, _P, _I64, _I64, _I32, _P, _I64]),
-    "qs_nm_srste": (_I32, [_P, _P, _P, _I64, _I64, _I32, _I32, _c.c_float, _P, _P, _P, _I64]),
-    "qs_nm_apply_mask": (_I32, [_P, _P, _I32, _P, _I64, _P, _I64]),
-    "qs_nm_mask_flips": (_I32, [_P, _P, _P, _I64, _c.POINTER(_I64)]),
-    "qs_sp24_permute_search": (_I32, [_P, _P, _I64, _I64, _P, _I32, _I32, _c.c_uint64, _P, _I64,
-                                      _c.POINTER(_c.c_double), _c.POINTER(_c.c_double)]),
-    "qs_sp24_meta_to_bitmask": (_I32, [_P, _P, _I64, _I64, _I64, _P, _I64]),
-    "qs_sp24_meta_from_bitmask": (_I32, [_P, _P, _I64, _I64, _I64, _P, _I64]),
-    # Wanda statistics of include/qsparse/calib.h
-    "qs_act_sumsq_update": (_I32, [_P, _P, _I32, _I64, _I64, _P, _I64]),
-    "qs_act_norms": (_I32, [_P, _P, _I64, _P]),
-}
-_fns = {}
 
 
 def _fn(name):
-    f = _fns.get(name)
-    if f is None:
-        restype, argtypes = _SIGS[name]
-        f = _fns[name] = _lib.declare(name, restype, argtypes)
-    return f
+    """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
+    return getattr(_lib.lib(), name)
 
 
 def _call(name, *args):

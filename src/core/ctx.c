@@ -12,7 +12,7 @@
 #include <omp.h>
 #endif
 
-#include "internal.h"
+#include "backend.h"
 
 static void *default_alloc(void *user, size_t size, size_t align)
 {
@@ -45,7 +45,7 @@ QS_API void qs_ctx_params_init(qs_ctx_params *params)
 
 static int params_valid(const qs_ctx_params *p)
 {
-    if (p->num_threads < 0 || (p->backend != QS_BACKEND_AUTO && p->backend != QS_BACKEND_CPU))
+    if (p->num_threads < 0 || !qs_backend_name(p->backend))
         return 0;
     if (p->nonfinite != QS_NONFINITE_ENCODE && p->nonfinite != QS_NONFINITE_REJECT)
         return 0;
@@ -60,6 +60,7 @@ static int params_valid(const qs_ctx_params *p)
 QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out)
 {
     qs_ctx_params defaults;
+    const struct qs_backend_ops *ops;
     qs_ctx *ctx;
 
     if (!out)
@@ -70,6 +71,9 @@ QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out)
     }
     if (!params_valid(params))
         return QS_ERR_INVALID_ARG;
+    /* the reason a backend is missing stays in qs_backend_message: there is no context yet */
+    if (!(ops = qs_backend_select(params->backend)))
+        return QS_ERR_BACKEND;
 
     qs_allocator a = params->allocator;
     if (!a.alloc) {
@@ -84,7 +88,8 @@ QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out)
     ctx->allocator = a;
     ctx->num_threads = params->num_threads;
     ctx->nonfinite = params->nonfinite;
-    ctx->backend = params->backend;
+    ctx->backend = ops->backend;
+    ctx->ops = ops;
     ctx->isa = qs_cpu_detect() & params->isa_mask & qs_force_isa_mask(getenv("QS_FORCE_ISA"));
     qs_kernels_init(&ctx->k, ctx->kernel_names, ctx->isa);
     *out = ctx;
@@ -107,19 +112,14 @@ QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx)
     return ctx ? ctx->isa : 0;
 }
 
-QS_API const char *qs_ctx_backend_name(const qs_ctx *ctx)
+QS_API int32_t qs_ctx_backend(const qs_ctx *ctx)
 {
-    uint32_t isa = ctx ? ctx->isa : 0;
+    return ctx ? ctx->backend : -1;
+}
 
-    if (isa & QS_ISA_AVX512)
-        return "avx512";
-    if (isa & QS_ISA_AVX2)
-        return "avx2";
-    if (isa & QS_ISA_NEON_DOTPROD)
-        return "neon-dotprod";
-    if (isa & QS_ISA_NEON)
-        return "neon";
-    return "scalar";
+QS_API const char *qs_ctx_isa_name(const qs_ctx *ctx)
+{
+    return qs_isa_tier_name(ctx ? ctx->isa : 0);
 }
 
 QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value)

@@ -4,6 +4,7 @@
  * into f32 (directly into dst for f32 output, else through the staging tile and a cvt kernel).
  */
 #include "parallel.h"
+#include "backend.h"
 #include "quant_common.h"
 
 /* Decode `len` elements starting at element `start` into dst with `decode(j, out)`. */
@@ -21,8 +22,8 @@ static void emit(const struct qs_qjob *j, int64_t start, int64_t len, float *til
 
 static void bnb4_decode(const struct qs_qjob *j, int64_t start, int64_t len, float *out)
 {
-    qs_nf4_dequant_fn *fn = j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_dequant
-                                                        : j->ctx->k.fp4_dequant;
+    qs_nf4_dequant_fn *fn = (qs_nf4_dequant_fn *)j->dequant;
+
     fn(j->data + start / 2, j->absmax + start / j->block, len, j->block, out);
 }
 
@@ -76,14 +77,12 @@ static void unit_decode(const struct qs_qjob *j, int64_t start, int64_t len, flo
     const int8_t *codes = (const int8_t *)j->data + start;
     int64_t u = j->unit_len > 0 ? start / j->unit_len : 0;
 
-    switch (j->format) {
-    case QS_FORMAT_LLM_INT8: j->ctx->k.int8_dequant_rowstat(codes, len, j->fscale[u], out); break;
-    case QS_FORMAT_INT8:
-        j->ctx->k.int8_dequant(codes, len, j->fscale[u], j->zp ? j->zp[u] : 0, out);
-        break;
-    case QS_FORMAT_FP8_E4M3: j->ctx->k.e4m3_dequant(j->data + start, len, j->fscale[0], out); break;
-    default: j->ctx->k.e5m2_dequant(j->data + start, len, j->fscale[0], out); break;
-    }
+    if (j->t->driver == QS_DRIVER_FP8)
+        ((qs_e4m3_dequant_fn *)j->dequant)(j->data + start, len, j->fscale[0], out);
+    else if (j->t->flags & QS_TRAIT_ROWSTAT)
+        ((qs_int8_dequant_rowstat_fn *)j->dequant)(codes, len, j->fscale[u], out);
+    else
+        ((qs_int8_dequant_fn *)j->dequant)(codes, len, j->fscale[u], j->zp ? j->zp[u] : 0, out);
 }
 
 /* Scale units (rows or groups) of unit_len elements; 0 means one unit over the whole tensor. */
@@ -103,14 +102,13 @@ static void dequantize_units(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_para
     int64_t units = 1;
 
     j->fscale = q->scale;
-    j->zp = (p->format == QS_FORMAT_INT8 && !p->symmetric) ? q->zero_point : NULL;
+    j->zp = (j->t->options & QS_OPT_SYMMETRIC) && !p->symmetric ? q->zero_point : NULL;
     j->unit_len = 0;
-    if (p->format == QS_FORMAT_LLM_INT8 ||
-        (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_ROW)) {
+    if (j->unit_rule == QS_UNITS_ROWS) {
         j->unit_len = j->cols;
         units = j->rows;
-    } else if (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_GROUP) {
-        j->unit_len = p->block_size;
+    } else if (j->unit_rule == QS_UNITS_ROW_BLOCKS) {
+        j->unit_len = j->block;
         units = j->units;
     }
     /* Each unit is cut into tiles; tasks never straddle two units. */
@@ -125,17 +123,13 @@ static void row_decode(const struct qs_qjob *j, int64_t start, int64_t len, floa
     int64_t r = start / j->cols, c0 = start % j->cols;
     const uint8_t *scales = j->scales + r * j->scales_per_row + c0 / j->block;
 
-    switch (j->format) {
-    case QS_FORMAT_MXFP4:
-        j->ctx->k.mxfp4_dequant(j->data + r * j->row_bytes + c0 / 2, scales, len, out);
-        break;
-    case QS_FORMAT_MXFP8:
-        j->ctx->k.mxfp8_dequant(j->data + r * j->row_bytes + c0, scales, len, out);
-        break;
-    default:
-        j->ctx->k.nvfp4_dequant(j->data + r * j->row_bytes + c0 / 2, scales, len, j->scale, out);
-        break;
-    }
+    /* c0 is a multiple of QS_TILE, so the codes before it fill whole bytes */
+    const uint8_t *src = j->data + r * j->row_bytes + c0 * j->t->bits / 8;
+
+    if (j->t->driver == QS_DRIVER_MX)
+        ((qs_mxfp4_dequant_fn *)j->dequant)(src, scales, len, out);
+    else
+        ((qs_nvfp4_dequant_fn *)j->dequant)(src, scales, len, j->scale, out);
 }
 
 static void row_task(void *arg, int64_t i, float *tile)
@@ -146,14 +140,37 @@ static void row_task(void *arg, int64_t i, float *tile)
     emit(j, r * j->cols + c0, j->cols - c0 < QS_TILE ? j->cols - c0 : QS_TILE, tile, row_decode);
 }
 
-/* ---- entry point ------------------------------------------------------------------------------ */
+/* ---- the CPU backend's dequantize, then the public entry point ------------------------------ */
+
+qs_status qs_cpu_dequantize(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                            const qs_qtensor *q, void *dst, int32_t dst_dtype)
+{
+    struct qs_qjob j;
+    qs_status st;
+
+    qs_qjob_init(&j, ctx, l, dst_dtype, q);
+    j.dst = dst;
+    switch (l->traits->driver) {
+    case QS_DRIVER_BNB4:
+        if ((st = dequantize_bnb4(ctx, &j, p, q)) != QS_OK)
+            return st;
+        break;
+    case QS_DRIVER_INT8:
+    case QS_DRIVER_FP8: dequantize_units(ctx, &j, p, q); break;
+    default:
+        j.scales = q->scale;
+        j.scale = q->global_scale;
+        qs_parallel_for(ctx, l->rows * j.chunks_per_row, row_task, &j);
+        break;
+    }
+    return QS_OK;
+}
 
 QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *q,
                                int64_t rows, int64_t cols, void *dst, int32_t dst_dtype,
                                int64_t dst_bytes)
 {
     struct qs_layout l;
-    struct qs_qjob j;
     qs_status st;
     int64_t need;
 
@@ -174,23 +191,10 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "dst holds %lld bytes, %lld needed",
                        (long long)dst_bytes, (long long)need);
 
-    qs_qjob_init(&j, ctx, &l, params, rows, cols, dst_dtype, q);
-    j.dst = dst;
-    switch (params->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4:
-        if ((st = dequantize_bnb4(ctx, &j, params, q)) != QS_OK)
-            return st;
-        break;
-    case QS_FORMAT_INT8:
-    case QS_FORMAT_LLM_INT8:
-    case QS_FORMAT_FP8_E4M3:
-    case QS_FORMAT_FP8_E5M2: dequantize_units(ctx, &j, params, q); break;
-    default:
-        j.scales = q->scale;
-        j.scale = q->global_scale;
-        qs_parallel_for(ctx, rows * j.chunks_per_row, row_task, &j);
-        break;
-    }
+    ctx->last_error[0] = '\0';
+    if ((st = ctx->ops->dequantize(ctx, &l, params, q, dst, dst_dtype)) != QS_OK)
+        return ctx->last_error[0]
+                   ? st
+                   : qs_fail(ctx, st, "%s backend: dequantize failed", ctx->ops->name);
     return qs_ok(ctx);
 }

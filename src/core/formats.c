@@ -1,61 +1,65 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Format descriptors: names, defaults, parameter validation and the exact byte size of every
- * plane of a quantized tensor (the table in include/qsparse.h; spec/formats.md §5.1, §8, §9, §10,
- * §13, §14). Every size product is overflow-checked here, before any kernel runs.
+ * Format queries, parameter validation and the exact layout of every plane of a quantized tensor
+ * (the table in include/qsparse.h), all read from the format descriptors (format_traits.c). Every
+ * size product is overflow-checked here, before any kernel runs.
  */
-#include <math.h>
 #include <string.h>
 
-#include "internal.h"
-
-static const struct {
-    const char *name;
-    int32_t block;
-    int32_t bits;
-} formats[] = {
-    [QS_FORMAT_NF4] = {"nf4", 64, 4},           [QS_FORMAT_FP4] = {"fp4", 64, 4},
-    [QS_FORMAT_INT8] = {"int8", 0, 8},          [QS_FORMAT_LLM_INT8] = {"llm_int8", 0, 8},
-    [QS_FORMAT_FP8_E4M3] = {"fp8_e4m3", 0, 8},  [QS_FORMAT_FP8_E5M2] = {"fp8_e5m2", 0, 8},
-    [QS_FORMAT_MXFP4] = {"mxfp4", 32, 4},       [QS_FORMAT_MXFP8] = {"mxfp8", 32, 8},
-    [QS_FORMAT_NVFP4] = {"nvfp4", 16, 4},
-};
-
-#define FORMAT_MAX QS_FORMAT_NVFP4
-
-static int format_valid(int32_t f)
-{
-    return f >= 1 && f <= FORMAT_MAX;
-}
+#include "format_traits.h"
 
 QS_API int32_t qs_format_count(void)
 {
-    return FORMAT_MAX;
+    return qs_format_traits_count();
 }
 
 QS_API const char *qs_format_name(int32_t format)
 {
-    return format_valid(format) ? formats[format].name : NULL;
+    const struct qs_format_traits *t = qs_format_traits(format);
+
+    return t ? t->name : NULL;
 }
 
 QS_API int32_t qs_format_from_name(const char *name)
 {
     if (!name)
         return -1;
-    for (int32_t f = 1; f <= FORMAT_MAX; f++)
-        if (strcmp(name, formats[f].name) == 0)
+    for (int32_t f = 1; f <= qs_format_traits_count(); f++)
+        if (strcmp(name, qs_format_traits(f)->name) == 0)
             return f;
     return -1;
 }
 
 QS_API int32_t qs_format_block_size(int32_t format)
 {
-    return format_valid(format) ? formats[format].block : 0;
+    const struct qs_format_traits *t = qs_format_traits(format);
+
+    return t ? t->block_default : 0;
 }
 
 QS_API int32_t qs_format_bits(int32_t format)
 {
-    return format_valid(format) ? formats[format].bits : 0;
+    const struct qs_format_traits *t = qs_format_traits(format);
+
+    return t ? t->bits : 0;
+}
+
+QS_API qs_status qs_format_info_get(int32_t format, qs_format_info *info)
+{
+    const struct qs_format_traits *t = qs_format_traits(format);
+
+    if (!t || !info)
+        return QS_ERR_INVALID_ARG;
+    memset(info, 0, sizeof *info);
+    info->name = t->name;
+    info->bits = t->bits;
+    info->block_size = t->block_default;
+    info->block_min = t->block_min;
+    info->block_max = t->block_max;
+    info->blocks = t->blocks;
+    info->options = t->options;
+    info->global_scale = (t->flags & QS_TRAIT_GLOBAL_SCALE) != 0;
+    return QS_OK;
 }
 
 QS_API void qs_quant_params_init(qs_quant_params *params, int32_t format)
@@ -72,60 +76,42 @@ QS_API void qs_quant_params_init(qs_quant_params *params, int32_t format)
     params->scale = 0.0f;
 }
 
-/* Check the fields that apply to p->format. */
-static qs_status check_params(qs_ctx *ctx, const qs_quant_params *p)
+/* The format's descriptor once every field of *p that applies to it is valid; NULL on failure
+ * (the message is in ctx). */
+static const struct qs_format_traits *check_params(qs_ctx *ctx, const qs_quant_params *p,
+                                                   qs_status *st)
 {
-    if (!format_valid(p->format))
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown format %d", p->format);
-    for (size_t i = 0; i < sizeof p->reserved / sizeof p->reserved[0]; i++)
-        if (p->reserved[i] != 0 || p->reserved0 != 0)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "reserved parameter fields must be zero");
+    const struct qs_format_traits *t = qs_format_traits(p->format);
 
-    switch (p->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4:
-        /* bitsandbytes sizes are the powers of two 32...4096; other even sizes are an extension
-         * (§5.1), capped at 4096 so that one staging tile always holds whole blocks. */
-        if (p->block_size < 2 || p->block_size > QS_TILE || (p->block_size & 1))
-            return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                           "%s block_size %d: must be even, 2...4096 (bitsandbytes: 32...4096, "
-                           "powers of two)", formats[p->format].name, p->block_size);
-        if (p->double_quant != 0 && p->double_quant != 1)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "double_quant must be 0 or 1");
-        break;
-    case QS_FORMAT_INT8:
-        if (p->granularity < QS_GRAN_TENSOR || p->granularity > QS_GRAN_GROUP)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown granularity %d", p->granularity);
-        if (p->symmetric != 0 && p->symmetric != 1)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "symmetric must be 0 or 1");
-        if (p->granularity == QS_GRAN_GROUP && p->block_size < 1)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "int8 group size %d must be >= 1",
-                           p->block_size);
-        break;
-    case QS_FORMAT_FP8_E4M3:
-    case QS_FORMAT_FP8_E5M2:
-    case QS_FORMAT_NVFP4:
-        if (!(p->scale == 0.0f || (p->scale > 0.0f && isfinite(p->scale))))
-            return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                           "%s scale %g: must be 0 (from the data) or finite and > 0",
-                           formats[p->format].name, (double)p->scale);
-        if (p->format == QS_FORMAT_NVFP4 && p->block_size != 16)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "nvfp4 block_size is 16, got %d",
-                           p->block_size);
-        break;
-    case QS_FORMAT_MXFP4:
-    case QS_FORMAT_MXFP8:
-        if (p->block_size != 32)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s block_size is 32, got %d",
-                           formats[p->format].name, p->block_size);
-        if (p->scale_rounding != QS_MX_SCALE_FLOOR && p->scale_rounding != QS_MX_SCALE_RCEIL)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown MX scale rounding %d",
-                           p->scale_rounding);
-        break;
-    default:
-        break;
+    *st = QS_ERR_INVALID_ARG;
+    if (!t) {
+        qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown format %d", p->format);
+        return NULL;
     }
-    return QS_OK;
+    for (size_t i = 0; i < sizeof p->reserved / sizeof p->reserved[0]; i++)
+        if (p->reserved[i] != 0 || p->reserved0 != 0) {
+            qs_fail(ctx, QS_ERR_INVALID_ARG, "reserved parameter fields must be zero");
+            return NULL;
+        }
+    if ((*st = t->check(ctx, t, p)) != QS_OK)
+        return NULL;
+    return t;
+}
+
+/* The one size helper of every layout: bytes of `count` elements of `bits` bits each (4: two per
+ * byte, the odd one in a byte of its own; 8, 16, 32: whole bytes), or 1 when that overflows int64.
+ * Every count a layout derives (blocks, units, rows * blocks per row) also goes through
+ * qs_mul_overflow: with cols == 0 the element count n is 0 while rows may be near INT64_MAX, so no
+ * per-row count is bounded by n. */
+static int plane_bytes(int64_t count, int32_t bits, int64_t *bytes)
+{
+    if (count < 0)
+        return 1;
+    if (bits == 4) {
+        *bytes = count / 2 + (count & 1);
+        return 0;
+    }
+    return qs_mul_overflow(count, bits / 8, bytes);
 }
 
 #define CHECKED(expr)                                                                              \
@@ -135,82 +121,106 @@ static qs_status check_params(qs_ctx *ctx, const qs_quant_params *p)
                            (long long)rows, (long long)cols);                                      \
     } while (0)
 
+/* The first rule of a plane whose condition holds for *p (count QS_COUNT_NONE if none). */
+static struct qs_plane_rule plane_rule(const struct qs_format_traits *t, const qs_quant_params *p,
+                                       int plane)
+{
+    static const struct qs_plane_rule unused = {QS_COUNT_NONE, QS_WHEN_ALWAYS, QS_ELEM_NONE, 0};
+
+    for (int i = 0; i < 2; i++) {
+        struct qs_plane_rule r = t->plane[plane][i];
+        int holds = r.when == QS_WHEN_ALWAYS ||
+                    (r.when == QS_WHEN_SINGLE_QUANT && !p->double_quant) ||
+                    (r.when == QS_WHEN_DOUBLE_QUANT && p->double_quant) ||
+                    (r.when == QS_WHEN_ASYMMETRIC && !p->symmetric);
+        if (r.count != QS_COUNT_NONE && holds)
+            return r;
+    }
+    return unused;
+}
+
 qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows, int64_t cols,
                             struct qs_layout *out)
 {
+    const struct qs_format_traits *t;
     struct qs_layout l;
     qs_status st;
-    int64_t n, per_row;
+    int64_t n, per_row, units_per_row = 0;
+    int32_t unit_rule;
 
     if (!p)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "params is NULL");
     if (rows < 0 || cols < 0)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "negative shape %lld x %lld", (long long)rows,
                        (long long)cols);
-    if ((st = check_params(ctx, p)) != QS_OK)
+    if (!(t = check_params(ctx, p, &st)))
         return st;
 
     memset(&l, 0, sizeof l);
     l.format = p->format;
+    l.traits = t;
     CHECKED(qs_mul_overflow(rows, cols, &n));
     CHECKED(qs_mul_overflow(n, 4, &per_row)); /* every f32 view of the tensor must fit, too */
     l.n = n;
+    l.rows = rows;
+    l.cols = cols;
 
-    switch (p->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4:
+    /* Scale units: the granularity of INT8 picks one of the fixed rules. */
+    unit_rule = t->units;
+    if (unit_rule == QS_UNITS_GRANULARITY)
+        unit_rule = p->granularity == QS_GRAN_TENSOR ? QS_UNITS_TENSOR
+                    : p->granularity == QS_GRAN_ROW  ? QS_UNITS_ROWS
+                                                     : QS_UNITS_ROW_BLOCKS;
+    l.unit_rule = unit_rule;
+    switch (unit_rule) {
+    case QS_UNITS_TENSOR: l.units = 1; break;
+    case QS_UNITS_ROWS: l.units = rows; break;
+    case QS_UNITS_FLAT_BLOCKS:
         l.block = p->block_size;
         l.units = qs_ceil_div(n, l.block);
-        l.bytes[QS_PLANE_DATA] = n / 2 + (n & 1);
-        if (p->double_quant) {
-            l.bytes[QS_PLANE_SCALE] = l.units;
-            l.bytes[QS_PLANE_NESTED_SCALE] = 4 * qs_ceil_div(l.units, 256);
-        } else {
-            l.bytes[QS_PLANE_SCALE] = 4 * l.units;
+        break;
+    default: /* QS_UNITS_ROW_BLOCKS */
+        l.block = p->block_size;
+        if (t->units == QS_UNITS_GRANULARITY && cols % l.block != 0)
+            return qs_fail(ctx, QS_ERR_SHAPE, "%s group size %d does not divide cols %lld",
+                           t->name, l.block, (long long)cols);
+        units_per_row = qs_ceil_div(cols, l.block);
+        CHECKED(qs_mul_overflow(rows, units_per_row, &l.units));
+        break;
+    }
+
+    for (int pl = 0; pl < QS_PLANE_COUNT; pl++) {
+        struct qs_plane_rule r = plane_rule(t, p, pl);
+        struct qs_plane_layout *o = &l.plane[pl];
+        int64_t line = 0;
+
+        o->shape[0] = o->shape[1] = 1;
+        o->elem = r.elem;
+        o->bits = r.bits;
+        o->ndim = 1;
+        switch (r.count) {
+        case QS_COUNT_NONE: o->ndim = 0; o->shape[0] = 0; continue;
+        case QS_COUNT_ELEMENTS: o->values = n; break;
+        case QS_COUNT_ROW_ELEMENTS: o->values = n, o->ndim = 2, line = cols; break;
+        case QS_COUNT_UNITS:
+            o->values = l.units;
+            if (unit_rule == QS_UNITS_ROW_BLOCKS)
+                o->ndim = 2, line = units_per_row;
+            break;
+        default: /* QS_COUNT_NESTED */ o->values = qs_ceil_div(l.units, 256); break;
         }
-        break;
-    case QS_FORMAT_INT8:
-        l.bytes[QS_PLANE_DATA] = n;
-        if (p->granularity == QS_GRAN_TENSOR) {
-            l.block = 0;
-            l.units = 1;
-        } else if (p->granularity == QS_GRAN_ROW) {
-            l.block = 0;
-            l.units = rows;
+        if (o->ndim == 2) {
+            /* rows never share a byte: each row's values are packed on their own */
+            CHECKED(plane_bytes(line, r.bits, &o->shape[1]));
+            o->shape[0] = rows;
+            CHECKED(qs_mul_overflow(rows, o->shape[1], &o->bytes));
+            if (r.bits == 32)
+                o->shape[1] = line;
         } else {
-            if (cols % p->block_size != 0)
-                return qs_fail(ctx, QS_ERR_SHAPE, "int8 group size %d does not divide cols %lld",
-                               p->block_size, (long long)cols);
-            l.block = p->block_size;
-            l.units = rows * (cols / p->block_size);
+            CHECKED(plane_bytes(o->values, r.bits, &o->bytes));
+            o->shape[0] = r.bits == 4 ? o->bytes : o->values;
         }
-        l.bytes[QS_PLANE_SCALE] = 4 * l.units;
-        l.bytes[QS_PLANE_ZERO_POINT] = p->symmetric ? 0 : l.units;
-        break;
-    case QS_FORMAT_LLM_INT8:
-        l.units = rows;
-        l.bytes[QS_PLANE_DATA] = n;
-        l.bytes[QS_PLANE_SCALE] = 4 * rows;
-        break;
-    case QS_FORMAT_FP8_E4M3:
-    case QS_FORMAT_FP8_E5M2:
-        l.units = 1;
-        l.bytes[QS_PLANE_DATA] = n;
-        l.bytes[QS_PLANE_SCALE] = 4;
-        break;
-    case QS_FORMAT_MXFP4:
-    case QS_FORMAT_MXFP8:
-    case QS_FORMAT_NVFP4:
-        l.block = p->format == QS_FORMAT_NVFP4 ? 16 : 32;
-        l.units = rows * qs_ceil_div(cols, l.block); /* <= n, cannot overflow */
-        l.bytes[QS_PLANE_SCALE] = l.units;
-        if (p->format == QS_FORMAT_MXFP8)
-            l.bytes[QS_PLANE_DATA] = n;
-        else
-            CHECKED(qs_mul_overflow(rows, cols / 2 + (cols & 1), &l.bytes[QS_PLANE_DATA]));
-        break;
-    default:
-        break;
+        l.bytes[pl] = o->bytes;
     }
     *out = l;
     return QS_OK;
@@ -230,4 +240,25 @@ QS_API qs_status qs_quant_size(const qs_quant_params *params, int64_t rows, int6
         return st;
     *bytes = l.bytes[plane];
     return QS_OK;
+}
+
+QS_API qs_status qs_quant_plane_info(qs_ctx *ctx, const qs_quant_params *params, int64_t rows,
+                                     int64_t cols, int32_t plane, qs_plane_info *info)
+{
+    struct qs_layout l;
+    qs_status st;
+
+    if (!info || plane < 0 || plane >= QS_PLANE_COUNT)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s", !info ? "info is NULL" : "unknown plane");
+    if ((st = qs_layout_compute(ctx, params, rows, cols, &l)) != QS_OK)
+        return st;
+    memset(info, 0, sizeof *info);
+    info->elem = l.plane[plane].elem;
+    info->bits = l.plane[plane].bits;
+    info->ndim = l.plane[plane].ndim;
+    info->shape[0] = l.plane[plane].shape[0];
+    info->shape[1] = l.plane[plane].shape[1];
+    info->values = l.plane[plane].values;
+    info->bytes = l.plane[plane].bytes;
+    return ctx ? qs_ok(ctx) : QS_OK;
 }

@@ -18,11 +18,14 @@
  * for NF4/FP4, the largest multiple of the block that fits) and of 32 and 16 for MX/NVFP4. */
 #define QS_TILE 4096
 
+struct qs_backend_ops;
+
 struct qs_ctx {
     int32_t num_threads;
     int32_t nonfinite;
     uint32_t isa;
-    int32_t backend;
+    int32_t backend;                  /* QS_BACKEND_CPU or a plugin's; never AUTO */
+    const struct qs_backend_ops *ops; /* the backend's operations (backend.h) */
     qs_allocator allocator;
     struct qs_kernels k;
     const char *kernel_names[QS_SLOT_COUNT];
@@ -58,10 +61,32 @@ static inline int64_t qs_ceil_div(int64_t a, int64_t b)
 /* Number of OpenMP threads a call of this context may use. */
 QS_INTERNAL int32_t qs_threads(const qs_ctx *ctx);
 
+/* Every ISA bit of one architecture (the tier table's widest masks). */
+#define QS_ISA_X86_ALL                                                                             \
+    (QS_ISA_AVX2 | QS_ISA_AVX512 | QS_ISA_AVX512_VNNI | QS_ISA_AVX512_BF16 | QS_ISA_AVX_VNNI |    \
+     QS_ISA_AVX512_FP16 | QS_ISA_AMX_TILE | QS_ISA_AMX_INT8 | QS_ISA_AMX_BF16)
+#define QS_ISA_ARM_ALL                                                                             \
+    (QS_ISA_NEON | QS_ISA_NEON_DOTPROD | QS_ISA_NEON_FP16 | QS_ISA_NEON_BF16 | QS_ISA_SVE |        \
+     QS_ISA_NEON_I8MM)
+
 /* Detected CPU features (src/x86/cpu_x86.c or src/arm/cpu_arm.c; 0 elsewhere). */
 QS_INTERNAL uint32_t qs_cpu_detect(void);
-/* The ISA mask that QS_FORCE_ISA allows (QS_ISA_ALL if unset or unknown). */
+/* The ISA mask that QS_FORCE_ISA allows: the named tier's `allowed` (isa_tiers.inc), QS_ISA_ALL if
+ * unset or unknown. */
 QS_INTERNAL uint32_t qs_force_isa_mask(const char *value);
+#if defined(__x86_64__)
+/* Ask the OS once per process for the AMX tile state (src/x86/cpu_x86.c): 1 if tile
+ * instructions may run, 0 if the CPU, the OS or the permission is missing. Matmul kernels call it
+ * before choosing an AMX entry. */
+QS_INTERNAL int qs_x86_amx_request(void);
+#endif
+/* The name of the last tier of isa_tiers.inc whose `required` bits `isa` contains. */
+QS_INTERNAL const char *qs_isa_tier_name(uint32_t isa);
+
+/* The kernel of `slot` this context runs for an m x n x k problem (qs_kernel_select over the
+ * registry with the context's ISA): how matmul drivers pick GEMV, small-M or tiled kernels. */
+QS_INTERNAL const struct qs_kernel_entry *qs_ctx_kernel_select(const qs_ctx *ctx, int32_t slot,
+                                                               int64_t m, int64_t n, int64_t k);
 
 /* Read `n` elements of `dtype` starting at element `offset` of src as f32: returns src itself
  * for f32 data, else converts into `tile` (n <= QS_TILE) and returns it. */
@@ -74,13 +99,25 @@ QS_INTERNAL void qs_unstage_f32(const qs_ctx *ctx, const float *tile, void *dst,
 /* The f32 pointer a kernel may write directly for dst[offset ...] when dtype is f32, else tile. */
 QS_INTERNAL float *qs_stage_out(void *dst, int32_t dtype, int64_t offset, float *tile);
 
+/* One plane of a layout (qs_plane_info without the reserved fields). */
+struct qs_plane_layout {
+    int32_t elem, bits, ndim;
+    int64_t shape[2], values, bytes;
+};
+
+struct qs_format_traits;
+
 /* Validated layout of a quantized tensor (formats.c). */
 struct qs_layout {
     int32_t format;
-    int32_t block;          /* NF4/FP4 block, INT8 unit length, 32/16 for MX/NVFP4 */
+    const struct qs_format_traits *traits;
+    int32_t block;          /* block or INT8 group length; 0 without blocks */
+    int64_t rows, cols;
     int64_t n;              /* rows * cols */
-    int64_t units;          /* NF4/FP4 blocks; INT8 scale count */
+    int32_t unit_rule;      /* enum qs_unit_rule (format_traits.h), INT8 granularity resolved */
+    int64_t units;          /* scale units: blocks, rows, groups or 1 */
     int64_t bytes[QS_PLANE_COUNT];
+    struct qs_plane_layout plane[QS_PLANE_COUNT];
 };
 
 QS_INTERNAL qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows,

@@ -4,24 +4,27 @@
 
 #include "quant_common.h"
 
-void qs_qjob_init(struct qs_qjob *j, const qs_ctx *ctx, const struct qs_layout *l,
-                  const qs_quant_params *p, int64_t rows, int64_t cols, int32_t dtype,
+void qs_qjob_init(struct qs_qjob *j, const qs_ctx *ctx, const struct qs_layout *l, int32_t dtype,
                   const qs_qtensor *q)
 {
     memset(j, 0, sizeof *j);
     j->ctx = ctx;
-    j->format = p->format;
+    j->t = l->traits;
+    j->quant = qs_kernel_get(&ctx->k, l->traits->quant_slot);
+    j->dequant = qs_kernel_get(&ctx->k, l->traits->dequant_slot);
     j->dtype = dtype;
     j->block = l->block;
-    j->rows = rows;
-    j->cols = cols;
+    j->unit_rule = l->unit_rule;
+    j->rows = l->rows;
+    j->cols = l->cols;
     j->n = l->n;
     j->units = l->units;
     j->data = q->data;
-    j->chunks_per_row = qs_ceil_div(cols, QS_TILE);
+    j->chunks_per_row = qs_ceil_div(l->cols, QS_TILE);
     if (l->block > 0)
-        j->scales_per_row = qs_ceil_div(cols, l->block);
-    j->row_bytes = p->format == QS_FORMAT_MXFP8 ? cols : cols / 2 + (cols & 1);
+        j->scales_per_row = qs_ceil_div(l->cols, l->block);
+    /* bytes of one row's codes where each row is packed on its own */
+    j->row_bytes = l->plane[QS_PLANE_DATA].ndim == 2 ? l->plane[QS_PLANE_DATA].shape[1] : 0;
 }
 
 static const char *const plane_names[QS_PLANE_COUNT] = {"data", "scale", "zero_point",

@@ -5,14 +5,17 @@
 
 #include <math.h>
 
-#include "internal.h"
+#include "format_traits.h"
 
 /* Absmax values per nested-quantization task: a multiple of the nested block of 256. */
 #define QS_DQ_CHUNK (256 * 64)
 
 struct qs_qjob {
     const qs_ctx *ctx;
-    int32_t format, dtype, block, rounding, symmetric, zero, qmin;
+    const struct qs_format_traits *t;
+    void (*quant)(void);   /* the format's element kernels (cast to the driver family's type) */
+    void (*dequant)(void);
+    int32_t dtype, block, unit_rule, rounding, symmetric, zero, qmin;
     int64_t rows, cols, n, units, chunk, chunks_per_row, scales_per_row, row_bytes, unit_len;
     const void *src;  /* quantize: the tensor; dequantize: the codes */
     void *dst;        /* dequantize: the output tensor */
@@ -27,8 +30,7 @@ struct qs_qjob {
 
 /* Fill the fields every driver uses. */
 QS_INTERNAL void qs_qjob_init(struct qs_qjob *j, const qs_ctx *ctx, const struct qs_layout *l,
-                              const qs_quant_params *p, int64_t rows, int64_t cols, int32_t dtype,
-                              const qs_qtensor *q);
+                              int32_t dtype, const qs_qtensor *q);
 /* Every plane the layout uses must be non-NULL and large enough; reserved fields zero. */
 QS_INTERNAL qs_status qs_check_planes(qs_ctx *ctx, const struct qs_layout *l, const qs_qtensor *q);
 

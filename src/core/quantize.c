@@ -8,6 +8,7 @@
 
 #include "../ref/scale_ref.h"
 #include "parallel.h"
+#include "backend.h"
 #include "quant_common.h"
 
 /* ---- NF4 / FP4 (spec §5, §6): chunks of whole blocks over the flattened tensor ---------------- */
@@ -17,7 +18,7 @@ static void bnb4_task(void *arg, int64_t i, float *tile)
     const struct qs_qjob *j = arg;
     int64_t start = i * j->chunk, len = j->n - start < j->chunk ? j->n - start : j->chunk;
     const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, start, len, tile);
-    qs_nf4_quant_fn *fn = j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_quant : j->ctx->k.fp4_quant;
+    qs_nf4_quant_fn *fn = (qs_nf4_quant_fn *)j->quant;
 
     fn(x, len, j->block, j->data + start / 2, j->absmax + start / j->block);
 }
@@ -72,7 +73,7 @@ static void int8_unit_task(void *arg, int64_t u, float *tile)
     float scale, mul;
     int32_t zp = 0, qmin = -127;
 
-    if (j->format == QS_FORMAT_LLM_INT8) {
+    if (j->t->flags & QS_TRAIT_ROWSTAT) {
         float stat = qs_span_amax(j->ctx, j->src, j->dtype, start, j->unit_len, tile);
         j->fscale[u] = stat;
         mul = qs_ref_llm_int8_mul(stat);
@@ -91,7 +92,7 @@ static void int8_unit_task(void *arg, int64_t u, float *tile)
     for (int64_t off = 0; off < j->unit_len; off += QS_TILE) {
         int64_t len = j->unit_len - off < QS_TILE ? j->unit_len - off : QS_TILE;
         const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, start + off, len, tile);
-        j->ctx->k.int8_quant(x, len, mul, zp, qmin, (int8_t *)j->data + start + off);
+        ((qs_int8_quant_fn *)j->quant)(x, len, mul, zp, qmin, (int8_t *)j->data + start + off);
     }
 }
 
@@ -102,13 +103,10 @@ static void tensor_chunk_task(void *arg, int64_t i, float *tile)
     int64_t start = i * QS_TILE, len = j->n - start < QS_TILE ? j->n - start : QS_TILE;
     const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, start, len, tile);
 
-    switch (j->format) {
-    case QS_FORMAT_INT8:
-        j->ctx->k.int8_quant(x, len, j->mul, j->zero, j->qmin, (int8_t *)j->data + start);
-        break;
-    case QS_FORMAT_FP8_E4M3: j->ctx->k.e4m3_quant(x, len, j->scale, j->data + start); break;
-    default: j->ctx->k.e5m2_quant(x, len, j->scale, j->data + start); break;
-    }
+    if (j->t->driver == QS_DRIVER_INT8)
+        ((qs_int8_quant_fn *)j->quant)(x, len, j->mul, j->zero, j->qmin, (int8_t *)j->data + start);
+    else
+        ((qs_e4m3_quant_fn *)j->quant)(x, len, j->scale, j->data + start);
 }
 
 static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
@@ -116,8 +114,9 @@ static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
 {
     j->fscale = q->scale;
     j->zp = q->zero_point;
-    j->symmetric = p->format == QS_FORMAT_LLM_INT8 ? 1 : p->symmetric;
-    if (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR) {
+    /* formats without the symmetric option (LLM.int8) are symmetric */
+    j->symmetric = (j->t->options & QS_OPT_SYMMETRIC) ? p->symmetric : 1;
+    if (j->unit_rule == QS_UNITS_TENSOR) {
         float scale;
         if (j->symmetric) {
             qs_ref_int8_symmetric(qs_tensor_amax(ctx, j->src, j->dtype, j->n), &scale, &j->mul);
@@ -134,8 +133,7 @@ static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
         qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
         return;
     }
-    j->unit_len = (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_GROUP)
-                      ? p->block_size : j->cols;
+    j->unit_len = j->unit_rule == QS_UNITS_ROW_BLOCKS ? j->block : j->cols;
     qs_parallel_for(ctx, j->units, int8_unit_task, j);
 }
 
@@ -143,7 +141,7 @@ static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
 
 static void quantize_fp8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p, qs_qtensor *q)
 {
-    float elem_max = p->format == QS_FORMAT_FP8_E4M3 ? 448.0f : 57344.0f;
+    float elem_max = j->t->elem_max;
 
     j->scale = p->scale > 0.0f ? p->scale
                                : qs_ref_fp8_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n),
@@ -162,17 +160,13 @@ static void row_block_task(void *arg, int64_t i, float *tile)
     const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, r * j->cols + c0, len, tile);
     uint8_t *scales = j->scales + r * j->scales_per_row + c0 / j->block;
 
-    switch (j->format) {
-    case QS_FORMAT_MXFP4:
-        j->ctx->k.mxfp4_quant(x, len, j->rounding, j->data + r * j->row_bytes + c0 / 2, scales);
-        break;
-    case QS_FORMAT_MXFP8:
-        j->ctx->k.mxfp8_quant(x, len, j->rounding, j->data + r * j->row_bytes + c0, scales);
-        break;
-    default:
-        j->ctx->k.nvfp4_quant(x, len, j->scale, j->data + r * j->row_bytes + c0 / 2, scales);
-        break;
-    }
+    /* c0 is a multiple of QS_TILE, so the codes before it fill whole bytes */
+    uint8_t *dst = j->data + r * j->row_bytes + c0 * j->t->bits / 8;
+
+    if (j->t->driver == QS_DRIVER_MX)
+        ((qs_mxfp4_quant_fn *)j->quant)(x, len, j->rounding, dst, scales);
+    else
+        ((qs_nvfp4_quant_fn *)j->quant)(x, len, j->scale, dst, scales);
 }
 
 static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
@@ -180,7 +174,7 @@ static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
 {
     j->scales = q->scale;
     j->rounding = p->scale_rounding;
-    if (p->format == QS_FORMAT_NVFP4) {
+    if (j->t->flags & QS_TRAIT_GLOBAL_SCALE) {
         j->scale = p->scale > 0.0f
                        ? p->scale
                        : qs_ref_nvfp4_global_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n));
@@ -189,13 +183,32 @@ static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
     qs_parallel_for(ctx, j->rows * j->chunks_per_row, row_block_task, j);
 }
 
-/* ---- entry point ------------------------------------------------------------------------------ */
+/* ---- the CPU backend's quantize, then the public entry point -------------------------------- */
+
+qs_status qs_cpu_quantize(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                          const void *src, int32_t src_dtype, qs_qtensor *q)
+{
+    struct qs_qjob j;
+    qs_status st;
+
+    qs_qjob_init(&j, ctx, l, src_dtype, q);
+    j.src = src;
+    switch (l->traits->driver) {
+    case QS_DRIVER_BNB4:
+        if ((st = quantize_bnb4(ctx, &j, p, q)) != QS_OK)
+            return st;
+        break;
+    case QS_DRIVER_INT8: quantize_int8(ctx, &j, p, q); break;
+    case QS_DRIVER_FP8: quantize_fp8(ctx, &j, p, q); break;
+    default: quantize_rows(ctx, &j, p, q); break;
+    }
+    return QS_OK;
+}
 
 QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const void *src,
                              int32_t src_dtype, int64_t rows, int64_t cols, qs_qtensor *q)
 {
     struct qs_layout l;
-    struct qs_qjob j;
     qs_status st;
 
     if (!ctx)
@@ -214,19 +227,9 @@ QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const v
         return qs_fail(ctx, QS_ERR_NONFINITE,
                        "input holds NaN or Inf and the context rejects non-finite values");
 
-    qs_qjob_init(&j, ctx, &l, params, rows, cols, src_dtype, q);
-    j.src = src;
-    switch (params->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4:
-        if ((st = quantize_bnb4(ctx, &j, params, q)) != QS_OK)
-            return st;
-        break;
-    case QS_FORMAT_INT8:
-    case QS_FORMAT_LLM_INT8: quantize_int8(ctx, &j, params, q); break;
-    case QS_FORMAT_FP8_E4M3:
-    case QS_FORMAT_FP8_E5M2: quantize_fp8(ctx, &j, params, q); break;
-    default: quantize_rows(ctx, &j, params, q); break;
-    }
+    ctx->last_error[0] = '\0';
+    if ((st = ctx->ops->quantize(ctx, &l, params, src, src_dtype, q)) != QS_OK)
+        return ctx->last_error[0] ? st
+                                  : qs_fail(ctx, st, "%s backend: quantize failed", ctx->ops->name);
     return qs_ok(ctx);
 }

@@ -3,6 +3,7 @@
 hand-worked vectors (spec/formats.md §5.4, §6.2, §10, §13, §14), dtypes, backends, threads and
 every error path (ValueError before the C call, QsparseError with the library's message)."""
 
+import ctypes
 import os
 import struct
 import subprocess
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import qsparse as qs
-from qsparse import _lib
+from qsparse import _capi, _lib
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -38,50 +39,95 @@ def test_version_and_formats():
         qs.no_such_name  # noqa: B018
 
 
-def test_backends_and_set_backend():
-    names = qs.backends()
+def test_isas_and_set_isa():
+    names = qs.isas()
     assert names[0] == "scalar"
     try:
         for name in names:
-            qs.set_backend(name)
-            assert qs.backend() == name
+            qs.set_isa(name)
+            assert qs.isa() == name
             impls = qs.kernels()
             assert impls["nf4_quant"].startswith("qs_nf4_quant__")
             if name == "scalar":
                 assert all(v.endswith("__ref") for v in impls.values())
-        qs.set_backend("cpu")
-        qs.set_backend("auto")
-        assert qs.backend() == names[-1] or os.environ.get("QS_FORCE_ISA")
+        qs.set_isa("auto")
+        assert qs.isa() == names[-1] or os.environ.get("QS_FORCE_ISA")
     finally:
-        qs.set_backend("auto")
+        qs.set_isa("auto")
 
 
-def test_set_backend_errors():
-    with pytest.raises(ValueError, match="unknown backend"):
-        qs.set_backend("gpu9000")
+def test_set_isa_errors():
+    with pytest.raises(ValueError, match="unknown ISA"):
+        qs.set_isa("gpu9000")
     with pytest.raises(ValueError):
-        qs.set_backend(3)
-    missing = [b for b in ("avx2", "avx512", "neon", "neon-dotprod") if b not in qs.backends()]
-    before = qs.backend()
+        qs.set_isa(3)
+    missing = [b for b in ("avx2", "avx512", "neon", "neon-dotprod") if b not in qs.isas()]
+    before = qs.isa()
     for name in missing:
         with pytest.raises(qs.QsparseError, match="not available") as e:
-            qs.set_backend(name)
+            qs.set_isa(name)
         assert e.value.status == _lib.QS_ERR_BACKEND
-    assert qs.backend() == before  # a failed request leaves the setting as it was
+    assert qs.isa() == before  # a failed request leaves the setting as it was
+
+
+def test_backends_cpu_and_cuda(tmp_path):
+    # No CUDA plugin is built here: "cuda" is missing and says which file it looked for.
+    assert qs.backends()[0] == "cpu"
+    assert qs.backend() == "cpu"
+    try:
+        qs.set_backend("cpu")
+        assert qs.backend() == "cpu"
+        if "cuda" not in qs.backends():
+            assert "libqsparse-cuda.so" in qs.backend_message("cuda") or \
+                os.environ.get("QS_PLUGIN_PATH")
+            with pytest.raises(qs.QsparseError, match="not available") as e:
+                qs.set_backend("cuda")
+            assert e.value.status == _lib.QS_ERR_BACKEND
+            assert qs.backend() == "cpu"  # the failed request changed nothing
+        qs.set_backend("auto")
+        assert qs.backend() in qs.backends()
+    finally:
+        qs.set_backend("auto")
+    with pytest.raises(ValueError, match="unknown backend"):
+        qs.set_backend("avx2")  # ISA tiers are set_isa's
+    with pytest.raises(ValueError, match="unknown backend"):
+        qs.backend_message("gpu")
+    with pytest.raises(ValueError):
+        qs.set_backend(None)
+
+
+def test_struct_layouts_match_the_library():
+    assert _capi.layout_mismatches(_lib.lib()) == []
+    assert _lib.lib().qs_struct_size(0) == -1
+    assert _lib.lib().qs_struct_offset(_capi.QS_STRUCT_QUANT_PARAMS, b"no_such_field") == -1
+
+    class Drifted(ctypes.Structure):  # a mirror that lost a field is named with its offset
+        _qs_kind = _capi.QS_STRUCT_QUANT_PARAMS
+        _fields_ = [("format", ctypes.c_int32), ("granularity", ctypes.c_int32)]
+
+    saved = _capi.STRUCTS
+    try:
+        _capi.STRUCTS = (Drifted,)
+        bad = _capi.layout_mismatches(_lib.lib())
+        with pytest.raises(OSError, match="Drifted.granularity: offset 4 here, 8 in the library"):
+            _capi.check_layouts(_lib.lib(), "libqsparse")
+    finally:
+        _capi.STRUCTS = saved
+    assert any("bytes here" in b for b in bad)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_backend_gives_the_same_bits(fmt):
+def test_every_isa_gives_the_same_bits(fmt):
     x = rand((7, 80), seed=3)
     outs = []
     try:
-        for name in qs.backends():
-            qs.set_backend(name)
+        for name in qs.isas():
+            qs.set_isa(name)
             q = qs.quantize(x, fmt)
             outs.append((q.data.tobytes(), (q.scale if q.absmax is None else q.absmax).tobytes(),
                          qs.dequantize(q).tobytes()))
     finally:
-        qs.set_backend("auto")
+        qs.set_isa("auto")
     assert all(o == outs[0] for o in outs)
 
 
@@ -400,7 +446,9 @@ def test_value_errors_before_the_c_call():
         qs.quantize(x, "int8", granularity="row", group_size=8)
     with pytest.raises(ValueError, match="group_size"):
         qs.quantize(x, "int8", group_size=0)
-    with pytest.raises(ValueError, match=r"group_size 4 does not divide the last dimension \(10\)"):
+    # the shape rule is the library's (qs_quant_plane_info), its message with the array's shape
+    with pytest.raises(ValueError,
+                       match=r"group size 4 does not divide cols 10 \(shape \(2, 10\)\)"):
         qs.quantize(rand((2, 10)), "int8", group_size=4)
     with pytest.raises(ValueError, match="scale must be"):
         qs.quantize(x, "fp8_e4m3", scale=0.0)
@@ -432,6 +480,52 @@ def test_library_errors_carry_the_library_message():
         qs.quantize(x, "nvfp4", blocksize=32)
     with pytest.raises(qs.QsparseError, match="block_size"):
         qs.quantize(x, "nf4", blocksize=8192)
+
+
+@pytest.mark.parametrize("fmt,options", [("llm_int8", {}), ("int8", {}),
+                                         ("int8", {"symmetric": False})])
+def test_rows_times_zero_scale_plane_overflow(fmt, options):
+    # cols == 0 with rows > 2^61: one f32 scale per row is more than int64 bytes. The size
+    # query once wrapped to a negative size (numpy: "negative dimensions are not allowed") and
+    # the kernel wrote scales past the buffer; now the library refuses before any buffer exists.
+    x = np.empty((2**61 + 1, 0), np.float16)
+    with pytest.raises(qs.QsparseError, match="overflows int64") as e:
+        qs.quantize(x, fmt, **options)
+    assert e.value.status == _lib.QS_ERR_OVERFLOW
+    hand = qs.QTensor(fmt, x.shape, np.zeros(x.shape, np.int8), scale=np.ones(4, np.float32),
+                      zero_point=None if options.get("symmetric", True) else np.zeros(4, np.int8))
+    with pytest.raises(qs.QsparseError) as e:
+        qs.dequantize(hand)
+    assert e.value.status == _lib.QS_ERR_OVERFLOW
+
+
+def test_plane_shapes_and_dtypes_come_from_the_library():
+    # a 3-D tensor: rows = 2 * 3, cols = 45; shapes as the module docstring of _quant promises
+    x = rand((2, 3, 45), seed=12)
+    want = {
+        "nf4": ((135,), np.uint8, (5,), np.float32),  # 270 codes in 5 blocks of 64
+        "int8": ((2, 3, 45), np.int8, (6,), np.float32),
+        "llm_int8": ((2, 3, 45), np.int8, (6,), np.float32),
+        "fp8_e4m3": ((2, 3, 45), np.uint8, (1,), np.float32),
+        "mxfp4": ((2, 3, 23), np.uint8, (6, 2), np.uint8),
+        "mxfp8": ((2, 3, 45), np.uint8, (6, 2), np.uint8),
+        "nvfp4": ((2, 3, 23), np.uint8, (6, 3), np.uint8),
+    }
+    for fmt, (dshape, ddt, sshape, sdt) in want.items():
+        q = qs.quantize(x, fmt)
+        sc = q.absmax if fmt == "nf4" else q.scale
+        assert (q.data.shape, q.data.dtype, sc.shape, sc.dtype) == (dshape, ddt, sshape, sdt), fmt
+    g = qs.quantize(x, "int8", group_size=15, symmetric=False)
+    assert g.scale.shape == (6, 3) and g.zero_point.shape == (6, 3)
+    assert g.zero_point.dtype == np.int8
+    d = qs.quantize(x, "fp4", double_quant=True)
+    assert d.absmax.dtype == np.uint8 and d.nested_absmax.shape == (1,)
+    info = _capi.PlaneInfo()
+    p = _capi.QuantParams()
+    _lib.lib().qs_quant_params_init(ctypes.byref(p), 7)  # mxfp4
+    assert _lib.lib().qs_quant_plane_info(None, ctypes.byref(p), 6, 45, 0, ctypes.byref(info)) == 0
+    assert (info.elem, info.bits, info.ndim, list(info.shape), info.values, info.bytes) == \
+        (_capi.QS_ELEM_U8, 4, 2, [6, 23], 270, 138)
 
 
 def test_check_raises_with_message():

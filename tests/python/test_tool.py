@@ -2,12 +2,21 @@
 """Tests of `qsparse quantize` and `qsparse inspect`: round trips through safetensors (read back
 with the safetensors package and numpy, decoded with the library), the bitsandbytes keys and JSON
 quant_state of spec/formats.md §7, tensor selection, and files that are truncated, malformed or
-hostile, which must give an error and a non-zero exit without touching the output path."""
+hostile, which must give an error and a non-zero exit without touching the output path; also
+costs that grow with the number of tensors, names that carry terminal escapes, special files,
+signals at every point of a write, an input truncated under the tool, and the output's mode.
+
+Some tests stop the tool at a known point through its test hook: QSPARSE_TOOL_TEST_STOP=open
+(the input is validated, no tensor read yet) or =write (the temporary output holds its header)
+makes it stop itself with SIGSTOP; the test then acts (truncates the input, sends a signal) and
+continues it with SIGCONT."""
 
 import json
 import os
 import pty
+import resource
 import signal
+import stat
 import struct
 import subprocess
 import time
@@ -278,6 +287,16 @@ HOSTILE = {
                          "data_offsets must be"),
     "overlap": (st_bytes({"a.weight": entry("F32", [2, 4], 0, 32),
                           "b.weight": entry("F32", [2, 4], 16, 48)}, b"\0" * 48), "overlap"),
+    # an empty tensor sorted between two overlapping ones once hid their overlap
+    "overlap_behind_empty": (st_bytes({"a.weight": entry("F32", [2, 4], 0, 32),
+                                       "e": entry("F32", [0], 16, 16),
+                                       "b.weight": entry("F32", [2, 4], 16, 48)}, b"\0" * 48),
+                             "tensors 'a.weight' and 'b.weight' overlap"),
+    "overlap_behind_empties": (st_bytes({"a": entry("U8", [40], 0, 40),
+                                         "e1": entry("U8", [0], 8, 8),
+                                         "e2": entry("U8", [0], 20, 20),
+                                         "c": entry("U8", [8], 32, 40)}, b"\0" * 40),
+                               "tensors 'a' and 'c' overlap"),
     "metadata_not_string": (st_bytes({"__metadata__": {"k": 1}}), "not a string"),
     "offset_not_integer": (st_bytes({"a": entry("F32", [1], 0, 4.0)}, b"\0" * 4),
                            "data_offsets must be"),
@@ -304,12 +323,15 @@ def test_hostile_files(run_tool, tmp_path, case):
 def test_valid_edge_files(run_tool, tmp_path):
     # an empty tensor list, a zero-size tensor and a scalar are all valid
     src = tmp_path / "edge.safetensors"
+    # (empty tensors own no bytes: one inside another tensor's range overlaps nothing)
     src.write_bytes(st_bytes({"e.weight": entry("F32", [0, 4], 0, 0),
-                              "s": entry("F32", [], 0, 4)}, b"\0\0\x80\x3f"))
+                              "s": entry("F32", [], 0, 4),
+                              "inside": entry("F32", [0], 2, 2)}, b"\0\0\x80\x3f"))
     out = tmp_path / "o.safetensors"
     run_tool("quantize", src, "-o", out, "--format", "nf4", check=0)
     raw = read_raw(out)
     assert raw["s"] == ("F32", [], b"\0\0\x80\x3f") and raw["e.weight"][1] == [0, 4]
+    assert raw["inside"] == ("F32", [0], b"")
     empty = tmp_path / "empty.safetensors"
     empty.write_bytes(st_bytes(b"{}"))
     run_tool("quantize", empty, "-o", out, "--format", "nf4", check=0)
@@ -425,3 +447,393 @@ def test_mutated_files_never_crash(run_tool, tmp_path):
             r = run_tool(*args)
             assert r.returncode in (0, 1), (i, args[0], r.returncode, r.stderr)
             assert r.returncode == 0 or "error:" in r.stderr
+
+
+# ---- costs that grow with the number of tensors ---------------------------------------------------
+
+
+def many_tensors(n_weights, n_copied):
+    """n_weights tiny 1x2 float32 weights (quantized) and n_copied 1-element biases (copied):
+    the header dict and the data section."""
+    header, data = {}, bytearray()
+    for i in range(max(n_weights, n_copied)):
+        if i < n_weights:
+            header[f"blk.{i}.weight"] = entry("F32", [1, 2], len(data), len(data) + 8)
+            data += struct.pack("<2f", 1.0, -float(i % 7))
+        if i < n_copied:
+            header[f"blk.{i}.bias"] = entry("F32", [1], len(data), len(data) + 4)
+            data += struct.pack("<f", float(i))
+    return header, bytes(data)
+
+
+def test_hundred_thousand_tensors(run_tool, tmp_path):
+    """Issue 10 item 3: every per-tensor step (companion-key check, duplicate-name check, header
+    writing, inspect's lookups) is n log n or better. 10^5 input tensors, 1.9 x 10^5 output
+    ones: about a second of CPU per tool run now; the old pairwise name scans, quadratic in the
+    output tensors (30 s of CPU for 5 x 10^4 of them), needed about ten minutes, so run_tool's
+    300 s timeout ends them and the test fails."""
+    src, out = tmp_path / "many.safetensors", tmp_path / "out.safetensors"
+    n_w, n_c = 30_000, 70_000
+    header, data = many_tensors(n_w, n_c)
+    src.write_bytes(st_bytes(json.dumps(header, separators=(",", ":")).encode(), data))
+    run_tool("quantize", src, "-o", out, "--format", "nf4", "--quiet", check=0)
+    with open(out, "rb") as f:
+        hl = struct.unpack("<Q", f.read(8))[0]
+        written = json.loads(f.read(hl))
+    assert len(written) == 1 + n_w * 4 + n_c  # __metadata__, four keys per weight, the biases
+    assert written["blk.29999.weight"]["dtype"] == "U8"
+    assert written["blk.29999.weight.quant_state.bitsandbytes__nf4"]["dtype"] == "U8"
+    assert written["blk.69999.bias"]["shape"] == [1]
+    info = json.loads(run_tool("inspect", out, "--json", check=0).stdout)
+    assert info["tensors"] == n_w * 4 + n_c and len(info["weights"]) == n_w + n_c
+    assert info["quantized_parameters"] == 2 * n_w
+    # the companion-key check still finds a clash among them all
+    header["blk.7777.weight.absmax"] = entry("F32", [1], len(data), len(data) + 4)
+    src.write_bytes(st_bytes(json.dumps(header).encode(), data + b"\0" * 4))
+    r = run_tool("quantize", src, "-o", out, "--format", "nf4", "--quiet")
+    assert r.returncode == 1 and "already has a tensor 'blk.7777.weight.absmax'" in r.stderr
+
+
+# ---- hostile names and metadata ---------------------------------------------------------------
+
+
+EVIL = "evil\x1b]0;owned\x07\x1b[2J\u009b31m\u202e\r\\"
+EVIL_SHOWN = "evil\\x1b]0;owned\\x07\\x1b[2J\\u009b31m\\u202e\\r\\\\"
+
+
+def assert_terminal_safe(text):
+    """No C0 control but newline, no DEL, no C1 control, no bidirectional override."""
+    bad = [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F
+           or 0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069]
+    assert not bad, (bad, text[:2000])
+
+
+def test_names_with_escape_sequences_are_printed_escaped(run_tool, tool, tmp_path):
+    """Issue 10 item 6: names (and metadata strings) reach the terminal escaped, in inspect's
+    table, quantize's error table, progress bar and error messages."""
+    from safetensors.numpy import save_file
+
+    w = (np.random.default_rng(4).standard_normal((4, 64)) * 0.1).astype(np.float32)
+    src, out = tmp_path / "evil.safetensors", tmp_path / "o.safetensors"
+    save_file({EVIL + ".weight": w, "x\x1b[31m": np.ones(2, np.float32)}, str(src),
+              metadata={"note\x1b[5m": "v"})
+    r = run_tool("quantize", src, "-o", out, "--format", "nf4", check=0)
+    assert_terminal_safe(r.stdout + r.stderr)
+    assert EVIL_SHOWN + ".weight" in r.stdout  # the error table row
+    assert EVIL + ".weight" in read_raw(out)  # the file itself keeps the name as it was
+
+    # a pseudo-terminal shows the progress bar with the name in it
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
+                            stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    bar = b"".join(chunks).decode()
+    assert proc.returncode == 0 and "quantizing [" in bar and "evil\\x1b]0;" in bar
+    assert_terminal_safe(bar.replace("\r", ""))
+
+    r = run_tool("inspect", out, check=0)
+    assert_terminal_safe(r.stdout)
+    assert EVIL_SHOWN + ".weight" in r.stdout and "x\\x1b[31m" in r.stdout
+    j = run_tool("inspect", out, "--json", check=0).stdout
+    assert j.isascii()
+    assert_terminal_safe(j)
+    names = {x["name"] for x in json.loads(j)["weights"]}
+    assert names == {EVIL + ".weight", "x\x1b[31m"}
+
+    # error messages quoting names: a clash, and a header entry the reader refuses
+    save_file({EVIL + ".weight": w, EVIL + ".weight.absmax": np.ones(4, np.float32)}, str(src))
+    r = run_tool("quantize", src, "-o", out, "--format", "nf4")
+    assert r.returncode == 1
+    assert_terminal_safe(r.stderr)
+    assert f"already has a tensor '{EVIL_SHOWN}.weight.absmax'" in r.stderr
+    src.write_bytes(st_bytes({EVIL: entry("F99", [1], 0, 4)}, b"\0" * 4))
+    for args in (("inspect", src), ("quantize", src, "-o", out, "--format", "nf4")):
+        r = run_tool(*args)
+        assert r.returncode == 1 and f"tensor '{EVIL_SHOWN}': unknown dtype" in r.stderr
+        assert_terminal_safe(r.stderr)
+    # a message cut inside a UTF-8 sequence (names are long, messages are not) shows the
+    # dangling bytes as \xHH instead of printing invalid UTF-8
+    long_name = "\u00e9" * 400
+    src.write_bytes(st_bytes({long_name: entry("F99", [1], 0, 4)}, b"\0" * 4))
+    r = run_tool("inspect", src)  # text=True: invalid UTF-8 would raise here
+    assert r.returncode == 1 and r.stderr.rstrip("\n").endswith("\\xc3")
+    assert_terminal_safe(r.stderr)
+    # a format string taken from the metadata is escaped too
+    src.write_bytes(st_bytes({"__metadata__": {"qsparse.quantized": json.dumps(
+        {"a.weight": {"format": "\x1b[2J", "shape": [2, 2], "dtype": "\x07"}})},
+        "a.weight": entry("U8", [2], 0, 2)}, b"\0\0"))
+    r = run_tool("inspect", src, check=0)
+    assert "\\x1b[2J" in r.stdout and "\\x07" in r.stdout
+    assert_terminal_safe(r.stdout)
+    # ... and one too long for its field is cut between characters, never inside one (the
+    # --json output once lost such a weight: jansson refuses a string of invalid UTF-8)
+    src.write_bytes(st_bytes({"__metadata__": {"qsparse.quantized": json.dumps(
+        {"a.weight": {"format": "\u00e9" * 40, "shape": [2, 2], "dtype": "\u20ac" * 9}})},
+        "a.weight": entry("U8", [2], 0, 2)}, b"\0\0"))
+    w = json.loads(run_tool("inspect", src, "--json", check=0).stdout)["weights"]
+    assert [(x["name"], x["format"], x["dtype"]) for x in w] == [
+        ("a.weight", "\u00e9" * 15, "\u20ac" * 5)]
+
+
+def quant_state_file(path, shape, record=None):
+    """A bitsandbytes-style weight whose quant_state claims `shape`, or (record=True) a weight
+    described by a qsparse.quantized metadata record with that shape."""
+    if record:
+        meta = {"qsparse.quantized": json.dumps(
+            {f"l{i}.weight": {"format": "nf4", "shape": s, "dtype": "float32"}
+             for i, s in enumerate(shape)})}
+        header = {"__metadata__": meta}
+        for i in range(len(shape)):
+            header[f"l{i}.weight"] = entry("U8", [4], 4 * i, 4 * i + 4)
+        path.write_bytes(st_bytes(header, b"\0" * (4 * len(shape))))
+        return
+    state = json.dumps({"quant_type": "nf4", "blocksize": 64, "dtype": "float32",
+                        "shape": shape}).encode()
+    path.write_bytes(st_bytes({
+        "l.weight": entry("U8", [4, 1], 0, 4),
+        "l.weight.quant_state.bitsandbytes__nf4": entry("U8", [len(state)], 4, 4 + len(state)),
+    }, b"\0" * 4 + state))
+
+
+@pytest.mark.parametrize("shape,record,message", [
+    ([2**40, 2**40], False, "shape in its quant_state overflows"),
+    ([2**62, 2, 2], False, "shape in its quant_state overflows"),
+    ([3, -1], False, "not an integer >= 0"),
+    ([[2**62, 4]], True, "shape in its qsparse.quantized metadata overflows"),
+    ([[2**62, 1], [2**62, 1], [2**62, 1]], True, "parameter count overflows"),
+    ([["2", 2]], True, "not an integer >= 0"),
+    ([7], True, "not a list of at most 8 integers"),
+])
+def test_inspect_refuses_overflowing_metadata_shapes(run_tool, tmp_path, shape, record, message):
+    """Issue 10 item 6: shapes taken from metadata are checked like header shapes and the totals
+    are added with overflow checks; the old code summed them with signed overflow (and printed
+    a negative parameter count)."""
+    src = tmp_path / "m.safetensors"
+    quant_state_file(src, shape, record)
+    for args in ((), ("--json",)):
+        r = run_tool("inspect", src, *args)
+        assert r.returncode == 1 and message in r.stderr, (r.stdout, r.stderr)
+        assert r.stdout == ""
+    quant_state_file(src, [2**31, 2**31] if not record else [[2**31, 2**31]], record)
+    info = json.loads(run_tool("inspect", src, "--json", check=0).stdout)
+    assert info["parameters"] == 2**62  # large but representable: shown as it is
+
+
+# ---- special files --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_special_files_are_refused_without_blocking(tool, tmp_path, kind):
+    """Issue 10 item 6: a FIFO used to block inspect forever (open waits for a writer)."""
+    path = tmp_path / "special"
+    if kind == "fifo":
+        os.mkfifo(path)
+        what = "a FIFO"
+    elif kind == "directory":
+        path.mkdir()
+        what = "a directory"
+    else:
+        path, what = "/dev/null", "a device"
+    out = tmp_path / "o.safetensors"
+    for args in (("inspect", path), ("quantize", path, "-o", out, "--format", "nf4")):
+        r = subprocess.run([tool, *map(str, args)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and f"not a regular file ({what})" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+# ---- signals, SIGKILL leftovers, truncated inputs, modes -----------------------------------------
+
+
+def stopped_tool(tool, args, point, preexec_fn=None, env=None):
+    """Start the tool with its test hook set to stop at `point`; return it once it has stopped."""
+    env = dict(os.environ if env is None else env, QSPARSE_TOOL_TEST_STOP=point)
+    proc = subprocess.Popen([tool, *map(str, args)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out, err = proc.communicate()
+        pytest.fail(f"the tool did not stop at '{point}' (exit {proc.returncode}): {err}")
+    return proc
+
+
+def no_core():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def temp_files(work):
+    return sorted(n for n in os.listdir(work) if ".qsparse-tmp-" in n)
+
+
+FATAL_SIGNALS = [s for s in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT",
+                             "SIGBUS", "SIGFPE", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE",
+                             "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGXCPU", "SIGXFSZ", "SIGVTALRM",
+                             "SIGPROF", "SIGPOLL", "SIGPWR", "SIGSYS", "SIGRTMIN", "SIGRTMAX")
+                 if hasattr(signal, s)]
+
+
+@pytest.mark.parametrize("signame", FATAL_SIGNALS)
+def test_every_fatal_signal_mid_write_removes_the_temp(tool, model_file, tmp_path, signame):
+    """Issue 10 item 7: a signal whose default action ends the process, arriving while the
+    temporary output is being written, removes it; the old output stays as it was, and the
+    tool still dies of that signal. (Only SIGINT, SIGTERM and SIGHUP were handled.)"""
+    sig = getattr(signal, signame)
+    src, _ = model_file
+    work = tmp_path / "work"
+    work.mkdir()
+    out = work / "out.safetensors"
+    out.write_bytes(b"previous contents")
+    proc = stopped_tool(tool, ["quantize", src, "-o", out, "--format", "nf4", "-q"], "write",
+                        preexec_fn=no_core)
+    tmp = temp_files(work)
+    assert len(tmp) == 1 and f".qsparse-tmp-{proc.pid}-" in tmp[0]
+    os.kill(proc.pid, sig)
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -sig
+    assert os.listdir(work) == ["out.safetensors"]
+    assert out.read_bytes() == b"previous contents"
+
+
+def test_sigxfsz_from_a_file_size_limit_removes_the_temp(tool, tmp_path):
+    """A real SIGXFSZ (the output outgrows RLIMIT_FSIZE mid-write) left the temp behind."""
+    src = tmp_path / "big.safetensors"
+    big_model(src, layers=2)
+    work = tmp_path / "work"
+    work.mkdir()
+    out = work / "out.safetensors"
+    out.write_bytes(b"previous contents")
+
+    def limit():
+        no_core()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 19, 1 << 19))
+
+    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--format", "nf4", "-q"],
+                       preexec_fn=limit, capture_output=True, timeout=120)
+    assert r.returncode == -signal.SIGXFSZ
+    assert os.listdir(work) == ["out.safetensors"]
+    assert out.read_bytes() == b"previous contents"
+
+
+@pytest.mark.parametrize("signame", ["SIGHUP", "SIGINT", "SIGTERM", "SIGUSR1", "SIGPIPE"])
+def test_an_inherited_ignored_signal_stays_ignored(tool, model_file, tmp_path, signame):
+    """Issue 10 item 7: `nohup` (SIGHUP ignored before exec) must keep protecting the run; the
+    handlers used to replace the inherited SIG_IGN."""
+    sig = getattr(signal, signame)
+    src, tensors = model_file
+    out = tmp_path / "out.safetensors"
+    proc = stopped_tool(tool, ["quantize", src, "-o", out, "--format", "nf4", "-q"], "write",
+                        preexec_fn=lambda: signal.signal(sig, signal.SIG_IGN))
+    os.kill(proc.pid, sig)
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    raw = read_raw(out)
+    assert raw["position_ids"][2] == tensors["position_ids"].tobytes() and len(raw) == 5 * 4 + 5
+    assert temp_files(tmp_path) == []
+
+
+def test_sigkill_leftover_is_named_and_removed_by_the_next_run(tool, run_tool, model_file,
+                                                                tmp_path):
+    """Issue 10 item 7: no handler sees SIGKILL, so its temp carries the pid; the next write to
+    the same output removes temps whose process is gone, and only those."""
+    src, _ = model_file
+    work = tmp_path / "work"
+    work.mkdir()
+    out = work / "out.safetensors"
+    out.write_bytes(b"previous contents")
+    proc = stopped_tool(tool, ["quantize", src, "-o", out, "--format", "nf4", "-q"], "write")
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    stale = temp_files(work)
+    assert stale == [n for n in stale if n.startswith(f".out.safetensors.qsparse-tmp-{proc.pid}-")]
+    assert len(stale) == 1 and out.read_bytes() == b"previous contents"
+    # a live process's temp, another output's stale temp and a lookalike name are all kept
+    live = f".out.safetensors.qsparse-tmp-{os.getpid()}-abcDEF"
+    other = f".other.safetensors.qsparse-tmp-{proc.pid}-abcdef"
+    odd = f".out.safetensors.qsparse-tmp-{proc.pid}-abcdef.keep"
+    for name in (live, other, odd):
+        (work / name).write_bytes(b"x")
+    run_tool("quantize", src, "-o", out, "--format", "nf4", "-q", check=0)
+    assert sorted(os.listdir(work)) == sorted([live, other, odd, "out.safetensors"])
+    assert len(read_raw(out)) == 5 * 4 + 5
+
+
+@pytest.mark.parametrize("case", ["quantized_read", "copied_write", "last_bytes"])
+def test_input_truncated_during_the_run(tool, tmp_path, case):
+    """Issue 10 item 7: another program truncates the input while the tool has it mapped. Reading
+    a lost page raised SIGBUS and killed the tool; now it is a message and exit status 1, with
+    no temp left and the old output intact. Bytes cut from the last mapped page raise no signal
+    (they read as zeros): the size check before the rename catches those."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(1)
+    src = tmp_path / "in.safetensors"
+    # 2 MB tensors: larger than the writer's buffer, so copying one is a write() from the map
+    save_file({"l.weight": rng.standard_normal((512, 1024), np.float32)}, str(src))
+    size = os.path.getsize(src)
+    hl = struct.unpack("<Q", src.read_bytes()[:8])[0]
+    work = tmp_path / "work"
+    work.mkdir()
+    out = work / "out.safetensors"
+    out.write_bytes(b"previous contents")
+    args = ["quantize", src, "-o", out, "--format", "nf4", "-q"]
+    if case == "copied_write":
+        args += ["--include", "nothing"]
+    point = "open" if case == "quantized_read" else "write"
+    proc = stopped_tool(tool, args, point)
+    os.truncate(src, size - 1 if case == "last_bytes" else 8 + hl + 4096)
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, (proc.returncode, err)
+    assert "while it was being read" in err
+    assert os.listdir(work) == ["out.safetensors"]
+    assert out.read_bytes() == b"previous contents"
+
+
+def test_inspect_of_an_input_truncated_while_mapped(tool, tmp_path):
+    src = tmp_path / "in.safetensors"
+    w = np.zeros((64, 64), np.uint8).reshape(-1)
+    state = json.dumps({"quant_type": "nf4", "blocksize": 64, "dtype": "float32",
+                        "shape": [64, 128]}).encode()
+    pad = 1 << 16  # the quant_state sits pages away from the header
+    src.write_bytes(st_bytes({
+        "l.weight": entry("U8", [pad], 0, pad),
+        "l.weight.quant_state.bitsandbytes__nf4": entry("U8", [len(state)], pad, pad + len(state)),
+    }, bytes(pad) + state))
+    del w
+    proc = stopped_tool(tool, ["inspect", src], "open")
+    os.truncate(src, 4096)
+    os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "while it was being read" in err, (proc.returncode, err)
+
+
+@pytest.mark.parametrize("existing,umask,expect", [(0o600, 0o022, 0o600), (0o640, 0o077, 0o640),
+                                                   (0o444, 0o022, 0o444), (None, 0o022, 0o644),
+                                                   (None, 0o077, 0o600), (None, 0o027, 0o640)])
+def test_output_mode(tool, model_file, tmp_path, existing, umask, expect):
+    """Issue 10 item 7: overwriting an output keeps its permissions (0600 became 0644); a new
+    output gets 0666 less the umask."""
+    src, _ = model_file
+    out = tmp_path / "out.safetensors"
+    if existing is not None:
+        out.write_bytes(b"previous contents")
+        os.chmod(out, existing)
+    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--format", "nf4", "-q"],
+                       preexec_fn=lambda: os.umask(umask), capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(os.stat(out).st_mode) == expect
+    assert len(read_raw(out)) == 5 * 4 + 5

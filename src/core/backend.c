@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The backend registry: which backends a context may run on, and the loading of plugin backends
+ * (backend.h). The CPU backend is always there. A plugin is looked for once per process, when a
+ * context first asks for AUTO or CUDA (or when qs_backend_load asks explicitly): the file named
+ * by QS_PLUGIN_PATH, else libqsparse-cuda.so beside the loaded library. Every failure (no file,
+ * not loadable, no init symbol, another ABI version, incomplete operations) leaves the CPU
+ * backend working and keeps a message naming the cause and the file.
+ */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend.h"
+
+#define PLUGIN_FILE "libqsparse-cuda.so"
+#define BACKEND_MAX QS_BACKEND_CUDA
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct qs_backend_ops *plugin_ops[BACKEND_MAX + 1];
+/* Why each plugin backend is not available; "" when it is or nothing was tried. Written under
+ * the lock; qs_backend_message hands out a pointer, so a message is never shortened in place
+ * while another thread may read it, only replaced by a complete new one. */
+static char message[BACKEND_MAX + 1][2][512];
+static int message_idx[BACKEND_MAX + 1];
+static int default_tried;
+
+static const char *const backend_names[] = {"auto", "cpu", "cuda"};
+
+QS_API const char *qs_backend_name(int32_t backend)
+{
+    return backend >= 0 && backend <= BACKEND_MAX ? backend_names[backend] : NULL;
+}
+
+QS_API int32_t qs_backend_from_name(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int32_t b = 0; b <= BACKEND_MAX; b++)
+        if (strcmp(name, backend_names[b]) == 0)
+            return b;
+    return -1;
+}
+
+/* Replace the message of backend b (lock held). */
+static void record(int32_t b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void record(int32_t b, const char *fmt, ...)
+{
+    va_list ap;
+    int next = !message_idx[b];
+
+    va_start(ap, fmt);
+    vsnprintf(message[b][next], sizeof message[b][next], fmt, ap);
+    va_end(ap);
+    message_idx[b] = next;
+}
+
+/* Load one plugin file and register its operations (lock held). */
+static qs_status load_locked(const char *path)
+{
+    struct stat sb;
+    void *handle;
+    void *sym;
+    qs_backend_init_fn *init;
+    const struct qs_backend_ops *ops;
+
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: no such file", path);
+        return QS_ERR_BACKEND;
+    }
+    handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *e = dlerror();
+        record(QS_BACKEND_CUDA, "backend plugin %s: cannot be loaded: %s", path, e ? e : "?");
+        return QS_ERR_BACKEND;
+    }
+    sym = dlsym(handle, QS_BACKEND_INIT_SYMBOL);
+    if (!sym) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: does not export %s", path,
+               QS_BACKEND_INIT_SYMBOL);
+        dlclose(handle);
+        return QS_ERR_BACKEND;
+    }
+    /* POSIX: a dlsym result converts to the function pointer it names. */
+    memcpy(&init, &sym, sizeof init);
+    ops = init(QS_BACKEND_ABI_VERSION);
+    if (!ops) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: refused backend ABI version %d", path,
+               QS_BACKEND_ABI_VERSION);
+        dlclose(handle);
+        return QS_ERR_BACKEND;
+    }
+    if (ops->abi_version != QS_BACKEND_ABI_VERSION) {
+        record(QS_BACKEND_CUDA,
+               "backend plugin %s: built for backend ABI version %d, this library has %d", path,
+               ops->abi_version, QS_BACKEND_ABI_VERSION);
+        dlclose(handle);
+        return QS_ERR_BACKEND;
+    }
+    if (ops->backend <= QS_BACKEND_CPU || ops->backend > BACKEND_MAX || !ops->name ||
+        !ops->available || !ops->quantize || !ops->dequantize) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: backend %d or its operations are incomplete",
+               path, ops->backend);
+        dlclose(handle);
+        return QS_ERR_BACKEND;
+    }
+    /* Registered for the life of the process: contexts keep pointers into the module. */
+    plugin_ops[ops->backend] = ops;
+    record(ops->backend, "%s", "");
+    return QS_OK;
+}
+
+/* The default search, once per process (lock held). */
+static void load_default_locked(void)
+{
+    const char *env = getenv("QS_PLUGIN_PATH");
+    char path[4096];
+    Dl_info info;
+
+    if (default_tried)
+        return;
+    default_tried = 1;
+    if (env && *env) {
+        load_locked(env);
+        return;
+    }
+    if (!dladdr((void *)qs_backend_name, &info) || !info.dli_fname) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: the library's own path is unknown (dladdr), "
+               "set QS_PLUGIN_PATH", PLUGIN_FILE);
+        return;
+    }
+    const char *slash = strrchr(info.dli_fname, '/');
+    int dir_len = slash ? (int)(slash - info.dli_fname) : 1;
+    const char *dir = slash ? info.dli_fname : ".";
+    if (snprintf(path, sizeof path, "%.*s/%s", dir_len, dir, PLUGIN_FILE) >= (int)sizeof path) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: the path beside the library is too long",
+               PLUGIN_FILE);
+        return;
+    }
+    load_locked(path);
+}
+
+QS_API qs_status qs_backend_load(const char *path)
+{
+    qs_status st;
+
+    pthread_mutex_lock(&lock);
+    if (path) {
+        default_tried = 1; /* an explicit plugin replaces the default search */
+        st = load_locked(path);
+    } else {
+        default_tried = 0;
+        load_default_locked();
+        st = plugin_ops[QS_BACKEND_CUDA] ? QS_OK : QS_ERR_BACKEND;
+    }
+    pthread_mutex_unlock(&lock);
+    return st;
+}
+
+/* The operations of plugin backend b if it is registered and can run (lock held). */
+static const struct qs_backend_ops *usable_locked(int32_t b)
+{
+    char why[256] = "";
+
+    load_default_locked();
+    if (!plugin_ops[b])
+        return NULL;
+    if (!plugin_ops[b]->available(why, sizeof why)) {
+        record(b, "%s backend: not available: %s", plugin_ops[b]->name, why);
+        return NULL;
+    }
+    return plugin_ops[b];
+}
+
+const struct qs_backend_ops *qs_backend_select(int32_t backend)
+{
+    const struct qs_backend_ops *ops = NULL;
+
+    if (backend == QS_BACKEND_CPU)
+        return qs_backend_cpu();
+    pthread_mutex_lock(&lock);
+    if (backend == QS_BACKEND_AUTO) {
+        for (int32_t b = QS_BACKEND_CPU + 1; b <= BACKEND_MAX && !ops; b++)
+            ops = usable_locked(b);
+    } else if (backend > QS_BACKEND_CPU && backend <= BACKEND_MAX) {
+        ops = usable_locked(backend);
+    }
+    pthread_mutex_unlock(&lock);
+    if (!ops && backend == QS_BACKEND_AUTO)
+        ops = qs_backend_cpu();
+    return ops;
+}
+
+QS_API int32_t qs_backend_available(int32_t backend)
+{
+    if (backend < QS_BACKEND_AUTO || backend > BACKEND_MAX)
+        return 0;
+    return qs_backend_select(backend) != NULL;
+}
+
+QS_API const char *qs_backend_message(int32_t backend)
+{
+    const char *m;
+
+    if (backend <= QS_BACKEND_CPU || backend > BACKEND_MAX)
+        return "";
+    pthread_mutex_lock(&lock);
+    m = message[backend][message_idx[backend]];
+    pthread_mutex_unlock(&lock);
+    return m;
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Format traits: everything the core knows about one quantization format, in one descriptor per
+ * format (format_traits.c). The layout (formats.c), the drivers (quantize.c, dequantize.c), the
+ * public queries (qs_format_info, qs_quant_plane_info) and through them the Python binding and
+ * the tool all read these descriptors instead of switching on the format code.
+ */
+#ifndef QS_CORE_FORMAT_TRAITS_H
+#define QS_CORE_FORMAT_TRAITS_H
+
+#include "internal.h"
+
+/* How many values a plane holds (qs_plane_rule.count). */
+enum qs_plane_count {
+    QS_COUNT_NONE = 0,     /* plane unused */
+    QS_COUNT_ELEMENTS,     /* n = rows * cols codes over the flattened tensor: 1-D */
+    QS_COUNT_ROW_ELEMENTS, /* cols codes per row, each row packed on its own: rows x bytes */
+    QS_COUNT_UNITS,        /* one per scale unit (the format's unit rule below) */
+    QS_COUNT_NESTED,       /* one per 256 scale units (double quantization) */
+};
+
+/* When a plane rule applies (params-dependent planes). */
+enum qs_plane_when {
+    QS_WHEN_ALWAYS = 0,
+    QS_WHEN_SINGLE_QUANT, /* double_quant == 0 */
+    QS_WHEN_DOUBLE_QUANT, /* double_quant == 1 */
+    QS_WHEN_ASYMMETRIC,   /* symmetric == 0 */
+};
+
+struct qs_plane_rule {
+    uint8_t count; /* enum qs_plane_count */
+    uint8_t when;  /* enum qs_plane_when */
+    uint8_t elem;  /* QS_ELEM_* */
+    uint8_t bits;  /* bits per value: 4 (two per byte), 8 or 32 */
+};
+
+/* Scale units: what one scale covers. */
+enum qs_unit_rule {
+    QS_UNITS_TENSOR = 0,  /* one for the whole tensor */
+    QS_UNITS_ROWS,        /* one per row */
+    QS_UNITS_FLAT_BLOCKS, /* one per block of the flattened tensor (the last one short) */
+    QS_UNITS_ROW_BLOCKS,  /* one per block along each row (the last one of a row short) */
+    QS_UNITS_GRANULARITY, /* params->granularity picks tensor, rows or row blocks of block_size */
+};
+
+/* The driver family that runs a format (quantize.c, dequantize.c): formats of one family share
+ * the driver and the kernel signatures; a new format of an existing family needs no driver code. */
+enum qs_driver {
+    QS_DRIVER_BNB4 = 0, /* blockwise absmax over the flattened tensor, optional double quant */
+    QS_DRIVER_INT8,     /* INT8 per tensor / row / group; LLM.int8 row statistics */
+    QS_DRIVER_FP8,      /* one f32 scale for the tensor */
+    QS_DRIVER_MX,       /* E8M0 block scales along rows, a rounding mode */
+    QS_DRIVER_NV,       /* E4M3 block scales along rows and an f32 tensor scale */
+};
+
+/* qs_format_traits.flags */
+#define QS_TRAIT_ROWSTAT 1u /* INT8 driver: the scale plane stores the row absmax (LLM.int8 SCB) */
+#define QS_TRAIT_GLOBAL_SCALE 2u /* an f32 tensor scale in qs_qtensor.global_scale (NVFP4) */
+
+struct qs_format_traits {
+    const char *name;
+    int32_t bits;          /* bits of one element code */
+    int32_t block_default; /* qs_quant_params_init's block_size (0: none) */
+    int32_t block_min, block_max; /* block_size accepted (equal: fixed); group size for INT8 */
+    int32_t blocks;        /* QS_BLOCKS_* */
+    uint32_t options;      /* QS_OPT_* fields of qs_quant_params this format reads */
+    int32_t units;         /* enum qs_unit_rule */
+    int32_t driver;        /* enum qs_driver */
+    uint32_t flags;        /* QS_TRAIT_* */
+    float elem_max;        /* largest finite element magnitude (FP8: the scale's divisor) */
+    /* Up to two rules per plane, the first whose `when` holds applies. */
+    struct qs_plane_rule plane[QS_PLANE_COUNT][2];
+    /* Checks the fields of params this format reads (name, format and reserved are checked). */
+    qs_status (*check)(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p);
+    int32_t quant_slot, dequant_slot; /* enum qs_slot_index of the element kernels */
+};
+
+/* The descriptor of a format code, NULL for an unknown one. */
+QS_INTERNAL const struct qs_format_traits *qs_format_traits(int32_t format);
+/* Highest format code. */
+QS_INTERNAL int32_t qs_format_traits_count(void);
+/* The context's kernel for a slot, to be cast to the slot's type (qs_<slot>_fn *). */
+QS_INTERNAL void (*qs_kernel_get(const struct qs_kernels *k, int32_t slot))(void);
+
+#endif /* QS_CORE_FORMAT_TRAITS_H */
