@@ -161,6 +161,18 @@ static inline fz_tiers *fz_tiers_get(void)
     return &t;
 }
 
+/* Name of a context's best ISA ("scalar", "avx2", "avx512", "neon", ...), for messages. */
+static inline const char *fz_tier_name(const qs_ctx *ctx)
+{
+    uint32_t isa = qs_ctx_isa(ctx);
+    for (int bit = 31; bit >= 0; bit--)
+        if (isa & (1u << bit)) {
+            const char *name = qs_isa_name(1u << bit);
+            return name ? name : "?";
+        }
+    return "scalar";
+}
+
 /* ---- canary buffers --------------------------------------------------------------------------- */
 
 /*

@@ -101,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             st0 = st;
         else
             fz_check(st == st0, "status %s on tier %s, %s on scalar", qs_status_str(st),
-                     qs_ctx_backend_name(t->ctx[i]), qs_status_str(st0));
+                     fz_tier_name(t->ctx[i]), qs_status_str(st0));
         if (st != QS_OK) {
             fz_check(fz_untouched(dst, dst_bytes), "output written by a failing qs_dequantize (%s)",
                      qs_status_str(st));
@@ -113,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 memcpy(&b, dst + d * esz, (size_t)esz);
                 fz_fail("format %s: element %lld is %#x on scalar, %#x on %s",
                         qs_format_name(format), (long long)d, a, b,
-                        qs_ctx_backend_name(t->ctx[i]));
+                        fz_tier_name(t->ctx[i]));
             }
         }
     }

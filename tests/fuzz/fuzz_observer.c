@@ -157,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (i > 0)
                 fz_check(memcmp(&ref, &cur, sizeof ref) == 0,
                          "observer answers differ between scalar and %s (round %d)",
-                         qs_ctx_backend_name(t->ctx[i]), round);
+                         fz_tier_name(t->ctx[i]), round);
         }
         if (round == 1)
             break;

@@ -72,7 +72,7 @@ static void check_roundtrip(const qs_quant_params *p, const qs_qtensor *q, int64
                  qs_status_str(st));
         int64_t d = i == 0 ? -1 : fz_float_diff(ref, out, n, dtype);
         fz_check(d < 0, "dequantize tier %s differs from scalar at element %lld",
-                 qs_ctx_backend_name(t->ctx[i]), (long long)d);
+                 fz_tier_name(t->ctx[i]), (long long)d);
     }
     free(ref);
     free(out);
@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             qref = q;
         } else {
             fz_check(st == st0, "status %s on tier %s, %s on scalar", qs_status_str(st),
-                     qs_ctx_backend_name(t->ctx[i]), qs_status_str(st0));
+                     fz_tier_name(t->ctx[i]), qs_status_str(st0));
         }
         if (st != QS_OK) {
             for (int k = 0; k < QS_PLANE_COUNT; k++)
@@ -168,12 +168,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (int k = 0; k < QS_PLANE_COUNT; k++) {
                 int64_t d = s->p[k] ? fz_byte_diff(ref.p[k], s->p[k], s->cap[k]) : -1;
                 fz_check(d < 0, "plane %d differs at byte %lld: tier %s vs scalar", k,
-                         (long long)d, qs_ctx_backend_name(t->ctx[i]));
+                         (long long)d, fz_tier_name(t->ctx[i]));
             }
             fz_check(fz_float_diff(&q.global_scale, &qref.global_scale, 1, QS_DTYPE_F32) < 0 &&
                          fz_float_diff(&q.nested_offset, &qref.nested_offset, 1, QS_DTYPE_F32) < 0,
                      "global_scale / nested_offset differ: tier %s vs scalar",
-                     qs_ctx_backend_name(t->ctx[i]));
+                     fz_tier_name(t->ctx[i]));
         }
         if (i > 0)
             planes_free(&cur);

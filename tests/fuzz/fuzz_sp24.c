@@ -126,14 +126,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             st0 = st;
         else
             fz_check(st == st0, "op %d: status %s on tier %s, %s on scalar", op,
-                     qs_status_str(st), qs_ctx_backend_name(t->ctx[i]), qs_status_str(st0));
+                     qs_status_str(st), fz_tier_name(t->ctx[i]), qs_status_str(st0));
         if (st != QS_OK) {
             fz_check(fz_untouched(dst, dst_bytes), "op %d wrote its output and failed (%s)", op,
                      qs_status_str(st));
         } else if (i > 0) {
             int64_t d = fz_byte_diff(ref + misalign, dst, dst_bytes);
             fz_check(d < 0, "op %d: byte %lld differs between scalar and %s", op, (long long)d,
-                     qs_ctx_backend_name(t->ctx[i]));
+                     fz_tier_name(t->ctx[i]));
         }
     }
 
