@@ -22,7 +22,13 @@
 
 static int memfd = -1;
 static char memfd_path[64];
-static char out_path[4096];
+static char out_dir[4096], out_path[4200];
+
+static void cleanup(void)
+{
+    unlink(out_path);
+    rmdir(out_dir);
+}
 
 static void setup(void)
 {
@@ -33,11 +39,11 @@ static void setup(void)
         fz_fail("memfd_create failed");
     snprintf(memfd_path, sizeof memfd_path, "/proc/self/fd/%d", memfd);
     const char *tmp = getenv("TMPDIR");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/qs_fuzz_st_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir))
+    snprintf(out_dir, sizeof out_dir, "%s/qs_fuzz_st_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(out_dir))
         fz_fail("mkdtemp failed");
-    snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
+    snprintf(out_path, sizeof out_path, "%s/out.safetensors", out_dir);
+    atexit(cleanup);
 }
 
 static void check_invariants(const struct qs_st_file *f)
