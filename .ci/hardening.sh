@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Hostile-input and concurrency checks (SECURITY.md), run by .ci/test after the other steps:
-#   1. one clang build with AddressSanitizer + UndefinedBehaviorSanitizer that traps on every
-#      report, misaligned accesses included, and libFuzzer coverage (tests/fuzz/build.sh);
+#   1. the fuzz targets, built with clang, AddressSanitizer, UndefinedBehaviorSanitizer (every
+#      report fatal, misaligned accesses included) and libFuzzer (tests/fuzz/build.sh);
 #   2. each fuzz target for FUZZ_SECONDS (default 40) from its seed corpus: a crash, a leak, a hang
 #      (10 s per input) or a broken promise fails the job;
-#   3. the C suite of that build at every ISA tier (clang's UBSan traps on misaligned loads);
+#   3. the C suite built with clang and UBSan alone, trapping on every report, misaligned
+#      accesses included, at every ISA tier (without ASan and coverage it runs several times
+#      faster; gcc's ASan + UBSan build of .ci/test covers the rest);
 #   4. ThreadSanitizer: the C suite (test_threads: contexts per thread, two OpenMP threads each)
 #      built with clang and LLVM's libomp, whose Archer tool (libarcher.so) tells TSan about
 #      OpenMP's synchronization, so only races in our code are reported;
@@ -50,10 +52,9 @@ trap 'rm -rf "$work"' EXIT
 c_test_names=$(sed -n "/^c_tests = \[/,/^\]/p" tests/meson.build | grep -o "'test_[a-z0-9_]*'" | tr -d "'")
 c_test_targets() { for t in $c_test_names; do echo "tests/$t"; done; }
 
-step "clang ASan + UBSan build: fuzz targets and C suite"
+step "fuzz targets: build (clang, libFuzzer, ASan + UBSan)"
 rm -rf build-hard-fuzz
 BUILD_DIR=build-hard-fuzz FUZZ_CC=$CLANG bash tests/fuzz/build.sh
-ninja -C build-hard-fuzz $(c_test_targets)
 
 # The long-run form is in tests/fuzz/README.md; here each target runs briefly on a scratch copy of
 # its corpus (the committed seeds stay as they are).
@@ -76,9 +77,15 @@ for t in fuzz_quantize fuzz_dequantize fuzz_sp24 fuzz_observer fuzz_safetensors;
   fi
 done
 
-step "clang UBSan (alignment traps) + ASan: C suite at every ISA tier"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  meson test -C build-hard-fuzz --print-errorlogs --num-processes 2 --suite c ||
+step "UBSan (clang, traps on misaligned access): build"
+rm -rf build-hard-ubsan
+CC=$CLANG meson setup build-hard-ubsan --buildtype=debugoptimized -Db_sanitize=undefined \
+  -Db_lundef=false -Dbench=false \
+  -Dc_args="-fsanitize=alignment -fno-sanitize-recover=all" >/dev/null
+ninja -C build-hard-ubsan $(c_test_targets)
+step "UBSan: C suite at every ISA tier"
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  meson test -C build-hard-ubsan --no-rebuild --print-errorlogs --num-processes 2 --suite c ||
   failed+=("clang-ubsan-suite")
 
 step "ThreadSanitizer (clang, libomp with Archer): build"
