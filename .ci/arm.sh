@@ -4,7 +4,7 @@
 # AArch64 CI: cross-build libqsparse with Debian's gcc-aarch64-linux-gnu and run the whole C test
 # suite under qemu-user at every ISA level (QS_FORCE_ISA = scalar, neon, neon-dotprod, registered
 # by tests/meson.build), then run the CPU-detection test under qemu CPU models with and without
-# dot product / FP16 / BF16 / SVE, so that every detection path of src/arm/cpu_arm.c runs and its
+# dot product / FP16 / BF16 / SVE / I8MM, so that every detection path of src/arm/cpu_arm.c runs and its
 # answer is checked. Installs what it needs from Debian packages
 # when run as root (arm64 multiarch for cmocka, which is not in the cross sysroot).
 #
@@ -50,9 +50,10 @@ meson test -C "$BUILD_DIR" --suite c --num-processes "$JOBS" --print-errorlogs
 
 # 2. Detection under CPU models with and without the optional features: test_cpu_arm checks the
 #    qs_cpu_isa() bits against QS_EXPECT_ISA (QS_ISA_NEON 0x100, DOTPROD 0x200, FP16 0x400, BF16
-#    0x800, SVE 0x1000), the tier each QS_FORCE_ISA level gives, and the NEON kernels' edge cases.
+#    0x800, SVE 0x1000, I8MM 0x2000), the tier each QS_FORCE_ISA level gives, and the NEON
+#    kernels' edge cases.
 wrap="qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib"
-for model in cortex-a53:0x100 neoverse-n1:0x700 a64fx:0x1500 max:0x1f00; do
+for model in cortex-a53:0x100 neoverse-n1:0x700 a64fx:0x1500 max:0x3f00; do
     cpu=${model%%:*}
     echo "== qemu -cpu $cpu: expect ISA bits ${model#*:}"
     QS_EXPECT_ISA=${model#*:} $wrap -cpu "$cpu" "$BUILD_DIR/tests/test_cpu_arm"

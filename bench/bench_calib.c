@@ -6,7 +6,7 @@
  * and histogram updates at >= 50% of single-thread read bandwidth. Also the per-token dynamic
  * INT8 quantizer, the Wanda sum of squares and the time of each range search.
  *
- * Usage: bench_calib [--size FLOATS] [--reps R] [--isa scalar|avx2|avx512|all]
+ * Usage: bench_calib [--size FLOATS] [--reps R] [--isa TIER[,TIER...]|all]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "qsparse.h"
+#include "bench_tiers.h"
 #include "bench_util.h"
 
 static uint64_t rng_state = 0x1234567ull;
@@ -111,7 +112,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc)
             isa_opt = argv[++i];
         else {
-            printf("usage: %s [--size FLOATS] [--reps R] [--isa scalar|avx2|avx512|all]\n",
+            printf("usage: %s [--size FLOATS] [--reps R] [--isa TIER[,TIER...]|all]\n",
                    argv[0]);
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
@@ -145,17 +146,11 @@ int main(int argc, char **argv)
            "per-repetition ratios, each against a read pass timed just before\n\n",
            bytes / median(tr, reps) / 1e9);
 
-    static const struct {
-        const char *name;
-        uint32_t isa;
-    } tiers[] = {{"scalar", 0}, {"avx2", QS_ISA_AVX2}, {"avx512", QS_ISA_AVX2 | QS_ISA_AVX512}};
+    bench_tier tiers[BENCH_MAX_TIERS];
+    int ntiers = bench_tiers(tiers, BENCH_MAX_TIERS, isa_opt);
     printf("%-8s %-34s %10s %10s\n", "isa", "operation", "GB/s", "vs read");
-    for (size_t t = 0; t < sizeof tiers / sizeof tiers[0]; t++) {
-        if (strcmp(isa_opt, "all") && strcmp(isa_opt, tiers[t].name))
-            continue;
-        if ((tiers[t].isa & qs_cpu_isa()) != tiers[t].isa)
-            continue;
-        qs_ctx *ctx = make_ctx(tiers[t].isa);
+    for (int t = 0; t < ntiers; t++) {
+        qs_ctx *ctx = make_ctx(tiers[t].mask);
         static const struct {
             const char *name;
             int32_t method;

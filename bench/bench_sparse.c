@@ -7,7 +7,7 @@
  * magnitude 2:4 prune + compress at >= 50% of single-thread read bandwidth on large f32 matrices.
  *
  * Usage: bench_sparse [--rows R] [--cols C] [--reps N] [--threads T]
- *                     [--isa scalar|avx2|avx512|all]
+ *                     [--isa TIER[,TIER...]|all]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "qsparse.h"
+#include "bench_tiers.h"
 #include "bench_util.h"
 
 struct bench {
@@ -84,7 +85,7 @@ int main(int argc, char **argv)
             isa_opt = argv[++i];
         else {
             printf("usage: %s [--rows R] [--cols C] [--reps N] [--threads T] "
-                   "[--isa scalar|avx2|avx512|all]\n", argv[0]);
+                   "[--isa TIER[,TIER...]|all]\n", argv[0]);
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
@@ -124,18 +125,13 @@ int main(int argc, char **argv)
     double bw = bytes / median(t, reps) / 1e9;
     printf("read bandwidth (4 x u64 sum loop, 1 thread): %.2f GB/s\n\n", bw);
 
-    static const struct {
-        const char *name;
-        uint32_t isa;
-    } tiers[] = {{"scalar", 0}, {"avx2", QS_ISA_AVX2}, {"avx512", QS_ISA_AVX2 | QS_ISA_AVX512}};
+    bench_tier tiers[BENCH_MAX_TIERS];
+    int ntiers = bench_tiers(tiers, BENCH_MAX_TIERS, isa_opt);
     printf("%-8s %-30s %10s %9s %12s\n", "isa", "operation", "GB/s", "vs read", "Gelem/s");
-    for (size_t k = 0; k < sizeof tiers / sizeof tiers[0]; k++) {
-        if ((strcmp(isa_opt, "all") && strcmp(isa_opt, tiers[k].name)) ||
-            (tiers[k].isa & qs_cpu_isa()) != tiers[k].isa)
-            continue;
+    for (int k = 0; k < ntiers; k++) {
         qs_ctx_params p;
         qs_ctx_params_init(&p);
-        p.isa_mask = tiers[k].isa;
+        p.isa_mask = tiers[k].mask;
         p.num_threads = threads;
         if (qs_ctx_create(&p, &b.ctx) != QS_OK)
             return 99;

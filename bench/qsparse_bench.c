@@ -5,11 +5,15 @@
  * counts, OPENBLAS_CORETYPE as found in the environment), measures memory read bandwidth (sum of
  * a large f32 array) and copy bandwidth (memcpy) on 1 and 2 threads, then times qs_quantize and
  * qs_dequantize of a size x size f32 matrix for every format of the public API at every ISA level
- * the machine has (contexts with isa_mask 0, AVX2 only, all), reporting ns/value, GB/s of f32
- * traffic and the ratio to read bandwidth (quantize) or copy bandwidth (dequantize). Finally every
- * kernels.inc entry is timed against its __ref kernel. Each figure is the median of repeated runs
- * after a warm-up. Registered with Meson's benchmark(), never run by `meson test`.
+ * the machine has (one context per tier of the library's tier table, bench_tiers.h), reporting
+ * ns/value, GB/s of f32 traffic and the ratio to read bandwidth (quantize) or copy bandwidth
+ * (dequantize). Finally every entry of the kernel registry (src/core/kernels.inc) the CPU can run
+ * is timed against its __ref kernel; an entry whose slot has no runner here is printed as an
+ * error and makes the exit status 1, so no slot is skipped silently. Each figure is the median of
+ * repeated runs after a warm-up. Registered with Meson's benchmark(); `--check` (one call of every
+ * entry, no timing) runs as the test bench-coverage.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +23,12 @@
 #include <omp.h>
 #endif
 
+#include "bench_tiers.h"
 #include "core/kernels.h"
 #include "qsparse.h"
 
 #define MAX_REPS 15
-#define MAX_LEVELS 4
+#define MAX_LEVELS 8
 #define MAX_THREADS 4        /* entries of --threads */
 #define MAX_THREAD_COUNT 64  /* largest value of one entry */
 
@@ -39,11 +44,7 @@ typedef struct {
     int wall;      /* 1: wall clock for single-thread work too */
 } options;
 
-typedef struct {
-    const char *name;
-    uint32_t mask; /* isa_mask of the context */
-    uint32_t isa;  /* what the context got */
-} level;
+typedef bench_tier level;
 
 static double clock_s(clockid_t id)
 {
@@ -117,25 +118,6 @@ static void fill_weights(float *x, int64_t n, uint64_t seed)
     }
 }
 
-static int name_in_list(const char *name, const char *list)
-{
-    size_t len = strlen(name);
-    const char *p = list;
-
-    if (!list)
-        return 1;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t l = end ? (size_t)(end - p) : strlen(p);
-        if (l == len && strncmp(p, name, len) == 0)
-            return 1;
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    return 0;
-}
-
 /* ---- context --------------------------------------------------------------------------- */
 
 static void print_cpu_model(void)
@@ -172,47 +154,6 @@ static qs_ctx *make_ctx(uint32_t mask, int threads)
         exit(1);
     }
     return ctx;
-}
-
-/* The ISA levels this machine has, lowest first, each a distinct kernel table. */
-static int find_levels(level *lv, const options *o)
-{
-    static const struct {
-        const char *name;
-        uint32_t mask;
-    } cand[] = {
-        {"scalar", 0},
-        {"avx2", QS_ISA_AVX2},
-        {"avx512", QS_ISA_ALL},
-        {"neon", QS_ISA_NEON | QS_ISA_NEON_FP16 | QS_ISA_NEON_BF16},
-        {"neon-dotprod", QS_ISA_ALL},
-    };
-    uint32_t cpu = qs_cpu_isa();
-    int n = 0;
-
-    for (size_t i = 0; i < sizeof cand / sizeof cand[0] && n < MAX_LEVELS; i++) {
-        if (i == 2 && !(cpu & QS_ISA_AVX512))
-            continue;
-        if (i == 1 && !(cpu & QS_ISA_AVX2))
-            continue;
-        if (i == 3 && !(cpu & QS_ISA_NEON))
-            continue;
-        if (i == 4 && !(cpu & QS_ISA_NEON_DOTPROD))
-            continue;
-        qs_ctx *ctx = make_ctx(cand[i].mask, 1);
-        uint32_t got = qs_ctx_isa(ctx);
-        qs_ctx_destroy(ctx);
-        int dup = 0;
-        for (int k = 0; k < n; k++)
-            dup |= lv[k].isa == got;
-        if (dup || !name_in_list(cand[i].name, o->isa))
-            continue;
-        lv[n].name = cand[i].name;
-        lv[n].mask = cand[i].mask;
-        lv[n].isa = got;
-        n++;
-    }
-    return n;
 }
 
 static void print_context(const level *lv, int nlv, const options *o)
@@ -509,12 +450,18 @@ typedef struct {
     const uint16_t *half;
     const uint8_t *sbytes;
     const float *absmax;
+    const uint8_t *mask24;  /* two of every four kept: what compress is given */
+    const uint16_t *meta24; /* valid 2:4 metadata for n elements: what decompress is given */
+    uint64_t *counts;       /* HIST_BINS histogram counters */
+    int32_t hist_k;         /* bin width 2^k that holds every |x| (spec: calibration §3) */
     uint8_t *out;
     int64_t n;
     int32_t slot;
     void (*fn)(void);
     volatile float sink;
 } k_job;
+
+#define HIST_BINS 2048
 
 /* Call one kernel with typical parameters; 0 if this benchmark has no runner for the slot. */
 static int run_kernel(k_job *j)
@@ -573,6 +520,51 @@ static int run_kernel(k_job *j)
     case QS_SLOT_nvfp4_dequant:
         ((qs_nvfp4_dequant_fn *)j->fn)(j->codes, j->sbytes, n, 7.0f / 2688.0f, (float *)o);
         break;
+    case QS_SLOT_hist_scan: {
+        float lo = INFINITY, hi = -INFINITY;
+        uint64_t nan = 0, inf = 0;
+        ((qs_hist_scan_fn *)j->fn)(j->x, n, &lo, &hi, &nan, &inf);
+        j->sink = hi - lo;
+        break;
+    }
+    case QS_SLOT_hist_update:
+        ((qs_hist_update_fn *)j->fn)(j->x, n, j->hist_k, HIST_BINS, j->counts);
+        break;
+    case QS_SLOT_hist_sumsq: ((qs_hist_sumsq_fn *)j->fn)(j->x, n, (double *)o); break;
+    case QS_SLOT_hist_scan_update: {
+        float lo = INFINITY, hi = -INFINITY;
+        uint64_t nan = 0, inf = 0;
+        j->sink = (float)((qs_hist_scan_update_fn *)j->fn)(j->x, n, j->hist_k, HIST_BINS,
+                                                           j->counts, &lo, &hi, &nan, &inf);
+        break;
+    }
+    /* Sparsity: n is a multiple of 16, so groups and metadata words are whole. */
+    case QS_SLOT_sp24_mask_f32: ((qs_sp24_mask_f32_fn *)j->fn)(j->x, NULL, n, o); break;
+    case QS_SLOT_sp24_prune_f32:
+        ((qs_sp24_prune_f32_fn *)j->fn)(j->x, NULL, n, (float *)o, (uint16_t *)(o + 2 * n));
+        break;
+    case QS_SLOT_sp24_compress_f32:
+        ((qs_sp24_compress_f32_fn *)j->fn)(j->x, j->mask24, n, (float *)o,
+                                           (uint16_t *)(o + 2 * n));
+        break;
+    case QS_SLOT_sp24_compress_u16:
+        ((qs_sp24_compress_u16_fn *)j->fn)(j->half, j->mask24, n, (uint16_t *)o,
+                                           (uint16_t *)(o + n));
+        break;
+    case QS_SLOT_sp24_decompress_f32:
+        ((qs_sp24_decompress_f32_fn *)j->fn)(j->x, j->meta24, n, (float *)o);
+        break;
+    case QS_SLOT_sp24_decompress_u16:
+        ((qs_sp24_decompress_u16_fn *)j->fn)(j->half, j->meta24, n, (uint16_t *)o);
+        break;
+    case QS_SLOT_sp24_tile_f32: /* 4 rows of n / 4, the greedy variant (1) */
+        ((qs_sp24_tile_f32_fn *)j->fn)(j->x, n / 4, NULL, n / 4, 1, o, n / 4);
+        break;
+    case QS_SLOT_nm_mask_f32: ((qs_nm_mask_f32_fn *)j->fn)(j->x, NULL, n, 2, 8, 0, o); break;
+    case QS_SLOT_nm_srste_f32:
+        ((qs_nm_srste_f32_fn *)j->fn)(j->x, j->absmax, n, 2, 4, 2e-4f, (float *)o,
+                                      (float *)(o + 4 * n), o + 8 * n);
+        break;
     default: return 0;
     }
     return 1;
@@ -583,33 +575,37 @@ static void kernel_call(void *arg)
     run_kernel(arg);
 }
 
-static const char *tier_name(uint32_t isa)
+/* The tier of an entry, as its name says: "avx2" of qs_nf4_quant__avx2 (the tag up to a tile's
+ * '_', dashes restored from the tier table), "scalar" for __ref. */
+static const char *tier_name(const struct qs_kernel_entry *e, char *buf, size_t cap)
 {
-    if (isa == 0)
-        return "scalar";
-    if (isa & QS_ISA_AVX512)
-        return "avx512";
-    if (isa & QS_ISA_AVX2)
-        return "avx2";
-    if (isa & QS_ISA_NEON_DOTPROD)
-        return "neon-dotprod";
-    return "neon";
+    const char *p = strstr(e->name, "__");
+    snprintf(buf, cap, "%s", p ? p + 2 : "ref");
+    buf[strcspn(buf, "_")] = '\0';
+    return bench_tier_of_tag(buf);
 }
 
-static void bench_kernels(const options *o)
+/* Time every registry entry this CPU can run (or, with check, call it once); returns the number
+ * of entries whose slot has no runner here, each printed as an error. */
+static int bench_kernels(const options *o, int check)
 {
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     uint32_t cpu = qs_cpu_isa();
-    const int64_t n = o->kernel_n;
+    const int64_t n = (o->kernel_n + 15) & ~(int64_t)15;
     float *x = xalloc((size_t)n * 4), *absmax = xalloc((size_t)n * 4);
-    uint8_t *codes = xalloc((size_t)n), *sbytes = xalloc((size_t)n);
-    uint16_t *half = xalloc((size_t)n * 2);
-    uint8_t *out = xalloc((size_t)n * 5 + 64);
+    uint8_t *codes = xalloc((size_t)n), *sbytes = xalloc((size_t)n), *mask24 = xalloc((size_t)n);
+    uint16_t *half = xalloc((size_t)n * 2), *meta24 = xalloc((size_t)n / 8 + 8);
+    uint64_t *counts = xalloc(HIST_BINS * sizeof(uint64_t));
+    uint8_t *out = xalloc((size_t)n * 9 + 64); /* srste: two f32 planes and a mask */
     uint64_t seed = 7;
     double ref_ns[QS_SLOT_COUNT];
-    char skipped[1024] = "";
-    int nskip = 0;
+    int missing = 0, calls = 0, e_bits;
+    char tag[32];
+    float amax = 0.0f;
+    /* the six ways to keep two of four, as a mask and as a metadata nibble */
+    static const uint8_t keep2[6] = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
+    static const uint8_t nib2[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
 
     fill_weights(x, n, 3);
     for (int64_t i = 0; i < n; i++) {
@@ -619,28 +615,48 @@ static void bench_kernels(const options *o)
         sbytes[i] = (uint8_t)(0x70 + (r >> 8) % 14);
         half[i] = (uint16_t)(0x3000 + (r >> 16) % 0x1000); /* f16 in [0.125, 1) */
         absmax[i] = 0.5f + (float)((r >> 32) & 0xFF) / 64.0f;
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
     }
-    printf("== kernels.inc entries, %lld elements per call, single thread ==\n", (long long)n);
-    printf("%-36s %-7s %9s %8s %9s\n", "kernel", "tier", "ns/value", "GB/s", "vs __ref");
+    memset(meta24, 0, (size_t)n / 8 + 8);
+    for (int64_t g = 0; g < n / 4; g++) {
+        int p = codes[4 * g] % 6;
+        for (int i = 0; i < 4; i++)
+            mask24[4 * g + i] = (uint8_t)((keep2[p] >> i) & 1);
+        meta24[g / 4] = (uint16_t)(meta24[g / 4] | nib2[p] << (4 * (g % 4)));
+    }
+    memset(counts, 0, HIST_BINS * sizeof(uint64_t));
+    (void)frexpf(amax, &e_bits); /* amax < 2^e_bits = HIST_BINS * 2^k */
+    if (check)
+        printf("== registry check: every entry this CPU runs, called once on %lld elements ==\n",
+               (long long)n);
+    else {
+        printf("== kernels.inc entries, %lld elements per call, single thread ==\n", (long long)n);
+        printf("%-36s %-12s %9s %8s %9s\n", "kernel", "tier", "ns/value", "GB/s", "vs __ref");
+    }
     for (int32_t s = 0; s < QS_SLOT_COUNT; s++)
         ref_ns[s] = -1.0;
     for (int32_t i = 0; i < count; i++) {
-        if ((e[i].isa & ~cpu) != 0)
-            continue;
         if (o->kernel && !strstr(e[i].name, o->kernel))
             continue;
-        if (e[i].isa != 0 && !name_in_list(tier_name(e[i].isa), o->isa))
+        const char *tier = tier_name(&e[i], tag, sizeof tag);
+        if (e[i].isa != 0 && !bench_name_in_list(tier, o->isa))
             continue;
-        k_job j = {x, codes, half, sbytes, absmax, out, n, e[i].slot, e[i].fn, 0.0f};
-        if (!run_kernel(&j)) {
-            /* slots added after this benchmark: listed once at the end */
-            size_t used = strlen(skipped);
-            if (e[i].isa == 0 && used + 40 < sizeof skipped) {
-                snprintf(skipped + used, sizeof skipped - used, " %s", qs_slot_name(e[i].slot));
-                nskip++;
-            }
+        if ((e[i].isa & ~cpu) != 0) {
+            printf("%-36s %-12s skipped: this CPU lacks ISA bits 0x%x\n", e[i].name, tier,
+                   e[i].isa & ~cpu);
             continue;
         }
+        k_job j = {x,      codes, half,           sbytes,   absmax, mask24, meta24, counts,
+                   e_bits - 11, out, n, e[i].slot, e[i].fn, 0.0f};
+        if (!run_kernel(&j)) {
+            printf("%-36s %-12s error: qsparse-bench has no runner for slot %s\n", e[i].name,
+                   tier, qs_slot_name(e[i].slot));
+            missing++;
+            continue;
+        }
+        calls++;
+        if (check)
+            continue;
         if (e[i].isa != 0 && ref_ns[e[i].slot] < 0) {
             /* the reference of this slot, for the ratio, even if filtered out above */
             for (int32_t r = 0; r < count; r++)
@@ -653,21 +669,26 @@ static void bench_kernels(const options *o)
         double ns = time_median(kernel_call, &j, 1, o) * 1e9 / (double)n;
         if (e[i].isa == 0)
             ref_ns[e[i].slot] = ns;
-        printf("%-36s %-7s %9.3f %8.2f", e[i].name, tier_name(e[i].isa), ns, 4.0 / ns);
+        printf("%-36s %-12s %9.3f %8.2f", e[i].name, tier, ns, 4.0 / ns);
         if (e[i].isa != 0 && ref_ns[e[i].slot] > 0)
             printf(" %8.1fx", ref_ns[e[i].slot] / ns);
         printf("\n");
         fflush(stdout);
     }
-    printf("(GB/s counts 4 bytes per element, the f32 side of the kernel)\n");
-    if (nskip)
-        printf("slots without a runner in qsparse-bench:%s\n", skipped);
+    if (!check)
+        printf("(GB/s counts 4 bytes per element, the f32 side of the kernel)\n");
+    printf("%d entries run, %d without a runner%s\n", calls, missing,
+           missing ? " (add a case to run_kernel in bench/qsparse_bench.c)" : "");
     free(x);
     free(absmax);
     free(codes);
     free(sbytes);
+    free(mask24);
     free(half);
+    free(meta24);
+    free(counts);
     free(out);
+    return missing;
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -675,21 +696,24 @@ static void bench_kernels(const options *o)
 static void usage(void)
 {
     printf("usage: qsparse-bench [--kernel SUBSTR] [--isa LIST] [--size N] [--threads LIST]\n"
-           "                     [--quick] [--wall] [--no-api] [--no-kernels]\n"
+           "                     [--quick] [--wall] [--no-api] [--no-kernels] [--check]\n"
            "  --kernel SUBSTR  only formats / kernel names containing SUBSTR (e.g. nvfp4)\n"
-           "  --isa LIST       ISA levels, comma-separated: scalar,avx2,avx512,neon,neon-dotprod\n"
+           "  --isa LIST       ISA tiers, comma-separated names of the library's tier table\n"
+           "                   (scalar,avx2,avx512,neon,...); a tier this CPU lacks is listed\n"
            "  --size N         matrix N x N for the public API and bandwidth (default 4096)\n"
            "  --threads LIST   thread counts, comma-separated, at most %d (default 1,2)\n"
            "  --quick          smaller sizes, fewer repeats (a smoke run)\n"
            "  --wall           time single-thread work by the wall clock too (default: the\n"
-           "                   thread's CPU clock, robust on shared machines)\n",
+           "                   thread's CPU clock, robust on shared machines)\n"
+           "  --check          call every registry entry once, no timing; exit status 1 if a\n"
+           "                   slot has no runner here (the test bench-coverage)\n",
            MAX_THREADS);
 }
 
 int main(int argc, char **argv)
 {
     options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 7, 1.0, 0};
-    int quick = 0, size_set = 0, do_api = 1, do_kernels = 1;
+    int quick = 0, size_set = 0, do_api = 1, do_kernels = 1, check = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -699,6 +723,8 @@ int main(int argc, char **argv)
             o.wall = 1;
         } else if (strcmp(a, "--no-api") == 0) {
             do_api = 0;
+        } else if (strcmp(a, "--check") == 0) {
+            check = 1;
         } else if (strcmp(a, "--no-kernels") == 0) {
             do_kernels = 0;
         } else if (strcmp(a, "--kernel") == 0 && v) {
@@ -740,8 +766,11 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    if (check)
+        return bench_kernels(&o, 1) ? 1 : 0;
+
     level lv[MAX_LEVELS];
-    int nlv = find_levels(lv, &o);
+    int nlv = bench_tiers(lv, MAX_LEVELS, o.isa);
     if (nlv == 0) {
         fprintf(stderr, "qsparse-bench: no ISA level matches --isa %s\n", o.isa);
         return 2;
@@ -765,7 +794,7 @@ int main(int argc, char **argv)
         bench_api(lv, nlv, &o, src, dst);
     free(src);
     free(dst);
-    if (do_kernels)
-        bench_kernels(&o);
+    if (do_kernels && bench_kernels(&o, 0) != 0)
+        return 1;
     return 0;
 }

@@ -95,22 +95,51 @@ QS_API int32_t qs_dtype_from_name(const char *name);
  * Instruction sets and the context
  * ------------------------------------------------------------------------------------------- */
 
-/* ISA bits. A mask of 0 means the scalar reference only. */
+/* ISA bits: one per CPU feature a kernel may need (x86 in bits 0-7 and 16-23, Arm in 8-15).
+ * A mask of 0 means the scalar reference only. Tiers (below) are named sets of these bits. */
 #define QS_ISA_AVX2          (1u << 0)  /* x86-64 AVX2 + FMA + F16C, OS saves YMM state */
 #define QS_ISA_AVX512        (1u << 1)  /* AVX-512 F/BW/DQ/VL, OS saves ZMM and opmask state */
-#define QS_ISA_AVX512_VNNI   (1u << 2)
-#define QS_ISA_AVX512_BF16   (1u << 3)
+#define QS_ISA_AVX512_VNNI   (1u << 2)  /* AVX512_VNNI (with AVX-512) */
+#define QS_ISA_AVX512_BF16   (1u << 3)  /* AVX512_BF16 (with AVX-512) */
+#define QS_ISA_AVX_VNNI      (1u << 4)  /* AVX-VNNI: the VEX encoding, no AVX-512 needed */
+#define QS_ISA_AVX512_FP16   (1u << 5)  /* AVX512_FP16 (with AVX-512) */
+#define QS_ISA_AMX_TILE      (1u << 6)  /* AMX-TILE, OS saves XTILECFG and XTILEDATA state */
+#define QS_ISA_AMX_INT8      (1u << 7)  /* AMX-INT8 (with AMX-TILE) */
+#define QS_ISA_AMX_BF16      (1u << 16) /* AMX-BF16 (with AMX-TILE) */
 #define QS_ISA_NEON          (1u << 8)  /* AArch64 Advanced SIMD */
-#define QS_ISA_NEON_DOTPROD  (1u << 9)
-#define QS_ISA_NEON_FP16     (1u << 10)
-#define QS_ISA_NEON_BF16     (1u << 11)
+#define QS_ISA_NEON_DOTPROD  (1u << 9)  /* SDOT/UDOT */
+#define QS_ISA_NEON_FP16     (1u << 10) /* FP16 arithmetic */
+#define QS_ISA_NEON_BF16     (1u << 11) /* BF16 instructions */
 #define QS_ISA_SVE           (1u << 12) /* detected and reported; no SVE kernels yet */
+#define QS_ISA_NEON_I8MM     (1u << 13) /* Int8 matrix multiply (SMMLA/UMMLA/USDOT) */
 #define QS_ISA_ALL           0xFFFFFFFFu
 
 /** The ISA bits this CPU and OS support (detected on each call; cheap). */
 QS_API uint32_t qs_cpu_isa(void);
 /** Name of a single ISA bit ("avx2", "neon-dotprod", ...), "scalar" for 0, NULL otherwise. */
 QS_API const char *qs_isa_name(uint32_t isa_bit);
+
+/**
+ * An ISA tier: a named set of ISA bits, what QS_FORCE_ISA, the test suite, the benchmarks and
+ * the Python binding call a level. Tiers need not nest (AVX-VNNI without AVX-512, dot product
+ * vs I8MM vs SVE). One table in the library lists them, in order from the reference up.
+ */
+typedef struct qs_isa_tier {
+    const char *name;  /* "scalar", "avx2", "avx-vnni", "avx512", "neon-i8mm", ... */
+    const char *arch;  /* "any", "x86_64" or "aarch64": where its bits can exist */
+    uint32_t required; /* the tier is available when the CPU has all of these bits */
+    uint32_t allowed;  /* the ISA mask that QS_FORCE_ISA=<name> applies (required included) */
+    int32_t available; /* 1 if this CPU and OS have every bit of `required`, else 0 */
+    int32_t reserved;  /* 0 */
+} qs_isa_tier;
+
+/** Number of ISA tiers in the table (all architectures). */
+QS_API int32_t qs_isa_tier_count(void);
+/**
+ * Fill *info with tier `index` (0 <= index < qs_isa_tier_count(); index 0 is "scalar"). The
+ * strings are static. QS_ERR_INVALID_ARG for a null `info` or an index out of range.
+ */
+QS_API qs_status qs_isa_tier_info(int32_t index, qs_isa_tier *info);
 
 /** Allocator hooks. alloc returns memory aligned to `align` (a power of two) or NULL. */
 typedef struct qs_allocator {
@@ -143,8 +172,10 @@ QS_API void qs_ctx_params_init(qs_ctx_params *params);
 
 /**
  * Create a context: detects the CPU once, intersects the result with params->isa_mask and the
- * QS_FORCE_ISA environment variable ("scalar", "avx2", "avx512", "neon", "neon-dotprod"; a level
- * above what the machine has is clamped, never honoured) and fills the context's kernel table.
+ * QS_FORCE_ISA environment variable (a tier name of qs_isa_tier_info: "scalar", "avx2",
+ * "avx512", "neon", ...; it applies that tier's `allowed` mask, so a level above what the machine
+ * has is clamped, never honoured; an unknown name forces nothing) and fills the context's kernel
+ * table: per slot, the highest-ranked kernel whose ISA bits the result contains.
  * params may be NULL for the defaults. Returns QS_ERR_INVALID_ARG for a null `out` or bad params,
  * QS_ERR_OUT_OF_MEMORY if the allocator fails. Thread-safe.
  */
@@ -155,7 +186,7 @@ QS_API void qs_ctx_destroy(qs_ctx *ctx);
 QS_API const char *qs_ctx_last_error(const qs_ctx *ctx);
 /** The ISA bits the context's kernel table was built for. */
 QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx);
-/** Name of the best ISA tier in use: "scalar", "avx2", "avx512", "neon", "neon-dotprod". */
+/** Name of the last tier of the tier table whose `required` bits the context's ISA contains. */
 QS_API const char *qs_ctx_backend_name(const qs_ctx *ctx);
 
 /* Keys for qs_ctx_set / qs_ctx_get. */

@@ -613,8 +613,13 @@ static void test_ctx(void **state)
     {
         const char *b = qs_ctx_backend_name(ctx);
         assert_non_null(b);
-        assert_true(!strcmp(b, "scalar") || !strcmp(b, "avx2") || !strcmp(b, "avx512") ||
-                    !strcmp(b, "neon") || !strcmp(b, "neon-dotprod"));
+        int known = 0; /* a name of the tier table */
+        for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+            qs_isa_tier t;
+            assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+            known |= !strcmp(b, t.name);
+        }
+        assert_true(known);
         const char *force = getenv("QS_FORCE_ISA");
         if (force && !strcmp(force, "scalar"))
             assert_string_equal(b, "scalar");
@@ -739,6 +744,12 @@ static void test_names(void **state)
         {QS_ISA_NEON_FP16, "neon-fp16"},
         {QS_ISA_NEON_BF16, "neon-bf16"},
         {QS_ISA_SVE, "sve"},
+        {QS_ISA_AVX_VNNI, "avx-vnni"},
+        {QS_ISA_AVX512_FP16, "avx512-fp16"},
+        {QS_ISA_AMX_TILE, "amx-tile"},
+        {QS_ISA_AMX_INT8, "amx-int8"},
+        {QS_ISA_AMX_BF16, "amx-bf16"},
+        {QS_ISA_NEON_I8MM, "neon-i8mm"},
     };
     for (size_t i = 0; i < sizeof isa / sizeof isa[0]; i++)
         assert_string_equal(qs_isa_name(isa[i].bit), isa[i].name);

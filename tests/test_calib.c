@@ -1131,6 +1131,126 @@ static void test_allocator(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* ---- the search bound: at most QS_OBSERVER_SEARCH_MAX_BINS bins for entropy and MSE ---------- */
+
+/* An entropy or MSE observer with more bins than the bound is refused at creation; percentile
+ * keeps the whole range. */
+static void test_search_bins_bound_create(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    qs_observer_params p;
+    qs_observer *o = (qs_observer *)(uintptr_t)0x77, *keep = o;
+
+    for (int32_t m = QS_OBSERVER_ENTROPY; m <= QS_OBSERVER_MSE; m++) {
+        qs_observer_params_init(&p, m);
+        p.num_bins = 2 * QS_OBSERVER_SEARCH_MAX_BINS;
+        assert_int_equal(qs_observer_create(ctx, &p, &o), QS_ERR_INVALID_ARG);
+        assert_ptr_equal(o, keep);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "at most 4096 bins"));
+        p.num_bins = QS_OBSERVER_SEARCH_MAX_BINS;
+        assert_int_equal(qs_observer_create(ctx, &p, &o), QS_OK);
+        qs_observer_destroy(o);
+        o = keep;
+    }
+    qs_observer_params_init(&p, QS_OBSERVER_PERCENTILE);
+    p.num_bins = 1 << 20;
+    assert_int_equal(qs_observer_create(ctx, &p, &o), QS_OK);
+    qs_observer_destroy(o);
+    qs_ctx_destroy(ctx);
+}
+
+/* A crafted byte string: a valid per-channel percentile observer with twice the bound's bins
+ * whose method field says entropy (or MSE), checksum resealed. Everything else is consistent, so
+ * only the bound refuses it; without the bound its amax would be a quadratic search chosen by the
+ * bytes. */
+static void test_search_bins_bound_deserialize(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    const int32_t bins = 2 * QS_OBSERVER_SEARCH_MAX_BINS;
+    qs_observer *o = obs_new(ctx, QS_OBSERVER_PERCENTILE, 0, bins), *sentinel = o;
+    float x[2 * 64];
+    int64_t size;
+
+    for (int i = 0; i < 2 * 64; i++)
+        x[i] = (float)(i % 64) * 0.25f - 3.0f;
+    update(ctx, o, x, 2, 64);
+    uint8_t *b = state_of(ctx, o, &size);
+    for (int32_t m = QS_OBSERVER_ENTROPY; m <= QS_OBSERVER_MSE; m++) {
+        for (int i = 0; i < 4; i++) /* method: little-endian i32 at byte 12 */
+            b[12 + i] = (uint8_t)((uint32_t)m >> (8 * i));
+        uint64_t h = fnv1a(b, size - 8);
+        for (int i = 0; i < 8; i++)
+            b[size - 8 + i] = (uint8_t)(h >> (8 * i));
+        qs_observer *out = sentinel;
+        assert_int_equal(qs_observer_deserialize(ctx, b, size, &out), QS_ERR_BAD_DATA);
+        assert_ptr_equal(out, sentinel);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "at most 4096 bins"));
+    }
+    free(b);
+    qs_observer_destroy(o);
+    qs_ctx_destroy(ctx);
+}
+
+/* Per-channel searches at the bound, on the worst inputs (every bin filled, the first candidate
+ * at bin 1, the FP8 E4M3 target whose fake quantizer is the slowest). They only have to finish;
+ * the results are still checked. Channel 0 holds one value at the centre of each bin (k = 0):
+ * entropy's last candidate has P = Q exactly, KL = 0, so it returns N; MSE INT8 is compared with
+ * a direct evaluation of every candidate. */
+static void test_search_at_max_bins(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    const int32_t nb = QS_OBSERVER_SEARCH_MAX_BINS;
+    float *x = malloc((size_t)2 * nb * sizeof *x);
+    t_rng r = {5};
+    assert_non_null(x);
+    for (int32_t j = 0; j < nb; j++) {
+        x[j] = (float)j + 0.5f;
+        x[nb + j] = (float)(t_unif(&r) * nb);
+    }
+    static const int32_t targets[] = {QS_CALIB_INT8_SYM, QS_CALIB_INT8_SYM, QS_CALIB_FP8_E4M3};
+    for (int t = 0; t < 3; t++) {
+        qs_observer_params p;
+        qs_observer *o = NULL;
+        float am[2];
+        qs_observer_params_init(&p, t == 0 ? QS_OBSERVER_ENTROPY : QS_OBSERVER_MSE);
+        p.axis = 0;
+        p.num_bins = nb;
+        p.start_bin = 1;
+        p.num_levels = 1;
+        p.target = targets[t];
+        assert_int_equal(qs_observer_create(ctx, &p, &o), QS_OK);
+        update(ctx, o, x, 2, nb);
+        assert_int_equal(qs_observer_amax(ctx, o, am, 2), QS_OK);
+        for (int c = 0; c < 2; c++)
+            assert_true(am[c] > 0.0f && am[c] <= (float)nb);
+        if (t == 0)
+            assert_true(am[0] == (float)nb);
+        if (t == 1) {
+            double best = INFINITY;
+            int best_a = -1;
+            for (int a = 1; a < nb; a++) {
+                double amax = a + 0.5, err = 0.0;
+                for (int j = 0; j < nb; j++) {
+                    double cj = j + 0.5, q = nearbyint(cj * (127.0 / amax));
+                    double d = (q > 127 ? 127 : q) * (amax / 127.0) - cj;
+                    err += d * d;
+                }
+                if (err / nb < best) {
+                    best = err / nb;
+                    best_a = a;
+                }
+            }
+            assert_true(am[0] == (float)best_a + 0.5f);
+        }
+        qs_observer_destroy(o);
+    }
+    free(x);
+    qs_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1150,6 +1270,9 @@ int main(void)
         cmocka_unit_test(test_dynamic),
         cmocka_unit_test(test_sumsq),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_search_bins_bound_create),
+        cmocka_unit_test(test_search_bins_bound_deserialize),
+        cmocka_unit_test(test_search_at_max_bins),
         cmocka_unit_test(test_allocator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

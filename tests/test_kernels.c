@@ -1,12 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The kernel suite (STYLE.md §12): every implementation listed in src/core/kernels.inc whose ISA
- * this CPU has is run beside its slot's __ref kernel on the same inputs, for every length 0...1100
- * and a few large ones, on random data salted with the adversarial values, and the outputs are
- * compared bit for bit. Inputs end at a guard page (over-reads fault), outputs sit between canary
- * bytes (over-writes are caught). Also: the table's structure and the dispatch rules.
+ * The kernel harness (STYLE.md §12; dav1d's checkasm): one cmocka test per registry entry, named
+ * "<slot>/<isa>" ("nf4_quant/avx512"), generated from src/core/kernels.inc, so a failure is named
+ * and the sweep goes on. Each runs the implementation beside its slot's __ref kernel on the same
+ * inputs, for every length 0...1100 and a few large ones, on random data salted with the
+ * adversarial values, and compares the outputs with its family's rule: bit for bit for every
+ * family but matmul, which gets a tolerance (compare_matmul). Inputs end at a guard page
+ * (over-reads fault), outputs sit between canary bytes (over-writes are caught). Under
+ * QS_FORCE_ISA=<tier> (tests/meson.build registers the suite once per tier) the group holds the
+ * entries whose home tier is that one: the first tier of the tier table whose mask allows all the
+ * entry's bits; an entry the CPU cannot run is reported as skipped. Run directly, the group holds
+ * every entry. Also: the registry's structure, the selection rule, the tier table, dispatch.
  */
 #include "common.h"
+#include "core/internal.h"
 #include "core/kernels.h"
 #include "ref/ref.h"
 
@@ -365,6 +372,62 @@ static const struct qs_kernel_entry *ref_of(int32_t slot)
     return NULL;
 }
 
+/* ---- comparison rules per family ---------------------------------------------------------------- */
+
+/* A family's comparison: the index of the first output byte outside the rule, or -1. */
+typedef int64_t k_compare_fn(const uint8_t *got, const uint8_t *want, size_t bytes);
+
+static int64_t compare_exact(const uint8_t *got, const uint8_t *want, size_t bytes)
+{
+    return t_first_diff(got, want, bytes);
+}
+
+/* The tolerance hook of the matmul family: outputs are f32, and a kernel may accumulate a tile in
+ * another order than the reference. An element passes if it is bit-identical (NaN payloads and
+ * zero signs included), or both are finite with the same sign and either at most MATMUL_MAX_ULP
+ * units in the last place apart or within MATMUL_REL relative to the reference (the reference's
+ * magnitude, at least MATMUL_ABS_FLOOR, so sums that cancel to near zero compare absolutely).
+ * A NaN against a number, or an infinity against anything else, fails. */
+#define MATMUL_MAX_ULP 4
+#define MATMUL_REL 1e-5
+#define MATMUL_ABS_FLOOR 1e-30
+
+static int f32_within(float got, float want)
+{
+    uint32_t g = t_bits(got), w = t_bits(want);
+    if (g == w)
+        return 1;
+    if (!isfinite(got) || !isfinite(want))
+        return 0;
+    if ((g ^ w) >> 31) /* opposite signs: only +0 vs -0 or two tiny values */
+        return fabs((double)got - (double)want) <= MATMUL_ABS_FLOOR;
+    uint32_t ulps = g > w ? g - w : w - g;
+    double ref = fabs((double)want) > MATMUL_ABS_FLOOR ? fabs((double)want) : MATMUL_ABS_FLOOR;
+    return ulps <= MATMUL_MAX_ULP || fabs((double)got - (double)want) <= MATMUL_REL * ref;
+}
+
+static int64_t compare_matmul(const uint8_t *got, const uint8_t *want, size_t bytes)
+{
+    size_t i = 0;
+    for (; i + 4 <= bytes; i += 4) {
+        float g, w;
+        memcpy(&g, got + i, 4);
+        memcpy(&w, want + i, 4);
+        if (!f32_within(g, w))
+            return (int64_t)i;
+    }
+    int64_t d = t_first_diff(got + i, want + i, bytes - i); /* a byte tail is exact */
+    return d < 0 ? -1 : (int64_t)i + d;
+}
+
+static k_compare_fn *const family_compare[QS_FAMILY_COUNT] = {
+    [QS_FAMILY_QUANT] = compare_exact,  [QS_FAMILY_REDUCE] = compare_exact,
+    [QS_FAMILY_HIST] = compare_exact,   [QS_FAMILY_SPARSE] = compare_exact,
+    [QS_FAMILY_MATMUL] = compare_matmul,
+};
+
+/* ---- the sweep ---------------------------------------------------------------------------------- */
+
 /* Compare one implementation with its reference over all lengths and variants; returns the
  * number of comparisons made. */
 static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *o_ref,
@@ -373,6 +436,7 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
     const struct qs_kernel_entry *ref = ref_of(impl->slot);
     static const int64_t big[] = {2047, 2048, 4095, 4096, 4097, 8191, 12345, MAX_N};
     t_rng r = {0x5EED0000ull + (uint64_t)impl->slot};
+    k_compare_fn *compare = family_compare[impl->family];
     int64_t compared = 0;
 
     assert_non_null(ref);
@@ -391,15 +455,15 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
             size_t used_r = run_slot(ref->slot, ref->fn, &in, n, o_ref->p);
             size_t used_i = run_slot(impl->slot, impl->fn, &in, n, o_impl->p);
             assert_int_equal(used_r, used_i);
-            if (t_first_diff(o_impl->p, o_ref->p, o_ref->bytes) >= 0) {
-                int64_t d = t_first_diff(o_impl->p, o_ref->p, o_ref->bytes);
+            /* the whole buffer: bytes past `used` must stay canary in both */
+            int64_t d = compare(o_impl->p, o_ref->p, o_ref->bytes);
+            if (d >= 0)
                 fail_msg("%s vs %s: n=%lld variant=%d: first differing output byte %lld "
                          "(got 0x%02x, want 0x%02x); x[%lld]=0x%08x",
                          impl->name, ref->name, (long long)n, variant, (long long)d,
                          ((uint8_t *)o_impl->p)[d], ((uint8_t *)o_ref->p)[d],
                          (long long)(d / 4 < n ? d / 4 : 0),
                          n ? t_bits(in.x[d / 4 < n ? d / 4 : 0]) : 0u);
-            }
             assert_true(t_buf_guards_ok(o_impl));
             compared++;
         }
@@ -407,55 +471,346 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
     return compared;
 }
 
-static void test_every_kernel_matches_ref(void **state)
+/* Buffers shared by the tests of the kernel group (allocated by its setup). */
+static k_inputs g_bufs;
+static t_buf g_out_ref, g_out_impl;
+
+static int kernels_setup(void **state)
+{
+    (void)state;
+    g_bufs.x = t_page_buf_new(MAX_N * 4);
+    g_bufs.absmax = t_page_buf_new(MAX_N * 4);
+    g_bufs.codes = t_page_buf_new(MAX_N);
+    g_bufs.sbytes = t_page_buf_new(MAX_N);
+    g_bufs.half = t_page_buf_new(MAX_N * 2);
+    g_out_ref = t_buf_new(OUT_BYTES);
+    g_out_impl = t_buf_new(OUT_BYTES);
+    return 0;
+}
+
+static int kernels_teardown(void **state)
+{
+    (void)state;
+    t_page_buf_free(&g_bufs.x);
+    t_page_buf_free(&g_bufs.absmax);
+    t_page_buf_free(&g_bufs.codes);
+    t_page_buf_free(&g_bufs.sbytes);
+    t_page_buf_free(&g_bufs.half);
+    t_buf_free(&g_out_ref);
+    t_buf_free(&g_out_impl);
+    return 0;
+}
+
+/* One registry entry (the test's initial state): an implementation against its reference, or the
+ * reference against itself (a quick sweep that exercises its runner and the guard pages). */
+static void test_entry(void **state)
+{
+    const struct qs_kernel_entry *e = *state;
+    uint32_t cpu = qs_cpu_isa();
+
+    if ((e->isa & ~cpu) != 0) {
+        print_message("  %s needs ISA bits 0x%x, this CPU has 0x%x\n", e->name, e->isa, cpu);
+        skip();
+    }
+    int64_t c = sweep(e, &g_bufs, &g_out_ref, &g_out_impl, e->isa == 0);
+    assert_true(c > 0);
+    print_message("  %-34s %s vs ref: %lld comparisons\n", e->name,
+                  e->family == QS_FAMILY_MATMUL ? "within tolerance" : "bit-exact", (long long)c);
+}
+
+/* ---- the tier table ----------------------------------------------------------------------------- */
+
+static int tier_by_name(const char *name, qs_isa_tier *out)
+{
+    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+        assert_int_equal(qs_isa_tier_info(i, out), QS_OK);
+        if (strcmp(out->name, name) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* The tier a function-name tag stands for: the tier's name without its dashes ("avx512vnni" is
+ * "avx512-vnni", since C names cannot hold a dash); -1 if none. */
+static int tier_by_tag(const char *tag, qs_isa_tier *out)
+{
+    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+        char plain[32];
+        size_t k = 0;
+        assert_int_equal(qs_isa_tier_info(i, out), QS_OK);
+        for (const char *c = out->name; *c && k + 1 < sizeof plain; c++)
+            if (*c != '-')
+                plain[k++] = *c;
+        plain[k] = '\0';
+        if (strcmp(plain, tag) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* The entry's home tier: the first tier whose `allowed` holds all its bits (-1: none). */
+static int home_tier(const struct qs_kernel_entry *e)
+{
+    qs_isa_tier t;
+    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+        assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+        if ((e->isa & ~t.allowed) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* "avx512" of "qs_nf4_quant__avx512" and of "qs_mm__avx512_4x16x2" (the tile follows a '_');
+ * "avx512vnni" for the tier avx512-vnni. */
+static void isa_tag(const struct qs_kernel_entry *e, char *tag, size_t size)
+{
+    const char *p = strstr(e->name, "__");
+    snprintf(tag, size, "%s", p ? p + 2 : "");
+    tag[strcspn(tag, "_")] = '\0';
+}
+
+/* Every tier: a unique name, a known arch, required within allowed, bits of its own architecture
+ * only, availability as the CPU's bits say, forcing it applies exactly its mask (clamped to the
+ * CPU) and a context forced to an available tier is named after it. */
+static void test_tier_table(void **state)
+{
+    (void)state;
+    uint32_t cpu = qs_cpu_isa();
+    qs_isa_tier t, u;
+    const char *saved = getenv("QS_FORCE_ISA");
+    char keep[64] = "";
+
+    if (saved)
+        snprintf(keep, sizeof keep, "%s", saved);
+    assert_true(qs_isa_tier_count() >= 2);
+    assert_int_equal(qs_isa_tier_info(0, &t), QS_OK);
+    assert_string_equal(t.name, "scalar");
+    assert_int_equal(t.required, 0);
+    assert_int_equal(t.allowed, 0);
+    assert_int_equal(t.available, 1);
+    assert_int_equal(qs_isa_tier_info(-1, &t), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_isa_tier_info(qs_isa_tier_count(), &t), QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_isa_tier_info(0, NULL), QS_ERR_INVALID_ARG);
+    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+        assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+        for (int32_t j = 0; j < i; j++) {
+            assert_int_equal(qs_isa_tier_info(j, &u), QS_OK);
+            assert_string_not_equal(t.name, u.name);
+        }
+        assert_int_equal(t.required & ~t.allowed, 0);
+        assert_int_equal(t.reserved, 0);
+        if (strcmp(t.arch, "x86_64") == 0)
+            assert_int_equal(t.allowed & ~QS_ISA_X86_ALL, 0);
+        else if (strcmp(t.arch, "aarch64") == 0)
+            assert_int_equal(t.allowed & ~QS_ISA_ARM_ALL, 0);
+        else
+            assert_string_equal(t.arch, "any");
+        assert_int_equal(t.available, (cpu & t.required) == t.required);
+        for (int b = 0; b < 32; b++)
+            if (t.allowed & (1u << b))
+                assert_non_null(qs_isa_name(1u << b));
+
+        qs_ctx *ctx;
+        setenv("QS_FORCE_ISA", t.name, 1);
+        assert_int_equal(qs_ctx_create(NULL, &ctx), QS_OK);
+        assert_int_equal(qs_ctx_isa(ctx), cpu & t.allowed);
+        if (t.available)
+            assert_string_equal(qs_ctx_backend_name(ctx), t.name);
+        qs_ctx_destroy(ctx);
+    }
+    if (saved)
+        setenv("QS_FORCE_ISA", keep, 1);
+    else
+        unsetenv("QS_FORCE_ISA");
+
+    /* What tests/meson.build parsed from isa_tiers.inc agrees with the C table. */
+    if (saved)
+        assert_true(tier_by_name(keep, &t) >= 0);
+    const char *reg = getenv("QS_TEST_TIERS");
+    if (reg) {
+        char list[256], *tok, *save = NULL;
+        snprintf(list, sizeof list, "%s", reg);
+        for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            assert_true(tier_by_name(tok, &t) >= 0);
+        /* ... and is exactly the list the table gives for this build: the tiers with suite 1 whose
+         * arch is "any" or the one whose kernels are compiled in */
+        static const struct {
+            const char *name, *arch;
+            int suite;
+        } rows[] = {
+#define QS_TIER(name, arch, suite, required, allowed) {name, arch, suite},
+#include "core/isa_tiers.inc"
+#undef QS_TIER
+        };
+#if defined(QS_HAVE_X86_KERNELS)
+        const char *here = "x86_64";
+#elif defined(QS_HAVE_ARM_KERNELS)
+        const char *here = "aarch64";
+#else
+        const char *here = "any";
+#endif
+        char want[256] = "";
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+            if (rows[i].suite && (!strcmp(rows[i].arch, "any") || !strcmp(rows[i].arch, here)))
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                         *want ? "," : "", rows[i].name);
+        assert_string_equal(reg, want);
+    }
+#if defined(__x86_64__)
+    /* The AMX permission helper agrees with detection (XCR0 tile state implies a kernel that
+     * grants it). */
+    assert_int_equal(qs_x86_amx_request(), (cpu & QS_ISA_AMX_TILE) != 0);
+#endif
+}
+
+/* ---- the registry --------------------------------------------------------------------------- */
+
+/* Every slot has exactly one __ref entry (rank 0, no bits, no shape minimums); names follow
+ * qs_<slot>__<tier without dashes>[_<tile>] with the tier's bits: required <= bits <= allowed; other entries rank
+ * above 0; ranks are unique per slot; a slot's entries share a family; only matmul entries carry
+ * tile metadata; and every entry has a home tier that tests/meson.build registers. */
+static void test_registry_structure(void **state)
 {
     (void)state;
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-    uint32_t cpu = qs_cpu_isa(), allowed = cpu, below = 0;
-    k_inputs bufs;
+    int refs[QS_SLOT_COUNT] = {0};
+    const char *reg = getenv("QS_TEST_TIERS");
 
-    /* Under QS_FORCE_ISA=<tier> (one registration per tier), compare the kernels of that tier
-     * only; run directly, compare every kernel the CPU can execute. */
-    if (getenv("QS_FORCE_ISA")) {
-        qs_ctx *ctx = t_ctx();
-        allowed = qs_ctx_isa(ctx);
-        qs_ctx_destroy(ctx);
-        if (allowed & QS_ISA_AVX512)
-            below = QS_ISA_AVX2;
-        else if (allowed & QS_ISA_NEON_DOTPROD)
-            below = QS_ISA_NEON | QS_ISA_NEON_FP16 | QS_ISA_NEON_BF16;
-    }
-    t_buf o_ref = t_buf_new(OUT_BYTES), o_impl = t_buf_new(OUT_BYTES);
-    int tested = 0;
-
-    bufs.x = t_page_buf_new(MAX_N * 4);
-    bufs.absmax = t_page_buf_new(MAX_N * 4);
-    bufs.codes = t_page_buf_new(MAX_N);
-    bufs.sbytes = t_page_buf_new(MAX_N);
-    bufs.half = t_page_buf_new(MAX_N * 2);
     for (int32_t i = 0; i < count; i++) {
-        if (e[i].isa == 0 || (e[i].isa & ~allowed) != 0 || (e[i].isa & ~below) == 0)
-            continue;
-        int64_t c = sweep(&e[i], &bufs, &o_ref, &o_impl, 0);
-        print_message("  %-34s bit-exact vs ref: %lld comparisons\n", e[i].name, (long long)c);
-        tested++;
+        char prefix[64], tag[32];
+        qs_isa_tier t;
+        assert_true(e[i].slot >= 0 && e[i].slot < QS_SLOT_COUNT);
+        assert_true(e[i].family >= 0 && e[i].family < QS_FAMILY_COUNT);
+        assert_int_equal(e[i].family, qs_slot_family(e[i].slot));
+        snprintf(prefix, sizeof prefix, "qs_%s__", qs_slot_name(e[i].slot));
+        assert_memory_equal(e[i].name, prefix, strlen(prefix));
+        isa_tag(&e[i], tag, sizeof tag);
+        if (e[i].isa == 0) {
+            refs[e[i].slot]++;
+            assert_string_equal(e[i].name + strlen(prefix), "ref");
+            assert_int_equal(e[i].rank, 0);
+            assert_true(e[i].tile.min_m == 0 && e[i].tile.min_n == 0 && e[i].tile.min_k == 0);
+        } else {
+            assert_true(e[i].rank > 0);
+            if (tier_by_tag(tag, &t) < 0)
+                fail_msg("%s: '%s' is no tier of the tier table (its name without dashes)",
+                         e[i].name, tag);
+            if ((t.required & ~e[i].isa) != 0 || (e[i].isa & ~t.allowed) != 0)
+                fail_msg("%s: bits 0x%x do not fit tier %s (required 0x%x, allowed 0x%x)",
+                         e[i].name, e[i].isa, t.name, t.required, t.allowed);
+        }
+        if (e[i].family != QS_FAMILY_MATMUL)
+            assert_true(e[i].tile.mr == 0 && e[i].tile.nr == 0 && e[i].tile.kr == 0 &&
+                        e[i].tile.min_m == 0 && e[i].tile.min_n == 0 && e[i].tile.min_k == 0);
+        for (int32_t j = 0; j < i; j++)
+            if (e[j].slot == e[i].slot && e[j].rank == e[i].rank)
+                fail_msg("%s and %s share rank %d", e[j].name, e[i].name, e[i].rank);
+        int home = home_tier(&e[i]);
+        if (home < 0)
+            fail_msg("%s: no tier allows bits 0x%x; add one to src/core/isa_tiers.inc",
+                     e[i].name, e[i].isa);
+        assert_int_equal(qs_isa_tier_info(home, &t), QS_OK);
+        if (reg) {
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", reg);
+            char want[48];
+            snprintf(want, sizeof want, ",%s,", t.name);
+            if (!strstr(list, want))
+                fail_msg("%s would be tested under tier %s, which tests/meson.build does not "
+                         "register (suite 0 in src/core/isa_tiers.inc)", e[i].name, t.name);
+        }
     }
-    /* The reference against itself exercises every runner and the guard pages. */
-    for (int32_t i = 0; i < count; i++)
-        if (e[i].isa == 0)
-            assert_true(sweep(&e[i], &bufs, &o_ref, &o_impl, 1) > 0);
-    print_message("  %d SIMD kernels compared on this CPU (isa 0x%x)\n", tested, cpu);
-    t_page_buf_free(&bufs.x);
-    t_page_buf_free(&bufs.absmax);
-    t_page_buf_free(&bufs.codes);
-    t_page_buf_free(&bufs.sbytes);
-    t_page_buf_free(&bufs.half);
-    t_buf_free(&o_ref);
-    t_buf_free(&o_impl);
+    for (int s = 0; s < QS_SLOT_COUNT; s++)
+        assert_int_equal(refs[s], 1);
 }
 
-/* The comparison routine must be able to fail: one flipped bit is reported at its index. */
+/* The selection rule on a made-up matmul list with non-nested features and shape minimums. */
+static void test_selection_rule(void **state)
+{
+    (void)state;
+    static const struct qs_kernel_entry list[] = {
+        {0, QS_FAMILY_MATMUL, 0, 0, NULL, "mm__ref", {1, 1, 1, 0, 0, 0, QS_PACK_NONE, QS_ACT_F32}},
+        {0, QS_FAMILY_MATMUL, 20, QS_ISA_AVX2, NULL, "mm__avx2_1x8x1",
+         {1, 8, 1, 1, 0, 0, QS_PACK_NONE, QS_ACT_F32}},
+        {0, QS_FAMILY_MATMUL, 25, QS_ISA_AVX2 | QS_ISA_AVX_VNNI, NULL, "mm__avxvnni_4x8x4",
+         {4, 8, 4, 4, 0, 0, QS_PACK_B, QS_ACT_INT8}},
+        {0, QS_FAMILY_MATMUL, 30, QS_ISA_AVX2 | QS_ISA_AVX512, NULL, "mm__avx512_1x16x1",
+         {1, 16, 1, 1, 0, 0, QS_PACK_NONE, QS_ACT_F32}},
+        {0, QS_FAMILY_MATMUL, 32, QS_ISA_AVX2 | QS_ISA_AVX512, NULL, "mm__avx512_8x32x1",
+         {8, 32, 1, 8, 32, 0, QS_PACK_B, QS_ACT_F32}},
+        {0, QS_FAMILY_MATMUL, 40, QS_ISA_AVX2 | QS_ISA_AVX512 | QS_ISA_AMX_TILE | QS_ISA_AMX_INT8,
+         NULL, "mm__amx_16x16x64", {16, 16, 64, 16, 16, 64, QS_PACK_AB, QS_ACT_INT8}},
+        {1, QS_FAMILY_MATMUL, 0, 0, NULL, "other__ref", {0, 0, 0, 0, 0, 0, 0, 0}},
+    };
+    const int32_t n = (int32_t)(sizeof list / sizeof list[0]);
+    const uint32_t avx512 = QS_ISA_AVX2 | QS_ISA_AVX512, amx = avx512 | QS_ISA_AMX_TILE |
+                                                              QS_ISA_AMX_INT8;
+    static const struct {
+        uint32_t isa;
+        int64_t m, nn, k;
+        const char *want;
+    } cases[] = {
+        {0, 1000, 1000, 1000, "mm__ref"},
+        {QS_ISA_AVX2, 0, 9, 9, "mm__ref"}, /* M = 0 meets only the reference */
+        {QS_ISA_AVX2, 1, 9, 9, "mm__avx2_1x8x1"},
+        {QS_ISA_AVX2 | QS_ISA_AVX_VNNI, 3, 9, 9, "mm__avx2_1x8x1"},
+        {QS_ISA_AVX2 | QS_ISA_AVX_VNNI, 4, 9, 9, "mm__avxvnni_4x8x4"},
+        {QS_ISA_AVX_VNNI, 4, 9, 9, "mm__ref"}, /* a set: VNNI bits without AVX2 do not do */
+        {avx512, 1, 100, 100, "mm__avx512_1x16x1"},
+        {avx512, 8, 31, 100, "mm__avx512_1x16x1"}, /* N below the tiled kernel's minimum */
+        {avx512, 8, 32, 100, "mm__avx512_8x32x1"},
+        {avx512 | QS_ISA_AVX_VNNI, 8, 32, 100, "mm__avx512_8x32x1"}, /* rank decides */
+        {amx, 16, 16, 63, "mm__avx512_1x16x1"},                     /* K too small for AMX */
+        {amx, 16, 16, 64, "mm__amx_16x16x64"},
+        {amx & ~QS_ISA_AMX_INT8, 16, 16, 64, "mm__avx512_1x16x1"},
+        {QS_ISA_ALL, 1, 1, 1, "mm__avx512_1x16x1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct qs_kernel_entry *got =
+            qs_kernel_select(list, n, 0, cases[i].isa, cases[i].m, cases[i].nn, cases[i].k);
+        assert_non_null(got);
+        if (strcmp(got->name, cases[i].want) != 0)
+            fail_msg("case %zu: isa 0x%x m=%lld n=%lld k=%lld: got %s, want %s", i, cases[i].isa,
+                     (long long)cases[i].m, (long long)cases[i].nn, (long long)cases[i].k,
+                     got->name, cases[i].want);
+    }
+    assert_string_equal(qs_kernel_select(list, n, 1, QS_ISA_ALL, 5, 5, 5)->name, "other__ref");
+    assert_null(qs_kernel_select(list, n, 2, QS_ISA_ALL, 5, 5, 5));
+    assert_null(qs_kernel_select(list, 0, 0, QS_ISA_ALL, 5, 5, 5));
+}
+
+/* A context's table is the selection rule applied to the registry, for every tier's mask. */
+static void test_context_table_follows_rule(void **state)
+{
+    (void)state;
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    qs_isa_tier t;
+
+    for (int32_t i = 0; i <= qs_isa_tier_count(); i++) {
+        qs_ctx_params p;
+        qs_ctx *ctx;
+        qs_ctx_params_init(&p);
+        if (i < qs_isa_tier_count()) {
+            assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+            p.isa_mask = t.allowed;
+        }
+        assert_int_equal(qs_ctx_create(&p, &ctx), QS_OK);
+        for (int32_t s = 0; s < qs_ctx_kernel_count(ctx); s++) {
+            const char *slot, *impl;
+            assert_int_equal(qs_ctx_kernel_info(ctx, s, &slot, &impl), QS_OK);
+            const struct qs_kernel_entry *want =
+                qs_kernel_select(e, count, s, qs_ctx_isa(ctx), INT64_MAX, INT64_MAX, INT64_MAX);
+            assert_non_null(want);
+            assert_string_equal(impl, want->name);
+            assert_ptr_equal(qs_ctx_kernel_select(ctx, s, 1, 1, 1), want);
+        }
+        qs_ctx_destroy(ctx);
+    }
+}
+
+/* The comparison routines must be able to fail: one flipped bit is reported at its index. */
 static void test_comparison_detects_one_bit(void **state)
 {
     (void)state;
@@ -466,35 +821,46 @@ static void test_comparison_detects_one_bit(void **state)
     for (int i = 0; i < 300; i += 37) {
         b[i] ^= 0x10;
         assert_int_equal(t_first_diff(a, b, sizeof a), i);
+        assert_int_equal(compare_exact(a, b, sizeof a), i);
         assert_int_equal(t_check_bytes("negative test", a, b, sizeof a, 0), 0);
         b[i] ^= 0x10;
     }
 }
 
-/* kernels.inc: every slot has exactly one __ref entry, names follow qs_<slot>__<isa>, and the
- * tiers of a slot appear lowest first. */
-static void test_table_structure(void **state)
+/* The matmul tolerance: what passes and what fails, at the element it fails. */
+static void test_matmul_tolerance(void **state)
 {
     (void)state;
-    int32_t count;
-    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-    int refs[QS_SLOT_COUNT] = {0};
-    uint32_t last_isa[QS_SLOT_COUNT] = {0};
+    float want[8] = {1.0f, -3.5f, 1e-38f, 0.0f, 1e30f, INFINITY, NAN, 2.0f};
+    float got[8];
+    uint8_t tail_a[9] = {0}, tail_b[9] = {0};
 
-    for (int32_t i = 0; i < count; i++) {
-        char prefix[64];
-        assert_true(e[i].slot >= 0 && e[i].slot < QS_SLOT_COUNT);
-        snprintf(prefix, sizeof prefix, "qs_%s__", qs_slot_name(e[i].slot));
-        assert_memory_equal(e[i].name, prefix, strlen(prefix));
-        if (e[i].isa == 0) {
-            refs[e[i].slot]++;
-            assert_string_equal(e[i].name + strlen(prefix), "ref");
-        }
-        assert_true(e[i].isa >= last_isa[e[i].slot]); /* best last */
-        last_isa[e[i].slot] = e[i].isa;
+    memcpy(got, want, sizeof got);
+    assert_int_equal(compare_matmul((uint8_t *)got, (uint8_t *)want, sizeof got), -1);
+    got[0] = t_f32_from_bits(t_bits(1.0f) + MATMUL_MAX_ULP); /* at the ulp bound */
+    got[1] = -3.5f * (1.0f + 5e-6f);                          /* inside the relative bound */
+    got[3] = -0.0f;                                           /* zero sign */
+    assert_int_equal(compare_matmul((uint8_t *)got, (uint8_t *)want, sizeof got), -1);
+    static const struct {
+        int at;
+        float v;
+    } bad[] = {
+        {1, -3.5f * (1.0f + 1e-4f)}, /* beyond both bounds */
+        {4, -1e30f},                 /* sign */
+        {5, 3.4e38f},                /* an infinity against a number */
+        {6, 0.0f},                   /* a NaN against a number */
+        {7, NAN},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        float g[8];
+        memcpy(g, want, sizeof g);
+        g[bad[i].at] = bad[i].v;
+        assert_int_equal(compare_matmul((uint8_t *)g, (uint8_t *)want, sizeof g), 4 * bad[i].at);
     }
-    for (int s = 0; s < QS_SLOT_COUNT; s++)
-        assert_int_equal(refs[s], 1);
+    got[0] = t_f32_from_bits(t_bits(1.0f) + 200); /* 200 ulp of 1.0 is 2.4e-5 relative */
+    assert_int_equal(compare_matmul((uint8_t *)got, (uint8_t *)want, sizeof got), 0);
+    tail_b[8] = 1; /* bytes after the last whole f32 compare exactly */
+    assert_int_equal(compare_matmul(tail_a, tail_b, sizeof tail_a), 8);
 }
 
 /* The context runs the best kernel its ISA allows; forcing a level above the CPU is clamped. */
@@ -525,20 +891,23 @@ static void test_dispatch_and_clamping(void **state)
     assert_int_equal(qs_ctx_isa(ctx) & ~cpu, 0);
     qs_ctx_destroy(ctx);
 
-    /* QS_FORCE_ISA above the machine: clamped, never honoured. */
+    /* QS_FORCE_ISA above the machine: clamped, never honoured; unknown names force nothing. */
     const char *saved = getenv("QS_FORCE_ISA");
     char keep[64] = "";
     if (saved)
         snprintf(keep, sizeof keep, "%s", saved);
-    static const char *const levels[] = {"avx512", "avx2", "neon-dotprod", "neon", "scalar", "bogus"};
+    static const char *const levels[] = {"avx512", "avx2", "neon-dotprod", "neon", "scalar",
+                                         "none", "bogus"};
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
         setenv("QS_FORCE_ISA", levels[i], 1);
         assert_int_equal(qs_ctx_create(NULL, &ctx), QS_OK);
         assert_int_equal(qs_ctx_isa(ctx) & ~cpu, 0);
-        if (strcmp(levels[i], "scalar") == 0)
+        if (strcmp(levels[i], "scalar") == 0 || strcmp(levels[i], "none") == 0)
             assert_int_equal(qs_ctx_isa(ctx), 0);
         if (strcmp(levels[i], "avx2") == 0)
             assert_int_equal(qs_ctx_isa(ctx) & QS_ISA_AVX512, 0);
+        if (strcmp(levels[i], "bogus") == 0)
+            assert_int_equal(qs_ctx_isa(ctx), cpu);
         qs_ctx_destroy(ctx);
     }
     if (saved)
@@ -551,9 +920,44 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comparison_detects_one_bit),
-        cmocka_unit_test(test_table_structure),
+        cmocka_unit_test(test_matmul_tolerance),
+        cmocka_unit_test(test_tier_table),
+        cmocka_unit_test(test_registry_structure),
+        cmocka_unit_test(test_selection_rule),
+        cmocka_unit_test(test_context_table_follows_rule),
         cmocka_unit_test(test_dispatch_and_clamping),
-        cmocka_unit_test(test_every_kernel_matches_ref),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("registry", tests, NULL, NULL);
+
+    /* The kernel group: the entries of this registration's tier (all of them when run directly),
+     * one named test each. */
+    int32_t count, n = 0;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    const char *force = getenv("QS_FORCE_ISA");
+    qs_isa_tier t;
+    int forced = force && *force ? tier_by_name(force, &t) : -1;
+    struct CMUnitTest *group = calloc((size_t)count + 1, sizeof *group);
+    char(*names)[64] = calloc((size_t)count + 1, sizeof *names);
+
+    if (!group || !names)
+        return 1;
+    for (int32_t i = 0; i < count; i++) {
+        char tag[32];
+        if (forced >= 0 && home_tier(&e[i]) != forced)
+            continue;
+        isa_tag(&e[i], tag, sizeof tag);
+        snprintf(names[n], sizeof names[n], "%s/%s", qs_slot_name(e[i].slot), tag);
+        group[n].name = names[n];
+        group[n].test_func = test_entry;
+        group[n].initial_state = (void *)&e[i];
+        n++;
+    }
+    print_message("%d registry entries belong to tier %s\n", n,
+                  forced >= 0 ? t.name : "(any: QS_FORCE_ISA unset)");
+    if (n > 0)
+        failed += _cmocka_run_group_tests("kernels", group, (size_t)n, kernels_setup,
+                                          kernels_teardown);
+    free(group);
+    free(names);
+    return failed;
 }

@@ -14,8 +14,8 @@ named by QSPARSE_LIB (not through the Python binding), against numpy and ml_dtyp
 - INT8 symmetric / asymmetric per tensor, row and group and LLM.int8 (§8, §9) vs the formulas
   written in numpy float32.
 
-Every comparison runs on three contexts: the scalar reference (isa_mask 0), AVX2 and everything the
-CPU has. Run as a script (meson does): exit code 77 when numpy, ml_dtypes or pytest is missing.
+Every comparison runs on one context per ISA tier of the library's tier table that this CPU has
+(qs_isa_tier_info; the scalar reference first) and on one with everything the CPU has. Run as a script (meson does): exit code 77 when numpy, ml_dtypes or pytest is missing.
 """
 import ctypes
 import os
@@ -55,6 +55,12 @@ class CtxParams(ctypes.Structure):
                 ("allocator", Allocator), ("reserved", ctypes.c_int64 * 8)]
 
 
+class IsaTier(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("arch", ctypes.c_char_p),
+                ("required", ctypes.c_uint32), ("allowed", ctypes.c_uint32),
+                ("available", ctypes.c_int32), ("reserved", ctypes.c_int32)]
+
+
 class QuantParams(ctypes.Structure):
     _fields_ = [("format", ctypes.c_int32), ("block_size", ctypes.c_int32),
                 ("granularity", ctypes.c_int32), ("symmetric", ctypes.c_int32),
@@ -89,6 +95,10 @@ def load():
     lib.qs_ctx_last_error.restype = ctypes.c_char_p
     lib.qs_ctx_backend_name.argtypes = [P]
     lib.qs_ctx_backend_name.restype = ctypes.c_char_p
+    lib.qs_isa_tier_count.argtypes = []
+    lib.qs_isa_tier_count.restype = i32
+    lib.qs_isa_tier_info.argtypes = [i32, ctypes.POINTER(IsaTier)]
+    lib.qs_isa_tier_info.restype = i32
     lib.qs_quant_params_init.argtypes = [ctypes.POINTER(QuantParams), i32]
     lib.qs_quant_params_init.restype = None
     lib.qs_quant_size.argtypes = [ctypes.POINTER(QuantParams), i64, i64, i32,
@@ -111,7 +121,14 @@ class Lib:
     def __init__(self):
         self.lib = load()
         self.ctxs = []
-        for mask in (0, 1, 0xFFFFFFFF):  # scalar, AVX2 (clamped where absent), all
+        masks = []
+        for i in range(self.lib.qs_isa_tier_count()):
+            t = IsaTier()
+            assert self.lib.qs_isa_tier_info(i, ctypes.byref(t)) == 0
+            if t.available:
+                masks.append(t.allowed)
+        assert masks and masks[0] == 0  # the scalar reference first
+        for mask in masks + [0xFFFFFFFF]:
             p = CtxParams()
             self.lib.qs_ctx_params_init(ctypes.byref(p))
             p.isa_mask = mask

@@ -466,6 +466,38 @@ static void test_compare_can_fail(void **state)
     assert_true(t_first_diff(k1, k2, 16) >= 0);
 }
 
+/* rows x 0 (issue: hangs on empty shapes): no group to check, mask or train, so every mask entry
+ * point returns at once. 2^62 empty rows would take centuries one by one, so a loop over them
+ * shows as the test's timeout; the zero-capacity outputs stay untouched. */
+static void test_empty_rows_return_at_once(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    const int64_t huge = (int64_t)1 << 62;
+    t_buf x = t_buf_new(64), out = t_buf_new(64);
+    int64_t bad = 7;
+
+    /* the general N:M scan, the 2:4 scan and the TILE column scan */
+    assert_int_equal(qs_nm_check(ctx, x.p, QS_DTYPE_F32, huge, 0, 1, 2, 0, &bad), QS_OK);
+    assert_int_equal(bad, -1);
+    bad = 7;
+    assert_int_equal(qs_nm_check(ctx, x.p, QS_DTYPE_MASK_U8, huge, 0, 2, 4, 1, &bad), QS_OK);
+    assert_int_equal(bad, -1);
+    bad = 7;
+    assert_int_equal(qs_nm_check(ctx, x.p, QS_DTYPE_BF16, huge, 0, 3, 8, 0, &bad), QS_OK);
+    assert_int_equal(bad, -1);
+    assert_int_equal(qs_nm_mask(ctx, x.p, QS_DTYPE_F16, huge, 0, 2, 4, QS_PRUNE_MAGNITUDE, NULL,
+                                out.p, 0), QS_OK);
+    assert_int_equal(qs_sp24_tile_mask(ctx, x.p, QS_DTYPE_F32, huge, 0, NULL, QS_TILE_BEST, out.p,
+                                       0), QS_OK);
+    assert_int_equal(qs_nm_srste(ctx, x.p, x.p, huge, 0, 2, 4, 0.5f, out.p, out.p, out.p, 0),
+                     QS_OK);
+    assert_true(t_buf_untouched(&x) && t_buf_untouched(&out));
+    t_buf_free(&x);
+    t_buf_free(&out);
+    qs_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_tile_brute_force),
         cmocka_unit_test(test_tile_special_values),
         cmocka_unit_test(test_check),
+        cmocka_unit_test(test_empty_rows_return_at_once),
         cmocka_unit_test(test_mask_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

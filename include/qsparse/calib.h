@@ -66,6 +66,16 @@ QS_API const char *qs_calib_target_name(int32_t target);
 /** The target code for a name above (also "int8_sym"), or -1. */
 QS_API int32_t qs_calib_target_from_name(const char *name);
 
+/*
+ * Most histogram bins of an entropy or MSE observer. Both searches try every candidate bin against
+ * the whole histogram, so their time grows with the square of num_bins (about 15 s per channel at
+ * 2^16 bins); 4096 bins keep the worst case of one channel at a few tenths of a second. The bound
+ * is enforced by qs_observer_create (QS_ERR_INVALID_ARG) and qs_observer_deserialize
+ * (QS_ERR_BAD_DATA), so a search never runs on more. Percentile (linear) and the other methods
+ * take up to 2^20 bins.
+ */
+#define QS_OBSERVER_SEARCH_MAX_BINS 4096
+
 /**
  * Observer parameters. Initialise with qs_observer_params_init(), then change what differs.
  * Histogram fields are validated for every method, so keep their defaults when unused.
@@ -73,7 +83,8 @@ QS_API int32_t qs_calib_target_from_name(const char *name);
 typedef struct qs_observer_params {
     int32_t method;           /* QS_OBSERVER_* */
     int32_t axis;             /* -1: per tensor (default); 0: channel = row; 1: channel = column */
-    int32_t num_bins;         /* histogram bins N: a power of two in [4, 2^20], default 2048 */
+    int32_t num_bins;         /* histogram bins N: a power of two in [4, 2^20], default 2048;
+                                 entropy and MSE: at most QS_OBSERVER_SEARCH_MAX_BINS */
     int32_t num_levels;       /* entropy: quantized levels Q in [1, start_bin], default 128 */
     int32_t start_bin;        /* entropy and MSE: first candidate bin, >= 1, 2 * start_bin <= N;
                                  default 128 */
@@ -191,7 +202,8 @@ QS_API qs_status qs_observer_serialize(qs_ctx *ctx, const qs_observer *obs, void
  * Create an observer from a byte string written by qs_observer_serialize (any platform). The
  * string is checked completely before anything is allocated: QS_ERR_UNSUPPORTED for another
  * format version, QS_ERR_BAD_DATA for a wrong magic, a wrong length (truncated or trailing
- * bytes), a checksum mismatch, invalid parameters or an inconsistent state (counts that do not
+ * bytes), a checksum mismatch, invalid parameters (among them an entropy or MSE observer with
+ * more than QS_OBSERVER_SEARCH_MAX_BINS bins) or an inconsistent state (counts that do not
  * add up, a bin width that does not fit the range, ...). *out is written only on success.
  */
 QS_API qs_status qs_observer_deserialize(qs_ctx *ctx, const void *src, int64_t bytes,

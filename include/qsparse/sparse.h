@@ -16,6 +16,10 @@
  * - Rank order of scores (§2.2): larger first; equal scores keep the lower index; a NaN score,
  *   of either sign, ranks above +Inf and two NaNs are equal; -0.0 equals +0.0.
  * - Every result is identical for every ISA and thread count.
+ * - An empty tensor (rows * cols == 0, e.g. rows x 0) is valid everywhere: after the argument
+ *   checks the call returns at once, whatever the other dimension, and writes nothing, except
+ *   that qs_sp24_permute_search writes the identity order of its cols entries (kept fractions
+ *   1.0).
  */
 #ifndef QSPARSE_SPARSE_H
 #define QSPARSE_SPARSE_H

@@ -28,21 +28,11 @@ try:
 except ImportError:
     pass
 
-# Backend names and the ISA bits each one allows (the context clamps them to the CPU).
-_BACKEND_MASKS = {
-    "scalar": 0,
-    "avx2": _lib.QS_ISA_AVX2,
-    "avx512": _lib.QS_ISA_AVX2 | _lib.QS_ISA_AVX512 | _lib.QS_ISA_AVX512_VNNI
-    | _lib.QS_ISA_AVX512_BF16,
-    "neon": _lib.QS_ISA_NEON,
-    "neon-dotprod": _lib.QS_ISA_NEON | _lib.QS_ISA_NEON_DOTPROD | _lib.QS_ISA_NEON_FP16
-    | _lib.QS_ISA_NEON_BF16,
-}
-# The lowest ISA bit that must be present for a backend to be available.
-_BACKEND_NEEDS = {"scalar": 0, "avx2": _lib.QS_ISA_AVX2,
-                  "avx512": _lib.QS_ISA_AVX2 | _lib.QS_ISA_AVX512,
-                  "neon": _lib.QS_ISA_NEON,
-                  "neon-dotprod": _lib.QS_ISA_NEON | _lib.QS_ISA_NEON_DOTPROD}
+# Backend names are the ISA tiers of the C library's tier table (_lib.isa_tiers): each allows a
+# mask of ISA bits (the context clamps it to the CPU) and is available when the CPU has the bits
+# it requires.
+def _tier_masks():
+    return {t["name"]: t["allowed"] for t in _lib.isa_tiers()}
 
 
 def __getattr__(name):
@@ -62,14 +52,14 @@ def backends():
     import ctypes
 
     lib = _lib.lib()
-    have = lib.qs_cpu_isa()
     out = []
-    for name, need in _BACKEND_NEEDS.items():
-        if (have & need) != need:
+    for tier in _lib.isa_tiers():
+        if not tier["available"]:
             continue
+        name = tier["name"]
         params = _lib.CtxParams()
         lib.qs_ctx_params_init(ctypes.byref(params))
-        params.isa_mask = _BACKEND_MASKS[name]
+        params.isa_mask = tier["allowed"]
         handle = ctypes.c_void_p()
         if lib.qs_ctx_create(ctypes.byref(params), ctypes.byref(handle)) != _lib.QS_OK:
             continue
@@ -90,11 +80,12 @@ def set_backend(name):
                              backend=_lib.QS_BACKEND_AUTO if name == "auto" else
                              _lib.QS_BACKEND_CPU)
         return
-    if name not in _BACKEND_MASKS:
+    masks = _tier_masks()
+    if name not in masks:
         raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or one of "
-                         f"{list(_BACKEND_MASKS)}")
+                         f"{list(masks)}")
     old = _lib.settings()
-    _lib.update_settings(isa_mask=_BACKEND_MASKS[name], backend=_lib.QS_BACKEND_CPU)
+    _lib.update_settings(isa_mask=masks[name], backend=_lib.QS_BACKEND_CPU)
     got = backend()
     if got != name:
         _lib.update_settings(isa_mask=old["isa_mask"], backend=old["backend"])

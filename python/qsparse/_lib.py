@@ -124,6 +124,31 @@ class QTensorC(ctypes.Structure):
     ]
 
 
+class IsaTier(ctypes.Structure):
+    """qs_isa_tier: one row of the library's ISA tier table."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("arch", ctypes.c_char_p),
+        ("required", ctypes.c_uint32),
+        ("allowed", ctypes.c_uint32),
+        ("available", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
+def isa_tiers():
+    """The tier table of the C library, in its order: [{"name", "arch", "required", "allowed",
+    "available"}, ...] ("scalar" first)."""
+    cdll = lib()
+    out = []
+    for i in range(cdll.qs_isa_tier_count()):
+        t = IsaTier()
+        check(cdll.qs_isa_tier_info(i, ctypes.byref(t)))
+        out.append({"name": t.name.decode(), "arch": t.arch.decode(), "required": t.required,
+                    "allowed": t.allowed, "available": bool(t.available)})
+    return out
+
+
 # ---- finding and loading the library -------------------------------------------------------------
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -176,6 +201,8 @@ def _declare_core(cdll):
                                    c.c_int64, c.c_int64]),
         "qs_codebook": (c.c_int32, [c.c_int32, c.POINTER(c.c_float), c.c_int64]),
         "qs_codebook_size": (c.c_int64, [c.c_int32]),
+        "qs_isa_tier_count": (c.c_int32, []),
+        "qs_isa_tier_info": (c.c_int32, [c.c_int32, c.POINTER(IsaTier)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(cdll, name)
@@ -334,7 +361,8 @@ def as_float_array(x, dtype=None):
     """Validate a tensor input: returns (C-contiguous array, QS_DTYPE_* code, dtype name).
 
     Accepted: float32, float16, ml_dtypes.bfloat16 arrays, or uint16 arrays holding float16 or
-    bfloat16 bits when dtype="float16" / "bfloat16" says which.  Anything else is a ValueError,
+    bfloat16 bits when dtype="float16" / "bfloat16" says which, in either byte order (a
+    non-native one is converted, a copy).  Anything else is a ValueError,
     raised before any C call.  Python numbers and lists are not converted: the element type must
     be chosen by the caller, not guessed here.
     """
@@ -342,6 +370,8 @@ def as_float_array(x, dtype=None):
         x = np.asarray(x)
     if not isinstance(x, np.ndarray):
         raise ValueError(f"expected a numpy array, got {type(x).__name__}")
+    if not x.dtype.isnative:  # e.g. big-endian data read from a file: the same values, native
+        x = x.astype(x.dtype.newbyteorder("="))
     dt = x.dtype
     if dtype is not None:
         code = dtype_code(dtype)

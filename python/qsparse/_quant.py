@@ -49,6 +49,19 @@ def _format_code(name):
     return code
 
 
+def _f32(name, value, *, zero_ok=False):
+    """value rounded to the float32 the C struct holds; ValueError when that rounding changes its
+    meaning: a finite value overflowing to inf, or (unless zero_ok) a non-zero one becoming 0,
+    which the library would read as "derive from the data"."""
+    v = float(value)
+    with np.errstate(over="ignore", under="ignore"):
+        f = float(np.float32(v))
+    if (math.isinf(f) and math.isfinite(v)) or (f == 0.0 and v != 0.0 and not zero_ok):
+        raise ValueError(f"{name} {value!r} is outside float32's range (it would become {f}); "
+                         f"the library keeps it as a float32")
+    return f
+
+
 def _rows_cols(shape):
     if len(shape) == 0:
         return 1, 1
@@ -74,9 +87,11 @@ class QTensor:
         self.absmax = absmax
         self.scale = scale
         self.zero_point = zero_point
-        self.global_scale = None if global_scale is None else np.float32(global_scale)
+        self.global_scale = None if global_scale is None else \
+            np.float32(_f32("global_scale", global_scale))
         self.nested_absmax = nested_absmax
-        self.nested_offset = None if nested_offset is None else np.float32(nested_offset)
+        self.nested_offset = None if nested_offset is None else \
+            np.float32(_f32("nested_offset", nested_offset, zero_ok=True))
         if double_quant is None:
             double_quant = nested_absmax is not None
         self.double_quant = bool(double_quant)
@@ -163,7 +178,7 @@ def _params(fmt, code, *, blocksize=None, double_quant=False, granularity=None, 
         s = float(scale)
         if not (math.isfinite(s) and s > 0.0):
             raise ValueError(f"scale must be finite and > 0, got {scale!r}")
-        p.scale = s
+        p.scale = _f32("scale", s)  # 1e-50 would become 0.0: "derive from the data"
     if scale_rounding is not None:
         if scale_rounding not in _SCALE_ROUNDING:
             raise ValueError(f"unknown scale_rounding {scale_rounding!r}: expected "
@@ -296,6 +311,8 @@ def _plane(q, name, arr, dtypes, nbytes):
         return None
     if arr is None:
         raise ValueError(f"{q.format} tensor of shape {q.shape} needs the {name} plane")
+    if isinstance(arr, np.ndarray) and not arr.dtype.isnative:  # big-endian file data: a copy
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if not isinstance(arr, np.ndarray) or arr.dtype not in dtypes:
         raise ValueError(f"{name} must be a numpy array of {' or '.join(map(str, dtypes))}, "
                          f"got {getattr(arr, 'dtype', type(arr).__name__)}")
@@ -348,11 +365,11 @@ def dequantize(q, dtype="float32"):
     if fmt == "nvfp4":
         if q.global_scale is None:
             raise ValueError("an nvfp4 tensor needs global_scale")
-        qt.global_scale = float(q.global_scale)
+        qt.global_scale = _f32("global_scale", q.global_scale)  # also when set after init
     if fmt in _BNB4 and q.double_quant:
         if q.nested_offset is None:
             raise ValueError("a double-quantized tensor needs nested_offset")
-        qt.nested_offset = float(q.nested_offset)
+        qt.nested_offset = _f32("nested_offset", q.nested_offset, zero_ok=True)
 
     out = _lib.empty_of(dtype, q.shape)
     _lib.check(_lib.lib().qs_dequantize(_lib.ctx(), ctypes.byref(p), ctypes.byref(qt), rows,

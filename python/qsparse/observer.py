@@ -88,7 +88,9 @@ def _check_call(status):
 class Observer:
     """A calibration observer: ``Observer(method, axis=None, **options)``.
 
-    Options (spec/calibration.md defaults): ``num_bins=2048`` (a power of two), ``num_levels=128``
+    Options (spec/calibration.md defaults): ``num_bins=2048`` (a power of two, at most 2**20;
+    at most 4096 for "entropy" and "mse", whose searches take time quadratic in the bin count:
+    a few tenths of a second per channel at 4096), ``num_levels=128``
     and ``start_bin=128`` (entropy; MSE uses start_bin; by default both are capped at
     num_bins / 2), ``percentile=99.99``,
     ``averaging_constant=0.01`` (moving_average), ``target="int8"`` (the format MSE minimises
@@ -120,6 +122,9 @@ class Observer:
         p.num_levels = int(num_levels) if num_levels is not None else min(128, p.start_bin)
         p.percentile = float(percentile)
         p.averaging_constant = float(averaging_constant)
+        if p.averaging_constant == 0.0 and float(averaging_constant) != 0.0:
+            raise ValueError(f"averaging_constant {averaging_constant!r} is outside float32's "
+                             f"range (it would become 0.0)")
         p.target = _TARGETS[target]
         handle = _c.c_void_p()
         _check_call(_fn("qs_observer_create")(_lib.ctx(), _c.byref(p), _c.byref(handle)))
@@ -301,7 +306,8 @@ class Observer:
 
     @classmethod
     def from_bytes(cls, b):
-        """An observer from to_bytes() output; corrupt or truncated input raises QsparseError."""
+        """An observer from to_bytes() output; corrupt or truncated input, or an entropy / MSE
+        state with more than 4096 bins, raises QsparseError."""
         if not isinstance(b, (bytes, bytearray, memoryview)):
             raise ValueError("from_bytes expects bytes")
         data = bytes(b)

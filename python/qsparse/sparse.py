@@ -13,6 +13,7 @@ library; this module checks arguments, allocates outputs and raises QsparseError
 """
 
 import ctypes
+import math
 import re
 
 import numpy as np
@@ -92,8 +93,23 @@ def _weight(w, dtype=None):
     return x, code, name, rows, cols
 
 
+def _native(a):
+    """a in native byte order (a copy when it was not, e.g. big-endian data read from a file)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
 def _norms(act_norm, cols):
-    a = np.ascontiguousarray(np.asarray(act_norm, dtype=np.float32)).reshape(-1)
+    src = np.asarray(act_norm)
+    with np.errstate(over="ignore", under="ignore"):
+        a = np.ascontiguousarray(src, dtype=np.float32).reshape(-1)
+    if src.dtype != np.float32 and src.dtype.kind == "f" and a.size:
+        # narrowing to float32 must not turn a norm into +Inf or 0 (another ranking)
+        s = src.reshape(-1)
+        bad = np.flatnonzero((np.isinf(a) & np.isfinite(s)) | ((a == 0) & (s != 0)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"act_norm[{i}] = {float(s[i])!r} is outside float32's range "
+                             f"(it would become {float(a[i])})")
     if a.shape[0] != cols:
         raise ValueError(f"act_norm has {a.shape[0]} values, the weight has {cols} columns")
     return a
@@ -146,8 +162,10 @@ def check(x, pattern="2:4", *, tile=False, dtype=None):
     n, m = _parse_pattern(pattern)
     if isinstance(x, np.ndarray) and x.dtype in (np.bool_, np.uint8):
         a = np.ascontiguousarray(x).view(np.uint8)
-        code, rows, cols = QS_DTYPE_MASK_U8, (a.size // a.shape[-1] if a.ndim > 1 else 1), \
-            a.shape[-1]
+        if a.ndim == 0:
+            raise ValueError("a mask needs at least one axis")
+        # rows from the shape, not size / cols: a (rows, 0) mask has size 0
+        code, rows, cols = QS_DTYPE_MASK_U8, _rows(a.shape), a.shape[-1]
     else:
         a, code, _, rows, cols = _weight(x, dtype)
     bad = _I64(-1)
@@ -292,7 +310,7 @@ def decompress(s, dtype=None):
     if vals.size * 2 != rows * cols:
         raise ValueError(f"values hold {vals.size} elements, shape {shape} needs "
                          f"{rows * cols // 2}")
-    meta = np.asarray(s.meta)
+    meta = _native(np.asarray(s.meta))
     if meta.dtype != np.uint16:
         raise ValueError(f"meta must be uint16, got {meta.dtype}")
     meta = np.ascontiguousarray(meta)
@@ -332,7 +350,8 @@ def meta_to_cutlass(meta, shape, word_bits=16):
 
 def meta_from_cutlass(meta, shape, word_bits=16):
     """The inverse of meta_to_cutlass: plain uint16 meta (rows x K/16)."""
-    src = np.ascontiguousarray(meta).view(np.uint16).reshape(_rows(shape), -1)
+    # native order first: a view of big-endian words would swap every half
+    src = np.ascontiguousarray(_native(np.asarray(meta))).view(np.uint16).reshape(_rows(shape), -1)
     rows, cols = _rows(shape), shape[-1]
     out = np.empty((rows, cols // 16), np.uint16)
     _call("qs_sp24_meta_from_cutlass", _lib.ptr(src), rows, cols, int(word_bits), _lib.ptr(out),
@@ -348,6 +367,8 @@ def srste(w, grad, pattern="2:4", lam=2e-4):
     g, gcode, _, _, _ = _weight(grad)
     if code != _lib.QS_DTYPE_F32 or gcode != _lib.QS_DTYPE_F32 or g.shape != x.shape:
         raise ValueError("srste needs float32 weights and gradients of the same shape")
+    if math.isfinite(float(lam)) and math.isinf(_c.c_float(float(lam)).value):
+        raise ValueError(f"lam {lam!r} is outside float32's range (it would become inf)")
     wm, go, mask = np.empty_like(x), np.empty_like(g), np.empty(x.shape, np.uint8)
     _call("qs_nm_srste", _lib.ptr(x), _lib.ptr(g), rows, cols, n, m, float(lam), _lib.ptr(wm),
           _lib.ptr(go), _lib.ptr(mask), x.size)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * AArch64 CPU detection, compiled with baseline flags only (STYLE.md §5). Advanced SIMD is part of
- * the AArch64 baseline; dot product, FP16 arithmetic, BF16 and SVE come from getauxval on Linux and
- * from sysctlbyname on Apple platforms.
+ * the AArch64 baseline; dot product, FP16 arithmetic, BF16, I8MM and SVE come from getauxval on
+ * Linux and from sysctlbyname on Apple platforms (which have no SVE).
  */
 #include <stdint.h>
 
@@ -25,6 +25,9 @@
 #ifndef HWCAP_SVE
 #define HWCAP_SVE (1ul << 22)
 #endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1ul << 13)
+#endif
 #ifndef HWCAP2_BF16
 #define HWCAP2_BF16 (1ul << 14)
 #endif
@@ -43,6 +46,8 @@ uint32_t qs_cpu_detect(void)
         isa |= QS_ISA_NEON_FP16;
     if (hw2 & HWCAP2_BF16)
         isa |= QS_ISA_NEON_BF16;
+    if (hw2 & HWCAP2_I8MM)
+        isa |= QS_ISA_NEON_I8MM;
     if (hw & HWCAP_SVE)
         isa |= QS_ISA_SVE;
     return isa;
@@ -68,6 +73,8 @@ uint32_t qs_cpu_detect(void)
         isa |= QS_ISA_NEON_FP16;
     if (has("hw.optional.arm.FEAT_BF16"))
         isa |= QS_ISA_NEON_BF16;
+    if (has("hw.optional.arm.FEAT_I8MM"))
+        isa |= QS_ISA_NEON_I8MM;
     return isa;
 }
 

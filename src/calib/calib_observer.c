@@ -81,6 +81,10 @@ const char *qs_calib_params_error(const qs_observer_params *p)
     if (p->num_bins < QS_HIST_MIN_BINS || p->num_bins > QS_HIST_MAX_BINS ||
         (p->num_bins & (p->num_bins - 1)) != 0)
         return "num_bins must be a power of two in [4, 2^20]";
+    if ((p->method == QS_OBSERVER_ENTROPY || p->method == QS_OBSERVER_MSE) &&
+        p->num_bins > QS_OBSERVER_SEARCH_MAX_BINS)
+        return "the entropy and MSE searches take time quadratic in num_bins: at most 4096 bins "
+               "(QS_OBSERVER_SEARCH_MAX_BINS)";
     if (p->start_bin < 1 || p->start_bin > p->num_bins / 2)
         return "start_bin must be in [1, num_bins / 2]";
     if (p->num_levels < 1 || p->num_levels > p->start_bin)

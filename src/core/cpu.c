@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Public CPU queries and the QS_FORCE_ISA names. Detection itself lives with each architecture
- * (src/x86/cpu_x86.c, src/arm/cpu_arm.c); other machines run the scalar reference.
+ * Public CPU queries, the ISA tier table (isa_tiers.inc) and the QS_FORCE_ISA names. Detection
+ * itself lives with each architecture (src/x86/cpu_x86.c, src/arm/cpu_arm.c); other machines run
+ * the scalar reference.
  */
 #include <string.h>
 
@@ -23,11 +24,21 @@ static const struct {
     uint32_t bit;
     const char *name;
 } isa_names[] = {
-    {QS_ISA_AVX2, "avx2"},       {QS_ISA_AVX512, "avx512"},
-    {QS_ISA_AVX512_VNNI, "avx512-vnni"}, {QS_ISA_AVX512_BF16, "avx512-bf16"},
-    {QS_ISA_NEON, "neon"},       {QS_ISA_NEON_DOTPROD, "neon-dotprod"},
-    {QS_ISA_NEON_FP16, "neon-fp16"}, {QS_ISA_NEON_BF16, "neon-bf16"},
+    {QS_ISA_AVX2, "avx2"},
+    {QS_ISA_AVX512, "avx512"},
+    {QS_ISA_AVX512_VNNI, "avx512-vnni"},
+    {QS_ISA_AVX512_BF16, "avx512-bf16"},
+    {QS_ISA_AVX_VNNI, "avx-vnni"},
+    {QS_ISA_AVX512_FP16, "avx512-fp16"},
+    {QS_ISA_AMX_TILE, "amx-tile"},
+    {QS_ISA_AMX_INT8, "amx-int8"},
+    {QS_ISA_AMX_BF16, "amx-bf16"},
+    {QS_ISA_NEON, "neon"},
+    {QS_ISA_NEON_DOTPROD, "neon-dotprod"},
+    {QS_ISA_NEON_FP16, "neon-fp16"},
+    {QS_ISA_NEON_BF16, "neon-bf16"},
     {QS_ISA_SVE, "sve"},
+    {QS_ISA_NEON_I8MM, "neon-i8mm"},
 };
 
 QS_API const char *qs_isa_name(uint32_t isa_bit)
@@ -40,25 +51,55 @@ QS_API const char *qs_isa_name(uint32_t isa_bit)
     return NULL;
 }
 
-/* A forced level keeps its tier and everything below it; unknown names force nothing. */
+static const struct {
+    const char *name, *arch;
+    uint32_t required, allowed;
+} tiers[] = {
+#define QS_TIER(name, arch, suite, required, allowed) {name, arch, (required), (allowed)},
+#include "isa_tiers.inc"
+#undef QS_TIER
+};
+
+#define TIER_COUNT ((int32_t)(sizeof tiers / sizeof tiers[0]))
+
+QS_API int32_t qs_isa_tier_count(void)
+{
+    return TIER_COUNT;
+}
+
+QS_API qs_status qs_isa_tier_info(int32_t index, qs_isa_tier *info)
+{
+    if (!info || index < 0 || index >= TIER_COUNT)
+        return QS_ERR_INVALID_ARG;
+    info->name = tiers[index].name;
+    info->arch = tiers[index].arch;
+    info->required = tiers[index].required;
+    info->allowed = tiers[index].allowed;
+    info->available = (qs_cpu_detect() & tiers[index].required) == tiers[index].required;
+    info->reserved = 0;
+    return QS_OK;
+}
+
+const char *qs_isa_tier_name(uint32_t isa)
+{
+    int32_t best = 0;
+
+    for (int32_t i = 0; i < TIER_COUNT; i++)
+        if ((isa & tiers[i].required) == tiers[i].required)
+            best = i;
+    return tiers[best].name;
+}
+
+/* A forced tier applies its `allowed` mask; "none" is an old spelling of "scalar"; an unset, empty
+ * or unknown name forces nothing. */
 uint32_t qs_force_isa_mask(const char *value)
 {
-    static const uint32_t x86_all = QS_ISA_AVX2 | QS_ISA_AVX512 | QS_ISA_AVX512_VNNI |
-                                    QS_ISA_AVX512_BF16;
-    static const uint32_t arm_all = QS_ISA_NEON | QS_ISA_NEON_DOTPROD | QS_ISA_NEON_FP16 |
-                                    QS_ISA_NEON_BF16 | QS_ISA_SVE;
-
     if (!value || !*value)
         return QS_ISA_ALL;
-    if (strcmp(value, "scalar") == 0 || strcmp(value, "none") == 0)
+    if (strcmp(value, "none") == 0)
         return 0;
-    if (strcmp(value, "avx2") == 0)
-        return QS_ISA_AVX2;
-    if (strcmp(value, "avx512") == 0)
-        return x86_all;
-    if (strcmp(value, "neon") == 0)
-        return QS_ISA_NEON | QS_ISA_NEON_FP16 | QS_ISA_NEON_BF16;
-    if (strcmp(value, "neon-dotprod") == 0)
-        return arm_all;
+    for (int32_t i = 0; i < TIER_COUNT; i++)
+        if (strcmp(value, tiers[i].name) == 0)
+            return tiers[i].allowed;
     return QS_ISA_ALL;
 }

@@ -109,17 +109,7 @@ QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx)
 
 QS_API const char *qs_ctx_backend_name(const qs_ctx *ctx)
 {
-    uint32_t isa = ctx ? ctx->isa : 0;
-
-    if (isa & QS_ISA_AVX512)
-        return "avx512";
-    if (isa & QS_ISA_AVX2)
-        return "avx2";
-    if (isa & QS_ISA_NEON_DOTPROD)
-        return "neon-dotprod";
-    if (isa & QS_ISA_NEON)
-        return "neon";
-    return "scalar";
+    return qs_isa_tier_name(ctx ? ctx->isa : 0);
 }
 
 QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value)

@@ -1,17 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The kernel table, generated from kernels.inc: every slot starts at its __ref kernel and is
- * upgraded to the best implementation whose ISA bits the context allows (STYLE.md §4).
+ * The kernel registry (kernels.inc) as data, and the one selection rule: per slot, the
+ * highest-ranked entry whose ISA bits the context allows and whose shape minimums the problem
+ * meets (STYLE.md §4). Every slot has a __ref entry of rank 0 and no minimums, so it never ends
+ * without a kernel.
  */
 #include <stddef.h>
 
 #include "internal.h"
 
-static const struct qs_kernel_entry entries[] = {
-#define QS_KERNEL(slot, isa, fn) {QS_SLOT_##slot, (isa), (void (*)(void))fn, #fn},
+/* Two entries of one slot with the same rank would make the choice depend on list order: they
+ * declare the same enumerator here, and the build stops. */
+enum qs_rank_check {
+#define QS_KERNEL(slot, fn, rank, isa) qs_rank_check_##slot##_##rank,
 #include "kernels.inc"
 #undef QS_KERNEL
+    qs_rank_check_end
 };
+
+static const struct qs_kernel_entry entries[] = {
+#define QS_KERNEL(slot, fn, rank, isa)                                                             \
+    {QS_SLOT_##slot, QS_FAMILY, (rank), (isa), (void (*)(void))fn, #fn, {0, 0, 0, 0, 0, 0, 0, 0}},
+#define QS_MATMUL_KERNEL(slot, fn, rank, isa, mr, nr, kr, min_m, min_n, min_k, pack, act)         \
+    {QS_SLOT_##slot, QS_FAMILY,          (rank),                                                   \
+     (isa),          (void (*)(void))fn, #fn,                                                      \
+     {(mr), (nr), (kr), (min_m), (min_n), (min_k), (pack), (act)}},
+#include "kernels.inc"
+#undef QS_MATMUL_KERNEL
+#undef QS_KERNEL
+};
+
+#define ENTRY_COUNT ((int32_t)(sizeof entries / sizeof entries[0]))
 
 static const char *const slot_names[] = {
 #define QS_SLOT(slot) #slot,
@@ -21,13 +40,38 @@ static const char *const slot_names[] = {
 
 const struct qs_kernel_entry *qs_kernel_entries(int32_t *count)
 {
-    *count = (int32_t)(sizeof entries / sizeof entries[0]);
+    *count = ENTRY_COUNT;
     return entries;
 }
 
 const char *qs_slot_name(int32_t slot)
 {
     return slot >= 0 && slot < QS_SLOT_COUNT ? slot_names[slot] : NULL;
+}
+
+int32_t qs_slot_family(int32_t slot)
+{
+    for (int32_t i = 0; i < ENTRY_COUNT; i++)
+        if (entries[i].slot == slot)
+            return entries[i].family;
+    return -1;
+}
+
+const struct qs_kernel_entry *qs_kernel_select(const struct qs_kernel_entry *e, int32_t count,
+                                               int32_t slot, uint32_t isa, int64_t m, int64_t n,
+                                               int64_t k)
+{
+    const struct qs_kernel_entry *best = NULL;
+
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != slot || (e[i].isa & ~isa) != 0)
+            continue;
+        if (m < e[i].tile.min_m || n < e[i].tile.min_n || k < e[i].tile.min_k)
+            continue;
+        if (!best || e[i].rank > best->rank)
+            best = &e[i];
+    }
+    return best;
 }
 
 static void set_slot(struct qs_kernels *k, int32_t slot, void (*fn)(void))
@@ -43,10 +87,16 @@ static void set_slot(struct qs_kernels *k, int32_t slot, void (*fn)(void))
 
 void qs_kernels_init(struct qs_kernels *k, const char **names, uint32_t isa)
 {
-    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
-        if ((entries[i].isa & ~isa) != 0)
-            continue;
-        set_slot(k, entries[i].slot, entries[i].fn);
-        names[entries[i].slot] = entries[i].name;
+    for (int32_t s = 0; s < QS_SLOT_COUNT; s++) {
+        const struct qs_kernel_entry *e =
+            qs_kernel_select(entries, ENTRY_COUNT, s, isa, INT64_MAX, INT64_MAX, INT64_MAX);
+        set_slot(k, s, e ? e->fn : NULL);
+        names[s] = e ? e->name : NULL;
     }
+}
+
+const struct qs_kernel_entry *qs_ctx_kernel_select(const qs_ctx *ctx, int32_t slot, int64_t m,
+                                                   int64_t n, int64_t k)
+{
+    return qs_kernel_select(entries, ENTRY_COUNT, slot, ctx->isa, m, n, k);
 }

@@ -58,10 +58,32 @@ static inline int64_t qs_ceil_div(int64_t a, int64_t b)
 /* Number of OpenMP threads a call of this context may use. */
 QS_INTERNAL int32_t qs_threads(const qs_ctx *ctx);
 
+/* Every ISA bit of one architecture (the tier table's widest masks). */
+#define QS_ISA_X86_ALL                                                                             \
+    (QS_ISA_AVX2 | QS_ISA_AVX512 | QS_ISA_AVX512_VNNI | QS_ISA_AVX512_BF16 | QS_ISA_AVX_VNNI |    \
+     QS_ISA_AVX512_FP16 | QS_ISA_AMX_TILE | QS_ISA_AMX_INT8 | QS_ISA_AMX_BF16)
+#define QS_ISA_ARM_ALL                                                                             \
+    (QS_ISA_NEON | QS_ISA_NEON_DOTPROD | QS_ISA_NEON_FP16 | QS_ISA_NEON_BF16 | QS_ISA_SVE |        \
+     QS_ISA_NEON_I8MM)
+
 /* Detected CPU features (src/x86/cpu_x86.c or src/arm/cpu_arm.c; 0 elsewhere). */
 QS_INTERNAL uint32_t qs_cpu_detect(void);
-/* The ISA mask that QS_FORCE_ISA allows (QS_ISA_ALL if unset or unknown). */
+/* The ISA mask that QS_FORCE_ISA allows: the named tier's `allowed` (isa_tiers.inc), QS_ISA_ALL if
+ * unset or unknown. */
 QS_INTERNAL uint32_t qs_force_isa_mask(const char *value);
+#if defined(__x86_64__)
+/* Ask the OS once per process for the AMX tile state (src/x86/cpu_x86.c): 1 if tile
+ * instructions may run, 0 if the CPU, the OS or the permission is missing. Matmul kernels call it
+ * before choosing an AMX entry. */
+QS_INTERNAL int qs_x86_amx_request(void);
+#endif
+/* The name of the last tier of isa_tiers.inc whose `required` bits `isa` contains. */
+QS_INTERNAL const char *qs_isa_tier_name(uint32_t isa);
+
+/* The kernel of `slot` this context runs for an m x n x k problem (qs_kernel_select over the
+ * registry with the context's ISA): how matmul drivers pick GEMV, small-M or tiled kernels. */
+QS_INTERNAL const struct qs_kernel_entry *qs_ctx_kernel_select(const qs_ctx *ctx, int32_t slot,
+                                                               int64_t m, int64_t n, int64_t k);
 
 /* Read `n` elements of `dtype` starting at element `offset` of src as f32: returns src itself
  * for f32 data, else converts into `tile` (n <= QS_TILE) and returns it. */

@@ -133,24 +133,60 @@ enum qs_slot_index {
 };
 
 /* Declarations of every implementation. */
-#define QS_KERNEL(slot, isa, fn) qs_##slot##_fn fn;
+#define QS_KERNEL(slot, fn, rank, isa) qs_##slot##_fn fn;
 #include "kernels.inc"
 #undef QS_KERNEL
 
-/* One row of kernels.inc, for dispatch, tests and benchmarks. */
-struct qs_kernel_entry {
-    int32_t slot;       /* enum qs_slot_index */
-    uint32_t isa;       /* QS_ISA_* bits the kernel needs; 0 for __ref */
-    void (*fn)(void);   /* cast to the slot's type before calling */
-    const char *name;   /* "qs_nf4_quant__avx2" */
+/* The operation families, one kernel list each (kernels_<family>.inc). */
+enum qs_kernel_family {
+    QS_FAMILY_QUANT,  /* quantize, dequantize, dtype conversions: compared bit for bit */
+    QS_FAMILY_REDUCE, /* absmax, min/max, non-finite scan: bit for bit */
+    QS_FAMILY_HIST,   /* calibration statistics: bit for bit */
+    QS_FAMILY_SPARSE, /* N:M and 2:4 sparsity: bit for bit */
+    QS_FAMILY_MATMUL, /* matmul: within a tolerance (tile metadata below) */
+    QS_FAMILY_COUNT
 };
 
-/* Every implementation compiled into this build, in kernels.inc order (ref first). */
+/* How a matmul kernel reads its operands (kernels_matmul.inc). */
+enum qs_packing { QS_PACK_NONE, QS_PACK_B, QS_PACK_AB };
+/* The activation (left operand) element type of a matmul kernel. */
+enum qs_act_type { QS_ACT_F32, QS_ACT_F16, QS_ACT_BF16, QS_ACT_INT8 };
+
+/* Matmul metadata of an entry; all zero for the other families. */
+struct qs_tile {
+    int32_t mr, nr, kr;          /* register tile: rows x columns x depth step */
+    int64_t min_m, min_n, min_k; /* smallest problem the kernel is chosen for */
+    int32_t packing;             /* enum qs_packing */
+    int32_t act;                 /* enum qs_act_type */
+};
+
+/* One row of the registry, for dispatch, tests and benchmarks. */
+struct qs_kernel_entry {
+    int32_t slot;       /* enum qs_slot_index */
+    int32_t family;     /* enum qs_kernel_family */
+    int32_t rank;       /* higher wins among the entries a context allows; 0 for __ref */
+    uint32_t isa;       /* QS_ISA_* bits the kernel needs (a set, not a tier); 0 for __ref */
+    void (*fn)(void);   /* cast to the slot's type before calling */
+    const char *name;   /* "qs_nf4_quant__avx2" */
+    struct qs_tile tile;
+};
+
+/* Every implementation compiled into this build, in kernels.inc order (family lists in turn). */
 const struct qs_kernel_entry *qs_kernel_entries(int32_t *count);
 /* "nf4_quant" for a slot index, NULL out of range. */
 const char *qs_slot_name(int32_t slot);
-/* Fill k with the ref kernels, then upgrade each slot to the last entry whose ISA bits are all in
- * `isa` (kernels.inc lists the tiers of a slot best-last). */
+/* The family of a slot (that of its entries), -1 out of range. */
+int32_t qs_slot_family(int32_t slot);
+/* The entry of `slot` among e[0 .. count) that runs for ISA bits `isa` and a problem of m x n x k:
+ * the highest rank among those whose bits `isa` contains and whose min_m, min_n, min_k the
+ * problem meets (the first such entry on a tie, which the build rules out within one list).
+ * NULL if none qualifies. Deterministic: it depends on nothing else. */
+const struct qs_kernel_entry *qs_kernel_select(const struct qs_kernel_entry *e, int32_t count,
+                                               int32_t slot, uint32_t isa, int64_t m, int64_t n,
+                                               int64_t k);
+/* Fill k (and names) per slot with qs_kernel_select over the whole registry for `isa` and the
+ * largest problem, so that a slot whose entries have shape minimums gets its best kernel for big
+ * problems; shape-dependent callers ask qs_kernel_select with their own m, n, k. */
 void qs_kernels_init(struct qs_kernels *k, const char **names, uint32_t isa);
 
 #endif /* QS_CORE_KERNELS_H */

@@ -395,12 +395,13 @@ QS_API qs_status qs_sp24_meta_to_cutlass(qs_ctx *ctx, const uint16_t *meta, int6
                                          int64_t cols, int32_t word_bits, uint16_t *dst,
                                          int64_t dst_count)
 {
-    int64_t count;
+    int64_t count = 0;
     qs_status st = check_cutlass(ctx, meta, dst, rows, cols, word_bits, dst_count, &count);
 
     if (st != QS_OK)
         return st;
-    cutlass_move(meta, dst, rows, cols, word_bits, 1);
+    if (count > 0) /* rows x 0 has no word to move: return at once, not after `rows` empty rows */
+        cutlass_move(meta, dst, rows, cols, word_bits, 1);
     return qs_ok(ctx);
 }
 
@@ -408,12 +409,13 @@ QS_API qs_status qs_sp24_meta_from_cutlass(qs_ctx *ctx, const uint16_t *src, int
                                            int64_t cols, int32_t word_bits, uint16_t *meta,
                                            int64_t meta_count)
 {
-    int64_t count;
+    int64_t count = 0;
     qs_status st = check_cutlass(ctx, src, meta, rows, cols, word_bits, meta_count, &count);
 
     if (st != QS_OK)
         return st;
-    cutlass_move(src, meta, rows, cols, word_bits, 0);
+    if (count > 0)
+        cutlass_move(src, meta, rows, cols, word_bits, 0);
     return qs_ok(ctx);
 }
 
@@ -447,7 +449,9 @@ QS_API qs_status qs_sp24_meta_to_bitmask(qs_ctx *ctx, const uint16_t *meta, int6
     if ((st = check_bitmask(ctx, meta, bitmask, rows, cols, meta_count, bitmask_bytes, &s)) !=
         QS_OK)
         return st;
-    if (s.n > 0 && (st = check_meta(ctx, meta, &s, rows, cols)) != QS_OK)
+    if (s.n == 0) /* rows x 0: no byte to write, and looping over the rows would take hours */
+        return qs_ok(ctx);
+    if ((st = check_meta(ctx, meta, &s, rows, cols)) != QS_OK)
         return st;
     for (int64_t r = 0; r < rows; r++) {
         uint8_t *row = bitmask + r * bpr;
@@ -472,6 +476,8 @@ QS_API qs_status qs_sp24_meta_from_bitmask(qs_ctx *ctx, const uint8_t *bitmask,
     if ((st = check_bitmask(ctx, bitmask, meta, rows, cols, meta_count, bitmask_bytes, &s)) !=
         QS_OK)
         return st;
+    if (s.n == 0) /* rows x 0: no word to write (see qs_sp24_meta_to_bitmask) */
+        return qs_ok(ctx);
     /* First pass: exactly two bits per group, zero padding (§5); nothing is written before. */
     for (int64_t r = 0; r < rows; r++)
         for (int64_t g = 0; g < 2 * bpr; g++) {

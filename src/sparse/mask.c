@@ -283,6 +283,11 @@ QS_API qs_status qs_nm_check(qs_ctx *ctx, const void *x, int32_t dtype, int64_t 
         return qs_fail(ctx, rows % 4 != 0 ? QS_ERR_SHAPE : QS_ERR_INVALID_ARG,
                        "the TILE check needs 2:4 and rows %% 4 == 0 (got %d:%d, %lld rows)", n,
                        m, (long long)rows);
+    if (count == 0) { /* rows x 0 (or 0 x cols) has no group: valid, without a pass over rows */
+        if (first_bad)
+            *first_bad = -1;
+        return qs_ok(ctx);
+    }
     bad = qs_sp_first_bad_group(x, dtype, 0, rows, cols, n, m);
     if (bad >= 0) {
         if (first_bad)

@@ -193,6 +193,17 @@ QS_API qs_status qs_sp24_permute_search(qs_ctx *ctx, const float *w, int64_t row
             return qs_fail(ctx, QS_ERR_NONFINITE, "the permutation search needs finite scores");
     if (max_sweeps == 0)
         max_sweeps = 16;
+    if (n == 0) {
+        /* No score to move: every order keeps all of nothing. The search would still visit every
+         * row (rows x 0) or every stripe pair (0 x cols), so the identity is returned at once. */
+        for (int64_t c = 0; c < cols; c++)
+            perm[c] = (int32_t)c;
+        if (kept_before)
+            *kept_before = 1.0;
+        if (kept_after)
+            *kept_after = 1.0;
+        return qs_ok(ctx);
+    }
 
     cs = qs_scratch_alloc(ctx, (size_t)(n > 0 ? n : 1) * sizeof(float));
     p.sv = qs_scratch_alloc(ctx, (size_t)(cols / 4 + 1) * sizeof(double));

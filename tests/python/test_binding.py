@@ -300,6 +300,73 @@ def test_noncontiguous_input_is_copied():
         qs.quantize(np.ascontiguousarray(x[:, ::2]), "nf4").data.tobytes()
 
 
+
+def test_non_native_byte_order_is_converted():
+    # Big-endian arrays (as read from some files) hold the same values: they are converted to
+    # native order (a copy) instead of failing with "unsupported dtype", for every array argument.
+    x = rand((4, 64), seed=21)
+    for fmt in ("nf4", "int8", "fp8_e4m3", "nvfp4"):
+        want = qs.quantize(x, fmt)
+        got = qs.quantize(x.astype(">f4"), fmt)
+        assert got.data.tobytes() == want.data.tobytes()
+        assert got.scale is None or got.scale.tobytes() == want.scale.tobytes()
+    h = x.astype(np.float16)
+    assert qs.quantize(h.astype(">f2"), "mxfp4").data.tobytes() == \
+        qs.quantize(h, "mxfp4").data.tobytes()
+    bits = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    assert qs.quantize(bits.astype(">u2"), "nf4", dtype="bfloat16").data.tobytes() == \
+        qs.quantize(bits, "nf4", dtype="bfloat16").data.tobytes()
+    assert qs.convert(x.astype(">f4"), "float16").tobytes() == qs.convert(x, "float16").tobytes()
+    # hand-built planes in big-endian order (an int8 f32 scale, an nf4 absmax)
+    i = qs.quantize(x, "int8")
+    hand = qs.QTensor("int8", i.shape, i.data, scale=i.scale.astype(">f4"))
+    assert qs.dequantize(hand).tobytes() == qs.dequantize(i).tobytes()
+    n = qs.quantize(x, "nf4")
+    hand = qs.QTensor("nf4", n.shape, n.data, absmax=n.absmax.astype(">f4"))
+    assert qs.dequantize(hand).tobytes() == qs.dequantize(n).tobytes()
+    o, ob = qs.Observer("entropy"), qs.Observer("entropy")
+    assert ob.update(x.astype(">f4")).to_bytes() == o.update(x).to_bytes()
+
+
+def test_float32_narrowing_never_changes_meaning():
+    # A positive scale below float32's range (1e-50) once became 0.0, which the library reads as
+    # "derive the scale from the data"; one above it became inf. Both are ValueErrors naming the
+    # value, as is every other float the binding narrows to float32.
+    x = rand(64)
+    for fmt in ("fp8_e4m3", "fp8_e5m2", "nvfp4"):
+        with pytest.raises(ValueError, match=r"scale 1e-50 is outside float32's range"):
+            qs.quantize(x, fmt, scale=1e-50)
+        with pytest.raises(ValueError, match=r"scale 1e\+39 is outside float32's range"):
+            qs.quantize(x, fmt, scale=1e39)
+    # the smallest float32 subnormal is still a scale, not "derive"
+    tiny = float(np.float32(1e-45))
+    assert qs.quantize(np.zeros(4, np.float32), "fp8_e4m3", scale=tiny).scale[0] == \
+        np.float32(tiny)
+    n = qs.quantize(rand((2, 32)), "nvfp4")
+    for bad in (1e-50, 1e39):
+        with pytest.raises(ValueError, match="global_scale"):
+            qs.QTensor("nvfp4", n.shape, n.data, scale=n.scale, global_scale=bad)
+    late = qs.quantize(rand((2, 32)), "nvfp4")
+    late.global_scale = 1e-50  # set after construction: checked when dequantize narrows it
+    with pytest.raises(ValueError, match="global_scale 1e-50"):
+        qs.dequantize(late)
+    d = qs.quantize(rand(512), "nf4", double_quant=True)
+    with pytest.raises(ValueError, match="nested_offset 1e\\+39"):
+        qs.QTensor("nf4", d.shape, d.data, absmax=d.absmax, nested_absmax=d.nested_absmax,
+                   nested_offset=1e39)
+    # an offset that small is just rounding: it stays allowed
+    assert qs.QTensor("nf4", d.shape, d.data, absmax=d.absmax, nested_absmax=d.nested_absmax,
+                      nested_offset=1e-50).nested_offset == 0.0
+    with pytest.raises(ValueError, match="averaging_constant 1e-50"):
+        qs.Observer("moving_average", averaging_constant=1e-50)
+    w = rand((4, 8))
+    with pytest.raises(ValueError, match="lam 1e\\+39"):
+        qs.sparse.srste(w, w, lam=1e39)
+    with pytest.raises(ValueError, match=r"act_norm\[3\] = 1e-50"):
+        qs.prune(w, method="wanda", act_norm=np.array([1, 1, 1, 1e-50, 1, 1, 1, 1]))
+    with pytest.raises(ValueError, match=r"act_norm\[0\] = 1e\+39"):
+        qs.prune(w, method="wanda", act_norm=np.array([1e39] + [1.0] * 7))
+
 # ---- errors --------------------------------------------------------------------------------------
 
 

@@ -231,3 +231,45 @@ def test_bad_arguments():
         qs.Observer("minmax").update([1.0, 2.0])
     with pytest.raises(ValueError):
         qs.Observer.from_bytes("QSOB")
+
+
+def _fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def test_search_bin_bound():
+    """Entropy and MSE searches are quadratic in the bin count: more than 4096 bins is refused at
+    creation and in a byte string (a valid percentile state with 8192 bins whose method field was
+    rewritten to entropy / MSE, checksum resealed), while percentile keeps 2**20."""
+    for method in ("entropy", "mse"):
+        with pytest.raises(qs.QsparseError, match="at most 4096 bins") as e:
+            qs.Observer(method, num_bins=8192)
+        assert e.value.status == _lib.QS_ERR_INVALID_ARG
+    qs.Observer("percentile", num_bins=2**20)
+    x = np.linspace(-3.0, 3.0, 2 * 64, dtype=np.float32).reshape(2, 64)
+    b = bytearray(qs.Observer("percentile", axis=0, num_bins=8192).update(x).to_bytes())
+    assert int.from_bytes(b[12:16], "little") == 3  # QS_OBSERVER_PERCENTILE
+    for code in (4, 5):  # QS_OBSERVER_ENTROPY, QS_OBSERVER_MSE
+        b[12:16] = code.to_bytes(4, "little")
+        b[-8:] = _fnv1a64(b[:-8]).to_bytes(8, "little")
+        with pytest.raises(qs.QsparseError, match="at most 4096 bins") as e:
+            qs.Observer.from_bytes(bytes(b))
+        assert e.value.status == _lib.QS_ERR_BAD_DATA
+
+
+def test_search_at_max_bins_finishes():
+    """Per-channel entropy and FP8 MSE (the slowest fake quantizer) at 4096 bins with every bin
+    filled and the first candidate at bin 1: the worst case the bound allows, which only has to
+    finish. Channel 0 holds one value per bin centre, so entropy's last candidate matches P
+    exactly (KL 0) and the result is the whole range, 4096."""
+    x = np.empty((2, 4096), np.float32)
+    x[0] = np.arange(4096, dtype=np.float32) + 0.5
+    x[1] = np.random.default_rng(8).uniform(0.0, 4096.0, 4096).astype(np.float32)
+    ent = qs.Observer("entropy", axis=0, num_bins=4096, start_bin=1, num_levels=1).update(x)
+    a = ent.amax()
+    assert a[0] == 4096.0 and 0.0 < a[1] <= 4096.0
+    mse = qs.Observer("mse", axis=0, num_bins=4096, start_bin=1, target="fp8_e4m3").update(x)
+    assert all(0.0 < v <= 4096.0 for v in mse.amax())

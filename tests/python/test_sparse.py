@@ -263,3 +263,47 @@ def test_permutation():
 
     assert before == pytest.approx(kept(w), rel=1e-6)
     assert after == pytest.approx(kept(np.ascontiguousarray(w[:, perm])), rel=1e-6)
+
+
+def test_empty_rows_return_at_once():
+    """A checkpoint may declare a 2**40 x 0 tensor: nothing to convert, so every call returns at
+    once (the C library used to visit each empty row: hours), with empty results."""
+    huge = 2**40
+    values = np.zeros((huge, 0), np.float32)
+    s = sp.Compressed24.from_bitmask(values, np.zeros((huge, 0), np.uint8), shape=(huge, 0))
+    assert s.meta.shape == (huge, 0) and s.shape == (huge, 0)
+    assert s.to_bitmask().shape == (huge, 0)
+    assert s.to_cutlass_meta(16).size == 0 and s.to_cutlass_meta(32).size == 0
+    assert sp.meta_from_cutlass(s.meta, (huge, 0)).shape == (huge, 0)
+    assert qs.decompress(s).shape == (huge, 0)
+    assert qs.sparse.check(values) == (True, -1)
+    assert qs.sparse.check(np.zeros((huge, 0), bool), tile=True) == (True, -1)
+    assert qs.prune(values).shape == (huge, 0)
+    assert qs.prune(values, method="tile").shape == (huge, 0)
+    perm, before, after = qs.sparse.permute(values)
+    assert perm.size == 0 and before == after == 1.0
+    # 0 rows: the permutation search has no score, so it returns the identity at once
+    perm, before, after = qs.sparse.permute(np.zeros((0, 2**16), np.float32), escapes=3)
+    assert np.array_equal(perm, np.arange(2**16)) and before == after == 1.0
+
+
+def test_big_endian_arrays_mean_their_values():
+    """Arrays in non-native byte order hold the same values: weights, norms, values and meta words
+    are converted (a copy), never misread as swapped bytes nor refused as another dtype."""
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    norms = rng.uniform(0.5, 2.0, 64).astype(np.float32)
+    np.testing.assert_array_equal(qs.prune(w.astype(">f4"), "2:4", method="wanda",
+                                           act_norm=norms.astype(">f4")),
+                                  qs.prune(w, "2:4", method="wanda", act_norm=norms))
+    s = qs.compress(w, qs.prune(w))
+    sb = qs.compress(w.astype(">f4"), qs.prune(w))
+    assert sb.values.tobytes() == s.values.tobytes() and sb.meta.tobytes() == s.meta.tobytes()
+    big = sp.Compressed24(s.values.astype(">f4"), s.meta.astype(">u2"), s.shape, s.dtype)
+    assert qs.decompress(big).tobytes() == qs.decompress(s).tobytes()
+    assert big.to_bitmask().tobytes() == s.to_bitmask().tobytes()
+    for word_bits in (16, 32):
+        c = sp.meta_to_cutlass(s.meta.astype(">u2"), w.shape, word_bits)
+        assert c.tobytes() == sp.meta_to_cutlass(s.meta, w.shape, word_bits).tobytes()
+        swapped = c.astype(">u2" if word_bits == 16 else ">i4")
+        np.testing.assert_array_equal(sp.meta_from_cutlass(swapped, w.shape, word_bits), s.meta)
