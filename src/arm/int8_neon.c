@@ -39,7 +39,7 @@ void qs_int8_quant__neon(const float *src, int64_t n, float mul, int32_t zp, int
         vst1q_s8(dst + i, vuzp1q_s8(vreinterpretq_s8_s16(lo), vreinterpretq_s8_s16(hi)));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_int8_encode(src[i], mul, zp, qmin);
+        dst[i] = qs_ref_int8_encode(qs_ld_f32(src + i), mul, zp, qmin);
 }
 
 void qs_int8_dequant__neon(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
@@ -52,11 +52,11 @@ void qs_int8_dequant__neon(const int8_t *src, int64_t n, float scale, int32_t zp
         int16x8_t q = vmovl_s8(vld1_s8(src + i));
         int32x4_t a = vsubq_s32(vmovl_s16(vget_low_s16(q)), vz);
         int32x4_t b = vsubq_s32(vmovl_high_s16(q), vz);
-        vst1q_f32(dst + i, vmulq_f32(vcvtq_f32_s32(a), vs));
-        vst1q_f32(dst + i + 4, vmulq_f32(vcvtq_f32_s32(b), vs));
+        vst1q_f32(dst + i, nan_canon_neon(vmulq_f32(vcvtq_f32_s32(a), vs)));
+        vst1q_f32(dst + i + 4, nan_canon_neon(vmulq_f32(vcvtq_f32_s32(b), vs)));
     }
     for (; i < n; i++)
-        dst[i] = (float)((int32_t)src[i] - zp) * scale;
+        qs_st_f32(dst + i, qs_ref_nan_canon((float)((int32_t)src[i] - zp) * scale));
 }
 
 void qs_int8_dequant_rowstat__neon(const int8_t *src, int64_t n, float stat, float *dst)
@@ -69,11 +69,11 @@ void qs_int8_dequant_rowstat__neon(const int8_t *src, int64_t n, float stat, flo
         int16x8_t q = vmovl_s8(vld1_s8(src + i));
         float32x4_t a = vcvtq_f32_s32(vmovl_s16(vget_low_s16(q)));
         float32x4_t b = vcvtq_f32_s32(vmovl_high_s16(q));
-        vst1q_f32(dst + i, vmulq_f32(vmulq_f32(a, vs), vc));
-        vst1q_f32(dst + i + 4, vmulq_f32(vmulq_f32(b, vs), vc));
+        vst1q_f32(dst + i, nan_canon_neon(vmulq_f32(vmulq_f32(a, vs), vc)));
+        vst1q_f32(dst + i + 4, nan_canon_neon(vmulq_f32(vmulq_f32(b, vs), vc)));
     }
     for (; i < n; i++) {
         float v = (float)src[i] * stat;
-        dst[i] = v * c;
+        qs_st_f32(dst + i, qs_ref_nan_canon(v * c));
     }
 }

@@ -11,6 +11,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "nan_avx2.h"
 
 /* Eight values to int32 codes in [qmin, 127]. */
 static inline __m256i int8_encode_avx2(__m256 x, __m256 mul, __m256i zp, __m256i qmin)
@@ -42,7 +43,7 @@ void qs_int8_quant__avx2(const float *src, int64_t n, float mul, int32_t zp, int
         _mm256_storeu_si256((__m256i *)(dst + i), p);
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_int8_encode(src[i], mul, zp, qmin);
+        dst[i] = qs_ref_int8_encode(qs_ld_f32(src + i), mul, zp, qmin);
 }
 
 void qs_int8_dequant__avx2(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
@@ -55,11 +56,11 @@ void qs_int8_dequant__avx2(const int8_t *src, int64_t n, float scale, int32_t zp
         __m128i b = _mm_loadu_si128((const __m128i *)(src + i));
         __m256i q0 = _mm256_sub_epi32(_mm256_cvtepi8_epi32(b), vz);
         __m256i q1 = _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)), vz);
-        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(q0), vs));
-        _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(q1), vs));
+        _mm256_storeu_ps(dst + i, nan_canon_avx2(_mm256_mul_ps(_mm256_cvtepi32_ps(q0), vs)));
+        _mm256_storeu_ps(dst + i + 8, nan_canon_avx2(_mm256_mul_ps(_mm256_cvtepi32_ps(q1), vs)));
     }
     for (; i < n; i++)
-        dst[i] = (float)((int32_t)src[i] - zp) * scale;
+        qs_st_f32(dst + i, qs_ref_nan_canon((float)((int32_t)src[i] - zp) * scale));
 }
 
 void qs_int8_dequant_rowstat__avx2(const int8_t *src, int64_t n, float stat, float *dst)
@@ -72,11 +73,11 @@ void qs_int8_dequant_rowstat__avx2(const int8_t *src, int64_t n, float stat, flo
         __m128i b = _mm_loadu_si128((const __m128i *)(src + i));
         __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
         __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)));
-        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_mul_ps(q0, vs), vc));
-        _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(_mm256_mul_ps(q1, vs), vc));
+        _mm256_storeu_ps(dst + i, nan_canon_avx2(_mm256_mul_ps(_mm256_mul_ps(q0, vs), vc)));
+        _mm256_storeu_ps(dst + i + 8, nan_canon_avx2(_mm256_mul_ps(_mm256_mul_ps(q1, vs), vc)));
     }
     for (; i < n; i++) {
         float v = (float)src[i] * stat;
-        dst[i] = v * c;
+        qs_st_f32(dst + i, qs_ref_nan_canon(v * c));
     }
 }

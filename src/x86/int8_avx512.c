@@ -11,6 +11,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "nan_avx512.h"
 
 static inline __mmask16 tail_mask_avx512(int64_t left)
 {
@@ -58,15 +59,17 @@ void qs_int8_dequant__avx512(const int8_t *src, int64_t n, float scale, int32_t 
     for (; i + 32 <= n; i += 32) {
         __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
         __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i + 16)));
-        _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q0, vz)), vs));
-        _mm512_storeu_ps(dst + i + 16,
-                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q1, vz)), vs));
+        _mm512_storeu_ps(dst + i, nan_canon_avx512(_mm512_mul_ps(
+                                      _mm512_cvtepi32_ps(_mm512_sub_epi32(q0, vz)), vs)));
+        _mm512_storeu_ps(dst + i + 16, nan_canon_avx512(_mm512_mul_ps(
+                                           _mm512_cvtepi32_ps(_mm512_sub_epi32(q1, vz)), vs)));
     }
     for (; i < n; i += 16) {
         __mmask16 m = tail_mask_avx512(n - i);
         __m512i q = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src + i));
-        _mm512_mask_storeu_ps(dst + i, m,
-                              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, vz)), vs));
+        _mm512_mask_storeu_ps(
+            dst + i, m,
+            nan_canon_avx512(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, vz)), vs)));
     }
 }
 
@@ -81,12 +84,13 @@ void qs_int8_dequant_rowstat__avx512(const int8_t *src, int64_t n, float stat, f
             _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i))));
         __m512 q1 = _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i + 16))));
-        _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_mul_ps(q0, vs), vc));
-        _mm512_storeu_ps(dst + i + 16, _mm512_mul_ps(_mm512_mul_ps(q1, vs), vc));
+        _mm512_storeu_ps(dst + i, nan_canon_avx512(_mm512_mul_ps(_mm512_mul_ps(q0, vs), vc)));
+        _mm512_storeu_ps(dst + i + 16, nan_canon_avx512(_mm512_mul_ps(_mm512_mul_ps(q1, vs), vc)));
     }
     for (; i < n; i += 16) {
         __mmask16 m = tail_mask_avx512(n - i);
         __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src + i)));
-        _mm512_mask_storeu_ps(dst + i, m, _mm512_mul_ps(_mm512_mul_ps(q, vs), vc));
+        _mm512_mask_storeu_ps(dst + i, m,
+                              nan_canon_avx512(_mm512_mul_ps(_mm512_mul_ps(q, vs), vc)));
     }
 }
