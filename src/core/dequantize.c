@@ -3,6 +3,7 @@
  * qs_dequantize: checks every argument and size, then decodes chunk by chunk with table kernels
  * into f32 (directly into dst for f32 output, else through the staging tile and a cvt kernel).
  */
+#include "../ref/ref.h"
 #include "parallel.h"
 #include "quant_common.h"
 
@@ -77,12 +78,16 @@ static void unit_decode(const struct qs_qjob *j, int64_t start, int64_t len, flo
     int64_t u = j->unit_len > 0 ? start / j->unit_len : 0;
 
     switch (j->format) {
-    case QS_FORMAT_LLM_INT8: j->ctx->k.int8_dequant_rowstat(codes, len, j->fscale[u], out); break;
-    case QS_FORMAT_INT8:
-        j->ctx->k.int8_dequant(codes, len, j->fscale[u], j->zp ? j->zp[u] : 0, out);
+    case QS_FORMAT_LLM_INT8:
+        j->ctx->k.int8_dequant_rowstat(codes, len, qs_ld_f32(j->fscale + u), out);
         break;
-    case QS_FORMAT_FP8_E4M3: j->ctx->k.e4m3_dequant(j->data + start, len, j->fscale[0], out); break;
-    default: j->ctx->k.e5m2_dequant(j->data + start, len, j->fscale[0], out); break;
+    case QS_FORMAT_INT8:
+        j->ctx->k.int8_dequant(codes, len, qs_ld_f32(j->fscale + u), j->zp ? j->zp[u] : 0, out);
+        break;
+    case QS_FORMAT_FP8_E4M3:
+        j->ctx->k.e4m3_dequant(j->data + start, len, qs_ld_f32(j->fscale), out);
+        break;
+    default: j->ctx->k.e5m2_dequant(j->data + start, len, qs_ld_f32(j->fscale), out); break;
     }
 }
 

@@ -64,14 +64,16 @@ QS_INTERNAL uint32_t qs_cpu_detect(void);
 QS_INTERNAL uint32_t qs_force_isa_mask(const char *value);
 
 /* Read `n` elements of `dtype` starting at element `offset` of src as f32: returns src itself
- * for f32 data, else converts into `tile` (n <= QS_TILE) and returns it. */
+ * for 4-byte-aligned f32 data, else converts or copies into `tile` (n <= QS_TILE) and returns it,
+ * so the pointer returned is always aligned for float. */
 QS_INTERNAL const float *qs_stage_f32(const qs_ctx *ctx, const void *src, int32_t dtype,
                                       int64_t offset, int64_t n, float *tile);
-/* Write n f32 values from `tile` to dst (of `dtype`) at element `offset`; no-op when `tile`
- * already is the f32 destination. */
+/* Write n f32 values from `tile` to dst (of `dtype`) at element `offset`; for f32 dst, a copy
+ * when qs_stage_out handed out the tile (a misaligned dst), else a no-op. */
 QS_INTERNAL void qs_unstage_f32(const qs_ctx *ctx, const float *tile, void *dst, int32_t dtype,
                                 int64_t offset, int64_t n);
-/* The f32 pointer a kernel may write directly for dst[offset ...] when dtype is f32, else tile. */
+/* The f32 pointer a kernel may write directly for dst[offset ...] when dtype is f32 and that
+ * address is aligned for float, else tile. */
 QS_INTERNAL float *qs_stage_out(void *dst, int32_t dtype, int64_t offset, float *tile);
 
 /* Validated layout of a quantized tensor (formats.c). */
