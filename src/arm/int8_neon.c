@@ -10,6 +10,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "neon_common.h"
 
 static inline int32x4_t int8_code4_neon(float32x4_t x, float32x4_t mul, int32x4_t zp,
                                         int32x4_t qmin)
