@@ -81,7 +81,8 @@ void qs_nf4_dequant__neon(const uint8_t *src, const float *absmax, int64_t n, in
         }
         for (; i < end; i++) {
             uint8_t code = (i & 1) ? (src[i / 2] & 0xF) : (src[i / 2] >> 4);
-            qs_st_f32(dst + i, qs_ref_nan_canon(qs_nf4_codebook[code] * s)); /* §5.3: one f32 multiply */
+            /* §5.3: one f32 multiply */
+            qs_st_f32(dst + i, qs_ref_nan_canon(qs_nf4_codebook[code] * s));
         }
     }
 }
