@@ -10,7 +10,12 @@
  * - On error, no output buffer has been written.
  * - Element counts, shapes and byte capacities are int64_t and must be >= 0. Enum-valued arguments
  *   are int32_t. Callers own every buffer; size queries give the exact bytes needed.
- * - No alignment is required anywhere. Inputs and outputs must not overlap.
+ * - No alignment is required anywhere (a tensor may start at any byte). Inputs and outputs must
+ *   not overlap.
+ * - A NaN that the library computes into a float output (a dequantized value with a NaN scale or
+ *   code, for example) is the canonical quiet NaN: f32 0x7FC00000, f16 0x7E00, bf16 0x7FC0, on
+ *   every ISA and with every compiler. NaNs that are only moved (dtype conversions, 2:4
+ *   compression) keep their bits; statistics ignore NaN (docs/nan.md).
  * - A qs_ctx is used by one thread at a time; distinct contexts are independent.
  * - The library assumes the default floating-point environment (round to nearest, no
  *   flush-to-zero) and never changes it.

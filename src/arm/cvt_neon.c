@@ -22,7 +22,7 @@ void qs_cvt_f16_f32__neon(const uint16_t *src, int64_t n, float *dst)
         vst1q_f32(dst + i + 4, vcvt_high_f32_f16(h));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_f16_to_f32(src[i]);
+        qs_st_f32(dst + i, qs_ref_f16_to_f32(qs_ld_u16(src + i)));
 }
 
 void qs_cvt_bf16_f32__neon(const uint16_t *src, int64_t n, float *dst)
@@ -35,7 +35,7 @@ void qs_cvt_bf16_f32__neon(const uint16_t *src, int64_t n, float *dst)
         vst1q_f32(dst + i + 4, vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_bf16_to_f32(src[i]);
+        qs_st_f32(dst + i, qs_ref_bf16_to_f32(qs_ld_u16(src + i)));
 }
 
 void qs_cvt_f32_f16__neon(const float *src, int64_t n, uint16_t *dst)
@@ -48,7 +48,7 @@ void qs_cvt_f32_f16__neon(const float *src, int64_t n, uint16_t *dst)
         vst1q_u16(dst + i, vreinterpretq_u16_f16(h));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_f32_to_f16(src[i]);
+        qs_st_u16(dst + i, qs_ref_f32_to_f16(qs_ld_f32(src + i)));
 }
 
 /* RNE on the bits: u + 0x7FFF + ((u >> 16) & 1), then the top half; NaN lanes get the pinned
@@ -72,5 +72,5 @@ void qs_cvt_f32_bf16__neon(const float *src, int64_t n, uint16_t *dst)
         vst1q_u16(dst + i, vcombine_u16(lo, hi));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_f32_to_bf16(src[i]);
+        qs_st_u16(dst + i, qs_ref_f32_to_bf16(qs_ld_f32(src + i)));
 }

@@ -20,7 +20,7 @@ void qs_dyn8_quant__neon(const float *src, int64_t n, int32_t block, uint8_t *ds
         int64_t len = n - start < block ? n - start : block;
         float m = amax_neon(src + start, len), inv;
 
-        absmax[b] = m;
+        qs_st_f32(absmax + b, m);
         if (m == 0.0f) { /* absmax 0: every code 0, as the reference's branch (§6.4) */
             memset(dst + start, 0, (size_t)len);
             continue;
@@ -33,7 +33,7 @@ void qs_dyn8_quant__neon(const float *src, int64_t n, int32_t block, uint8_t *ds
                 dst[start + i + k] = qs_ref_dyn8_encode(x[k]);
         }
         for (; i < len; i++)
-            dst[start + i] = qs_ref_dyn8_encode(src[start + i] * inv);
+            dst[start + i] = qs_ref_dyn8_encode(qs_ld_f32(src + start + i) * inv);
     }
 }
 
@@ -45,7 +45,7 @@ void qs_dyn8_dequant__neon(const uint8_t *src, const float *absmax, int64_t n, i
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block, i = start;
         int64_t end = n - start < block ? n : start + block;
-        float s = absmax[b];
+        float s = qs_ld_f32(absmax + b);
 
         for (; i + 4 <= end; i += 4) {
             float32x4_t m = vld1q_dup_f32(&qs_dyn8_map[src[i]]);
@@ -53,11 +53,11 @@ void qs_dyn8_dequant__neon(const uint8_t *src, const float *absmax, int64_t n, i
             m = vld1q_lane_f32(&qs_dyn8_map[src[i + 2]], m, 2);
             m = vld1q_lane_f32(&qs_dyn8_map[src[i + 3]], m, 3);
             /* a multiply, then a separate add: no FMA (§0 rule 1) */
-            vst1q_f32(dst + i, vaddq_f32(vmulq_f32(m, vdupq_n_f32(s)), off));
+            vst1q_f32(dst + i, nan_canon_neon(vaddq_f32(vmulq_f32(m, vdupq_n_f32(s)), off)));
         }
         for (; i < end; i++) {
             float v = qs_dyn8_map[src[i]] * s;
-            dst[i] = v + offset;
+            qs_st_f32(dst + i, qs_ref_nan_canon(v + offset));
         }
     }
 }

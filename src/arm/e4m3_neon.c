@@ -24,7 +24,7 @@ void qs_e4m3_quant__neon(const float *src, int64_t n, float scale, uint8_t *dst)
         vst1q_u8(dst + i, narrow_codes_neon(c[0], c[1], c[2], c[3]));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_e4m3_encode(src[i] / scale); /* a division, as the spec says */
+        dst[i] = qs_ref_e4m3_encode(qs_ld_f32(src + i) / scale); /* a division, as the spec says */
 }
 
 void qs_e4m3_dequant__neon(const uint8_t *src, int64_t n, float scale, float *dst)
@@ -36,8 +36,8 @@ void qs_e4m3_dequant__neon(const uint8_t *src, int64_t n, float scale, float *ds
         uint32x4_t w[4];
         widen_u8_neon(vld1q_u8(src + i), w);
         for (int k = 0; k < 4; k++)
-            vst1q_f32(dst + i + 4 * k, mul_first_nan_neon(e4m3_decode_neon(w[k]), vs));
+            vst1q_f32(dst + i + 4 * k, nan_canon_neon(vmulq_f32(e4m3_decode_neon(w[k]), vs)));
     }
     for (; i < n; i++)
-        dst[i] = mul_first_nan(qs_ref_e4m3_decode(src[i]), scale);
+        qs_st_f32(dst + i, qs_ref_nan_canon(qs_ref_e4m3_decode(src[i]) * scale));
 }

@@ -25,7 +25,7 @@ void qs_e5m2_quant__neon(const float *src, int64_t n, float scale, uint8_t *dst)
         vst1q_u8(dst + i, narrow_codes_neon(c[0], c[1], c[2], c[3]));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_e5m2_encode(src[i] / scale); /* a division, as the spec says */
+        dst[i] = qs_ref_e5m2_encode(qs_ld_f32(src + i) / scale); /* a division, as the spec says */
 }
 
 void qs_e5m2_dequant__neon(const uint8_t *src, int64_t n, float scale, float *dst)
@@ -37,9 +37,9 @@ void qs_e5m2_dequant__neon(const uint8_t *src, int64_t n, float scale, float *ds
         /* byte c becomes the binary16 c << 8 */
         uint16x8_t h = vshll_n_u8(vld1_u8(src + i), 8);
         float16x8_t f = vreinterpretq_f16_u16(h);
-        vst1q_f32(dst + i, mul_first_nan_neon(vcvt_f32_f16(vget_low_f16(f)), vs));
-        vst1q_f32(dst + i + 4, mul_first_nan_neon(vcvt_high_f32_f16(f), vs));
+        vst1q_f32(dst + i, nan_canon_neon(vmulq_f32(vcvt_f32_f16(vget_low_f16(f)), vs)));
+        vst1q_f32(dst + i + 4, nan_canon_neon(vmulq_f32(vcvt_high_f32_f16(f), vs)));
     }
     for (; i < n; i++)
-        dst[i] = mul_first_nan(qs_ref_e5m2_decode(src[i]), scale);
+        qs_st_f32(dst + i, qs_ref_nan_canon(qs_ref_e5m2_decode(src[i]) * scale));
 }

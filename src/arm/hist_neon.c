@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../core/kernels.h"
+#include "../ref/ref.h"
 
 #define ABS_MASK 0x7FFFFFFFu
 #define INF_BITS 0x7F800000u
@@ -51,7 +52,7 @@ static __attribute__((noinline, cold)) void count_nonfinite_neon(const float *sr
                                                                  uint64_t *nn, uint64_t *ni)
 {
     for (int j = 0; j < len; j++) {
-        uint32_t a = bits_neon(src[j]) & ABS_MASK;
+        uint32_t a = bits_neon(qs_ld_f32(src + j)) & ABS_MASK;
         *nn += a > INF_BITS;
         *ni += a == INF_BITS;
     }
@@ -114,7 +115,7 @@ void qs_hist_scan__neon(const float *src, int64_t n, float *lo, float *hi, uint6
     /* min and max are exact and no lane holds a NaN or a -0: any order gives the same bits */
     float l = vminvq_f32(vminq_f32(s.lo, t.lo)), h = vmaxvq_f32(vmaxq_f32(s.hi, t.hi));
     for (; i < n; i++)
-        (void)scan_one_neon(src[i], &l, &h, &nn, &ni);
+        (void)scan_one_neon(qs_ld_f32(src + i), &l, &h, &nn, &ni);
     /* strict comparisons against the caller's values, exactly as the reference's loop ends */
     if (l < *lo)
         *lo = l;
@@ -265,8 +266,9 @@ static int32_t scan_update_sub_neon(const float *src, int64_t n, int32_t k, int3
     uint32_t used = vmaxvq_u32(vmax);
     /* the tail (< 4 values) with the reference's scalar steps, into copy 0 */
     for (; i < n; i++) {
-        if (scan_one_neon(src[i], &lv, &hv, &nn, &ni)) {
-            double bi = floor(ldexp((double)fabsf(src[i]), -k));
+        float x = qs_ld_f32(src + i);
+        if (scan_one_neon(x, &lv, &hv, &nn, &ni)) {
+            double bi = floor(ldexp((double)fabsf(x), -k));
             uint32_t j = bi < (double)(nbins - 1) ? (uint32_t)bi : (uint32_t)nbins - 1;
             sub[j]++;
             used = j > used ? j : used;

@@ -10,6 +10,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "neon_common.h"
 
 static inline int32x4_t int8_code4_neon(float32x4_t x, float32x4_t mul, int32x4_t zp,
                                         int32x4_t qmin)
@@ -39,10 +40,19 @@ void qs_int8_quant__neon(const float *src, int64_t n, float mul, int32_t zp, int
         vst1q_s8(dst + i, vuzp1q_s8(vreinterpretq_s8_s16(lo), vreinterpretq_s8_s16(hi)));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_int8_encode(src[i], mul, zp, qmin);
+        dst[i] = qs_ref_int8_encode(qs_ld_f32(src + i), mul, zp, qmin);
 }
 
-void qs_int8_dequant__neon(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
+/* The NaN rule costs a compare and a select per vector; it is needed only for a non-finite scale
+ * (q - zp is a small integer, q * stat * c is never 0 * Inf for a finite stat). Both loops come
+ * from one body with `canon` constant after inlining. */
+static inline float32x4_t int8_out_neon(float32x4_t v, int canon)
+{
+    return canon ? nan_canon_neon(v) : v;
+}
+
+static inline void int8_dequant_body_neon(const int8_t *src, int64_t n, float scale, int32_t zp,
+                                          float *dst, int canon)
 {
     const float32x4_t vs = vdupq_n_f32(scale);
     const int32x4_t vz = vdupq_n_s32(zp);
@@ -52,14 +62,23 @@ void qs_int8_dequant__neon(const int8_t *src, int64_t n, float scale, int32_t zp
         int16x8_t q = vmovl_s8(vld1_s8(src + i));
         int32x4_t a = vsubq_s32(vmovl_s16(vget_low_s16(q)), vz);
         int32x4_t b = vsubq_s32(vmovl_high_s16(q), vz);
-        vst1q_f32(dst + i, vmulq_f32(vcvtq_f32_s32(a), vs));
-        vst1q_f32(dst + i + 4, vmulq_f32(vcvtq_f32_s32(b), vs));
+        vst1q_f32(dst + i, int8_out_neon(vmulq_f32(vcvtq_f32_s32(a), vs), canon));
+        vst1q_f32(dst + i + 4, int8_out_neon(vmulq_f32(vcvtq_f32_s32(b), vs), canon));
     }
     for (; i < n; i++)
-        dst[i] = (float)((int32_t)src[i] - zp) * scale;
+        qs_st_f32(dst + i, qs_ref_nan_canon((float)((int32_t)src[i] - zp) * scale));
 }
 
-void qs_int8_dequant_rowstat__neon(const int8_t *src, int64_t n, float stat, float *dst)
+void qs_int8_dequant__neon(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
+{
+    if ((qs_f32_bits(scale) & 0x7F800000u) != 0x7F800000u)
+        int8_dequant_body_neon(src, n, scale, zp, dst, 0);
+    else
+        int8_dequant_body_neon(src, n, scale, zp, dst, 1);
+}
+
+static inline void int8_rowstat_body_neon(const int8_t *src, int64_t n, float stat, float *dst,
+                                          int canon)
 {
     const float c = 0x1.020408p-7f; /* 3c010204 = fl(1/127), as the reference */
     const float32x4_t vs = vdupq_n_f32(stat), vc = vdupq_n_f32(c);
@@ -69,11 +88,19 @@ void qs_int8_dequant_rowstat__neon(const int8_t *src, int64_t n, float stat, flo
         int16x8_t q = vmovl_s8(vld1_s8(src + i));
         float32x4_t a = vcvtq_f32_s32(vmovl_s16(vget_low_s16(q)));
         float32x4_t b = vcvtq_f32_s32(vmovl_high_s16(q));
-        vst1q_f32(dst + i, vmulq_f32(vmulq_f32(a, vs), vc));
-        vst1q_f32(dst + i + 4, vmulq_f32(vmulq_f32(b, vs), vc));
+        vst1q_f32(dst + i, int8_out_neon(vmulq_f32(vmulq_f32(a, vs), vc), canon));
+        vst1q_f32(dst + i + 4, int8_out_neon(vmulq_f32(vmulq_f32(b, vs), vc), canon));
     }
     for (; i < n; i++) {
         float v = (float)src[i] * stat;
-        dst[i] = v * c;
+        qs_st_f32(dst + i, qs_ref_nan_canon(v * c));
     }
+}
+
+void qs_int8_dequant_rowstat__neon(const int8_t *src, int64_t n, float stat, float *dst)
+{
+    if ((qs_f32_bits(stat) & 0x7F800000u) != 0x7F800000u)
+        int8_rowstat_body_neon(src, n, stat, dst, 0);
+    else
+        int8_rowstat_body_neon(src, n, stat, dst, 1);
 }

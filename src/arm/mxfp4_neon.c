@@ -39,8 +39,8 @@ void qs_mxfp4_quant__neon(const float *src, int64_t n, int32_t rounding, uint8_t
             vst1_u8(d + i / 2, pack_lo_first_neon(narrow_codes_neon(c[0], c[1], c[2], c[3])));
         }
         for (; i < len; i += 2) {
-            uint8_t lo = qs_ref_e2m1_encode(ldexpf(v[i], shift));
-            uint8_t hi = i + 1 < len ? qs_ref_e2m1_encode(ldexpf(v[i + 1], shift)) : 0;
+            uint8_t lo = qs_ref_e2m1_encode(ldexpf(qs_ld_f32(v + i), shift));
+            uint8_t hi = i + 1 < len ? qs_ref_e2m1_encode(ldexpf(qs_ld_f32(v + i + 1), shift)) : 0;
             d[i / 2] = (uint8_t)(lo | hi << 4);
         }
     }
@@ -58,11 +58,11 @@ void qs_mxfp4_dequant__neon(const uint8_t *src, const uint8_t *scales, int64_t n
         for (; i + 16 <= end; i += 16) {
             lut16_lookup_neon(&lut, unpack_lo_first_neon(vld1_u8(src + i / 2)), f);
             for (int k = 0; k < 4; k++)
-                vst1q_f32(dst + i + 4 * k, vmulq_f32(f[k], vs));
+                vst1q_f32(dst + i + 4 * k, nan_canon_neon(vmulq_f32(f[k], vs)));
         }
         for (; i < end; i++) {
             uint8_t code = (i & 1) ? (src[i / 2] >> 4) : (src[i / 2] & 0xF);
-            dst[i] = qs_e2m1_values[code] * sc;
+            qs_st_f32(dst + i, qs_ref_nan_canon(qs_e2m1_values[code] * sc));
         }
     }
 }

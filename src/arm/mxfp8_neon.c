@@ -39,7 +39,7 @@ void qs_mxfp8_quant__neon(const float *src, int64_t n, int32_t rounding, uint8_t
             vst1q_u8(d + i, narrow_codes_neon(c[0], c[1], c[2], c[3]));
         }
         for (; i < len; i++)
-            d[i] = qs_ref_e4m3_encode(ldexpf(v[i], shift));
+            d[i] = qs_ref_e4m3_encode(ldexpf(qs_ld_f32(v + i), shift));
     }
 }
 
@@ -54,9 +54,9 @@ void qs_mxfp8_dequant__neon(const uint8_t *src, const uint8_t *scales, int64_t n
             uint32x4_t w[4];
             widen_u8_neon(vld1q_u8(src + i), w);
             for (int k = 0; k < 4; k++)
-                vst1q_f32(dst + i + 4 * k, mul_first_nan_neon(e4m3_decode_neon(w[k]), vs));
+                vst1q_f32(dst + i + 4 * k, nan_canon_neon(vmulq_f32(e4m3_decode_neon(w[k]), vs)));
         }
         for (; i < end; i++)
-            dst[i] = mul_first_nan(qs_ref_e4m3_decode(src[i]), sc);
+            qs_st_f32(dst + i, qs_ref_nan_canon(qs_ref_e4m3_decode(src[i]) * sc));
     }
 }

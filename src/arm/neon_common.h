@@ -44,7 +44,7 @@ static inline float amax_neon(const float *v, int64_t len)
         a0 = absmax_step_neon(a0, vld1q_f32(v + i));
     m = vmaxvq_f32(vmaxq_f32(vmaxq_f32(a0, a1), vmaxq_f32(a2, a3)));
     for (; i < len; i++)
-        m = qs_ref_absmax_step(m, v[i]);
+        m = qs_ref_absmax_step(m, qs_ld_f32(v + i));
     return m;
 }
 
@@ -195,17 +195,13 @@ static inline float32x4_t e4m3_decode_neon(uint32x4_t c)
     return vreinterpretq_f32_u32(vorrq_u32(bits, sign));
 }
 
-/* fl(a * b) where a NaN `a` wins over a NaN `b`: FMUL returns its first NaN operand, but the
- * compiler may swap the operands of a commutative intrinsic, so decode-then-scale kernels state
- * the reference's order (decoded value first) explicitly. `a` is a quiet NaN or a number. */
-static inline float32x4_t mul_first_nan_neon(float32x4_t a, float32x4_t b)
+/* The NaN rule of src/ref/ref.h (qs_ref_nan_canon, docs/nan.md): every NaN lane of a computed
+ * float result becomes the canonical quiet NaN 0x7FC00000. FMUL returns its first NaN operand
+ * (and the compiler may swap the operands of a commutative intrinsic), so without this the bits
+ * of NaN x NaN would depend on operand order. One compare and one select before the store. */
+static inline float32x4_t nan_canon_neon(float32x4_t v)
 {
-    return vbslq_f32(vceqq_f32(a, a), vmulq_f32(a, b), a);
-}
-
-static inline float mul_first_nan(float a, float b)
-{
-    return a != a ? a : a * b;
+    return vbslq_f32(vceqq_f32(v, v), v, vreinterpretq_f32_u32(vdupq_n_u32(QS_NAN_F32_BITS)));
 }
 
 /* Widen 16 bytes into four vectors of u32 lanes, element order. */

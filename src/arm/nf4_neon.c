@@ -47,8 +47,8 @@ static float nf4_block_neon(const float *v, int64_t len, uint8_t *dst)
     for (; i + 16 <= len; i += 16)
         vst1_u8(dst + i / 2, pack_hi_first_neon(nf4_codes16_neon(v + i, vdupq_n_f32(inv))));
     for (; i < len; i += 2) {
-        uint8_t hi = qs_ref_nf4_encode(v[i] * inv);
-        uint8_t lo = qs_ref_nf4_encode((i + 1 < len ? v[i + 1] : 0.0f) * inv);
+        uint8_t hi = qs_ref_nf4_encode(qs_ld_f32(v + i) * inv);
+        uint8_t lo = qs_ref_nf4_encode((i + 1 < len ? qs_ld_f32(v + i + 1) : 0.0f) * inv);
         dst[i / 2] = (uint8_t)(hi << 4 | lo);
     }
     return absmax;
@@ -59,7 +59,7 @@ void qs_nf4_quant__neon(const float *src, int64_t n, int32_t block, uint8_t *dst
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block;
         int64_t len = n - start < block ? n - start : block;
-        absmax[b] = nf4_block_neon(src + start, len, dst + start / 2);
+        qs_st_f32(absmax + b, nf4_block_neon(src + start, len, dst + start / 2));
     }
 }
 
@@ -71,17 +71,18 @@ void qs_nf4_dequant__neon(const uint8_t *src, const float *absmax, int64_t n, in
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block, i = start;
         int64_t end = n - start < block ? n : start + block;
-        float s = absmax[b];
+        float s = qs_ld_f32(absmax + b);
         float32x4_t vs = vdupq_n_f32(s), f[4];
 
         for (; i + 16 <= end; i += 16) { /* block is even, so i is even: byte aligned */
             lut16_lookup_neon(&lut, unpack_hi_first_neon(vld1_u8(src + i / 2)), f);
             for (int k = 0; k < 4; k++)
-                vst1q_f32(dst + i + 4 * k, vmulq_f32(f[k], vs));
+                vst1q_f32(dst + i + 4 * k, nan_canon_neon(vmulq_f32(f[k], vs)));
         }
         for (; i < end; i++) {
             uint8_t code = (i & 1) ? (src[i / 2] & 0xF) : (src[i / 2] >> 4);
-            dst[i] = qs_nf4_codebook[code] * s; /* §5.3: one f32 multiply */
+            /* §5.3: one f32 multiply */
+            qs_st_f32(dst + i, qs_ref_nan_canon(qs_nf4_codebook[code] * s));
         }
     }
 }

@@ -92,8 +92,8 @@ void qs_nvfp4_quant__neon(const float *src, int64_t n, float s_global, uint8_t *
             vst1_u8(d, nvfp4_codes16_neon(v, den));
         } else {
             for (int64_t i = 0; i < len; i += 2) {
-                uint8_t lo = qs_ref_e2m1_encode(v[i] / den);
-                uint8_t hi = i + 1 < len ? qs_ref_e2m1_encode(v[i + 1] / den) : 0;
+                uint8_t lo = qs_ref_e2m1_encode(qs_ld_f32(v + i) / den);
+                uint8_t hi = i + 1 < len ? qs_ref_e2m1_encode(qs_ld_f32(v + i + 1) / den) : 0;
                 d[i / 2] = (uint8_t)(lo | hi << 4);
             }
         }
@@ -114,12 +114,12 @@ void qs_nvfp4_dequant__neon(const uint8_t *src, const uint8_t *scales, int64_t n
             float32x4_t f[4];
             lut16_lookup_neon(&lut, unpack_lo_first_neon(vld1_u8(src + i / 2)), f);
             for (int k = 0; k < 4; k++)
-                vst1q_f32(dst + i + 4 * k, vmulq_f32(f[k], vdupq_n_f32(den)));
+                vst1q_f32(dst + i + 4 * k, nan_canon_neon(vmulq_f32(f[k], vdupq_n_f32(den))));
             continue;
         }
         for (; i < end; i++) {
             uint8_t code = (i & 1) ? (src[i / 2] >> 4) : (src[i / 2] & 0xF);
-            dst[i] = qs_e2m1_values[code] * den;
+            qs_st_f32(dst + i, qs_ref_nan_canon(qs_e2m1_values[code] * den));
         }
     }
 }

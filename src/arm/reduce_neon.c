@@ -37,8 +37,8 @@ void qs_minmax_f32__neon(const float *src, int64_t n, float *lo, float *hi)
     l = vminnmvq_f32(vminnmq_f32(l0, l1));
     h = vmaxnmvq_f32(vmaxnmq_f32(h0, h1));
     for (; i < n; i++) {
-        l = qs_ref_min(l, src[i]);
-        h = qs_ref_max(h, src[i]);
+        l = qs_ref_min(l, qs_ld_f32(src + i));
+        h = qs_ref_max(h, qs_ld_f32(src + i));
     }
     *lo = l;
     *hi = h;

@@ -12,6 +12,7 @@
 #include <arm_neon.h>
 
 #include "../core/kernels.h"
+#include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
 
 #define Z 0xFF /* a TBL index past the table: the byte reads as 0 */
@@ -160,7 +161,7 @@ void qs_sp24_prune_f32__neon(const float *w, const float *norm, int64_t n, float
     for (; i + 16 <= n; i += 16) {
         uint32x4_t keep[4];
         unsigned k16 = keep16_neon(rank_bits_neon(w + i, norm ? norm + i : NULL, keep));
-        meta[i / 16] = put16_neon(w + i, k16, values + i / 2);
+        qs_st_u16(meta + i / 16, put16_neon(w + i, k16, values + i / 2));
     }
     qs_sp24_prune_f32__ref(w + i, norm ? norm + i : NULL, n - i, values + i / 2, meta + i / 16);
 }
@@ -185,7 +186,7 @@ void qs_sp24_compress_f32__neon(const float *w, const uint8_t *mask, int64_t n, 
                 keep[j] = vmvnq_u32(vceqq_f32(x.val[j], vdupq_n_f32(0.0f)));
             kb = keep_bits_neon(keep);
         }
-        meta[i / 16] = put16_neon(w + i, keep16_neon(kb), values + i / 2);
+        qs_st_u16(meta + i / 16, put16_neon(w + i, keep16_neon(kb), values + i / 2));
     }
     qs_sp24_compress_f32__ref(w + i, mask ? mask + i : NULL, n - i, values + i / 2, meta + i / 16);
 }
@@ -196,7 +197,7 @@ void qs_sp24_decompress_f32__neon(const float *values, const uint16_t *meta, int
     int64_t i = 0;
 
     for (; i + 16 <= n; i += 16) {
-        unsigned word = meta[i / 16];
+        unsigned word = qs_ld_u16(meta + i / 16);
         uint8x16_t t01 = vld1q_u8((const uint8_t *)(values + i / 2));
         uint8x16_t t23 = vld1q_u8((const uint8_t *)(values + i / 2 + 4));
         uint8_t *d = (uint8_t *)(dst + i);

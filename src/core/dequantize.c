@@ -3,6 +3,7 @@
  * qs_dequantize: checks every argument and size, then decodes chunk by chunk with table kernels
  * into f32 (directly into dst for f32 output, else through the staging tile and a cvt kernel).
  */
+#include "../ref/ref.h"
 #include "parallel.h"
 #include "backend.h"
 #include "quant_common.h"
@@ -78,11 +79,12 @@ static void unit_decode(const struct qs_qjob *j, int64_t start, int64_t len, flo
     int64_t u = j->unit_len > 0 ? start / j->unit_len : 0;
 
     if (j->t->driver == QS_DRIVER_FP8)
-        ((qs_e4m3_dequant_fn *)j->dequant)(j->data + start, len, j->fscale[0], out);
+        ((qs_e4m3_dequant_fn *)j->dequant)(j->data + start, len, qs_ld_f32(j->fscale), out);
     else if (j->t->flags & QS_TRAIT_ROWSTAT)
-        ((qs_int8_dequant_rowstat_fn *)j->dequant)(codes, len, j->fscale[u], out);
+        ((qs_int8_dequant_rowstat_fn *)j->dequant)(codes, len, qs_ld_f32(j->fscale + u), out);
     else
-        ((qs_int8_dequant_fn *)j->dequant)(codes, len, j->fscale[u], j->zp ? j->zp[u] : 0, out);
+        ((qs_int8_dequant_fn *)j->dequant)(codes, len, qs_ld_f32(j->fscale + u),
+                                           j->zp ? j->zp[u] : 0, out);
 }
 
 /* Scale units (rows or groups) of unit_len elements; 0 means one unit over the whole tensor. */

@@ -89,14 +89,16 @@ QS_INTERNAL const struct qs_kernel_entry *qs_ctx_kernel_select(const qs_ctx *ctx
                                                                int64_t m, int64_t n, int64_t k);
 
 /* Read `n` elements of `dtype` starting at element `offset` of src as f32: returns src itself
- * for f32 data, else converts into `tile` (n <= QS_TILE) and returns it. */
+ * for 4-byte-aligned f32 data, else converts or copies into `tile` (n <= QS_TILE) and returns it,
+ * so the pointer returned is always aligned for float. */
 QS_INTERNAL const float *qs_stage_f32(const qs_ctx *ctx, const void *src, int32_t dtype,
                                       int64_t offset, int64_t n, float *tile);
-/* Write n f32 values from `tile` to dst (of `dtype`) at element `offset`; no-op when `tile`
- * already is the f32 destination. */
+/* Write n f32 values from `tile` to dst (of `dtype`) at element `offset`; for f32 dst, a copy
+ * when qs_stage_out handed out the tile (a misaligned dst), else a no-op. */
 QS_INTERNAL void qs_unstage_f32(const qs_ctx *ctx, const float *tile, void *dst, int32_t dtype,
                                 int64_t offset, int64_t n);
-/* The f32 pointer a kernel may write directly for dst[offset ...] when dtype is f32, else tile. */
+/* The f32 pointer a kernel may write directly for dst[offset ...] when dtype is f32 and that
+ * address is aligned for float, else tile. */
 QS_INTERNAL float *qs_stage_out(void *dst, int32_t dtype, int64_t offset, float *tile);
 
 /* One plane of a layout (qs_plane_info without the reserved fields). */

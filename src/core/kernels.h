@@ -5,6 +5,15 @@
  * pure function over caller buffers (STYLE.md §3): it never allocates, fails, prints or reads the
  * context, accepts any n >= 0 and never touches memory outside [ptr, ptr + n).
  *
+ * Two rules every implementation follows (src/ref/ref.h, docs/nan.md):
+ * - NaN rule: a NaN the kernel computes into a float output (a dequantized value, a dyn8 value
+ *   with its offset, an SR-STE gradient) is the canonical quiet NaN 0x7FC00000, whatever the
+ *   signs and payloads of the NaNs that went in and the operand order; a NaN that is only moved
+ *   (cvt, sp24 compress/decompress, kept SR-STE values) keeps its bits. Reductions ignore NaN.
+ * - No alignment: float and uint16_t pointers may be misaligned (the data of a safetensors file
+ *   starts at any byte). Scalar code touches them only through qs_ld_f32 / qs_st_f32 /
+ *   qs_ld_u16 / qs_st_u16 of ref.h; vector code uses unaligned loads and stores.
+ *
  * Conventions shared by every kernel below:
  * - `n` counts elements. Nibble outputs write (n + 1) / 2 bytes; block outputs write
  *   ceil(n / block) scales. Callers split work only at block boundaries, so a kernel's first

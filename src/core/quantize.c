@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "../ref/ref.h"
 #include "../ref/scale_ref.h"
 #include "parallel.h"
 #include "backend.h"
@@ -75,17 +76,17 @@ static void int8_unit_task(void *arg, int64_t u, float *tile)
 
     if (j->t->flags & QS_TRAIT_ROWSTAT) {
         float stat = qs_span_amax(j->ctx, j->src, j->dtype, start, j->unit_len, tile);
-        j->fscale[u] = stat;
+        qs_st_f32(j->fscale + u, stat); /* planes may sit at any byte */
         mul = qs_ref_llm_int8_mul(stat);
     } else if (j->symmetric) {
         qs_ref_int8_symmetric(qs_span_amax(j->ctx, j->src, j->dtype, start, j->unit_len, tile),
                               &scale, &mul);
-        j->fscale[u] = scale;
+        qs_st_f32(j->fscale + u, scale);
     } else {
         float lo = INFINITY, hi = -INFINITY;
         qs_span_minmax(j->ctx, j->src, j->dtype, start, j->unit_len, tile, &lo, &hi);
         qs_ref_int8_asymmetric(lo, hi, &scale, &mul, &zp);
-        j->fscale[u] = scale;
+        qs_st_f32(j->fscale + u, scale);
         j->zp[u] = (int8_t)zp;
         qmin = -128;
     }
@@ -129,7 +130,7 @@ static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
             j->qmin = -128;
             ((int8_t *)q->zero_point)[0] = (int8_t)j->zero;
         }
-        ((float *)q->scale)[0] = scale;
+        qs_st_f32(q->scale, scale);
         qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
         return;
     }
@@ -146,7 +147,7 @@ static void quantize_fp8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *
     j->scale = p->scale > 0.0f ? p->scale
                                : qs_ref_fp8_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n),
                                                   elem_max);
-    ((float *)q->scale)[0] = j->scale;
+    qs_st_f32(q->scale, j->scale);
     qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
 }
 

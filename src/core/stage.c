@@ -6,23 +6,40 @@
  * partial results combine to the same bits in any order.
  */
 #include <math.h>
+#include <string.h>
 
 #include "../ref/ref.h"
 #include "parallel.h"
 
+/* The public API promises no alignment (a safetensors tensor may start at any byte), but the
+ * drivers, observers and masks index the staged pointer as float: a misaligned f32 span is copied
+ * into the tile (one memcpy per tile, only then), so nothing past this point ever sees one. */
+static int f32_aligned(const void *p)
+{
+    return ((uintptr_t)p & (sizeof(float) - 1)) == 0;
+}
+
 const float *qs_stage_f32(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t offset,
                           int64_t n, float *tile)
 {
+    const char *f32 = (const char *)src + offset * (int64_t)sizeof(float);
+
     switch (dtype) {
     case QS_DTYPE_F16: ctx->k.cvt_f16_f32((const uint16_t *)src + offset, n, tile); return tile;
     case QS_DTYPE_BF16: ctx->k.cvt_bf16_f32((const uint16_t *)src + offset, n, tile); return tile;
-    default: return (const float *)src + offset;
+    default:
+        if (f32_aligned(f32))
+            return (const float *)(const void *)f32;
+        memcpy(tile, f32, (size_t)n * sizeof(float));
+        return tile;
     }
 }
 
 float *qs_stage_out(void *dst, int32_t dtype, int64_t offset, float *tile)
 {
-    return dtype == QS_DTYPE_F32 ? (float *)dst + offset : tile;
+    char *f32 = (char *)dst + offset * (int64_t)sizeof(float);
+
+    return dtype == QS_DTYPE_F32 && f32_aligned(f32) ? (float *)(void *)f32 : tile;
 }
 
 void qs_unstage_f32(const qs_ctx *ctx, const float *tile, void *dst, int32_t dtype,
@@ -31,7 +48,10 @@ void qs_unstage_f32(const qs_ctx *ctx, const float *tile, void *dst, int32_t dty
     switch (dtype) {
     case QS_DTYPE_F16: ctx->k.cvt_f32_f16(tile, n, (uint16_t *)dst + offset); break;
     case QS_DTYPE_BF16: ctx->k.cvt_f32_bf16(tile, n, (uint16_t *)dst + offset); break;
-    default: break;
+    default: /* f32: only a misaligned dst was staged */
+        if ((char *)dst + offset * (int64_t)sizeof(float) != (const char *)tile)
+            memcpy((char *)dst + offset * (int64_t)sizeof(float), tile, (size_t)n * sizeof(float));
+        break;
     }
 }
 

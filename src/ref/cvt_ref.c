@@ -1,28 +1,29 @@
 /* SPDX-License-Identifier: MIT */
-/* Plain dtype conversion kernels, f16/bf16 <-> f32 (spec/formats.md §0 rule 4). */
+/* Plain dtype conversion kernels, f16/bf16 <-> f32 (spec/formats.md §0 rule 4). A NaN is moved,
+ * not computed: its payload follows the element rules of element_ref.c, never the canonical NaN. */
 #include "../core/kernels.h"
 #include "ref.h"
 
 void qs_cvt_f16_f32__ref(const uint16_t *src, int64_t n, float *dst)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = qs_ref_f16_to_f32(src[i]);
+        qs_st_f32(dst + i, qs_ref_f16_to_f32(qs_ld_u16(src + i)));
 }
 
 void qs_cvt_bf16_f32__ref(const uint16_t *src, int64_t n, float *dst)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = qs_ref_bf16_to_f32(src[i]);
+        qs_st_f32(dst + i, qs_ref_bf16_to_f32(qs_ld_u16(src + i)));
 }
 
 void qs_cvt_f32_f16__ref(const float *src, int64_t n, uint16_t *dst)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = qs_ref_f32_to_f16(src[i]);
+        qs_st_u16(dst + i, qs_ref_f32_to_f16(qs_ld_f32(src + i)));
 }
 
 void qs_cvt_f32_bf16__ref(const float *src, int64_t n, uint16_t *dst)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = qs_ref_f32_to_bf16(src[i]);
+        qs_st_u16(dst + i, qs_ref_f32_to_bf16(qs_ld_f32(src + i)));
 }

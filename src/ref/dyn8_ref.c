@@ -17,13 +17,13 @@ void qs_dyn8_quant__ref(const float *src, int64_t n, int32_t block, uint8_t *dst
         float m = 0.0f, inv;
 
         for (int64_t i = 0; i < len; i++)
-            m = qs_ref_absmax_step(m, src[start + i]);
+            m = qs_ref_absmax_step(m, qs_ld_f32(src + start + i));
         /* absmax 0: inv = +Inf and x = 0 * Inf = NaN gives code 0, as CUDA does (§6.4); written as
          * a branch rather than relying on NaN arithmetic. */
         inv = 1.0f / m;
         for (int64_t i = 0; i < len; i++)
-            dst[start + i] = m == 0.0f ? 0 : qs_ref_dyn8_encode(src[start + i] * inv);
-        absmax[b] = m;
+            dst[start + i] = m == 0.0f ? 0 : qs_ref_dyn8_encode(qs_ld_f32(src + start + i) * inv);
+        qs_st_f32(absmax + b, m);
     }
 }
 
@@ -31,7 +31,7 @@ void qs_dyn8_dequant__ref(const uint8_t *src, const float *absmax, int64_t n, in
                           float offset, float *dst)
 {
     for (int64_t i = 0; i < n; i++) {
-        float v = qs_dyn8_map[src[i]] * absmax[i / block]; /* a multiply, then a separate add */
-        dst[i] = v + offset;
+        float v = qs_dyn8_map[src[i]] * qs_ld_f32(absmax + i / block); /* then a separate add */
+        qs_st_f32(dst + i, qs_ref_nan_canon(v + offset));
     }
 }

@@ -17,7 +17,8 @@ void qs_hist_scan__ref(const float *src, int64_t n, float *lo, float *hi, uint64
     uint64_t nn = 0, ni = 0;
 
     for (int64_t i = 0; i < n; i++) {
-        uint32_t a = qs_f32_bits(src[i]) & 0x7FFFFFFFu;
+        float x = qs_ld_f32(src + i);
+        uint32_t a = qs_f32_bits(x) & 0x7FFFFFFFu;
         if (a > 0x7F800000u) {
             nn++;
         } else if (a == 0x7F800000u) {
@@ -25,7 +26,7 @@ void qs_hist_scan__ref(const float *src, int64_t n, float *lo, float *hi, uint64
         } else {
             /* -0 + +0 = +0: zeros are recorded as +0, so min and max never have to order
              * two zeros and every ISA finds the same bits */
-            float v = src[i] + 0.0f;
+            float v = x + 0.0f;
             if (v < l)
                 l = v;
             if (v > h)
@@ -41,7 +42,7 @@ void qs_hist_scan__ref(const float *src, int64_t n, float *lo, float *hi, uint64
 void qs_hist_update__ref(const float *src, int64_t n, int32_t k, int32_t nbins, uint64_t *counts)
 {
     for (int64_t i = 0; i < n; i++) {
-        float a = fabsf(src[i]);
+        float a = fabsf(qs_ld_f32(src + i));
         if (!isfinite(a))
             continue;
         /* i = floor(ldexp(|x|, -k)) in double: exact, and 2^-k cannot overflow (§3 binning) */
@@ -54,7 +55,8 @@ void qs_hist_update__ref(const float *src, int64_t n, int32_t k, int32_t nbins, 
 void qs_hist_sumsq__ref(const float *src, int64_t n, double *acc)
 {
     for (int64_t j = 0; j < n; j++) {
-        double x = isfinite(src[j]) ? (double)src[j] : 0.0;
+        float v = qs_ld_f32(src + j);
+        double x = isfinite(v) ? (double)v : 0.0;
         /* the product of two f32 values is exact in double; one rounding per addition */
         acc[j] = acc[j] + x * x;
     }

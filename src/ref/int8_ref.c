@@ -11,13 +11,14 @@ void qs_int8_quant__ref(const float *src, int64_t n, float mul, int32_t zp, int3
                         int8_t *dst)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = qs_ref_int8_encode(src[i], mul, zp, qmin);
+        dst[i] = qs_ref_int8_encode(qs_ld_f32(src + i), mul, zp, qmin);
 }
 
 void qs_int8_dequant__ref(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = (float)((int32_t)src[i] - zp) * scale; /* fl((q - zp) * s), q - zp exact */
+        /* fl((q - zp) * s), q - zp exact; a NaN scale gives the canonical NaN */
+        qs_st_f32(dst + i, qs_ref_nan_canon((float)((int32_t)src[i] - zp) * scale));
 }
 
 void qs_int8_dequant_rowstat__ref(const int8_t *src, int64_t n, float stat, float *dst)
@@ -27,6 +28,6 @@ void qs_int8_dequant_rowstat__ref(const int8_t *src, int64_t n, float stat, floa
 
     for (int64_t i = 0; i < n; i++) {
         float v = (float)src[i] * stat;
-        dst[i] = v * c;
+        qs_st_f32(dst + i, qs_ref_nan_canon(v * c));
     }
 }

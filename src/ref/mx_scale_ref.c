@@ -35,9 +35,10 @@ uint8_t qs_ref_mx_scale(const float *v, int64_t len, int32_t rounding, int emax,
     float amax = 0.0f;
 
     for (int64_t i = 0; i < len; i++) {
-        if ((qs_f32_bits(v[i]) & 0x7F800000u) == 0x7F800000u)
+        float x = qs_ld_f32(v + i);
+        if ((qs_f32_bits(x) & 0x7F800000u) == 0x7F800000u)
             return 0xFF; /* NaN or Inf anywhere: the block is NaN (§13 step 1) */
-        amax = qs_ref_absmax_step(amax, v[i]);
+        amax = qs_ref_absmax_step(amax, x);
     }
     return qs_ref_mx_scale_from_amax(amax, rounding, emax, elem_max);
 }

@@ -23,8 +23,8 @@ void qs_mxfp4_quant__ref(const float *src, int64_t n, int32_t rounding, uint8_t 
         for (int64_t i = 0; i < len; i += 2) {
             uint8_t lo = 0, hi = 0; /* NaN block: element codes 0 [convention] */
             if (s != 0xFF) {
-                lo = qs_ref_e2m1_encode(ldexpf(v[i], shift));
-                hi = i + 1 < len ? qs_ref_e2m1_encode(ldexpf(v[i + 1], shift)) : 0;
+                lo = qs_ref_e2m1_encode(ldexpf(qs_ld_f32(v + i), shift));
+                hi = i + 1 < len ? qs_ref_e2m1_encode(ldexpf(qs_ld_f32(v + i + 1), shift)) : 0;
             }
             dst[(b * 32 + i) / 2] = (uint8_t)(lo | hi << 4);
         }
@@ -35,6 +35,8 @@ void qs_mxfp4_dequant__ref(const uint8_t *src, const uint8_t *scales, int64_t n,
 {
     for (int64_t i = 0; i < n; i++) {
         uint8_t code = (i & 1) ? (src[i / 2] >> 4) : (src[i / 2] & 0xF);
-        dst[i] = qs_e2m1_values[code] * qs_ref_e8m0_decode(scales[i / 32]);
+        /* scale 0xFF: the canonical NaN, whatever the code */
+        qs_st_f32(dst + i,
+                  qs_ref_nan_canon(qs_e2m1_values[code] * qs_ref_e8m0_decode(scales[i / 32])));
     }
 }

@@ -20,12 +20,16 @@ void qs_mxfp8_quant__ref(const float *src, int64_t n, int32_t rounding, uint8_t 
 
         scales[b] = s;
         for (int64_t i = 0; i < len; i++)
-            dst[b * 32 + i] = s == 0xFF ? 0 : qs_ref_e4m3_encode(ldexpf(v[i], shift));
+            dst[b * 32 + i] = s == 0xFF ? 0 : qs_ref_e4m3_encode(ldexpf(qs_ld_f32(v + i), shift));
     }
 }
 
 void qs_mxfp8_dequant__ref(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
 {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = qs_ref_e4m3_decode(src[i]) * qs_ref_e8m0_decode(scales[i / 32]);
+    for (int64_t i = 0; i < n; i++) {
+        /* NaN code times NaN scale: which NaN a multiply returns is the compiler's choice of
+         * operand order; the canonical NaN removes it (ref.h) */
+        float v = qs_ref_e4m3_decode(src[i]) * qs_ref_e8m0_decode(scales[i / 32]);
+        qs_st_f32(dst + i, qs_ref_nan_canon(v));
+    }
 }

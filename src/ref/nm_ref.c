@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "../core/kernels.h"
+#include "ref.h"
 #include "sp24_ref.h"
 
 /* Keep flags of one group: element i is kept when fewer than N elements outrank it, where j
@@ -26,10 +27,10 @@ static void group_keys(const float *w, const float *norm, int32_t m, int32_t met
 {
     for (int32_t i = 0; i < m; i++) {
         if (method == 2) {
-            key[i] = qs_sp_key_signed(w[i]);
+            key[i] = qs_sp_key_signed(qs_ld_f32(w + i));
         } else {
-            float a = fabsf(w[i]);
-            key[i] = qs_sp_key_abs(norm ? a * norm[i] : a);
+            float a = fabsf(qs_ld_f32(w + i));
+            key[i] = qs_sp_key_abs(norm ? a * qs_ld_f32(norm + i) : a);
         }
     }
 }
@@ -56,14 +57,16 @@ void qs_nm_srste_f32__ref(const float *w, const float *grad, int64_t n, int32_t 
         group_keys(w + g, NULL, m, 0, key);
         group_keep(key, nkeep, m, keep);
         for (int32_t i = 0; i < m; i++) {
-            float x = w[g + i];
+            float x = qs_ld_f32(w + g + i);
             if (g_out) {
-                /* g + lambda * (1 - M) * w (§6.4): two roundings, no contraction. */
+                /* g + lambda * (1 - M) * w (§6.4): two roundings, no contraction; a kept
+                 * gradient is moved as it is, a computed NaN is the canonical one (ref.h) */
+                float gr = qs_ld_f32(grad + g + i);
                 float decay = lambda * x;
-                g_out[g + i] = keep[i] ? grad[g + i] : grad[g + i] + decay;
+                qs_st_f32(g_out + g + i, keep[i] ? gr : qs_ref_nan_canon(gr + decay));
             }
             if (w_out)
-                w_out[g + i] = keep[i] ? x : 0.0f;
+                qs_st_f32(w_out + g + i, keep[i] ? x : 0.0f);
             if (mask)
                 mask[g + i] = keep[i];
         }

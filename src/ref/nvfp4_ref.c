@@ -15,7 +15,7 @@ static uint8_t nvfp4_block_scale(const float *v, int64_t len, float s_global)
     float amax = 0.0f, s;
 
     for (int64_t i = 0; i < len; i++)
-        amax = qs_ref_absmax_step(amax, v[i]); /* NaN ignored */
+        amax = qs_ref_absmax_step(amax, qs_ld_f32(v + i)); /* NaN ignored */
     s = amax / (6.0f * s_global);
     if (s == 0.0f)
         return 0x38; /* all-zero block: 1.0 */
@@ -37,8 +37,8 @@ void qs_nvfp4_quant__ref(const float *src, int64_t n, float s_global, uint8_t *d
         for (int64_t i = 0; i < len; i += 2) {
             uint8_t lo = 0, hi = 0; /* den == 0 (subnormal s_global): every code 0 */
             if (den != 0.0f) {
-                lo = qs_ref_e2m1_encode(v[i] / den);
-                hi = i + 1 < len ? qs_ref_e2m1_encode(v[i + 1] / den) : 0;
+                lo = qs_ref_e2m1_encode(qs_ld_f32(v + i) / den);
+                hi = i + 1 < len ? qs_ref_e2m1_encode(qs_ld_f32(v + i + 1) / den) : 0;
             }
             dst[(b * 16 + i) / 2] = (uint8_t)(lo | hi << 4);
         }
@@ -52,6 +52,7 @@ void qs_nvfp4_dequant__ref(const uint8_t *src, const uint8_t *scales, int64_t n,
         uint8_t code = (i & 1) ? (src[i / 2] >> 4) : (src[i / 2] & 0xF);
         /* UE4M3: readers ignore the sign bit (§14) */
         float den = qs_ref_e4m3_decode(scales[i / 16] & 0x7F) * s_global;
-        dst[i] = qs_e2m1_values[code] * den;
+        /* a NaN den (NaN s_global or scale 0x7F): the canonical NaN */
+        qs_st_f32(dst + i, qs_ref_nan_canon(qs_e2m1_values[code] * den));
     }
 }

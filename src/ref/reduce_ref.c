@@ -15,7 +15,7 @@ float qs_amax_f32__ref(const float *src, int64_t n)
     float m = 0.0f;
 
     for (int64_t i = 0; i < n; i++)
-        m = qs_ref_absmax_step(m, src[i]);
+        m = qs_ref_absmax_step(m, qs_ld_f32(src + i));
     return m;
 }
 
@@ -47,8 +47,9 @@ void qs_minmax_f32__ref(const float *src, int64_t n, float *lo, float *hi)
     float l = *lo, h = *hi;
 
     for (int64_t i = 0; i < n; i++) {
-        l = qs_ref_min(l, src[i]);
-        h = qs_ref_max(h, src[i]);
+        float x = qs_ld_f32(src + i);
+        l = qs_ref_min(l, x);
+        h = qs_ref_max(h, x);
     }
     *lo = l;
     *hi = h;
@@ -57,7 +58,7 @@ void qs_minmax_f32__ref(const float *src, int64_t n, float *lo, float *hi)
 int32_t qs_nonfinite_f32__ref(const float *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        if ((qs_f32_bits(src[i]) & 0x7F800000u) == 0x7F800000u)
+        if ((qs_f32_bits(qs_ld_f32(src + i)) & 0x7F800000u) == 0x7F800000u)
             return 1;
     return 0;
 }

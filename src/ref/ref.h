@@ -27,6 +27,48 @@ static inline float qs_f32_from_bits(uint32_t u)
     return f;
 }
 
+/* Unaligned element access. Kernels take typed pointers, but the public API promises no alignment
+ * (a safetensors tensor may start at any byte), so a scalar loop never dereferences a caller's
+ * float or uint16_t pointer: it goes through these. The parameters are `void *` on purpose: a
+ * memcpy from a typed pointer lets the compiler assume the type's alignment again. Each call
+ * compiles to one plain (unaligned-tolerant) load or store. */
+static inline float qs_ld_f32(const void *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void qs_st_f32(void *p, float v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+static inline uint16_t qs_ld_u16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void qs_st_u16(void *p, uint16_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+/* The NaN rule (docs/nan.md): a NaN that a kernel computes into a float output is always the
+ * canonical quiet NaN, f32 bits 0x7FC00000 (through the staging conversions f16 0x7E00, bf16
+ * 0x7FC0). The sign and payload of a computed NaN depend on the ISA (x86 makes 0xFFC00000 from
+ * no NaN operand, AArch64 0x7FC00000) and, when both operands are NaN, on which one the compiler
+ * put first, so they cannot be part of a bit-exact result. NaNs that are only moved (dtype
+ * conversions, 2:4 compression) keep their bits. */
+#define QS_NAN_F32_BITS 0x7FC00000u
+
+static inline float qs_ref_nan_canon(float v)
+{
+    return v != v ? qs_f32_from_bits(QS_NAN_F32_BITS) : v;
+}
+
 /* Tables (tables_ref.c). */
 extern const float qs_nf4_codebook[16];      /* §2 */
 extern const float qs_nf4_thresholds[15];    /* §3 */

@@ -68,12 +68,12 @@ float qs_ref_dq_offset(const float *absmax, int64_t nb)
     double sum = 0.0; /* [convention] double sum in index order, one rounding to f32 (§6.1) */
 
     for (int64_t i = 0; i < nb; i++)
-        sum += (double)absmax[i];
+        sum += (double)qs_ld_f32(absmax + i);
     return nb > 0 ? (float)(sum / (double)nb) : 0.0f;
 }
 
 void qs_ref_dq_center(float *absmax, int64_t nb, float offset)
 {
     for (int64_t i = 0; i < nb; i++)
-        absmax[i] = absmax[i] - offset;
+        qs_st_f32(absmax + i, qs_ref_nan_canon(qs_ld_f32(absmax + i) - offset)); /* Inf - Inf */
 }

@@ -10,13 +10,14 @@
 #include <math.h>
 
 #include "../core/kernels.h"
+#include "ref.h"
 #include "sp24_ref.h"
 
 /* Score key of element i: |w| or fl(|w| * norm[i]) (§2.2, one defined f32 expression). */
 static uint32_t score_key(const float *w, const float *norm, int64_t i)
 {
-    float a = fabsf(w[i]);
-    return qs_sp_key_abs(norm ? a * norm[i] : a);
+    float a = fabsf(qs_ld_f32(w + i));
+    return qs_sp_key_abs(norm ? a * qs_ld_f32(norm + i) : a);
 }
 
 /* Keep bits of one group of 4 keys: position i is kept when fewer than two others beat it, an
@@ -57,16 +58,15 @@ static unsigned put_group_f32(const float *w, int64_t g, unsigned keep, float *v
 {
     unsigned nib = qs_sp24_nibble_of_keep[keep & 15u];
     unsigned i0 = nib & 3u, i1 = nib >> 2;
-    values[2 * g] = (keep >> i0) & 1u ? w[4 * g + i0] : 0.0f;
-    values[2 * g + 1] = (keep >> i1) & 1u ? w[4 * g + i1] : 0.0f;
+    qs_st_f32(values + 2 * g, (keep >> i0) & 1u ? qs_ld_f32(w + 4 * g + i0) : 0.0f);
+    qs_st_f32(values + 2 * g + 1, (keep >> i1) & 1u ? qs_ld_f32(w + 4 * g + i1) : 0.0f);
     return nib;
 }
 
 static void put_nibble(uint16_t *meta, int64_t g, unsigned nib)
 {
-    if (g % 4 == 0)
-        meta[g / 4] = 0; /* unused nibbles of a last, partial word stay 0 (§3.1) */
-    meta[g / 4] = (uint16_t)(meta[g / 4] | (nib << (4 * (g % 4))));
+    uint16_t word = g % 4 == 0 ? 0 : qs_ld_u16(meta + g / 4); /* unused nibbles stay 0 (§3.1) */
+    qs_st_u16(meta + g / 4, (uint16_t)(word | (nib << (4 * (g % 4)))));
 }
 
 void qs_sp24_prune_f32__ref(const float *w, const float *norm, int64_t n, float *values,
@@ -94,7 +94,7 @@ void qs_sp24_compress_f32__ref(const float *w, const uint8_t *mask, int64_t n, f
             keep = mask_keep(mask, g);
         else
             for (int i = 0; i < 4; i++)
-                keep |= (w[4 * g + i] != 0.0f) << i; /* NaN != 0 is true: NaN is kept */
+                keep |= (qs_ld_f32(w + 4 * g + i) != 0.0f) << i; /* NaN != 0 is true: NaN is kept */
         put_nibble(meta, g, put_group_f32(w, g, keep, values));
     }
 }
@@ -108,11 +108,11 @@ void qs_sp24_compress_u16__ref(const uint16_t *w, const uint8_t *mask, int64_t n
             keep = mask_keep(mask, g);
         else
             for (int i = 0; i < 4; i++) /* f16 and bf16 alike: zero iff only the sign is set */
-                keep |= ((w[4 * g + i] & 0x7FFFu) != 0) << i;
+                keep |= ((qs_ld_u16(w + 4 * g + i) & 0x7FFFu) != 0) << i;
         unsigned nib = qs_sp24_nibble_of_keep[keep];
         unsigned i0 = nib & 3u, i1 = nib >> 2;
-        values[2 * g] = (keep >> i0) & 1u ? w[4 * g + i0] : 0;
-        values[2 * g + 1] = (keep >> i1) & 1u ? w[4 * g + i1] : 0;
+        qs_st_u16(values + 2 * g, (keep >> i0) & 1u ? qs_ld_u16(w + 4 * g + i0) : 0);
+        qs_st_u16(values + 2 * g + 1, (keep >> i1) & 1u ? qs_ld_u16(w + 4 * g + i1) : 0);
         put_nibble(meta, g, nib);
     }
 }
@@ -121,11 +121,11 @@ void qs_sp24_decompress_f32__ref(const float *values, const uint16_t *meta, int6
                                  float *dst)
 {
     for (int64_t g = 0; g < n / 4; g++) {
-        unsigned nib = (meta[g / 4] >> (4 * (g % 4))) & 15u;
+        unsigned nib = (qs_ld_u16(meta + g / 4) >> (4 * (g % 4))) & 15u;
         for (int i = 0; i < 4; i++)
-            dst[4 * g + i] = 0.0f;
-        dst[4 * g + (nib & 3u)] = values[2 * g];
-        dst[4 * g + (nib >> 2)] = values[2 * g + 1];
+            qs_st_f32(dst + 4 * g + i, 0.0f);
+        qs_st_f32(dst + 4 * g + (nib & 3u), qs_ld_f32(values + 2 * g));
+        qs_st_f32(dst + 4 * g + (nib >> 2), qs_ld_f32(values + 2 * g + 1));
     }
 }
 
@@ -133,11 +133,11 @@ void qs_sp24_decompress_u16__ref(const uint16_t *values, const uint16_t *meta, i
                                  uint16_t *dst)
 {
     for (int64_t g = 0; g < n / 4; g++) {
-        unsigned nib = (meta[g / 4] >> (4 * (g % 4))) & 15u;
+        unsigned nib = (qs_ld_u16(meta + g / 4) >> (4 * (g % 4))) & 15u;
         for (int i = 0; i < 4; i++)
-            dst[4 * g + i] = 0;
-        dst[4 * g + (nib & 3u)] = values[2 * g];
-        dst[4 * g + (nib >> 2)] = values[2 * g + 1];
+            qs_st_u16(dst + 4 * g + i, 0);
+        qs_st_u16(dst + 4 * g + (nib & 3u), qs_ld_u16(values + 2 * g));
+        qs_st_u16(dst + 4 * g + (nib >> 2), qs_ld_u16(values + 2 * g + 1));
     }
 }
 
@@ -256,8 +256,8 @@ void qs_sp24_tile_f32__ref(const float *w, int64_t ldw, const float *norm, int64
         uint8_t keep[4];
         for (int r = 0; r < 4; r++)
             for (int c = 0; c < 4; c++) {
-                float a = fabsf(w[r * ldw + c0 + c]);
-                s[4 * r + c] = norm ? a * norm[c0 + c] : a;
+                float a = fabsf(qs_ld_f32(w + r * ldw + c0 + c));
+                s[4 * r + c] = norm ? a * qs_ld_f32(norm + c0 + c) : a;
             }
         if (variant)
             tile_greedy(s, keep);

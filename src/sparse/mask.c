@@ -7,6 +7,7 @@
  * tile, a group-aligned segment at a time.
  */
 #include <math.h>
+#include <string.h>
 
 #include "sparse_internal.h"
 
@@ -43,11 +44,13 @@ qs_status qs_sp_check_norms(qs_ctx *ctx, const float *norms, int64_t cols)
 {
     if (!norms)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "Wanda needs the activation norms (NULL given)");
-    for (int64_t j = 0; j < cols; j++)
-        if (!(norms[j] >= 0.0f))
+    for (int64_t j = 0; j < cols; j++) {
+        float v = qs_ld_f32(norms + j); /* the caller's array may sit at any byte */
+        if (!(v >= 0.0f))
             return qs_fail(ctx, QS_ERR_INVALID_ARG,
                            "activation norm %lld is %g: norms must be >= 0 and not NaN",
-                           (long long)j, (double)norms[j]);
+                           (long long)j, (double)v);
+    }
     return QS_OK;
 }
 
@@ -75,12 +78,13 @@ static int64_t first_bad_24(const void *x, int32_t dtype, int64_t r0, int64_t r1
             const uint8_t *b = (const uint8_t *)x + i;
             kept = (b[0] != 0) + (b[1] != 0) + (b[2] != 0) + (b[3] != 0);
         } else if (dtype == QS_DTYPE_F32) {
-            const float *f = (const float *)x + i;
-            kept = (f[0] != 0.0f) + (f[1] != 0.0f) + (f[2] != 0.0f) + (f[3] != 0.0f);
+            kept = 0;
+            for (int k = 0; k < 4; k++) /* memcpy loads: the tensor may sit at any byte */
+                kept += qs_ld_f32((const float *)x + i + k) != 0.0f;
         } else {
-            const uint16_t *h = (const uint16_t *)x + i;
-            kept = ((h[0] & 0x7FFFu) != 0) + ((h[1] & 0x7FFFu) != 0) + ((h[2] & 0x7FFFu) != 0) +
-                   ((h[3] & 0x7FFFu) != 0);
+            kept = 0;
+            for (int k = 0; k < 4; k++)
+                kept += (qs_ld_u16((const uint16_t *)x + i + k) & 0x7FFFu) != 0;
         }
         if (kept > 2)
             return i;
@@ -384,16 +388,17 @@ QS_API qs_status qs_nm_apply_mask(qs_ctx *ctx, const void *x, int32_t dtype, con
     if ((st = qs_sp_check_capacity(ctx, "dst", dst_bytes, bytes)) != QS_OK)
         return st;
     /* A select, not arithmetic: kept elements are copied bit for bit, the rest become +0. */
-    if (dtype == QS_DTYPE_F32) {
-        const uint32_t *s = x;
-        uint32_t *d = dst;
-        for (int64_t i = 0; i < count; i++)
-            d[i] = mask[i] ? s[i] : 0u;
-    } else {
-        const uint16_t *s = x;
-        uint16_t *d = dst;
-        for (int64_t i = 0; i < count; i++)
-            d[i] = mask[i] ? s[i] : 0u;
+    /* Bytes, not typed elements: x and dst may sit at any byte. */
+    {
+        const size_t es = (size_t)qs_dtype_size(dtype);
+        const uint8_t *s = x;
+        uint8_t *d = dst;
+        for (int64_t i = 0; i < count; i++) {
+            if (mask[i])
+                memcpy(d + (size_t)i * es, s + (size_t)i * es, es);
+            else
+                memset(d + (size_t)i * es, 0, es);
+        }
     }
     return qs_ok(ctx);
 }

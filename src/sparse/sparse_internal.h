@@ -8,6 +8,7 @@
 #define QS_SPARSE_INTERNAL_H
 
 #include "../core/parallel.h"
+#include "../ref/ref.h"
 
 /* Elements per parallel task: whole rows, at least one. The split depends on the shape only, and
  * every row is computed independently, so results never depend on the thread count. */
@@ -33,12 +34,10 @@ QS_INTERNAL qs_status qs_sp_check_capacity(qs_ctx *ctx, const char *what, int64_
 static inline int qs_sp_kept(const void *x, int32_t dtype, int64_t i)
 {
     switch (dtype) {
-    case QS_DTYPE_F32: {
-        float v = ((const float *)x)[i];
-        return v != 0.0f;
-    }
+    /* the caller's tensor may sit at any byte: memcpy loads (ref.h) */
+    case QS_DTYPE_F32: return qs_ld_f32((const float *)x + i) != 0.0f;
     case QS_DTYPE_F16:
-    case QS_DTYPE_BF16: return (((const uint16_t *)x)[i] & 0x7FFFu) != 0;
+    case QS_DTYPE_BF16: return (qs_ld_u16((const uint16_t *)x + i) & 0x7FFFu) != 0;
     default: return ((const uint8_t *)x)[i] != 0;
     }
 }

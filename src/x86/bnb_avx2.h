@@ -17,6 +17,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "nan_avx2.h"
 
 /* Codes of one block of len elements whose absmax is known; tab is the family's table. */
 typedef void (*bnb_block_avx2_fn)(const float *v, int64_t len, float absmax, uint8_t *dst,
@@ -42,7 +43,7 @@ static inline float bnb_amax_avx2(const float *v, int64_t len)
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     float r = _mm_cvtss_f32(m);
     for (; i < len; i++)
-        r = qs_ref_absmax_step(r, v[i]);
+        r = qs_ref_absmax_step(r, qs_ld_f32(v + i));
     return r;
 }
 
@@ -59,11 +60,11 @@ static inline void bnb_quant_avx2(const float *src, int64_t n, int32_t block, in
     for (int64_t g = 0; g * block < n; g += group) {
         for (int64_t b = g; b < g + group && b * block < n; b++) {
             int64_t len = n - b * block < block ? n - b * block : block;
-            absmax[b] = bnb_amax_avx2(src + b * block, len);
+            qs_st_f32(absmax + b, bnb_amax_avx2(src + b * block, len));
         }
         for (int64_t b = g; b < g + group && b * block < n; b++) {
             int64_t len = n - b * block < block ? n - b * block : block;
-            block_fn(src + b * block, len, absmax[b], dst + b * block / per_byte, tab);
+            block_fn(src + b * block, len, qs_ld_f32(absmax + b), dst + b * block / per_byte, tab);
         }
     }
 }
@@ -102,8 +103,9 @@ static inline void bnb4_block_avx2(const float *v, int64_t len, float absmax, ui
         _mm_storeu_si128((__m128i *)(dst + i / 2), bnb4_nibbles_pack_avx2(c0, c1, c2, c3));
     }
     for (; i < len; i += 2) {
-        uint8_t hi = encode_ref(v[i] * inv);
-        uint8_t lo = encode_ref((i + 1 < len ? v[i + 1] : 0.0f) * inv); /* odd pad: 0.0 */
+        uint8_t hi = encode_ref(qs_ld_f32(v + i) * inv);
+        uint8_t lo =
+            encode_ref((i + 1 < len ? qs_ld_f32(v + i + 1) : 0.0f) * inv); /* odd pad: 0.0 */
         dst[i / 2] = (uint8_t)(hi << 4 | lo);
     }
 }
@@ -121,7 +123,7 @@ static inline void bnb4_dequant_avx2(const uint8_t *src, const float *absmax, in
         int64_t len = n - start < block ? n - start : block;
         const uint8_t *s = src + start / 2;
         float *d = dst + start;
-        const float scale = absmax[b];
+        const float scale = qs_ld_f32(absmax + b);
         const __m256 vs = _mm256_set1_ps(scale);
         int64_t i = 0;
 
@@ -134,11 +136,11 @@ static inline void bnb4_dequant_avx2(const uint8_t *src, const float *absmax, in
             __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx),
                                         _mm256_permutevar8x32_ps(hi, idx),
                                         _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-            _mm256_storeu_ps(d + i, _mm256_mul_ps(v, vs)); /* §5.3: one f32 multiply */
+            _mm256_storeu_ps(d + i, nan_canon_avx2(_mm256_mul_ps(v, vs))); /* §5.3 */
         }
         for (; i < len; i++) {
             uint8_t code = (i & 1) ? (s[i / 2] & 0xF) : (s[i / 2] >> 4);
-            d[i] = codebook[code] * scale;
+            qs_st_f32(d + i, qs_ref_nan_canon(codebook[code] * scale));
         }
     }
 }

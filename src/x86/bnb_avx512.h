@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include "../core/kernels.h"
+#include "nan_avx512.h"
 
 /* Codes of one block of len elements whose absmax is known; tab is the family's table. */
 typedef void (*bnb_block_avx512_fn)(const float *v, int64_t len, float absmax, uint8_t *dst,
@@ -58,11 +59,11 @@ static inline void bnb_quant_avx512(const float *src, int64_t n, int32_t block, 
     for (int64_t g = 0; g * block < n; g += group) {
         for (int64_t b = g; b < g + group && b * block < n; b++) {
             int64_t len = n - b * block < block ? n - b * block : block;
-            absmax[b] = bnb_amax_avx512(src + b * block, len);
+            qs_st_f32(absmax + b, bnb_amax_avx512(src + b * block, len));
         }
         for (int64_t b = g; b < g + group && b * block < n; b++) {
             int64_t len = n - b * block < block ? n - b * block : block;
-            block_fn(src + b * block, len, absmax[b], dst + b * block / per_byte, tab);
+            block_fn(src + b * block, len, qs_ld_f32(absmax + b), dst + b * block / per_byte, tab);
         }
     }
 }
@@ -125,7 +126,7 @@ static inline void bnb4_dequant_avx512(const uint8_t *src, const float *absmax, 
         int64_t len = n - start < block ? n - start : block;
         const uint8_t *s = src + start / 2;
         float *d = dst + start;
-        const __m512 vs = _mm512_set1_ps(absmax[b]);
+        const __m512 vs = _mm512_set1_ps(qs_ld_f32(absmax + b));
         int64_t i = 0;
 
         for (; i + 32 <= len; i += 32) {
@@ -133,15 +134,16 @@ static inline void bnb4_dequant_avx512(const uint8_t *src, const float *absmax, 
             __m512 v0 = _mm512_permutexvar_ps(bnb4_nibbles_unpack_avx512(bytes), book);
             __m512 v1 = _mm512_permutexvar_ps(
                 bnb4_nibbles_unpack_avx512(_mm_unpackhi_epi64(bytes, bytes)), book);
-            _mm512_storeu_ps(d + i, _mm512_mul_ps(v0, vs)); /* §5.3: one f32 multiply */
-            _mm512_storeu_ps(d + i + 16, _mm512_mul_ps(v1, vs));
+            _mm512_storeu_ps(d + i, nan_canon_avx512(_mm512_mul_ps(v0, vs))); /* §5.3 */
+            _mm512_storeu_ps(d + i + 16, nan_canon_avx512(_mm512_mul_ps(v1, vs)));
         }
         for (; i < len; i += 16) {
             int64_t left = len - i < 16 ? len - i : 16;
             __mmask16 bm = (__mmask16)((1u << ((left + 1) / 2)) - 1u);
             __m128i bytes = _mm_maskz_loadu_epi8(bm, s + i / 2);
             __m512 v = _mm512_permutexvar_ps(bnb4_nibbles_unpack_avx512(bytes), book);
-            _mm512_mask_storeu_ps(d + i, tail_mask_avx512(left), _mm512_mul_ps(v, vs));
+            _mm512_mask_storeu_ps(d + i, tail_mask_avx512(left),
+                                  nan_canon_avx512(_mm512_mul_ps(v, vs)));
         }
     }
 }

@@ -23,7 +23,7 @@ void qs_cvt_f16_f32__avx2(const uint16_t *src, int64_t n, float *dst)
         _mm256_storeu_ps(dst + i + 8, _mm256_cvtph_ps(b));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_f16_to_f32(src[i]);
+        qs_st_f32(dst + i, qs_ref_f16_to_f32(qs_ld_u16(src + i)));
 }
 
 void qs_cvt_bf16_f32__avx2(const uint16_t *src, int64_t n, float *dst)
@@ -38,7 +38,7 @@ void qs_cvt_bf16_f32__avx2(const uint16_t *src, int64_t n, float *dst)
         _mm256_storeu_si256((__m256i *)(dst + i + 8), _mm256_slli_epi32(hi, 16));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_bf16_to_f32(src[i]);
+        qs_st_f32(dst + i, qs_ref_bf16_to_f32(qs_ld_u16(src + i)));
 }
 
 void qs_cvt_f32_f16__avx2(const float *src, int64_t n, uint16_t *dst)
@@ -53,7 +53,7 @@ void qs_cvt_f32_f16__avx2(const float *src, int64_t n, uint16_t *dst)
                          _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_f32_to_f16(src[i]);
+        qs_st_u16(dst + i, qs_ref_f32_to_f16(qs_ld_f32(src + i)));
 }
 
 /* Eight f32 bit patterns to bfloat16 in the low 16 bits of each lane: RNE on the bits, NaN pinned
@@ -82,5 +82,5 @@ void qs_cvt_f32_bf16__avx2(const float *src, int64_t n, uint16_t *dst)
         _mm256_storeu_si256((__m256i *)(dst + i), p);
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_f32_to_bf16(src[i]);
+        qs_st_u16(dst + i, qs_ref_f32_to_bf16(qs_ld_f32(src + i)));
 }

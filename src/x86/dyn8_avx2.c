@@ -18,6 +18,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "bnb_avx2.h"
+#include "nan_avx2.h"
 
 /* Midpoints, computed per call exactly as the reference does, and the register tables of the
  * first search steps (the later steps gather from mid). */
@@ -102,7 +103,7 @@ static void dyn8_block_avx2(const float *v, int64_t len, float m, uint8_t *d, co
         _mm256_storeu_si256((__m256i *)(d + i), p);
     }
     for (; i < len; i++)
-        d[i] = qs_ref_dyn8_encode(v[i] * inv);
+        d[i] = qs_ref_dyn8_encode(qs_ld_f32(v + i) * inv);
 }
 
 void qs_dyn8_quant__avx2(const float *src, int64_t n, int32_t block, uint8_t *dst, float *absmax)
@@ -121,7 +122,7 @@ void qs_dyn8_dequant__avx2(const uint8_t *src, const float *absmax, int64_t n, i
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block;
         int64_t len = n - start < block ? n - start : block;
-        const float scale = absmax[b];
+        const float scale = qs_ld_f32(absmax + b);
         const __m256 vs = _mm256_set1_ps(scale);
         int64_t i = 0;
 
@@ -129,11 +130,12 @@ void qs_dyn8_dequant__avx2(const uint8_t *src, const float *absmax, int64_t n, i
             __m128i bytes = _mm_loadl_epi64((const __m128i *)(src + start + i));
             __m256 v = _mm256_i32gather_ps(qs_dyn8_map, _mm256_cvtepu8_epi32(bytes), 4);
             /* a multiply, then a separate add (§6.2): never fused */
-            _mm256_storeu_ps(dst + start + i, _mm256_add_ps(_mm256_mul_ps(v, vs), voff));
+            _mm256_storeu_ps(dst + start + i,
+                             nan_canon_avx2(_mm256_add_ps(_mm256_mul_ps(v, vs), voff)));
         }
         for (; i < len; i++) {
             float v = qs_dyn8_map[src[start + i]] * scale;
-            dst[start + i] = v + offset;
+            qs_st_f32(dst + start + i, qs_ref_nan_canon(v + offset));
         }
     }
 }

@@ -19,6 +19,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "bnb_avx512.h"
+#include "nan_avx512.h"
 
 /* Search step s tests j = c + s - 1 where c, the partial code, is a multiple of 2s. Steps 128...8
  * index a 16-entry table by c >> 4; step 4 a 32-entry table by c >> 3; step 2 a 64-entry table by
@@ -126,14 +127,15 @@ void qs_dyn8_dequant__avx512(const uint8_t *src, const float *absmax, int64_t n,
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block;
         int64_t len = n - start < block ? n - start : block;
-        const __m512 vs = _mm512_set1_ps(absmax[b]);
+        const __m512 vs = _mm512_set1_ps(qs_ld_f32(absmax + b));
 
         for (int64_t i = 0; i < len; i += 16) {
             __mmask16 tm = tail_mask_avx512(len - i);
             __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(tm, src + start + i));
             __m512 v = _mm512_i32gather_ps(idx, qs_dyn8_map, 4);
             /* a multiply, then a separate add (§6.2): never fused */
-            _mm512_mask_storeu_ps(dst + start + i, tm, _mm512_add_ps(_mm512_mul_ps(v, vs), voff));
+            _mm512_mask_storeu_ps(dst + start + i, tm,
+                                  nan_canon_avx512(_mm512_add_ps(_mm512_mul_ps(v, vs), voff)));
         }
     }
 }

@@ -12,6 +12,7 @@
 
 #include "../core/kernels.h"
 #include "minifloat_avx2.h"
+#include "nan_avx2.h"
 
 void qs_e4m3_quant__avx2(const float *src, int64_t n, float scale, uint8_t *dst)
 {
@@ -24,8 +25,8 @@ static inline void e4m3_dequant16_avx2(const uint8_t *src, __m256 vs, float *dst
     __m128i b = _mm_loadu_si128((const __m128i *)src);
     __m256i c0 = _mm256_cvtepu8_epi32(b), c1 = _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8));
 
-    _mm256_storeu_ps(dst, _mm256_mul_ps(e4m3_decode_avx2(c0), vs));
-    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(e4m3_decode_avx2(c1), vs));
+    _mm256_storeu_ps(dst, nan_canon_avx2(_mm256_mul_ps(e4m3_decode_avx2(c0), vs)));
+    _mm256_storeu_ps(dst + 8, nan_canon_avx2(_mm256_mul_ps(e4m3_decode_avx2(c1), vs)));
 }
 
 void qs_e4m3_dequant__avx2(const uint8_t *src, int64_t n, float scale, float *dst)

@@ -12,6 +12,7 @@
 
 #include "../core/kernels.h"
 #include "minifloat_avx2.h"
+#include "nan_avx2.h"
 
 void qs_e5m2_quant__avx2(const float *src, int64_t n, float scale, uint8_t *dst)
 {
@@ -26,8 +27,8 @@ static inline void e5m2_dequant16_avx2(const uint8_t *src, __m256 vs, float *dst
     __m128i h0 = _mm_unpacklo_epi8(_mm_setzero_si128(), b);
     __m128i h1 = _mm_unpackhi_epi8(_mm_setzero_si128(), b);
 
-    _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_cvtph_ps(h0), vs));
-    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(_mm256_cvtph_ps(h1), vs));
+    _mm256_storeu_ps(dst, nan_canon_avx2(_mm256_mul_ps(_mm256_cvtph_ps(h0), vs)));
+    _mm256_storeu_ps(dst + 8, nan_canon_avx2(_mm256_mul_ps(_mm256_cvtph_ps(h1), vs)));
 }
 
 void qs_e5m2_dequant__avx2(const uint8_t *src, int64_t n, float scale, float *dst)

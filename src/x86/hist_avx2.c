@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../core/kernels.h"
+#include "../ref/ref.h"
 
 #define ABS_MASK 0x7FFFFFFF
 #define INF_BITS 0x7F800000
@@ -58,13 +59,14 @@ void qs_hist_scan__avx2(const float *src, int64_t n, float *lo, float *hi, uint6
         h = th[j] > h ? th[j] : h;
     }
     for (; i < n; i++) {
-        uint32_t a = bits_avx2(src[i]) & ABS_MASK;
+        float x = qs_ld_f32(src + i);
+        uint32_t a = bits_avx2(x) & ABS_MASK;
         if (a > INF_BITS) {
             nn++;
         } else if (a == INF_BITS) {
             ni++;
         } else {
-            float v = src[i] + 0.0f;
+            float v = x + 0.0f;
             l = v < l ? v : l;
             h = v > h ? v : h;
         }
@@ -275,14 +277,15 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
         }
         /* the tail (< 8 values) with the reference's scalar steps, into copy 0 */
         for (; i < n; i++) {
-            uint32_t a = bits_avx2(src[i]) & ABS_MASK;
+            float x = qs_ld_f32(src + i);
+            uint32_t a = bits_avx2(x) & ABS_MASK;
             if (a > INF_BITS) {
                 nn++;
             } else if (a == INF_BITS) {
                 ni++;
             } else {
-                float v = src[i] + 0.0f;
-                double bi = floor(ldexp((double)fabsf(src[i]), -k));
+                float v = x + 0.0f;
+                double bi = floor(ldexp((double)fabsf(x), -k));
                 uint32_t j = bi < (double)(nbins - 1) ? (uint32_t)bi : (uint32_t)nbins - 1;
                 l = v < l ? v : l;
                 h = v > h ? v : h;

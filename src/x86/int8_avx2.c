@@ -11,6 +11,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "nan_avx2.h"
 
 /* Eight values to int32 codes in [qmin, 127]. */
 static inline __m256i int8_encode_avx2(__m256 x, __m256 mul, __m256i zp, __m256i qmin)
@@ -42,10 +43,19 @@ void qs_int8_quant__avx2(const float *src, int64_t n, float mul, int32_t zp, int
         _mm256_storeu_si256((__m256i *)(dst + i), p);
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_int8_encode(src[i], mul, zp, qmin);
+        dst[i] = qs_ref_int8_encode(qs_ld_f32(src + i), mul, zp, qmin);
 }
 
-void qs_int8_dequant__avx2(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
+/* The NaN rule costs a compare and a blend per vector; it is needed only for a non-finite scale
+ * (q - zp is a small integer, so a finite scale gives no NaN). Both loops come from one body
+ * with `canon` constant after inlining. */
+static inline __m256 int8_out_avx2(__m256 v, int canon)
+{
+    return canon ? nan_canon_avx2(v) : v;
+}
+
+static inline void int8_dequant_body_avx2(const int8_t *src, int64_t n, float scale, int32_t zp,
+                                          float *dst, int canon)
 {
     const __m256 vs = _mm256_set1_ps(scale);
     const __m256i vz = _mm256_set1_epi32(zp);
@@ -55,14 +65,25 @@ void qs_int8_dequant__avx2(const int8_t *src, int64_t n, float scale, int32_t zp
         __m128i b = _mm_loadu_si128((const __m128i *)(src + i));
         __m256i q0 = _mm256_sub_epi32(_mm256_cvtepi8_epi32(b), vz);
         __m256i q1 = _mm256_sub_epi32(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)), vz);
-        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(q0), vs));
-        _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(q1), vs));
+        _mm256_storeu_ps(dst + i, int8_out_avx2(_mm256_mul_ps(_mm256_cvtepi32_ps(q0), vs), canon));
+        _mm256_storeu_ps(dst + i + 8,
+                         int8_out_avx2(_mm256_mul_ps(_mm256_cvtepi32_ps(q1), vs), canon));
     }
     for (; i < n; i++)
-        dst[i] = (float)((int32_t)src[i] - zp) * scale;
+        qs_st_f32(dst + i, qs_ref_nan_canon((float)((int32_t)src[i] - zp) * scale));
 }
 
-void qs_int8_dequant_rowstat__avx2(const int8_t *src, int64_t n, float stat, float *dst)
+void qs_int8_dequant__avx2(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
+{
+    if ((qs_f32_bits(scale) & 0x7F800000u) != 0x7F800000u)
+        int8_dequant_body_avx2(src, n, scale, zp, dst, 0);
+    else
+        int8_dequant_body_avx2(src, n, scale, zp, dst, 1);
+}
+
+/* fl(fl(q * stat) * c): a finite stat gives a finite or infinite product, never NaN. */
+static inline void int8_rowstat_body_avx2(const int8_t *src, int64_t n, float stat, float *dst,
+                                          int canon)
 {
     const float c = 0x1.020408p-7f; /* fl(1/127): a multiply, never a division (§8) */
     const __m256 vs = _mm256_set1_ps(stat), vc = _mm256_set1_ps(c);
@@ -72,11 +93,20 @@ void qs_int8_dequant_rowstat__avx2(const int8_t *src, int64_t n, float stat, flo
         __m128i b = _mm_loadu_si128((const __m128i *)(src + i));
         __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
         __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)));
-        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_mul_ps(q0, vs), vc));
-        _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(_mm256_mul_ps(q1, vs), vc));
+        _mm256_storeu_ps(dst + i, int8_out_avx2(_mm256_mul_ps(_mm256_mul_ps(q0, vs), vc), canon));
+        _mm256_storeu_ps(dst + i + 8,
+                         int8_out_avx2(_mm256_mul_ps(_mm256_mul_ps(q1, vs), vc), canon));
     }
     for (; i < n; i++) {
         float v = (float)src[i] * stat;
-        dst[i] = v * c;
+        qs_st_f32(dst + i, qs_ref_nan_canon(v * c));
     }
+}
+
+void qs_int8_dequant_rowstat__avx2(const int8_t *src, int64_t n, float stat, float *dst)
+{
+    if ((qs_f32_bits(stat) & 0x7F800000u) != 0x7F800000u)
+        int8_rowstat_body_avx2(src, n, stat, dst, 0);
+    else
+        int8_rowstat_body_avx2(src, n, stat, dst, 1);
 }

@@ -11,6 +11,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "nan_avx512.h"
 
 static inline __mmask16 tail_mask_avx512(int64_t left)
 {
@@ -49,7 +50,16 @@ void qs_int8_quant__avx512(const float *src, int64_t n, float mul, int32_t zp, i
     }
 }
 
-void qs_int8_dequant__avx512(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
+/* The NaN rule costs a compare and a masked move per vector; it is needed only for a non-finite
+ * scale (q - zp is a small integer, q * stat * c is never 0 * Inf for a finite stat). Both loops
+ * come from one body with `canon` constant after inlining. */
+static inline __m512 int8_out_avx512(__m512 v, int canon)
+{
+    return canon ? nan_canon_avx512(v) : v;
+}
+
+static inline void int8_dequant_body_avx512(const int8_t *src, int64_t n, float scale, int32_t zp,
+                                            float *dst, int canon)
 {
     const __m512 vs = _mm512_set1_ps(scale);
     const __m512i vz = _mm512_set1_epi32(zp);
@@ -58,35 +68,59 @@ void qs_int8_dequant__avx512(const int8_t *src, int64_t n, float scale, int32_t 
     for (; i + 32 <= n; i += 32) {
         __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
         __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i + 16)));
-        _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q0, vz)), vs));
-        _mm512_storeu_ps(dst + i + 16,
-                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q1, vz)), vs));
+        _mm512_storeu_ps(
+            dst + i, int8_out_avx512(
+                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q0, vz)), vs), canon));
+        _mm512_storeu_ps(
+            dst + i + 16,
+            int8_out_avx512(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q1, vz)), vs),
+                            canon));
     }
     for (; i < n; i += 16) {
         __mmask16 m = tail_mask_avx512(n - i);
         __m512i q = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src + i));
-        _mm512_mask_storeu_ps(dst + i, m,
-                              _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, vz)), vs));
+        _mm512_mask_storeu_ps(
+            dst + i, m,
+            int8_out_avx512(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, vz)), vs), canon));
     }
 }
 
-void qs_int8_dequant_rowstat__avx512(const int8_t *src, int64_t n, float stat, float *dst)
+void qs_int8_dequant__avx512(const int8_t *src, int64_t n, float scale, int32_t zp, float *dst)
+{
+    if ((qs_f32_bits(scale) & 0x7F800000u) != 0x7F800000u)
+        int8_dequant_body_avx512(src, n, scale, zp, dst, 0);
+    else
+        int8_dequant_body_avx512(src, n, scale, zp, dst, 1);
+}
+
+static inline void int8_rowstat_body_avx512(const int8_t *src, int64_t n, float stat, float *dst,
+                                            int canon)
 {
     const __m512 vs = _mm512_set1_ps(stat);
     const __m512 vc = _mm512_set1_ps(0x1.020408p-7f); /* fl(1/127): never a division (§8) */
     int64_t i = 0;
 
     for (; i + 32 <= n; i += 32) {
-        __m512 q0 = _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i))));
+        __m512 q0 =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i))));
         __m512 q1 = _mm512_cvtepi32_ps(
             _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src + i + 16))));
-        _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_mul_ps(q0, vs), vc));
-        _mm512_storeu_ps(dst + i + 16, _mm512_mul_ps(_mm512_mul_ps(q1, vs), vc));
+        _mm512_storeu_ps(dst + i, int8_out_avx512(_mm512_mul_ps(_mm512_mul_ps(q0, vs), vc), canon));
+        _mm512_storeu_ps(dst + i + 16,
+                         int8_out_avx512(_mm512_mul_ps(_mm512_mul_ps(q1, vs), vc), canon));
     }
     for (; i < n; i += 16) {
         __mmask16 m = tail_mask_avx512(n - i);
         __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, src + i)));
-        _mm512_mask_storeu_ps(dst + i, m, _mm512_mul_ps(_mm512_mul_ps(q, vs), vc));
+        _mm512_mask_storeu_ps(dst + i, m,
+                              int8_out_avx512(_mm512_mul_ps(_mm512_mul_ps(q, vs), vc), canon));
     }
+}
+
+void qs_int8_dequant_rowstat__avx512(const int8_t *src, int64_t n, float stat, float *dst)
+{
+    if ((qs_f32_bits(stat) & 0x7F800000u) != 0x7F800000u)
+        int8_rowstat_body_avx512(src, n, stat, dst, 0);
+    else
+        int8_rowstat_body_avx512(src, n, stat, dst, 1);
 }

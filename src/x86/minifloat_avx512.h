@@ -17,6 +17,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "nan_avx512.h"
 
 /* Lanes 0 ... left - 1 of 16 (all 16 when left >= 16; none when left <= 0). */
 static inline __mmask16 lane_mask_avx512(int64_t left)
@@ -138,13 +139,13 @@ static inline void fp8_dequant_avx512(const uint8_t *src, int64_t n, float scale
     for (; i + 32 <= n; i += 32) {
         __m512 v0 = decode16(_mm_loadu_si128((const __m128i *)(src + i)));
         __m512 v1 = decode16(_mm_loadu_si128((const __m128i *)(src + i + 16)));
-        _mm512_storeu_ps(dst + i, _mm512_mul_ps(v0, vs));
-        _mm512_storeu_ps(dst + i + 16, _mm512_mul_ps(v1, vs));
+        _mm512_storeu_ps(dst + i, nan_canon_avx512(_mm512_mul_ps(v0, vs)));
+        _mm512_storeu_ps(dst + i + 16, nan_canon_avx512(_mm512_mul_ps(v1, vs)));
     }
     for (; i < n; i += 16) {
         __mmask16 k = lane_mask_avx512(n - i);
         __m512 v = decode16(_mm_maskz_loadu_epi8(k, src + i));
-        _mm512_mask_storeu_ps(dst + i, k, _mm512_mul_ps(v, vs));
+        _mm512_mask_storeu_ps(dst + i, k, nan_canon_avx512(_mm512_mul_ps(v, vs)));
     }
 }
 

@@ -15,6 +15,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "minifloat_avx2.h"
+#include "nan_avx2.h"
 
 /* Codes of the 32 values x[k] * mul of a finite block (mul = 2^(127 - s) with 127 - s in
  * [-126, 127]: s <= 253 for finite amax). */
@@ -42,7 +43,7 @@ static inline void mxfp4_dequant32_avx2(const uint8_t *src, __m256 scale, float 
 
     unpack_nibbles_avx2(src, c);
     for (int k = 0; k < 4; k++)
-        _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(e2m1_decode_avx2(c[k]), scale));
+        _mm256_storeu_ps(dst + 8 * k, nan_canon_avx2(_mm256_mul_ps(e2m1_decode_avx2(c[k]), scale)));
 }
 
 void qs_mxfp4_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)

@@ -15,6 +15,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "minifloat_avx512.h"
+#include "nan_avx512.h"
 
 /* Join 16 codes pairwise into 8 bytes (element 2j low nibble), in the low 64 bits. */
 static inline __m128i pack_nibbles_avx512(__m512i c)
@@ -98,9 +99,11 @@ void qs_mxfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         __m512i c0, c1;
 
         unpack_nibbles_avx512(_mm_maskz_loadu_epi8(kb, src + b * 16), &c0, &c1);
-        _mm512_mask_storeu_ps(dst + b * 32, k0,
-                              _mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale));
-        _mm512_mask_storeu_ps(dst + b * 32 + 16, k1,
-                              _mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale));
+        _mm512_mask_storeu_ps(
+            dst + b * 32, k0,
+            nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale)));
+        _mm512_mask_storeu_ps(
+            dst + b * 32 + 16, k1,
+            nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale)));
     }
 }

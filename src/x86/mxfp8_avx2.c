@@ -15,6 +15,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "minifloat_avx2.h"
+#include "nan_avx2.h"
 
 /* Codes of the 32 values x[k] * mul of a finite block (mul = 2^(127 - s) with 127 - s in
  * [-119, 127]: s <= 247 for finite amax). */
@@ -40,7 +41,7 @@ static inline void mxfp8_dequant32_avx2(const uint8_t *src, __m256 scale, float 
 {
     for (int k = 0; k < 4; k++) {
         __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(src + 8 * k)));
-        _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(e4m3_decode_avx2(c), scale));
+        _mm256_storeu_ps(dst + 8 * k, nan_canon_avx2(_mm256_mul_ps(e4m3_decode_avx2(c), scale)));
     }
 }
 

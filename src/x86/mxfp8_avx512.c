@@ -15,6 +15,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "minifloat_avx512.h"
+#include "nan_avx512.h"
 
 /* One block of len (1...32) values: len data bytes and the scale byte. */
 static inline void mxfp8_block_avx512(const float *v, int64_t len, int32_t rounding,
@@ -57,8 +58,9 @@ void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         __m512i c0 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k0, src + b * 32));
         __m512i c1 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k1, src + b * 32 + 16));
 
-        _mm512_mask_storeu_ps(dst + b * 32, k0, _mm512_mul_ps(e4m3_decode_avx512(c0), scale));
+        _mm512_mask_storeu_ps(dst + b * 32, k0,
+                              nan_canon_avx512(_mm512_mul_ps(e4m3_decode_avx512(c0), scale)));
         _mm512_mask_storeu_ps(dst + b * 32 + 16, k1,
-                              _mm512_mul_ps(e4m3_decode_avx512(c1), scale));
+                              nan_canon_avx512(_mm512_mul_ps(e4m3_decode_avx512(c1), scale)));
     }
 }

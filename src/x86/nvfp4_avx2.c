@@ -15,6 +15,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "minifloat_avx2.h"
+#include "nan_avx2.h"
 
 /* E2M1 codes (0...15) of 8 floats, one per 32-bit lane; NaN -> 0 (§11), Inf saturates. */
 static inline __m256i e2m1_encode_avx2(__m256 y)
@@ -130,8 +131,10 @@ static inline void nvfp4_dequant32_avx2(const uint8_t *src, const uint8_t *scale
         /* UE4M3: readers ignore the sign bit (§14) */
         __m256 den = _mm256_mul_ps(e4m3_decode_avx2(_mm256_set1_epi32(scales[h] & 0x7F)),
                                    s_global);
-        _mm256_storeu_ps(dst + 16 * h, _mm256_mul_ps(e2m1_decode_avx2(c[2 * h]), den));
-        _mm256_storeu_ps(dst + 16 * h + 8, _mm256_mul_ps(e2m1_decode_avx2(c[2 * h + 1]), den));
+        _mm256_storeu_ps(dst + 16 * h,
+                         nan_canon_avx2(_mm256_mul_ps(e2m1_decode_avx2(c[2 * h]), den)));
+        _mm256_storeu_ps(dst + 16 * h + 8,
+                         nan_canon_avx2(_mm256_mul_ps(e2m1_decode_avx2(c[2 * h + 1]), den)));
     }
 }
 

@@ -15,6 +15,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "minifloat_avx512.h"
+#include "nan_avx512.h"
 
 /* E2M1 codes (0...15) of 16 floats, one per 32-bit lane; NaN -> 0 (§11), Inf saturates. */
 static inline __m512i e2m1_encode_avx512(__m512 y)
@@ -112,7 +113,7 @@ void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         /* UE4M3: readers ignore the sign bit (§14) */
         __m512 den = _mm512_mul_ps(e4m3_decode_avx512(_mm512_set1_epi32(scales[b] & 0x7F)), sg);
 
-        _mm512_mask_storeu_ps(dst + b * 16, k,
-                              _mm512_mul_ps(_mm512_permutexvar_ps(c, table), den));
+        _mm512_mask_storeu_ps(
+            dst + b * 16, k, nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c, table), den)));
     }
 }

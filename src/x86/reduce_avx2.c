@@ -39,7 +39,7 @@ float qs_amax_f32__avx2(const float *src, int64_t n)
     /* accumulators hold no NaN and no -0, so combining them is exact */
     m = hmax_avx2(_mm256_max_ps(_mm256_max_ps(a0, a1), _mm256_max_ps(a2, a3)));
     for (; i < n; i++)
-        m = qs_ref_absmax_step(m, src[i]);
+        m = qs_ref_absmax_step(m, qs_ld_f32(src + i));
     return m;
 }
 
@@ -68,8 +68,8 @@ void qs_minmax_f32__avx2(const float *src, int64_t n, float *lo, float *hi)
     /* A NaN accumulator would stick in MINPS/MAXPS; the reference replaces it by the first
      * non-NaN element, so run the reference until both are numbers. */
     for (; i < n && (l != l || h != h); i++) {
-        l = qs_ref_min(l, src[i]);
-        h = qs_ref_max(h, src[i]);
+        l = qs_ref_min(l, qs_ld_f32(src + i));
+        h = qs_ref_max(h, qs_ld_f32(src + i));
     }
     if (i + 8 <= n) {
         __m256 l0 = _mm256_set1_ps(l), l1 = l0, h0 = _mm256_set1_ps(h), h1 = h0;
@@ -97,8 +97,8 @@ void qs_minmax_f32__avx2(const float *src, int64_t n, float *lo, float *hi)
         }
     }
     for (; i < n; i++) {
-        l = qs_ref_min(l, src[i]);
-        h = qs_ref_max(h, src[i]);
+        l = qs_ref_min(l, qs_ld_f32(src + i));
+        h = qs_ref_max(h, qs_ld_f32(src + i));
     }
     *lo = l;
     *hi = h;
@@ -123,7 +123,7 @@ int32_t qs_nonfinite_f32__avx2(const float *src, int64_t n)
             return 1;
     }
     for (; i < n; i++)
-        if ((qs_f32_bits(src[i]) & 0x7F800000u) == 0x7F800000u)
+        if ((qs_f32_bits(qs_ld_f32(src + i)) & 0x7F800000u) == 0x7F800000u)
             return 1;
     return 0;
 }

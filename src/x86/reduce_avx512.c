@@ -62,8 +62,8 @@ void qs_minmax_f32__avx512(const float *src, int64_t n, float *lo, float *hi)
     /* A NaN accumulator would stick in VMINPS/VMAXPS; the reference replaces it by the first
      * non-NaN element, so run the reference until both are numbers. */
     for (; i < n && (l != l || h != h); i++) {
-        l = qs_ref_min(l, src[i]);
-        h = qs_ref_max(h, src[i]);
+        l = qs_ref_min(l, qs_ld_f32(src + i));
+        h = qs_ref_max(h, qs_ld_f32(src + i));
     }
     if (i < n) {
         __m512 l0 = _mm512_set1_ps(l), l1 = l0, h0 = _mm512_set1_ps(h), h1 = h0;

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include "../core/kernels.h"
+#include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
 
 /* vpermilps control of a group: the positions (i0, i1) of its nibble first. */
@@ -100,7 +101,7 @@ void qs_sp24_prune_f32__avx2(const float *w, const float *norm, int64_t n, float
         __m256 x0 = _mm256_loadu_ps(w + i), x1 = _mm256_loadu_ps(w + i + 8);
         __m256i k0 = keep8_avx2(keys8_avx2(x0, norm ? norm + i : NULL));
         __m256i k1 = keep8_avx2(keys8_avx2(x1, norm ? norm + i + 8 : NULL));
-        meta[i / 16] = put16_avx2(x0, x1, k0, k1, values + i / 2);
+        qs_st_u16(meta + i / 16, put16_avx2(x0, x1, k0, k1, values + i / 2));
     }
     qs_sp24_prune_f32__ref(w + i, norm ? norm + i : NULL, n - i, values + i / 2, meta + i / 16);
 }
@@ -126,7 +127,7 @@ void qs_sp24_compress_f32__avx2(const float *w, const uint8_t *mask, int64_t n, 
             k0 = _mm256_castps_si256(_mm256_cmp_ps(x0, _mm256_setzero_ps(), _CMP_NEQ_UQ));
             k1 = _mm256_castps_si256(_mm256_cmp_ps(x1, _mm256_setzero_ps(), _CMP_NEQ_UQ));
         }
-        meta[i / 16] = put16_avx2(x0, x1, k0, k1, values + i / 2);
+        qs_st_u16(meta + i / 16, put16_avx2(x0, x1, k0, k1, values + i / 2));
     }
     qs_sp24_compress_f32__ref(w + i, mask ? mask + i : NULL, n - i, values + i / 2,
                               meta + i / 16);
@@ -166,7 +167,7 @@ void qs_sp24_decompress_f32__avx2(const float *values, const uint16_t *meta, int
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        unsigned word = meta[i / 16];
+        unsigned word = qs_ld_u16(meta + i / 16);
         _mm256_storeu_ps(dst + i, scatter8_avx2(values + i / 2, word & 15u, (word >> 4) & 15u));
         _mm256_storeu_ps(dst + i + 8,
                          scatter8_avx2(values + i / 2 + 4, (word >> 8) & 15u, word >> 12));

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "../core/kernels.h"
+#include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
 
 /* Keep bits of four groups: lane i of a group loses to lane (i + r) % 4 when that key is larger,
@@ -69,7 +70,7 @@ void qs_sp24_prune_f32__avx512(const float *w, const float *norm, int64_t n, flo
         unsigned sel;
         /* Exactly two kept per group, so the compressed vector holds eight values. */
         _mm256_storeu_ps(values + i / 2, _mm512_castps512_ps256(_mm512_maskz_compress_ps(keep, x)));
-        meta[i / 16] = (uint16_t)meta16_avx512(keep, &sel);
+        qs_st_u16(meta + i / 16, (uint16_t)meta16_avx512(keep, &sel));
     }
     qs_sp24_prune_f32__ref(w + i, norm ? norm + i : NULL, n - i, values + i / 2, meta + i / 16);
 }
@@ -88,7 +89,7 @@ void qs_sp24_compress_f32__avx512(const float *w, const uint8_t *mask, int64_t n
         } else {
             keep = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_UQ); /* NaN kept */
         }
-        meta[i / 16] = (uint16_t)meta16_avx512(keep, &sel);
+        qs_st_u16(meta + i / 16, (uint16_t)meta16_avx512(keep, &sel));
         /* Filled positions (§3.4) read +0 from the zeroed copy; sel has two bits per group. */
         __m512 v = _mm512_maskz_mov_ps(keep, x);
         _mm256_storeu_ps(values + i / 2,
@@ -123,7 +124,7 @@ void qs_sp24_decompress_f32__avx512(const float *values, const uint16_t *meta, i
 {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        unsigned word = meta[i / 16];
+        unsigned word = qs_ld_u16(meta + i / 16);
         unsigned sel =
             select_of_nibbles8[word & 0xFFu] | (unsigned)select_of_nibbles8[word >> 8] << 8;
         __m512 v = _mm512_castps256_ps512(_mm256_loadu_ps(values + i / 2));
