@@ -601,6 +601,120 @@ static void test_threads(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* ---- no alignment, the NaN rule ----------------------------------------------------------- */
+
+/* A copy of `bytes` bytes at 16-byte alignment plus `off`; *base is what to free. */
+static void *shifted(const void *src, size_t bytes, int off, void **base)
+{
+    uint8_t *b = malloc(bytes + 32);
+    assert_non_null(b);
+    if (bytes)
+        memcpy(b + 16 + off, src, bytes);
+    *base = b;
+    return b + 16 + off;
+}
+
+/* x, bias, y, the dense or 2:4 values, the meta words and every scale plane 1, 2 or 3 bytes past
+ * 16-byte alignment give the bytes of the aligned run (the sanitizer build traps a misaligned
+ * access), on the GEMV, GEMM and int8 paths. */
+static void test_unaligned(void **state)
+{
+    static const int idx[] = {0, 2, 3, 8, 12, 13, 14, 19, 22};
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {41};
+    const int64_t K = 64, N = 24;
+    float w0[24 * 64], x[20 * 64], bias[24];
+
+    (void)state;
+    fill(&r, w0, N * K, 0.1);
+    fill(&r, x, 20 * K, 1.0);
+    fill(&r, bias, N, 0.1);
+    for (int i = 0; i < (int)(sizeof idx / sizeof idx[0]); i++)
+        for (int c = 0; c < 3; c++) {
+            int64_t M = c == 1 ? 20 : 2;
+            int off = 1 + (i + c) % 3;
+            float want[20 * 24];
+            void *bx, *bb, *by, *bd = NULL, *bm = NULL, *bs = NULL, *bz = NULL;
+            qs_matmul_params p;
+            wobj o;
+
+            wobj_make(ctx, &specs[idx[i]], w0, N, K, &o);
+            qs_matmul_params_init(&p);
+            if (c == 2) {
+                p.activations = QS_MATMUL_ACT_INT8;
+                p.threshold = 2.5f;
+            }
+            assert_int_equal(qs_matmul(ctx, &p, x, QS_DTYPE_F32, M, K, &o.w, N, bias, want,
+                                       (int64_t)sizeof want),
+                             QS_OK);
+            qs_weight w = o.w;
+            qs_qtensor q = o.t.q;
+            if (w.data)
+                w.data = shifted(w.data, (size_t)w.data_bytes, off, &bd);
+            if (w.meta)
+                w.meta = shifted(w.meta, (size_t)w.meta_count * 2, off, &bm);
+            if (w.q) {
+                if (q.scale)
+                    q.scale = shifted(q.scale, (size_t)q.scale_bytes, off, &bs);
+                if (q.nested_scale)
+                    q.nested_scale =
+                        shifted(q.nested_scale, (size_t)q.nested_scale_bytes, off, &bz);
+                w.q = &q;
+            }
+            const void *xs = shifted(x, (size_t)(M * K) * 4, off, &bx);
+            const float *bs_ = shifted(bias, sizeof bias, off, &bb);
+            float *ys = shifted(want, (size_t)(M * N) * 4, off, &by);
+            memset(ys, 0x55, (size_t)(M * N) * 4);
+            assert_int_equal(qs_matmul(ctx, &p, xs, QS_DTYPE_F32, M, K, &w, N, bs_, ys, M * N * 4),
+                             QS_OK);
+            T_ASSERT_BYTES(specs[idx[i]].name, ys, want, (size_t)(M * N) * 4);
+            free(bx);
+            free(bb);
+            free(by);
+            free(bd);
+            free(bm);
+            free(bs);
+            free(bz);
+            wobj_free(&o);
+        }
+    qs_ctx_destroy(ctx);
+}
+
+/* A NaN in y is the canonical quiet NaN 0x7FC00000, whatever NaN went in (here one with the sign
+ * bit and a payload), on the GEMV, GEMM, 2:4 and int8 paths; other outputs stay finite. */
+static void test_nan_rule(void **state)
+{
+    static const int idx[] = {0, 2, 8, 19, 22};
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {43};
+    const int64_t K = 32, N = 5, M = 20;
+    float w0[5 * 32], x[20 * 32], y[20 * 5];
+
+    (void)state;
+    fill(&r, w0, N * K, 0.1);
+    fill(&r, x, M * K, 1.0);
+    x[3 * K + 7] = t_f32_from_bits(0xFFC01234u); /* row 3 */
+    for (int i = 0; i < (int)(sizeof idx / sizeof idx[0]); i++)
+        for (int c = 0; c < 2; c++) {
+            int64_t m_rows = c ? M : 4; /* GEMM and GEMV */
+            wobj o;
+            wobj_make(ctx, &specs[idx[i]], w0, N, K, &o);
+            assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, m_rows, K, &o.w, N, NULL, y,
+                                       (int64_t)sizeof y),
+                             QS_OK);
+            for (int64_t m = 0; m < m_rows; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    float v = y[m * N + n];
+                    if (m == 3 && o.dense[n * K + 7] != 0.0f)
+                        assert_int_equal(t_bits(v), 0x7FC00000u);
+                    else if (m != 3)
+                        assert_true(isfinite(v));
+                }
+            wobj_free(&o);
+        }
+    qs_ctx_destroy(ctx);
+}
+
 /* ---- bad arguments: a status and y untouched ---------------------------------------------- */
 
 static void expect(qs_ctx *ctx, qs_status want, const qs_matmul_params *p, const void *x,
@@ -718,10 +832,16 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kinds_f32),       cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_summation_order), cmocka_unit_test(test_int8_bound),
-        cmocka_unit_test(test_vectorwise_hand), cmocka_unit_test(test_llm_int8_outliers),
-        cmocka_unit_test(test_w8a8_exact),      cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_kinds_f32),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_summation_order),
+        cmocka_unit_test(test_int8_bound),
+        cmocka_unit_test(test_vectorwise_hand),
+        cmocka_unit_test(test_llm_int8_outliers),
+        cmocka_unit_test(test_w8a8_exact),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_unaligned),
+        cmocka_unit_test(test_nan_rule),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

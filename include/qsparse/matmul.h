@@ -11,7 +11,7 @@
  * - On any error y is not written.
  * - The context's non-finite policy does not apply: NaN and Inf propagate through the f32
  *   arithmetic (with int8 activations a NaN element gets code 0 and Inf is an outlier or sets
- *   its row's statistic).
+ *   its row's statistic); a NaN in y is the canonical quiet NaN 0x7FC00000 (docs/nan.md).
  * - The sgemm of the GEMM path runs with OpenBLAS's own threads (OPENBLAS_NUM_THREADS); the
  *   context's thread count governs everything else.
  * - Results never depend on the thread count. For a fixed build, ISA and shape they are

@@ -12,6 +12,7 @@
 #include <omp.h>
 #endif
 
+#include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
 #include "matmul_internal.h"
 #include "parallel.h"
@@ -81,7 +82,7 @@ static qs_status check_meta(qs_ctx *ctx, const uint16_t *meta, int64_t N, int64_
 {
     for (int64_t r = 0; r < N; r++)
         for (int64_t g = 0; g < 4 * words; g++) {
-            unsigned nib = (meta[r * words + g / 4] >> (4 * (g % 4))) & 15u;
+            unsigned nib = (qs_ld_u16(meta + r * words + g / 4) >> (4 * (g % 4))) & 15u;
             if (g < K / 4 ? !qs_sp24_nibble_valid(nib) : nib != 0)
                 return qs_fail(ctx, QS_ERR_BAD_DATA,
                                "2:4 meta of row %lld, group %lld holds the invalid nibble 0x%X",

@@ -38,7 +38,7 @@ static void flag_task(void *arg, int64_t t, float *tile)
     memset(a->wflags + c0, 0, (size_t)(c1 - c0));
     for (int64_t m = 0; m < a->M; m++)
         for (int64_t k = c0; k < c1; k++)
-            if (fabsf(a->x[m * a->K + k]) >= a->threshold)
+            if (fabsf(qs_ld_f32(a->x + m * a->K + k)) >= a->threshold)
                 a->wflags[k] = 1;
 }
 
@@ -58,11 +58,13 @@ static void quant_task(void *arg, int64_t m, float *tile)
 
     (void)tile;
     /* bitsandbytes zeroes the outlier elements (|x| >= threshold) before the row absmax */
-    for (int64_t k = 0; k < a->K; k++)
-        if (!(a->threshold > 0.0f && fabsf(x[k]) >= a->threshold))
-            amax = qs_ref_absmax_step(amax, x[k]);
+    for (int64_t k = 0; k < a->K; k++) {
+        float v = qs_ld_f32(x + k);
+        if (!(a->threshold > 0.0f && fabsf(v) >= a->threshold))
+            amax = qs_ref_absmax_step(amax, v);
+    }
     mul = 127.0f / amax; /* inf for an all-zero row: every product is 0 or NaN, both code 0 */
-    a->rstat[m] = amax;
+    qs_st_f32(a->rstat + m, amax); /* the caller's row_stats may sit at any byte */
     a->ctx->k.int8_quant(x, a->K, mul, 0, -127, a->codes + m * a->K);
     if (a->flags)
         for (int64_t k = 0; k < a->K; k++)
@@ -185,7 +187,7 @@ static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
             float v, o = 0.0f;
             if (j->format == QS_FORMAT_LLM_INT8) {
                 float a = j->ctx->k.mm_dot_w8a8(j->xq + m * K, wq + n * K, K, &one, NULL, K);
-                v = (a * (j->rstat[m] * j->fscale[n])) * QS_MM_INV127SQ;
+                v = (a * (j->rstat[m] * qs_ld_f32(j->fscale + n))) * QS_MM_INV127SQ;
             } else {
                 int64_t u = j->gran == QS_GRAN_TENSOR ? 0
                             : j->gran == QS_GRAN_ROW  ? n
@@ -199,7 +201,8 @@ static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
                     o = o + j->xo[m * j->nout + c] * j->wo[n * j->nout + c];
                 v = v + o;
             }
-            j->y[m * j->N + n] = j->bias ? v + j->bias[n] : v;
+            v = j->bias ? v + qs_ld_f32(j->bias + n) : v;
+            qs_st_f32(j->y + m * j->N + n, qs_ref_nan_canon(v));
         }
 }
 
@@ -214,12 +217,12 @@ static void wo_task(const struct qs_mm_job *j, int64_t n, float *scratch)
     for (int64_t c = 0; c < j->nout; c++) {
         const int8_t *q = wq + cols[c];
         if (j->format == QS_FORMAT_LLM_INT8) {
-            j->ctx->k.int8_dequant_rowstat(q, 1, j->fscale[n], wo + c);
+            j->ctx->k.int8_dequant_rowstat(q, 1, qs_ld_f32(j->fscale + n), wo + c);
         } else {
             int64_t u = j->gran == QS_GRAN_TENSOR ? 0
                         : j->gran == QS_GRAN_ROW  ? n
                                                   : n * (j->K / j->group) + cols[c] / j->group;
-            j->ctx->k.int8_dequant(q, 1, j->fscale[u], j->zp ? j->zp[u] : 0, wo + c);
+            j->ctx->k.int8_dequant(q, 1, qs_ld_f32(j->fscale + u), j->zp ? j->zp[u] : 0, wo + c);
         }
     }
 }
@@ -235,7 +238,7 @@ static void xhat_task(const struct qs_mm_job *j, int64_t m, float *scratch)
     if (flags)
         for (int64_t k = 0; k < j->K; k++)
             if (flags[k])
-                xh[k] = j->x[m * j->K + k];
+                xh[k] = qs_ld_f32(j->x + m * j->K + k);
 }
 
 qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
@@ -287,7 +290,7 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
                 if (flags[k]) {
                     cols[c] = k;
                     for (int64_t m = 0; m < M; m++)
-                        a[m * nout + c] = j->x[m * K + k];
+                        a[m * nout + c] = qs_ld_f32(j->x + m * K + k);
                     c++;
                 }
             j->xo = a;

@@ -16,6 +16,7 @@
 #include <cblas.h>
 #endif
 
+#include "../ref/ref.h"
 #include "matmul_internal.h"
 
 #define MM_GEMV_ROWS 16 /* rows of W per GEMV task */
@@ -31,6 +32,12 @@ static int use_gemm(const struct qs_mm_job *j)
 static int sparse(const struct qs_mm_job *j)
 {
     return j->kind == QS_WEIGHT_SP24 || j->kind == QS_WEIGHT_SP24_QUANT;
+}
+
+/* y = fl(acc + bias[n]) under the NaN rule: a computed NaN is the canonical quiet NaN. */
+static float finish(const struct qs_mm_job *j, float acc, int64_t n)
+{
+    return qs_ref_nan_canon(j->bias ? acc + qs_ld_f32(j->bias + n) : acc);
 }
 
 void qs_mm_f32_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *panel, int64_t *xt)
@@ -80,10 +87,10 @@ static float quant_dot(const struct qs_mm_job *j, const float *x, int64_t n, int
         s = int8_scale(j, n, cols, &zp);
         return k->mm_dot_int8(x, cols, (const int8_t *)d + n * cols, s, zp, j->group);
     case QS_FORMAT_LLM_INT8:
-        rs = j->fscale[n] * QS_MM_INV127; /* the row's scale fl(SCB * fl(1/127)) */
+        rs = qs_ld_f32(j->fscale + n) * QS_MM_INV127; /* the row's fl(SCB * fl(1/127)) */
         return k->mm_dot_int8(x, cols, (const int8_t *)d + n * cols, &rs, NULL, cols);
-    case QS_FORMAT_FP8_E4M3: return k->mm_dot_e4m3(x, cols, d + n * cols, j->fscale[0]);
-    case QS_FORMAT_FP8_E5M2: return k->mm_dot_e5m2(x, cols, d + n * cols, j->fscale[0]);
+    case QS_FORMAT_FP8_E4M3: return k->mm_dot_e4m3(x, cols, d + n * cols, qs_ld_f32(j->fscale));
+    case QS_FORMAT_FP8_E5M2: return k->mm_dot_e5m2(x, cols, d + n * cols, qs_ld_f32(j->fscale));
     case QS_FORMAT_MXFP4:
         return k->mm_dot_mxfp4(x, cols, d + n * j->row_bytes, j->bscale + n * j->spr);
     case QS_FORMAT_MXFP8:
@@ -126,7 +133,7 @@ static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
     for (int64_t m = 0; m < j->M; m++)
         for (int64_t n = n0; n < n1; n++) {
             float v = row_dot(j, j->x + m * j->K, n, scratch);
-            j->y[m * j->N + n] = j->bias ? v + j->bias[n] : v;
+            qs_st_f32(j->y + m * j->N + n, finish(j, v, n));
         }
 }
 
@@ -179,14 +186,15 @@ void qs_mm_row_dequant(const struct qs_mm_job *j, int64_t n, float *out, float *
         for (int64_t g = 0; g * j->group < cols; g++) {
             int64_t c0 = g * j->group, len = cols - c0 < j->group ? cols - c0 : j->group;
             int64_t u = j->gran == QS_GRAN_GROUP ? g : 0;
-            k->int8_dequant((const int8_t *)d + n * cols + c0, len, s[u], zp ? zp[u] : 0, out + c0);
+            k->int8_dequant((const int8_t *)d + n * cols + c0, len, qs_ld_f32(s + u),
+                            zp ? zp[u] : 0, out + c0);
         }
         break;
     case QS_FORMAT_LLM_INT8:
-        k->int8_dequant_rowstat((const int8_t *)d + n * cols, cols, j->fscale[n], out);
+        k->int8_dequant_rowstat((const int8_t *)d + n * cols, cols, qs_ld_f32(j->fscale + n), out);
         break;
-    case QS_FORMAT_FP8_E4M3: k->e4m3_dequant(d + n * cols, cols, j->fscale[0], out); break;
-    case QS_FORMAT_FP8_E5M2: k->e5m2_dequant(d + n * cols, cols, j->fscale[0], out); break;
+    case QS_FORMAT_FP8_E4M3: k->e4m3_dequant(d + n * cols, cols, qs_ld_f32(j->fscale), out); break;
+    case QS_FORMAT_FP8_E5M2: k->e5m2_dequant(d + n * cols, cols, qs_ld_f32(j->fscale), out); break;
     case QS_FORMAT_MXFP4:
         k->mxfp4_dequant(d + n * j->row_bytes, j->bscale + n * j->spr, cols, out);
         break;
@@ -216,14 +224,16 @@ static void block_task(const struct qs_mm_job *j, int64_t t, float *scratch)
     (void)scratch;
     for (int64_t m = m0; m < m1; m++)
         for (int64_t r = 0; r < j->nb; r++)
-            j->y[m * j->N + j->n0 + r] = j->ctx->k.mm_dot_f32(j->x + m * j->K, w + r * j->K, j->K);
+            qs_st_f32(j->y + m * j->N + j->n0 + r,
+                      j->ctx->k.mm_dot_f32(j->x + m * j->K, w + r * j->K, j->K));
 }
 
-static void bias_task(const struct qs_mm_job *j, int64_t m, float *scratch)
+/* Bias and the NaN rule over row m of y, after sgemm or the blocked loop. */
+static void finish_task(const struct qs_mm_job *j, int64_t m, float *scratch)
 {
     (void)scratch;
     for (int64_t n = 0; n < j->N; n++)
-        j->y[m * j->N + n] = j->y[m * j->N + n] + j->bias[n];
+        qs_st_f32(j->y + m * j->N + n, finish(j, qs_ld_f32(j->y + m * j->N + n), n));
 }
 
 static void gemm_panels(struct qs_mm_job *j)
@@ -248,8 +258,7 @@ static void gemm_panels(struct qs_mm_job *j)
         (void)blas;
         qs_mm_parallel(j, qs_ceil_div(j->M, MM_GEMM_ROWS), block_task);
     }
-    if (j->bias)
-        qs_mm_parallel(j, j->M, bias_task);
+    qs_mm_parallel(j, j->M, finish_task);
 }
 
 /* ---- 2:4 GEMM: outer product over rows of x^T -------------------------------------------------
@@ -263,7 +272,7 @@ static void transpose_task(const struct qs_mm_job *j, int64_t t, float *scratch)
     (void)scratch;
     for (int64_t m = 0; m < j->M; m++)
         for (int64_t kk = k0; kk < k1; kk++)
-            xt[kk * j->M + m] = j->x[m * j->K + kk];
+            xt[kk * j->M + m] = qs_ld_f32(j->x + m * j->K + kk);
 }
 
 static void sp24_task(const struct qs_mm_job *j, int64_t t, float *scratch)
@@ -283,7 +292,7 @@ static void sp24_task(const struct qs_mm_job *j, int64_t t, float *scratch)
                 acc[i] = 0.0f;
             j->ctx->k.mm_sp24_axpy(v, j->meta + n * j->words, j->K, j->xt + m0, j->M, mb, acc);
             for (int64_t i = 0; i < mb; i++)
-                j->y[(m0 + i) * j->N + n] = j->bias ? acc[i] + j->bias[n] : acc[i];
+                qs_st_f32(j->y + (m0 + i) * j->N + n, finish(j, acc[i], n));
         }
     }
 }

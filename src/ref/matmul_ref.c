@@ -19,6 +19,9 @@
  * 127, E4M3 scale 0x38, FP8 scale 1, INT8 scale 1 with the zero point), which is exact, so no
  * codebook or element rule is repeated here.
  *
+ * Every float a kernel computes is returned or stored under the NaN rule of ref.h (a NaN result
+ * is the canonical quiet NaN); caller arrays are read through qs_ld_f32 / qs_ld_u16 (no alignment).
+ *
  * The int8 path (w8a8): per segment an exact integer sum sum q_x * (q_w - zp) in int32 (the
  * driver bounds K so it cannot overflow), then t = t + fl(a_s * scale_s) in ascending segments.
  */
@@ -48,12 +51,12 @@ static void lanes_feed(struct lanes *l, const float *x, const float *v, int64_t 
     int64_t k = 0;
 
     for (; k < n && (l->i + k) % LANES != 0; k++)
-        l->p[(l->i + k) % LANES] += x[k] * v[k];
+        l->p[(l->i + k) % LANES] += qs_ld_f32(x + k) * v[k];
     for (; k + LANES <= n; k += LANES)
         for (int j = 0; j < LANES; j++)
-            l->p[j] += x[k + j] * v[k + j];
+            l->p[j] += qs_ld_f32(x + k + j) * v[k + j];
     for (; k < n; k++)
-        l->p[(l->i + k) % LANES] += x[k] * v[k];
+        l->p[(l->i + k) % LANES] += qs_ld_f32(x + k) * v[k];
     l->i += n;
 }
 
@@ -78,10 +81,16 @@ static const uint8_t e4m3_one[4] = {0x38, 0x38, 0x38, 0x38}; /* 1.0; up to 4 NVF
 float qs_mm_dot_f32__ref(const float *x, const float *w, int64_t n)
 {
     struct lanes l;
+    float v[PIECE];
 
     lanes_reset(&l);
-    lanes_feed(&l, x, w, n);
-    return lanes_sum(&l);
+    for (int64_t i = 0; i < n; i += PIECE) {
+        int64_t len = n - i < PIECE ? n - i : PIECE;
+        for (int64_t k = 0; k < len; k++)
+            v[k] = qs_ld_f32(w + i + k); /* the caller's weight may sit at any byte */
+        lanes_feed(&l, x + i, v, len);
+    }
+    return qs_ref_nan_canon(lanes_sum(&l));
 }
 
 static float dot_u16(const float *x, const uint16_t *w, int64_t n,
@@ -96,7 +105,7 @@ static float dot_u16(const float *x, const uint16_t *w, int64_t n,
         cvt(w + i, len, v);
         lanes_feed(&l, x + i, v, len);
     }
-    return lanes_sum(&l);
+    return qs_ref_nan_canon(lanes_sum(&l));
 }
 
 float qs_mm_dot_f16__ref(const float *x, const uint16_t *w, int64_t n)
@@ -137,9 +146,9 @@ static float bnb4_dot(const float *book, const float *x, int64_t n, const uint8_
             lanes_feed(&l, x + i, v, len);
             i += len;
         }
-        acc = acc + lanes_sum(&l) * absmax[b];
+        acc = acc + lanes_sum(&l) * qs_ld_f32(absmax + b);
     }
-    return acc;
+    return qs_ref_nan_canon(acc);
 }
 
 float qs_mm_dot_nf4__ref(const float *x, int64_t n, const uint8_t *data, int64_t start,
@@ -172,9 +181,9 @@ float qs_mm_dot_int8__ref(const float *x, int64_t n, const int8_t *q, const floa
             qs_int8_dequant__ref(q + i, len, 1.0f, zp ? zp[s] : 0, v); /* q - zp, exact */
             lanes_feed(&l, x + i, v, len);
         }
-        acc = acc + lanes_sum(&l) * scale[s];
+        acc = acc + lanes_sum(&l) * qs_ld_f32(scale + s);
     }
-    return acc;
+    return qs_ref_nan_canon(acc);
 }
 
 /* ---- FP8: one per-tensor scale ----------------------------------------------------------------
@@ -192,7 +201,7 @@ static float fp8_dot(qs_e4m3_dequant_fn *dec, const float *x, int64_t n, const u
         dec(q + i, len, 1.0f, v);
         lanes_feed(&l, x + i, v, len);
     }
-    return acc + lanes_sum(&l) * scale;
+    return qs_ref_nan_canon(acc + lanes_sum(&l) * scale);
 }
 
 float qs_mm_dot_e4m3__ref(const float *x, int64_t n, const uint8_t *q, float scale)
@@ -220,7 +229,7 @@ float qs_mm_dot_mxfp4__ref(const float *x, int64_t n, const uint8_t *data, const
         lanes_feed(&l, x + i, v, len);
         acc = acc + lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
     }
-    return acc;
+    return qs_ref_nan_canon(acc);
 }
 
 float qs_mm_dot_mxfp8__ref(const float *x, int64_t n, const uint8_t *data, const uint8_t *scales)
@@ -235,7 +244,7 @@ float qs_mm_dot_mxfp8__ref(const float *x, int64_t n, const uint8_t *data, const
         lanes_feed(&l, x + i, v, len);
         acc = acc + lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
     }
-    return acc;
+    return qs_ref_nan_canon(acc);
 }
 
 float qs_mm_dot_nvfp4__ref(const float *x, int64_t n, const uint8_t *data, const uint8_t *scales,
@@ -253,7 +262,7 @@ float qs_mm_dot_nvfp4__ref(const float *x, int64_t n, const uint8_t *data, const
         lanes_feed(&l, x + i, v, len);
         acc = acc + lanes_sum(&l) * den;
     }
-    return acc;
+    return qs_ref_nan_canon(acc);
 }
 
 /* ---- int8 activations x INT8 weights ----------------------------------------------------------
@@ -269,9 +278,9 @@ float qs_mm_dot_w8a8__ref(const int8_t *xq, const int8_t *wq, int64_t n, const f
         int32_t z = zp ? zp[s] : 0, a = 0;
         for (int64_t i = i0; i < end; i++)
             a += (int32_t)xq[i] * ((int32_t)wq[i] - z);
-        t = t + (float)a * scale[s];
+        t = t + (float)a * qs_ld_f32(scale + s);
     }
-    return t;
+    return qs_ref_nan_canon(t);
 }
 
 /* ---- 2:4 --------------------------------------------------------------------------------------
@@ -280,9 +289,9 @@ float qs_mm_dot_w8a8__ref(const int8_t *xq, const int8_t *wq, int64_t n, const f
 void qs_mm_gather_sp24__ref(const float *x, const uint16_t *meta, int64_t n, float *xg)
 {
     for (int64_t g = 0; g < n / 4; g++) {
-        unsigned nib = (meta[g / 4] >> (4 * (g % 4))) & 15u;
-        xg[2 * g] = x[4 * g + (nib & 3u)];
-        xg[2 * g + 1] = x[4 * g + (nib >> 2)];
+        unsigned nib = (qs_ld_u16(meta + g / 4) >> (4 * (g % 4))) & 15u;
+        qs_st_f32(xg + 2 * g, qs_ld_f32(x + 4 * g + (nib & 3u))); /* moved: NaN bits kept */
+        qs_st_f32(xg + 2 * g + 1, qs_ld_f32(x + 4 * g + (nib >> 2)));
     }
 }
 
@@ -290,12 +299,14 @@ void qs_mm_sp24_axpy__ref(const float *values, const uint16_t *meta, int64_t n, 
                           int64_t ldxt, int64_t m, float *acc)
 {
     for (int64_t g = 0; g < n / 4; g++) {
-        unsigned nib = (meta[g / 4] >> (4 * (g % 4))) & 15u;
+        unsigned nib = (qs_ld_u16(meta + g / 4) >> (4 * (g % 4))) & 15u;
         for (int t = 0; t < 2; t++) {
-            float v = values[2 * g + t];
+            float v = qs_ld_f32(values + 2 * g + t);
             const float *row = xt + (4 * g + (t ? nib >> 2 : nib & 3u)) * ldxt;
             for (int64_t i = 0; i < m; i++)
-                acc[i] += v * row[i];
+                qs_st_f32(acc + i, qs_ld_f32(acc + i) + v * qs_ld_f32(row + i));
         }
     }
+    for (int64_t i = 0; i < m; i++)
+        qs_st_f32(acc + i, qs_ref_nan_canon(qs_ld_f32(acc + i)));
 }
