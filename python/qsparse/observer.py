@@ -18,6 +18,7 @@ update.
 """
 
 import ctypes
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
@@ -56,9 +57,11 @@ class Observer:
     the error of: "int8", "fp8_e4m3" or "fp8_e5m2"). ``axis=None`` observes the whole tensor.
     """
 
-    def __init__(self, method="minmax", axis=None, *, num_bins=2048, num_levels=None,
-                 start_bin=None, percentile=99.99, averaging_constant=0.01, target="int8",
-                 _handle=None):
+    def __init__(self, method: str = "minmax", axis: Optional[int] = None, *,
+                 num_bins: int = 2048, num_levels: Optional[int] = None,
+                 start_bin: Optional[int] = None, percentile: float = 99.99,
+                 averaging_constant: float = 0.01, target: str = "int8",
+                 _handle: Optional[int] = None) -> None:
         self._handle = None
         self._destroy = _fn("qs_observer_destroy")
         if _handle is not None:  # from_bytes
@@ -107,15 +110,15 @@ class Observer:
         return p
 
     @property
-    def method(self):
+    def method(self) -> str:
         return _METHODS[self._params().method - 1]
 
     @property
-    def per_channel(self):
+    def per_channel(self) -> bool:
         return self._params().axis >= 0
 
     @property
-    def channels(self):
+    def channels(self) -> int:
         """Number of channels: 1 per tensor, 0 for a per-channel observer before any update."""
         n = _c.c_int64()
         _check_call(_fn("qs_observer_channels")(self._handle, _c.byref(n)))
@@ -130,16 +133,16 @@ class Observer:
         return f.value, a.value, b.value
 
     @property
-    def count(self):
+    def count(self) -> int:
         """Finite values seen (all channels)."""
         return self._counts()[0]
 
     @property
-    def nan_count(self):
+    def nan_count(self) -> int:
         return self._counts()[1]
 
     @property
-    def inf_count(self):
+    def inf_count(self) -> int:
         return self._counts()[2]
 
     # ---- collecting ---------------------------------------------------------------------------
@@ -164,7 +167,7 @@ class Observer:
         two = moved.reshape(moved.shape[0], -1) if dest == 0 else moved.reshape(-1, moved.shape[-1])
         return two, code, lambda r: np.moveaxis(r.reshape(moved.shape), dest, axis)
 
-    def update(self, x):
+    def update(self, x: Any) -> "Observer":
         """Add a float32 / float16 / bfloat16 array to the statistics; returns self."""
         arr, code, _ = self._as_2d(x)
         rows, cols = arr.shape
@@ -172,7 +175,7 @@ class Observer:
                                               rows, cols))
         return self
 
-    def merge(self, other):
+    def merge(self, other: "Observer") -> "Observer":
         """Merge another observer's statistics into this one (exact; returns self)."""
         if not isinstance(other, Observer):
             raise ValueError("merge expects an Observer")
@@ -181,7 +184,7 @@ class Observer:
 
     # ---- results ------------------------------------------------------------------------------
 
-    def amax(self):
+    def amax(self) -> Union[float, np.ndarray]:
         """The chosen clipping threshold: a float per tensor, a float32 array per channel."""
         n = self.channels
         out = np.zeros(max(n, 1), np.float32)
@@ -189,7 +192,7 @@ class Observer:
                                             out.ctypes.data_as(_c.POINTER(_c.c_float)), n))
         return float(out[0]) if not self.per_channel else out[:n]
 
-    def range(self):
+    def range(self) -> Tuple[Any, Any]:
         """(lo, hi): the observed finite range (moving average: the averages)."""
         n = self.channels
         lo, hi = np.zeros(max(n, 1), np.float32), np.zeros(max(n, 1), np.float32)
@@ -200,7 +203,7 @@ class Observer:
             return float(lo[0]), float(hi[0])
         return lo[:n], hi[:n]
 
-    def histogram(self, channel=0):
+    def histogram(self, channel: int = 0) -> Tuple[np.ndarray, Optional[int]]:
         """(counts uint64 [num_bins], log2 of the bin width or None while only zeros were seen)."""
         nb = self._params().num_bins
         counts = np.zeros(nb, np.uint64)
@@ -210,7 +213,7 @@ class Observer:
                                                  nb, _c.byref(k)))
         return counts, (None if k.value == _HIST_NO_WIDTH else k.value)
 
-    def qparams(self, target="int8"):
+    def qparams(self, target: str = "int8") -> Tuple[Any, Any]:
         """(scale, zero_point) for "int8", "int8_asym", "fp8_e4m3", "fp8_e5m2" or "nvfp4":
         floats per tensor, arrays (float32, int32) per channel."""
         if target not in _TARGETS:
@@ -224,7 +227,7 @@ class Observer:
             return float(s[0]), int(z[0])
         return s[:n], z[:n]
 
-    def quantize(self, x, target="int8"):
+    def quantize(self, x: Any, target: str = "int8") -> Tuple[np.ndarray, Any, Any]:
         """Quantize x with the calibrated scales: (codes, scale, zero_point or None).
 
         int8 targets give int8 codes, fp8 targets uint8 codes, both in x's shape, with one scale
@@ -253,7 +256,7 @@ class Observer:
 
     # ---- serialization ------------------------------------------------------------------------
 
-    def to_bytes(self):
+    def to_bytes(self) -> bytes:
         """The versioned, little-endian serialization of the state (bytes)."""
         size = _c.c_int64()
         _check_call(_fn("qs_observer_serialized_size")(self._handle, _c.byref(size)))
@@ -264,7 +267,7 @@ class Observer:
         return bytes(buf[:written.value])
 
     @classmethod
-    def from_bytes(cls, b):
+    def from_bytes(cls, b: bytes) -> "Observer":
         """An observer from to_bytes() output; corrupt or truncated input, or an entropy / MSE
         state with more than 4096 bins, raises QsparseError."""
         if not isinstance(b, (bytes, bytearray, memoryview)):
@@ -279,5 +282,5 @@ class Observer:
     def __reduce__(self):
         return (Observer.from_bytes, (self.to_bytes(),))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Observer({self.method!r}, channels={self.channels})"

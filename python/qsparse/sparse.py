@@ -15,6 +15,7 @@ library; this module checks arguments, allocates outputs and raises QsparseError
 import ctypes
 import math
 import re
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -87,7 +88,8 @@ def _norms(act_norm, cols):
     return a
 
 
-def prune(w, pattern="2:4", method="magnitude", act_norm=None, *, dtype=None, axis=-1):
+def prune(w: Any, pattern: str = "2:4", method: str = "magnitude", act_norm: Any = None, *,
+          dtype: Optional[str] = None, axis: int = -1) -> np.ndarray:
     """Return the N:M mask of `w` (a bool array of w's shape) along `axis` (the reduction axis:
     the last one for a PyTorch Linear weight [out, in]; axis=0 for weights stored [in, out];
     axis=1 for a Conv weight (K, C, R, S), so groups run along input channels as NVIDIA ASP does).
@@ -127,7 +129,8 @@ def prune(w, pattern="2:4", method="magnitude", act_norm=None, *, dtype=None, ax
     return mask.view(np.bool_)
 
 
-def check(x, pattern="2:4", *, tile=False, dtype=None):
+def check(x: Any, pattern: str = "2:4", *, tile: bool = False,
+          dtype: Optional[str] = None) -> Tuple[bool, int]:
     """(ok, first_bad): whether a tensor (non-zero = kept) or a bool mask is N:M along its last
     axis (and transposable with tile=True); first_bad is the flat index of the first offending
     group's first element (or tile column's top element), -1 when ok."""
@@ -155,26 +158,27 @@ class Compressed24:
     ceil(K/16)), one nibble i0 | i1 << 2 per group, low bits first). `shape` and `dtype` describe
     the dense tensor."""
 
-    def __init__(self, values, meta, shape, dtype):
+    def __init__(self, values: np.ndarray, meta: np.ndarray, shape: Tuple[int, ...],
+                 dtype: str) -> None:
         self.values = values
         self.meta = meta
         self.shape = tuple(shape)
         self.dtype = dtype
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return self.values.nbytes + self.meta.nbytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Compressed24(shape={self.shape}, dtype={self.dtype}, values={self.values.shape},"
                 f" meta={self.meta.shape})")
 
-    def to_cutlass_meta(self, word_bits=16):
+    def to_cutlass_meta(self, word_bits: int = 16) -> np.ndarray:
         """The meta words in the interleaved order of the CUTLASS / PyTorch SM80 sparse kernels
         (uint16 for word_bits=16, int32 words for 32, as PyTorch's tensor of that dtype)."""
         return meta_to_cutlass(self.meta, self.shape, word_bits)
 
-    def to_bitmask(self):
+    def to_bitmask(self) -> np.ndarray:
         """The compressed-tensors `sparse-24-bitmask` mask (spec/sparsity.md §5): uint8, shape
         (rows, ceil(K/8)), column c in byte c/8, bit c%8; `values` are that format's
         `compressed` tensor as they are."""
@@ -186,7 +190,7 @@ class Compressed24:
         return out
 
     @classmethod
-    def from_bitmask(cls, values, bitmask, shape):
+    def from_bitmask(cls, values: Any, bitmask: Any, shape: Sequence[int]) -> "Compressed24":
         """A Compressed24 from compressed-tensors' `compressed` values and `bitmask` (exactly two
         bits per group of 4, else QsparseError)."""
         shape = tuple(int(s) for s in shape)
@@ -198,7 +202,7 @@ class Compressed24:
         _, _, name = _lib.as_float_array(values)
         return cls(values, meta, shape, name)
 
-    def __qsparse_quantize__(self, format, **options):
+    def __qsparse_quantize__(self, format: str, **options: Any) -> "SparseQTensor":
         return quantize_sparse(self, format, **options)
 
 
@@ -206,23 +210,23 @@ class SparseQTensor:
     """2:4 weight whose kept values are quantized: `q` is the QTensor of the (rows x K/2)
     values, `meta` the plain 2:4 metadata. qs.dequantize() returns the dense array."""
 
-    def __init__(self, q, meta, shape):
+    def __init__(self, q: Any, meta: np.ndarray, shape: Tuple[int, ...]) -> None:
         self.q = q
         self.meta = meta
         self.shape = tuple(shape)
 
     @property
-    def format(self):
+    def format(self) -> str:
         return self.q.format
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return self.q.nbytes + self.meta.nbytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"SparseQTensor(format={self.format!r}, shape={self.shape})"
 
-    def __qsparse_dequantize__(self, dtype="float32"):
+    def __qsparse_dequantize__(self, dtype: str = "float32") -> np.ndarray:
         from ._quant import dequantize
 
         values = dequantize(self.q, dtype=dtype)
@@ -233,7 +237,7 @@ def _rows(shape):
     return int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
 
 
-def compress(w, mask=None, *, dtype=None):
+def compress(w: Any, mask: Any = None, *, dtype: Optional[str] = None) -> Compressed24:
     """Compress a 2:4 tensor: with `mask` (bool, w's shape) the kept positions are its True
     entries, otherwise the non-zero values of w (NaN counts as non-zero). A group keeping more
     than two raises QsparseError; groups keeping fewer are completed with +0 (§3.4)."""
@@ -253,7 +257,8 @@ def compress(w, mask=None, *, dtype=None):
     return Compressed24(values, meta, x.shape, name)
 
 
-def prune_compress(w, act_norm=None, *, dtype=None):
+def prune_compress(w: Any, act_norm: Any = None, *,
+                   dtype: Optional[str] = None) -> Tuple[Compressed24, np.ndarray]:
     """Magnitude (or, with act_norm, Wanda) 2:4 pruning and compression in one pass:
     (Compressed24, bool mask)."""
     x, code, name, rows, cols = _weight(w, dtype)
@@ -268,7 +273,7 @@ def prune_compress(w, act_norm=None, *, dtype=None):
     return Compressed24(values, meta, x.shape, name), mask.view(np.bool_)
 
 
-def decompress(s, dtype=None):
+def decompress(s: Any, dtype: Optional[str] = None) -> np.ndarray:
     """The dense array of a Compressed24 (pruned positions +0.0), or of a SparseQTensor."""
     if isinstance(s, SparseQTensor):
         return s.__qsparse_dequantize__(dtype or "float32")
@@ -294,7 +299,7 @@ def decompress(s, dtype=None):
     return out
 
 
-def quantize_sparse(obj, fmt, **kw):
+def quantize_sparse(obj: Compressed24, fmt: str, **kw: Any) -> SparseQTensor:
     """Quantize the kept values of a Compressed24 in any format of qs.quantize (the rows x K/2
     values form the tensor, so scale blocks count kept values along the compressed row) and
     keep the meta alongside: returns a SparseQTensor, which qs.dequantize() makes dense."""
@@ -309,7 +314,7 @@ def quantize_sparse(obj, fmt, **kw):
     return SparseQTensor(quantize(vals, fmt, **kw), obj.meta, obj.shape)
 
 
-def meta_to_cutlass(meta, shape, word_bits=16):
+def meta_to_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.ndarray:
     """Plain meta (rows x K/16 uint16) -> the CUTLASS / PyTorch interleaved order; int32 words
     for word_bits=32 (PyTorch's int8 layout), else uint16."""
     meta = np.ascontiguousarray(meta, dtype=np.uint16)
@@ -320,7 +325,7 @@ def meta_to_cutlass(meta, shape, word_bits=16):
     return out.view(np.int32) if word_bits == 32 else out
 
 
-def meta_from_cutlass(meta, shape, word_bits=16):
+def meta_from_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.ndarray:
     """The inverse of meta_to_cutlass: plain uint16 meta (rows x K/16)."""
     # native order first: a view of big-endian words would swap every half
     src = np.ascontiguousarray(_native(np.asarray(meta))).view(np.uint16).reshape(_rows(shape), -1)
@@ -331,7 +336,8 @@ def meta_from_cutlass(meta, shape, word_bits=16):
     return out
 
 
-def srste(w, grad, pattern="2:4", lam=2e-4):
+def srste(w: Any, grad: Any, pattern: str = "2:4",
+          lam: float = 2e-4) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One SR-STE step on float32 master weights: (w * M, grad + lam * (1 - M) * w, M) with M the
     magnitude N:M mask recomputed from w (spec/sparsity.md §6.4)."""
     n, m = _parse_pattern(pattern)
@@ -347,7 +353,7 @@ def srste(w, grad, pattern="2:4", lam=2e-4):
     return wm, go, mask.view(np.bool_)
 
 
-def apply_mask(x, mask, *, dtype=None):
+def apply_mask(x: Any, mask: Any, *, dtype: Optional[str] = None) -> np.ndarray:
     """x * mask with pruned positions +0 (kept elements copied bit for bit)."""
     a, code, name, _, _ = _weight(x, dtype)
     m = np.ascontiguousarray(np.asarray(mask, dtype=np.bool_)).view(np.uint8)
@@ -358,7 +364,7 @@ def apply_mask(x, mask, *, dtype=None):
     return out
 
 
-def mask_flips(a, b):
+def mask_flips(a: Any, b: Any) -> int:
     """Number of positions where two masks disagree (SR-STE mask stability)."""
     x = np.ascontiguousarray(np.asarray(a, dtype=np.bool_)).view(np.uint8)
     y = np.ascontiguousarray(np.asarray(b, dtype=np.bool_)).view(np.uint8)
@@ -369,7 +375,7 @@ def mask_flips(a, b):
     return int(out.value)
 
 
-def activation_norms(*xs, dtype=None):
+def activation_norms(*xs: Any, dtype: Optional[str] = None) -> np.ndarray:
     """Wanda's act_norm from calibration activations: ||X_j||_2 per input feature j over every
     token of the given (tokens, features) arrays (leading axes are tokens), accumulated in double
     by the library (qs_act_sumsq_update, then qs_act_norms: a double sqrt, one rounding)."""
@@ -388,7 +394,8 @@ def activation_norms(*xs, dtype=None):
     return norms
 
 
-def permute(w, act_norm=None, *, max_sweeps=0, escapes=0, seed=0):
+def permute(w: Any, act_norm: Any = None, *, max_sweeps: int = 0, escapes: int = 0,
+            seed: int = 0) -> Tuple[np.ndarray, float, float]:
     """Channel permutation search for 2:4 (spec/sparsity.md §6.5) on a float32 (rows, K) weight:
     returns (perm, kept_before, kept_after), where w[:, perm] keeps the fraction kept_after of
     the total score (|w|, or |w| * act_norm) under 2:4 magnitude pruning instead of kept_before.
