@@ -197,6 +197,31 @@ def test_inspect(run_tool, model_file, tmp_path):
     assert all(w["format"] == "-" for w in plain["weights"])
 
 
+def test_inspect_recognises_foreign_layouts_by_the_key_table(run_tool, tmp_path):
+    # files from other writers, without a "qsparse.quantized" record: a weight dtype that only
+    # quantized formats use plus the format's first companion key with its dtype
+    # (tools/checkpoint_keys.c); MXFP8's E4M3 codes with U8 E8M0 scales are not per-tensor FP8
+    layout = [("a.weight", "I8", [4, 8], 32), ("a.SCB", "F32", [4], 16),
+              ("a.weight_format", "U8", [], 1),
+              ("b.weight", "F8_E4M3", [4, 8], 32), ("b.weight_scale", "F32", [], 4),
+              ("c.weight", "F8_E5M2", [4, 8], 32), ("c.weight_scale", "F32", [], 4),
+              ("m.weight", "F8_E4M3", [4, 32], 128), ("m.weight_scale", "U8", [4, 1], 4),
+              ("n.weight", "F8_E4M3", [4, 8], 32), ("scb_only.SCB", "F32", [4], 16),
+              ("i8.weight", "I8", [4, 8], 32)]
+    header, at = {}, 0
+    for name, dtype, shape, size in layout:
+        header[name] = entry(dtype, shape, at, at + size)
+        at += size
+    src = tmp_path / "foreign.safetensors"
+    src.write_bytes(st_bytes(header, bytes(at)))
+    info = json.loads(run_tool("inspect", src, "--json", check=0).stdout)
+    got = {w["name"]: (w["format"], w["tensors"], w["bytes"]) for w in info["weights"]}
+    assert got == {"a.weight": ("llm_int8", 3, 49), "b.weight": ("fp8_e4m3", 2, 36),
+                   "c.weight": ("fp8_e5m2", 2, 36), "m.weight": ("mxfp8", 2, 132),
+                   "n.weight": ("-", 1, 32), "scb_only.SCB": ("-", 1, 16),
+                   "i8.weight": ("-", 1, 32)}
+
+
 def test_bad_arguments(run_tool, model_file, tmp_path):
     src, _ = model_file
     out = tmp_path / "o.safetensors"
