@@ -6,9 +6,9 @@
  * come from the checkpoint-key table that `qsparse quantize` writes by (checkpoint_keys.h), so
  * reader and writer share one key scheme. A weight is recognised from a bitsandbytes quant_state
  * key, from the "qsparse.quantized" metadata that `qsparse quantize` writes, or, without either,
- * from a weight dtype only quantized formats use (I8, F8_*) beside its first companion key. The file is
- * validated exactly as for quantize, so a hostile file gives an error, not a crash; shapes taken
- * from its metadata are checked the same way (integers >= 0 whose product fits int64), totals
+ * from a weight dtype only quantized formats use (I8, F8_*) beside its first companion key. The
+ * file is validated exactly as for quantize, so a hostile file gives an error, not a crash; shapes
+ * taken from its metadata are checked the same way (integers >= 0 whose product fits int64), totals
  * are added with overflow checks, names and metadata strings are printed escaped (escape.h), and
  * every companion lookup is a binary search, so the cost stays n log n in the number of tensors.
  */
