@@ -233,11 +233,66 @@ static void test_sparse_outputs(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* The descriptive queries that came with the format traits, the tier table and the backend
+ * seam: a refused index, format, shape or plane leaves the struct the caller passed untouched. */
+static void test_info_queries(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = new_ctx();
+    OUT(qs_format_info, fi);
+    OUT(qs_isa_tier, tier);
+    OUT(qs_plane_info, plane);
+    OUT(qs_ctx *, out);
+
+    EXPECT_UNTOUCHED(qs_format_info_get(0, P(fi, qs_format_info)), QS_ERR_INVALID_ARG, &fi);
+    EXPECT_UNTOUCHED(qs_format_info_get(qs_format_count() + 1, P(fi, qs_format_info)),
+                     QS_ERR_INVALID_ARG, &fi);
+    EXPECT_UNTOUCHED(qs_isa_tier_info(-1, P(tier, qs_isa_tier)), QS_ERR_INVALID_ARG, &tier);
+    EXPECT_UNTOUCHED(qs_isa_tier_info(qs_isa_tier_count(), P(tier, qs_isa_tier)),
+                     QS_ERR_INVALID_ARG, &tier);
+
+    qs_quant_params p;
+    qs_quant_params_init(&p, QS_FORMAT_INT8);
+    p.granularity = QS_GRAN_GROUP;
+    p.block_size = 3; /* does not divide 8 */
+    EXPECT_UNTOUCHED(qs_quant_plane_info(ctx, &p, 2, 8, QS_PLANE_SCALE, P(plane, qs_plane_info)),
+                     QS_ERR_SHAPE, &plane);
+    EXPECT_UNTOUCHED(qs_quant_plane_info(NULL, &p, 2, 8, QS_PLANE_DATA, P(plane, qs_plane_info)),
+                     QS_ERR_SHAPE, &plane);
+    qs_quant_params_init(&p, QS_FORMAT_NF4);
+    EXPECT_UNTOUCHED(qs_quant_plane_info(ctx, &p, INT64_MAX, INT64_MAX, QS_PLANE_DATA,
+                                         P(plane, qs_plane_info)),
+                     QS_ERR_OVERFLOW, &plane);
+    EXPECT_UNTOUCHED(qs_quant_plane_info(ctx, &p, -1, 8, QS_PLANE_DATA, P(plane, qs_plane_info)),
+                     QS_ERR_INVALID_ARG, &plane);
+    EXPECT_UNTOUCHED(qs_quant_plane_info(ctx, &p, 2, 8, QS_PLANE_COUNT, P(plane, qs_plane_info)),
+                     QS_ERR_INVALID_ARG, &plane);
+    EXPECT_UNTOUCHED(qs_quant_plane_info(ctx, NULL, 2, 8, QS_PLANE_DATA, P(plane, qs_plane_info)),
+                     QS_ERR_INVALID_ARG, &plane);
+
+    /* A backend that cannot run here: only where no CUDA plugin is usable (the usual case; the
+     * plugins themselves are test_backend.c's). */
+    if (!qs_backend_available(QS_BACKEND_CUDA)) {
+        qs_ctx_params cp;
+        qs_ctx_params_init(&cp);
+        cp.backend = QS_BACKEND_CUDA;
+        EXPECT_UNTOUCHED(qs_ctx_create(&cp, P(out, qs_ctx *)), QS_ERR_BACKEND, &out);
+    }
+    qs_ctx_params cp;
+    qs_ctx_params_init(&cp);
+    cp.backend = 7; /* no such backend */
+    EXPECT_UNTOUCHED(qs_ctx_create(&cp, P(out, qs_ctx *)), QS_ERR_INVALID_ARG, &out);
+
+    t_buf_free(&fi), t_buf_free(&tier), t_buf_free(&plane), t_buf_free(&out);
+    qs_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_context_queries),
         cmocka_unit_test(test_size_queries),
+        cmocka_unit_test(test_info_queries),
         cmocka_unit_test(test_observer_outputs),
         cmocka_unit_test(test_activation_stats),
         cmocka_unit_test(test_sparse_outputs),

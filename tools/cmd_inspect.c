@@ -2,11 +2,13 @@
 /*
  * `qsparse inspect FILE [--json]`: lists the tensors of a safetensors file with their dtypes,
  * shapes, formats, bits per weight and sizes. A quantized weight is shown once, its companion
- * tensors (absmax, quant_map, quant_state, scales, SCB, ...) folded into it, recognised from
- * bitsandbytes' keys (spec/formats.md §7), from the "qsparse.quantized" metadata that
- * `qsparse quantize` writes, and from the F8 dtypes with a `_scale` companion. The file is
- * validated exactly as for quantize, so a hostile file gives an error, not a crash; shapes taken
- * from its metadata are checked the same way (integers >= 0 whose product fits int64), totals
+ * tensors (absmax, quant_map, quant_state, scales, SCB, ...) folded into it. The companion keys
+ * come from the checkpoint-key table that `qsparse quantize` writes by (checkpoint_keys.h), so
+ * reader and writer share one key scheme. A weight is recognised from a bitsandbytes quant_state
+ * key, from the "qsparse.quantized" metadata that `qsparse quantize` writes, or, without either,
+ * from a weight dtype only quantized formats use (I8, F8_*) beside its first companion key. The
+ * file is validated exactly as for quantize, so a hostile file gives an error, not a crash; shapes
+ * taken from its metadata are checked the same way (integers >= 0 whose product fits int64), totals
  * are added with overflow checks, names and metadata strings are printed escaped (escape.h), and
  * every companion lookup is a binary search, so the cost stays n log n in the number of tensors.
  */
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "qsparse.h"
+#include "checkpoint_keys.h"
 #include "commands.h"
 #include "escape.h"
 #include "safetensors.h"
@@ -76,6 +79,50 @@ static void fold(const struct qs_st_file *f, char *used, struct weight *w, const
         w->bytes += t->end - t->begin;
         w->parts++;
     }
+}
+
+/* Fold every companion key of `format` (checkpoint_keys.h) of the weight named `name`, whose
+ * module prefix is `prefix`. */
+static void fold_keys(const struct qs_st_file *f, char *used, struct weight *w, int32_t format,
+                      const char *name, const char *prefix, int *oom)
+{
+    for (const struct qs_ckpt_key *k = qs_ckpt_keys(format); k && k->suffix; k++)
+        if (*k->suffix)
+            fold(f, used, w, k->module ? prefix : name, k->suffix, oom);
+}
+
+/* The key of `format` whose bytes come from `source` (enum qs_key_source), or NULL. */
+static const struct qs_ckpt_key *key_from(int32_t format, int32_t source)
+{
+    for (const struct qs_ckpt_key *k = qs_ckpt_keys(format); k && k->suffix; k++)
+        if (k->source == source && *k->suffix)
+            return k;
+    return NULL;
+}
+
+/*
+ * Whether tensor t, with no record saying so, is a weight of `format`: the format's weight key
+ * has a dtype that plain tensors never have (I8, F8_*; not U8, which any byte tensor may be),
+ * t has it, and the first companion key that every such weight has is present with its dtype
+ * (a module key needs t to be named P.weight).
+ */
+static int looks_like(const struct qs_st_file *f, const struct qs_st_tensor *t, int32_t format,
+                      const char *prefix, int *oom)
+{
+    const struct qs_ckpt_key *k = qs_ckpt_keys(format), *data = NULL, *mark = NULL;
+    const struct qs_st_tensor *c;
+
+    for (; k && k->suffix; k++) {
+        if (!*k->suffix)
+            data = k;
+        else if (!mark && !k->double_quant)
+            mark = k;
+    }
+    if (!data || !mark || !data->dtype || strcmp(data->dtype, "U8") == 0 ||
+        strcmp(data->dtype, t->dtype) != 0 || (mark->module && !ends_with(t->name, ".weight")))
+        return 0;
+    c = find2(f, mark->module ? prefix : t->name, mark->suffix, oom);
+    return c && (!mark->dtype || strcmp(c->dtype, mark->dtype) == 0);
 }
 
 /*
@@ -182,8 +229,8 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
     json_t *rec = NULL;
     size_t nw = 0;
     int oom = 0;
-    static const char *const bnb_suffix[] = {".quant_state.bitsandbytes__nf4",
-                                             ".quant_state.bitsandbytes__fp4"};
+    /* the bitsandbytes 4-bit formats, told apart by their quant_state key */
+    static const int32_t bnb4[] = {QS_FORMAT_NF4, QS_FORMAT_FP4};
 
     if (f->metadata) {
         json_t *s = json_object_get(f->metadata, "qsparse.quantized");
@@ -198,14 +245,16 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
     /* 1. bitsandbytes 4-bit weights: their quant_state says format, blocksize and shape. */
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
-        for (int k = 0; k < 2; k++) {
-            char *base;
+        for (size_t k = 0; k < sizeof bnb4 / sizeof bnb4[0]; k++) {
+            const struct qs_ckpt_key *qk = key_from(bnb4[k], QS_KEY_QUANT_STATE);
+            const char *name = qs_format_name(bnb4[k]);
+            char *base, *prefix;
             const struct qs_st_tensor *m;
             json_t *js;
             struct weight *w;
-            if (!ends_with(t->name, bnb_suffix[k]) || strcmp(t->dtype, "U8") != 0)
+            if (!qk || !ends_with(t->name, qk->suffix) || strcmp(t->dtype, qk->dtype) != 0)
                 continue;
-            if (!(base = join(t->name, strlen(t->name) - strlen(bnb_suffix[k]), ""))) {
+            if (!(base = join(t->name, strlen(t->name) - strlen(qk->suffix), ""))) {
                 oom = 1;
                 goto out;
             }
@@ -214,32 +263,35 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
                 free(base);
                 continue;
             }
+            if (!(prefix = prefix_of(base))) {
+                free(base);
+                oom = 1;
+                goto out;
+            }
             w = &ws[nw++];
             plain(w, m);
             used[m - f->tensors] = 1;
             js = json_loadb((const char *)t->data, t->end - t->begin, 0, NULL);
-            snprintf(w->format, sizeof w->format, "%s", k == 0 ? "nf4" : "fp4");
+            snprintf(w->format, sizeof w->format, "%s", name);
             if (json_is_object(js)) {
                 json_t *dt = json_object_get(js, "dtype");
                 json_t *bs = json_object_get(js, "blocksize");
                 if (set_shape_json(w, json_object_get(js, "shape"), "quant_state", err, errlen)) {
                     json_decref(js);
                     free(base);
+                    free(prefix);
                     goto bad;
                 }
                 if (json_is_string(dt))
                     set_dtype(w, json_string_value(dt));
-                snprintf(w->format, sizeof w->format, "%s%s/%lld%s", k == 0 ? "nf4" : "fp4", "",
+                snprintf(w->format, sizeof w->format, "%s/%lld%s", name,
                          json_is_integer(bs) ? (long long)json_integer_value(bs) : 0LL,
                          json_object_get(js, "nested_offset") ? "+dq" : "");
             }
             json_decref(js);
-            fold(f, used, w, base, ".absmax", &oom);
-            fold(f, used, w, base, ".quant_map", &oom);
-            fold(f, used, w, base, ".nested_absmax", &oom);
-            fold(f, used, w, base, ".nested_quant_map", &oom);
-            fold(f, used, w, base, bnb_suffix[k], &oom);
+            fold_keys(f, used, w, bnb4[k], base, prefix, &oom);
             free(base);
+            free(prefix);
         }
     }
 
@@ -270,26 +322,25 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
                 free(prefix);
                 goto bad;
             }
-            fold(f, used, w, t->name, "_scale", &oom);
-            fold(f, used, w, t->name, "_scale_2", &oom);
-            fold(f, used, w, prefix, ".SCB", &oom);
-            fold(f, used, w, prefix, ".weight_format", &oom);
-        } else if (strcmp(t->dtype, "I8") == 0 && ends_with(t->name, ".weight") &&
-                   find2(f, prefix, ".SCB", &oom)) {
-            w = &ws[nw++];
-            plain(w, t);
-            used[i] = 1;
-            snprintf(w->format, sizeof w->format, "llm_int8");
-            fold(f, used, w, prefix, ".SCB", &oom);
-            fold(f, used, w, prefix, ".weight_format", &oom);
-        } else if ((strcmp(t->dtype, "F8_E4M3") == 0 || strcmp(t->dtype, "F8_E5M2") == 0) &&
-                   find2(f, t->name, "_scale", &oom)) {
-            w = &ws[nw++];
-            plain(w, t);
-            used[i] = 1;
-            snprintf(w->format, sizeof w->format, "%s",
-                     strcmp(t->dtype, "F8_E4M3") == 0 ? "fp8_e4m3" : "fp8_e5m2");
-            fold(f, used, w, t->name, "_scale", &oom);
+            /* the recorded format's keys; for a format this library does not know, the keys
+             * of every format (a foreign writer's companions are still counted) */
+            int32_t rf = json_is_string(fmt) ? qs_format_from_name(json_string_value(fmt)) : -1;
+            if (qs_ckpt_keys(rf))
+                fold_keys(f, used, w, rf, t->name, prefix, &oom);
+            else
+                for (int32_t g = 1; g <= qs_format_count(); g++)
+                    fold_keys(f, used, w, g, t->name, prefix, &oom);
+        } else {
+            for (int32_t g = 1; g <= qs_format_count(); g++) {
+                if (!looks_like(f, t, g, prefix, &oom))
+                    continue;
+                w = &ws[nw++];
+                plain(w, t);
+                used[i] = 1;
+                snprintf(w->format, sizeof w->format, "%s", qs_format_name(g));
+                fold_keys(f, used, w, g, t->name, prefix, &oom);
+                break;
+            }
         }
         free(prefix);
     }

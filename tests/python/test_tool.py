@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Tests of `qsparse quantize` and `qsparse inspect`: round trips through safetensors (read back
 with the safetensors package and numpy, decoded with the library), the bitsandbytes keys and JSON
-quant_state of spec/formats.md §7, tensor selection, and files that are truncated, malformed or
-hostile, which must give an error and a non-zero exit without touching the output path; also
-costs that grow with the number of tensors, names that carry terminal escapes, special files,
-signals at every point of a write, an input truncated under the tool, and the output's mode.
+quant_state, tensor selection, and files that are truncated, malformed or hostile, which must give
+an error and a non-zero exit without touching the output path; also costs that grow with the number
+of tensors, names that carry terminal escapes, special files, signals at every point of a write, an
+input truncated under the tool, and the output's mode.
 
 Some tests stop the tool at a known point through its test hook: QSPARSE_TOOL_TEST_STOP=open
 (the input is validated, no tensor read yet) or =write (the temporary output holds its header)
@@ -195,6 +195,31 @@ def test_inspect(run_tool, model_file, tmp_path):
         assert w["format"] == label and w["shape"] == [32, 64]
     plain = json.loads(run_tool("inspect", src, "--json", check=0).stdout)
     assert all(w["format"] == "-" for w in plain["weights"])
+
+
+def test_inspect_recognises_foreign_layouts_by_the_key_table(run_tool, tmp_path):
+    # files from other writers, without a "qsparse.quantized" record: a weight dtype that only
+    # quantized formats use plus the format's first companion key with its dtype
+    # (tools/checkpoint_keys.c); MXFP8's E4M3 codes with U8 E8M0 scales are not per-tensor FP8
+    layout = [("a.weight", "I8", [4, 8], 32), ("a.SCB", "F32", [4], 16),
+              ("a.weight_format", "U8", [], 1),
+              ("b.weight", "F8_E4M3", [4, 8], 32), ("b.weight_scale", "F32", [], 4),
+              ("c.weight", "F8_E5M2", [4, 8], 32), ("c.weight_scale", "F32", [], 4),
+              ("m.weight", "F8_E4M3", [4, 32], 128), ("m.weight_scale", "U8", [4, 1], 4),
+              ("n.weight", "F8_E4M3", [4, 8], 32), ("scb_only.SCB", "F32", [4], 16),
+              ("i8.weight", "I8", [4, 8], 32)]
+    header, at = {}, 0
+    for name, dtype, shape, size in layout:
+        header[name] = entry(dtype, shape, at, at + size)
+        at += size
+    src = tmp_path / "foreign.safetensors"
+    src.write_bytes(st_bytes(header, bytes(at)))
+    info = json.loads(run_tool("inspect", src, "--json", check=0).stdout)
+    got = {w["name"]: (w["format"], w["tensors"], w["bytes"]) for w in info["weights"]}
+    assert got == {"a.weight": ("llm_int8", 3, 49), "b.weight": ("fp8_e4m3", 2, 36),
+                   "c.weight": ("fp8_e5m2", 2, 36), "m.weight": ("mxfp8", 2, 132),
+                   "n.weight": ("-", 1, 32), "scb_only.SCB": ("-", 1, 16),
+                   "i8.weight": ("-", 1, 32)}
 
 
 def test_bad_arguments(run_tool, model_file, tmp_path):
