@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libqsparse public API: quantization of neural-network tensors to NF4, FP4, INT8, FP8, MXFP4,
- * MXFP8 and NVFP4, bit-compatible with the reference formats named in spec/formats.md.
+ * MXFP8 and NVFP4, bit-compatible with the reference formats named in docs/formats.md.
  *
  * Conventions used by every function below:
  * - Every fallible function returns a qs_status: QS_OK (0) or a negative error code. The library
@@ -155,7 +155,7 @@ typedef struct qs_allocator {
 } qs_allocator;
 
 /* Policy for NaN / Inf inputs of quantizers. */
-#define QS_NONFINITE_ENCODE 0 /* default: the defined bits of spec/formats.md */
+#define QS_NONFINITE_ENCODE 0 /* default: the defined bits of docs/formats.md */
 #define QS_NONFINITE_REJECT 1 /* return QS_ERR_NONFINITE before writing anything */
 
 /*
@@ -483,9 +483,9 @@ QS_API int64_t qs_codebook_size(int32_t which);
 }
 #endif
 
-/* N:M and 2:4 sparsity (spec/sparsity.md). */
+/* N:M and 2:4 sparsity (docs/sparsity.md). */
 #include "qsparse/sparse.h"
-/* Calibration: observers, targets, dynamic quantization (spec/calibration.md). */
+/* Calibration: observers, targets, dynamic quantization (docs/calibration.md). */
 #include "qsparse/calib.h"
 /* Matmul with compressed weights and LLM.int8 activations. */
 #include "qsparse/matmul.h"

@@ -32,7 +32,7 @@ typedef struct {
 
 typedef void k_fn(void);
 
-/* Runners of the sparsity slots (spec/sparsity.md): lengths are cut to whole groups, masks given
+/* Runners of the sparsity slots (docs/sparsity.md): lengths are cut to whole groups, masks given
  * to compress keep at most two per group (one of the 11 such patterns, from the random codes)
  * and meta given to decompress holds valid nibbles only, as the drivers guarantee. */
 static size_t run_sparse_slot(int32_t slot, void (*fn)(void), const k_in *in, int64_t n,
@@ -304,7 +304,7 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
         return 24;
     }
     case QS_SLOT_hist_update: {
-        /* k from the finite maximum (spec/calibration.md §3) plus 0-2 spare binades; variants
+        /* k from the finite maximum (docs/calibration.md §3) plus 0-2 spare binades; variants
          * 5 and 11 scale the data down to a maximum near 2^-140, where subnormals need the
          * widest shifts and k drops below -149 for the larger bin counts */
         static const int32_t bins[] = {2048, 16, 4, 8192};

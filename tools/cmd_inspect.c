@@ -3,7 +3,7 @@
  * `qsparse inspect FILE [--json]`: lists the tensors of a safetensors file with their dtypes,
  * shapes, formats, bits per weight and sizes. A quantized weight is shown once, its companion
  * tensors (absmax, quant_map, quant_state, scales, SCB, ...) folded into it, recognised from
- * bitsandbytes' keys (spec/formats.md §7), from the "qsparse.quantized" metadata that
+ * bitsandbytes' keys (docs/formats.md §7), from the "qsparse.quantized" metadata that
  * `qsparse quantize` writes, and from the F8 dtypes with a `_scale` companion. The file is
  * validated exactly as for quantize, so a hostile file gives an error, not a crash; shapes taken
  * from its metadata are checked the same way (integers >= 0 whose product fits int64), totals

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * OCP FP8 E4M3 ("fn": saturating to +-448, NaN -> 0x7F | sign) with a per-tensor f32 scale for
- * AArch64 NEON (spec/formats.md §10), bit-identical to src/ref/e4m3_ref.c. Quantize:
+ * AArch64 NEON (docs/formats.md §10), bit-identical to src/ref/e4m3_ref.c. Quantize:
  * q = cvt_sat(fl(x / scale)) with an IEEE division (FDIV) and the RNE minifloat encoder of
  * neon_common.h. Dequantize: the magnitude bits placed in an f32 and one exact multiply by 2^120,
  * then fl(value(q) * scale). Tails call the reference element routines.

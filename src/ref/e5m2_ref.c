@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP FP8 E5M2 with a per-tensor f32 scale (spec/formats.md §10): q = cvt_sat(fl(x / scale))
+ * OCP FP8 E5M2 with a per-tensor f32 scale (docs/formats.md §10): q = cvt_sat(fl(x / scale))
  * with RNE and saturation to +-57344, NaN -> 0x7F | sign; decode fl(value(q) * scale),
  * a NaN result canonical (ref.h).
  */

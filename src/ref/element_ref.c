@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Scalar encoders and decoders of single elements: f16/bf16 conversion (spec/formats.md §0 rule 4),
+ * Scalar encoders and decoders of single elements: f16/bf16 conversion (docs/formats.md §0 rule 4),
  * the NF4/FP4 rank rules (§3, §4), the dynamic 8-bit quantizer (§6.3), the OCP minifloats E4M3,
  * E5M2 and E2M1 (§10, §11), E8M0 (§12) and the INT8 element rule (§8, §9). Every kernel of the
  * reference is built from these, and SIMD tails call them.

@@ -2,7 +2,7 @@
 /*
  * Element-level helpers of the scalar reference: codebooks, thresholds and the scalar encoders
  * and decoders of every element type. They are ordinary functions compiled with baseline flags,
- * so SIMD files may call them for tails (STYLE.md §16). spec/formats.md is the definition.
+ * so SIMD files may call them for tails (STYLE.md §16). docs/formats.md is the definition.
  */
 #ifndef QS_REF_REF_H
 #define QS_REF_REF_H

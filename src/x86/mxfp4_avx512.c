@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP MXFP4 quantize and dequantize for AVX-512 F/BW/DQ/VL (spec/formats.md §11, §12, §13),
+ * OCP MXFP4 quantize and dequantize for AVX-512 F/BW/DQ/VL (docs/formats.md §11, §12, §13),
  * bit-identical to src/ref/mxfp4_ref.c. Per block of 32 (two vectors): any NaN/Inf gives scale
  * 0xFF and codes 0; otherwise the E8M0 byte comes from the exponent bits of amax (FLOOR:
  * floor(log2 amax) - 2, RCEIL: one more when the mantissa of amax exceeds that of 6), clamped at

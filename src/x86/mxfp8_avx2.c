@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP MXFP8 (E4M3 elements) quantize and dequantize for AVX2 + FMA + F16C (spec/formats.md §10,
+ * OCP MXFP8 (E4M3 elements) quantize and dequantize for AVX2 + FMA + F16C (docs/formats.md §10,
  * §12, §13), bit-identical to src/ref/mxfp8_ref.c. Per block of 32: any NaN/Inf gives scale 0xFF
  * and codes 0; otherwise the E8M0 byte comes from the exponent bits of amax (FLOOR:
  * floor(log2 amax) - 8, RCEIL: one more when the mantissa of amax exceeds that of

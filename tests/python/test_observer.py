@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""qs.Observer (spec/calibration.md) against independent numpy computations: the power-of-two
+"""qs.Observer (docs/calibration.md) against independent numpy computations: the power-of-two
 histogram (§3), exact merges of 10^6 samples split into shards (§3, §9), the percentile rule (§4),
 TensorRT's entropy calibration re-implemented in numpy as pytorch-quantization describes it (§5),
 serialization and corrupt input, per-channel observers, non-finite inputs (§0 rule 5) and the

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Tests of `qsparse quantize` and `qsparse inspect`: round trips through safetensors (read back
 with the safetensors package and numpy, decoded with the library), the bitsandbytes keys and JSON
-quant_state of spec/formats.md §7, tensor selection, and files that are truncated, malformed or
+quant_state of docs/formats.md §7, tensor selection, and files that are truncated, malformed or
 hostile, which must give an error and a non-zero exit without touching the output path; also
 costs that grow with the number of tensors, names that carry terminal escapes, special files,
 signals at every point of a write, an input truncated under the tool, and the output's mode.
