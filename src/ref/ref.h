@@ -101,7 +101,7 @@ float qs_ref_e8m0_decode(uint8_t e);  /* §12: 2^(e-127); NaN for 0xFF */
 float qs_ref_max(float acc, float x);
 float qs_ref_min(float acc, float x);
 
-/* One step of an absolute maximum: acc = max(acc, |x|) with NaN ignored (spec §5.2 step 1). */
+/* One step of an absolute maximum: acc = max(acc, |x|), NaN ignored (formats.md §5.2 step 1). */
 static inline float qs_ref_absmax_step(float acc, float x)
 {
     float a = x < 0.0f ? -x : x; /* |x| for every non-NaN x; NaN fails every comparison */
