@@ -32,8 +32,8 @@ def numpy_hist(x, nbins):
 
 
 def pq_entropy_bin(counts, start_bin=128, num_q=128):
-    """pytorch-quantization's _compute_amax_entropy loop (spec §5), written here with numpy
-    from the spec's description; returns the chosen bin index (amax = index * width)."""
+    """pytorch-quantization's _compute_amax_entropy loop (calibration.md §5), written here with
+    numpy from that description; returns the chosen bin index (amax = index * width)."""
     nbins = len(counts)
     nz = np.nonzero(counts)[0]
     n_used = nz[-1] + 1
