@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Calibration throughput (STYLE.md §13, spec/calibration.md §3): observer updates on a large f32
+ * Calibration throughput (docs/calibration.md §3): observer updates on a large f32
  * array (Laplace activations with a few outlier channels), single-threaded, next to the memory
  * read bandwidth measured in the same run on the same array. The goal the issue sets: min-max
  * and histogram updates at >= 50% of single-thread read bandwidth. Also the per-token dynamic

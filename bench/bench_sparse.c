@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * 2:4 and N:M sparsity throughput (STYLE.md §13, spec/sparsity.md): prune + compress, masks,
+ * 2:4 and N:M sparsity throughput (docs/sparsity.md): prune + compress, masks,
  * compress with a mask, decompress and the TILE mask on a large f32 weight matrix, single-threaded
  * by default, each next to the memory read bandwidth measured in the same run on the same array.
  * Throughput counts the dense input bytes (rows x cols x 4) per second. The issue's goal:

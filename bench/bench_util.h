@@ -2,7 +2,7 @@
 /*
  * What the small benchmarks (bench_calib.c, bench_sparse.c) share: a monotonic clock, the median
  * of repeated timings, the read-bandwidth pass every ratio is taken against, and the CPU model
- * printed in each report (STYLE.md §13). Header-only; each benchmark is one translation unit.
+ * printed in each report. Header-only; each benchmark is one translation unit.
  */
 #ifndef QS_BENCH_UTIL_H
 #define QS_BENCH_UTIL_H

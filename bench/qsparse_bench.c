@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * qsparse-bench: throughput of libqsparse measured as ratios in one run (STYLE.md §13). It prints
+ * qsparse-bench: throughput of libqsparse measured as ratios in one run. It prints
  * the context (CPU model, detected ISA, the kernel chosen per slot at every ISA level, thread
  * counts, OPENBLAS_CORETYPE as found in the environment), measures memory read bandwidth (sum of
  * a large f32 array) and copy bandwidth (memcpy) on 1 and 2 threads, then times qs_quantize and

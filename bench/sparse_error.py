@@ -2,7 +2,7 @@
 """Output error of 2:4 pruning: magnitude vs Wanda vs Wanda + channel permutation.
 
 For a linear layer y = W x, prune W to 2:4 along its input axis and report
-||W X - W' X||_F / ||W X||_F on held-out tokens (spec/sparsity.md §6.1, §6.2, §6.5).
+||W X - W' X||_F / ||W X||_F on held-out tokens (docs/sparsity.md §6.1, §6.2, §6.5).
 
 No model weights can be downloaded here, so the layer is synthetic but shaped like an LLM
 projection: W is heavy-tailed (Student-t, 5 degrees of freedom, scaled to std 0.02); the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libqsparse public API: quantization of neural-network tensors to NF4, FP4, INT8, FP8, MXFP4,
- * MXFP8 and NVFP4, bit-compatible with the reference formats named in spec/formats.md.
+ * MXFP8 and NVFP4, bit-compatible with the reference formats named in docs/formats.md.
  *
  * Conventions used by every function below:
  * - Every fallible function returns a qs_status: QS_OK (0) or a negative error code. The library
@@ -155,7 +155,7 @@ typedef struct qs_allocator {
 } qs_allocator;
 
 /* Policy for NaN / Inf inputs of quantizers. */
-#define QS_NONFINITE_ENCODE 0 /* default: the defined bits of spec/formats.md */
+#define QS_NONFINITE_ENCODE 0 /* default: the defined bits of docs/formats.md */
 #define QS_NONFINITE_REJECT 1 /* return QS_ERR_NONFINITE before writing anything */
 
 /*
@@ -255,8 +255,8 @@ QS_API qs_status qs_ctx_kernel_info(const qs_ctx *ctx, int32_t index, const char
  * Formats
  * ------------------------------------------------------------------------------------------- */
 
-#define QS_FORMAT_NF4       1 /* bitsandbytes NF4 (spec §2, §3, §5) */
-#define QS_FORMAT_FP4       2 /* bitsandbytes FP4 (spec §4, §5); not OCP E2M1 */
+#define QS_FORMAT_NF4       1 /* bitsandbytes NF4 (formats.md §2, §3, §5) */
+#define QS_FORMAT_FP4       2 /* bitsandbytes FP4 (formats.md §4, §5); not OCP E2M1 */
 #define QS_FORMAT_INT8      3 /* plain INT8, per tensor / row / group, symmetric or not (§9) */
 #define QS_FORMAT_LLM_INT8  4 /* LLM.int8 row-wise absmax, stores the row absmax (SCB) (§8) */
 #define QS_FORMAT_FP8_E4M3  5 /* OCP E4M3 "fn", saturating, per-tensor f32 scale (§10) */
@@ -327,7 +327,7 @@ typedef struct qs_quant_params {
                                MX: 32, NVFP4: 16 (fixed) */
     int32_t granularity;    /* INT8: QS_GRAN_*; default QS_GRAN_ROW. LLM.int8 is always by row */
     int32_t symmetric;      /* INT8: 1 (default) symmetric, 0 asymmetric with zero points */
-    int32_t double_quant;   /* NF4/FP4: 1 quantizes the absmax again (spec §6) */
+    int32_t double_quant;   /* NF4/FP4: 1 quantizes the absmax again (formats.md §6) */
     int32_t scale_rounding; /* MX: QS_MX_SCALE_FLOOR (default) or QS_MX_SCALE_RCEIL */
     float scale;            /* FP8: a given scale (> 0, finite); 0 = from the data (amax / max).
                                NVFP4: a given per-tensor scale; 0 = amax / 2688 */
@@ -426,7 +426,7 @@ QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const v
 /**
  * Dequantize the planes of *q (a rows x cols tensor quantized with *params) into dst, as
  * `dst_dtype` elements, row-major; dst_bytes is dst's capacity. Scale and zero-point planes are
- * decoded as stored (spec §5.3, §6.2, §8, §9, §10, §13, §14).
+ * decoded as stored (formats.md §5.3, §6.2, §8, §9, §10, §13, §14).
  *
  * Returns QS_OK, QS_ERR_INVALID_ARG, QS_ERR_SHAPE, QS_ERR_OVERFLOW, QS_ERR_BUFFER_TOO_SMALL
  * (a plane or dst shorter than its size). Nothing is written on error.
@@ -437,7 +437,7 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
 
 /**
  * Convert n elements between plain dtypes (f32, f16, bf16) with the library's rules: RNE,
- * overflow to +-Inf, NaN kept (spec §0 rule 4). dst_bytes is dst's capacity.
+ * overflow to +-Inf, NaN kept (formats.md §0 rule 4). dst_bytes is dst's capacity.
  */
 QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, void *dst,
                             int32_t dst_dtype, int64_t n, int64_t dst_bytes);
@@ -464,12 +464,12 @@ QS_API int64_t qs_struct_offset(int32_t kind, const char *field);
  * Codebooks (the tables a checkpoint stores as quant_map / nested_quant_map)
  * ------------------------------------------------------------------------------------------- */
 
-#define QS_CODEBOOK_NF4    1 /* 16 f32 values, spec §2 */
-#define QS_CODEBOOK_FP4    2 /* 16 f32 values, spec §4 (bitsandbytes FP4) */
-#define QS_CODEBOOK_DYN8   3 /* 256 f32 values, the signed dynamic map of spec §6.3 */
-#define QS_CODEBOOK_E2M1   4 /* 16 f32 values, spec §11 */
-#define QS_CODEBOOK_E4M3   5 /* 256 f32 values (NaN for 0x7F, 0xFF), spec §10 */
-#define QS_CODEBOOK_E5M2   6 /* 256 f32 values (Inf, NaN included), spec §10 */
+#define QS_CODEBOOK_NF4    1 /* 16 f32 values, formats.md §2 */
+#define QS_CODEBOOK_FP4    2 /* 16 f32 values, formats.md §4 (bitsandbytes FP4) */
+#define QS_CODEBOOK_DYN8   3 /* 256 f32 values, the signed dynamic map of formats.md §6.3 */
+#define QS_CODEBOOK_E2M1   4 /* 16 f32 values, formats.md §11 */
+#define QS_CODEBOOK_E4M3   5 /* 256 f32 values (NaN for 0x7F, 0xFF), formats.md §10 */
+#define QS_CODEBOOK_E5M2   6 /* 256 f32 values (Inf, NaN included), formats.md §10 */
 
 /**
  * Copy codebook `which` into dst (capacity `count` floats). Returns QS_ERR_INVALID_ARG for an
@@ -483,9 +483,9 @@ QS_API int64_t qs_codebook_size(int32_t which);
 }
 #endif
 
-/* N:M and 2:4 sparsity (spec/sparsity.md). */
+/* N:M and 2:4 sparsity (docs/sparsity.md). */
 #include "qsparse/sparse.h"
-/* Calibration: observers, targets, dynamic quantization (spec/calibration.md). */
+/* Calibration: observers, targets, dynamic quantization (docs/calibration.md). */
 #include "qsparse/calib.h"
 /* Matmul with compressed weights and LLM.int8 activations. */
 #include "qsparse/matmul.h"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# The shared library exports only qs_ symbols (STYLE.md §7): every defined dynamic symbol must
+# The shared library exports only qs_ symbols: every defined dynamic symbol must
 # carry the prefix, and the core API must be there. Usage: check_exports.sh NM LIBRARY
 set -eu
 nm_tool=$1

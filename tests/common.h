@@ -70,7 +70,7 @@ static inline uint32_t t_bits(float f)
     return u;
 }
 
-/* ---- adversarial values (STYLE.md §12) -------------------------------------------------------- */
+/* ---- adversarial values -------------------------------------------------------- */
 
 static const float t_special[] = {
     0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, INFINITY, -INFINITY, NAN, -NAN,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The public header compiles on its own as strict C99 (STYLE.md §7): nothing else is included. */
+/* The public header compiles on its own as strict C99: nothing else is included. */
 #include "qsparse.h"
 
 int main(void)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The public header compiles on its own as C++ and links through extern "C" (STYLE.md §7).
+// The public header compiles on its own as C++ and links through extern "C".
 #include "qsparse.h"
 
 int main()

@@ -2,9 +2,9 @@
 /*
  * Helpers of the C format tests (test_api, test_fp8, test_int8, test_mx, test_nvfp4, test_bnb4,
  * test_spec_tables) kept in one place so that every test drives the public API the same way:
- * quantized tensors whose planes are canary-guarded buffers sized by qs_quant_size (STYLE.md §12),
+ * quantized tensors whose planes are canary-guarded buffers sized by qs_quant_size,
  * quantize / dequantize wrappers that check status, error text and guards, a tensor over caller
- * memory, and the element formats restated from spec/formats.md §10 (E2M1, E4M3) with the
+ * memory, and the element formats restated from docs/formats.md §10 (E2M1, E4M3) with the
  * brute-force nearest-code search that the independent encoders of the tests use. Header-only;
  * include it after common.h.
  */
@@ -84,7 +84,7 @@ static inline t_buf quant_dequant_f32(qs_ctx *ctx, const qs_quant_params *p, con
 }
 
 /* The 16-bit dequantization of t is its f32 one (`f32`, rows * cols values) rounded once
- * (spec/formats.md §0 rule 4), not a second decode path. `h` is scratch for rows * cols values. */
+ * (docs/formats.md §0 rule 4), not a second decode path. `h` is scratch for rows * cols values. */
 static inline void assert_dequant_16(qs_ctx *ctx, const char *what, const qs_quant_params *p,
                                      const tq *t, int64_t rows, int64_t cols, int32_t dt,
                                      const void *f32, uint16_t *h)
@@ -135,7 +135,7 @@ static inline qs_qtensor qt_over(void *data, int64_t data_bytes, void *scale, in
     return q;
 }
 
-/* ---- element formats, restated from spec/formats.md §10 -------------------------------------- */
+/* ---- element formats, restated from docs/formats.md §10 -------------------------------------- */
 
 static inline float e2m1_value(int c)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The public API contract (include/qsparse.h, STYLE.md §11): every status code that the API can
+ * The public API contract (include/qsparse.h): every status code that the API can
  * return is provoked through it (null context / params / source / planes, negative sizes, unknown
  * formats and dtypes, non-zero reserved fields, each plane one byte short, sizes that overflow
  * int64, the non-finite reject policy, a failing allocator), with canary buffers proving that

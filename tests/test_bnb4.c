@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Spec tests of bitsandbytes NF4 and FP4 blockwise quantization and of double quantization
- * (spec/formats.md §5, §6.1, §6.2), through the public API (qs_quantize / qs_dequantize), so that
+ * (docs/formats.md §5, §6.1, §6.2), through the public API (qs_quantize / qs_dequantize), so that
  * every ISA tier this test runs under is checked: the §5.4 vectors, the §6.2 example, ties exactly
  * on every threshold and one ulp above, ±Inf / NaN / all-zero / subnormal-absmax blocks, the pad
  * nibble of odd n, partial blocks, every accepted and several rejected block sizes, f16 / bf16

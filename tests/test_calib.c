@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Calibration (spec/calibration.md): the power-of-two histogram on hand-worked values (§3),
+ * Calibration (docs/calibration.md): the power-of-two histogram on hand-worked values (§3),
  * exact and order-independent merges across shards, batchings, ISAs and thread counts (§3, §9),
  * serialization round trips and the rejection of every corrupt or truncated byte string, the
  * percentile (§4), entropy (§5, TensorRT's KL search on hand-worked histograms) and MSE (§6)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * AArch64 CPU detection and NEON edge cases (STYLE.md §5, §12; spec/formats.md §3, §4, §10,
+ * AArch64 CPU detection and NEON edge cases (docs/formats.md §3, §4, §10,
  * §11).
  * Detection: qs_cpu_isa() reports NEON on every AArch64 system, never an x86 bit, and, when the
  * caller sets QS_EXPECT_ISA (the .ci/arm.sh qemu -cpu runs), exactly the expected bits; each

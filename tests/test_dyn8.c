@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Spec tests of the bitsandbytes signed dynamic 8-bit map and its quantizer (spec/formats.md
+ * Spec tests of the bitsandbytes signed dynamic 8-bit map and its quantizer (docs/formats.md
  * §6.3, §6.4), the nested level of NF4/FP4 double quantization. The 256 map entries are restated
  * from the spec's hex table and also rebuilt independently from the §6.3 construction (torch's f32
  * linspace rule); the quantizer's tie rule is checked at all 255 midpoints and one ulp either side,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Spec tests of OCP FP8 E4M3 ("fn") and E5M2 through the public API (spec/formats.md §10): every
+ * Spec tests of OCP FP8 E4M3 ("fn") and E5M2 through the public API (docs/formats.md §10): every
  * row of both test-vector tables (saturating column), the value of all 256 codes of each format,
  * encode(decode(c)) == c, round-to-nearest-even at every midpoint between adjacent codes (checked
  * against the brute-force nearest-value search of quant_helpers.h), the per-tensor scale from the

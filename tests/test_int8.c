@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Spec tests of the INT8 formats through the public API: LLM.int8 row-wise absmax (spec/formats.md
+ * Spec tests of the INT8 formats through the public API: LLM.int8 row-wise absmax (docs/formats.md
  * §8: codes, NaN/Inf/zero-row rules, the subnormal row whose factor overflows, and the vector
  * dequantization fl(fl(q * stats) * c)) and plain INT8 (§9: symmetric and asymmetric, per tensor,
  * per row and per group, the amax = 0 convention, a group size that does not divide cols). Also
@@ -431,7 +431,7 @@ static void test_int8_random(void **state)
 }
 
 /* The byte comparison used above reports a single flipped bit (a check that cannot fail is a
- * defect, STYLE.md §12). */
+ * defect). */
 static void test_compare_negative(void **state)
 {
     (void)state;

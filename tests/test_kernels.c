@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The kernel harness (STYLE.md §12; dav1d's checkasm): one cmocka test per registry entry, named
+ * The kernel harness (dav1d's checkasm): one cmocka test per registry entry, named
  * "<slot>/<isa>" ("nf4_quant/avx512"), generated from src/core/kernels.inc, so a failure is named
  * and the sweep goes on. Each runs the implementation beside its slot's __ref kernel on the same
  * inputs, for every length 0...1100 and a few large ones, on random data salted with the
@@ -32,7 +32,7 @@ typedef struct {
 
 typedef void k_fn(void);
 
-/* Runners of the sparsity slots (spec/sparsity.md): lengths are cut to whole groups, masks given
+/* Runners of the sparsity slots (docs/sparsity.md): lengths are cut to whole groups, masks given
  * to compress keep at most two per group (one of the 11 such patterns, from the random codes)
  * and meta given to decompress holds valid nibbles only, as the drivers guarantee. */
 static size_t run_sparse_slot(int32_t slot, void (*fn)(void), const k_in *in, int64_t n,
@@ -304,7 +304,7 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
         return 24;
     }
     case QS_SLOT_hist_update: {
-        /* k from the finite maximum (spec/calibration.md §3) plus 0-2 spare binades; variants
+        /* k from the finite maximum (docs/calibration.md §3) plus 0-2 spare binades; variants
          * 5 and 11 scale the data down to a maximum near 2^-140, where subnormals need the
          * widest shifts and k drops below -149 for the larger bin counts */
         static const int32_t bins[] = {2048, 16, 4, 8192};
@@ -375,7 +375,7 @@ typedef struct {
     t_page_buf x, codes, sbytes, half, absmax;
 } k_inputs;
 
-/* Inputs that random data almost never produces (STYLE.md §12). Lengths n % 14 == 3: every
+/* Inputs that random data almost never produces. Lengths n % 14 == 3: every
  * even element is +-1, so each block's absmax is exactly 1 and x = v * inv is v itself; the odd
  * elements sit on an NF4 or FP4 threshold or a dyn8 midpoint (formats.md §3, §4, §6.3), or one
  * ulp either side of it. Other n % 7 == 3 lengths: runs of +0, -0 and NaN with a few values of one

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Spec tests of OCP Microscaling MXFP4 and MXFP8 through the public API (spec/formats.md §11, §12,
+ * Spec tests of OCP Microscaling MXFP4 and MXFP8 through the public API (docs/formats.md §11, §12,
  * §13): the §13 vector table under FLOOR and RCEIL scale rounding, the [2, 48] layout example
  * (blocks never span rows), an amax just below a power of two (7.9999995: the exponent comes from
  * the bits, not from log2f), subnormal amax, NaN/Inf blocks (scale 0xFF, codes 0), the E8M0

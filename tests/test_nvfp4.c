@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Spec tests of NVIDIA NVFP4 through the public API (spec/formats.md §11, §14): the §14 vector
+ * Spec tests of NVIDIA NVFP4 through the public API (docs/formats.md §11, §14): the §14 vector
  * table, the decode order (den = fl(value(S) * s_global) first; P = 0xB, S = 0x6B, s_global =
  * 3cd2ef15 decodes to c059868d), all-zero blocks (scale 0x38), the 2^-9 floor of the block scale,
  * NaN elements, the Inf rules with an automatic and with a given s_global, an s_global that

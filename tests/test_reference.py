@@ -2,7 +2,7 @@
 """Independent-reference tests: the library, loaded with ctypes straight from the shared object
 named by QSPARSE_LIB (not through the Python binding), against numpy and ml_dtypes.
 
-- f16 <-> f32 (spec/formats.md §0 rule 4) vs numpy astype: all 65536 f16 patterns and >= 1e6 f32.
+- f16 <-> f32 (docs/formats.md §0 rule 4) vs numpy astype: all 65536 f16 patterns and >= 1e6 f32.
 - bf16 <-> f32 vs ml_dtypes.bfloat16: all 65536 bf16 patterns and >= 1e6 f32.
 - FP8 E4M3 / E5M2 (§10) with scale 1.0 vs ml_dtypes float8_e4m3fn / float8_e5m2 casts, after
   clipping to +-448 / +-57344 (ml_dtypes does not saturate): >= 1e6 random f32 plus every finite

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * N:M masks (spec/sparsity.md §2): the STRIP rule (magnitude, Wanda, caller scores; ties to the
+ * N:M masks (docs/sparsity.md §2): the STRIP rule (magnitude, Wanda, caller scores; ties to the
  * lower index, NaN above +Inf) against the spec's hand-worked groups and against a brute-force
  * oracle written here (a stable sort of each group) on small random matrices with ties and
  * special values, for f32, f16 and bf16; the TILE mask against an independent enumeration of the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The compressed 2:4 format and what is built on it (spec/sparsity.md §3, §4, §3.6, §6.4, §6.5):
+ * The compressed 2:4 format and what is built on it (docs/sparsity.md §3, §4, §3.6, §6.4, §6.5):
  * the spec's hand-worked rows and fill table, decompress(compress(w, mask)) == w * mask bit for
  * bit for f32/f16/bf16 with NaN, -0 and degenerate groups, prune + compress equal to mask then
  * compress, inputs against guard pages, the CUTLASS metadata order at positions derived from

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Spec tests of the element tables (spec/formats.md §2, §3, §4, §10, §11, §12): every NF4 and FP4
+ * Spec tests of the element tables (docs/formats.md §2, §3, §4, §10, §11, §12): every NF4 and FP4
  * codebook entry and threshold against the hex the spec prints (restated here, never read from the
  * library to build an expectation), all 256 E4M3 / E5M2 / E8M0 codes against values computed
  * independently from the bit formulas, the §10 and §11 encode vectors, and encode(decode(c)) == c

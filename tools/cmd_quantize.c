@@ -5,7 +5,7 @@
  * prints a per-layer error table. The keys it writes (the table in checkpoint_keys.c, documented
  * in tools/README.md):
  *
- *   nf4, fp4   bitsandbytes checkpoint keys and JSON quant_state (spec/formats.md §7)
+ *   nf4, fp4   bitsandbytes checkpoint keys and JSON quant_state (docs/formats.md §7)
  *   int8       bitsandbytes LLM.int8 keys: P.weight I8, P.SCB F32 row absmax, P.weight_format
  *   fp8_*      N as F8_E4M3 / F8_E5M2 and N_scale F32 [] (per-tensor; modelopt / vLLM names)
  *   mxfp4/8    N as U8 (E2M1 pairs, low nibble first) or F8_E4M3, N_scale U8 E8M0 [rows, blocks]

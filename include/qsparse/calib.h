@@ -5,7 +5,7 @@
  * searches), per tensor or per channel; exact merging of observers fed different shards; a
  * versioned, endian-stable serialization of their state; the scales and zero points they imply
  * for INT8, FP8 and NVFP4; dynamic (run-time) INT8 per-token and FP8 per-tensor quantization; and
- * the per-input-channel sums of squares that Wanda pruning needs. spec/calibration.md is the
+ * the per-input-channel sums of squares that Wanda pruning needs. docs/calibration.md is the
  * definition; section numbers below refer to it.
  *
  * Conventions (in addition to those of qsparse.h):

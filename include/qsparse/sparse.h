@@ -5,7 +5,7 @@
  * of metadata per group of 4) with compress and decompress, the converter to the interleaved
  * metadata order of CUTLASS / PyTorch sparse tensor cores and to the compressed-tensors bitmask,
  * 2:4 weights whose kept values are quantized in any format of qsparse.h, SR-STE training
- * helpers, and the channel permutation search. spec/sparsity.md is the definition; section numbers below refer to it.
+ * helpers, and the channel permutation search. docs/sparsity.md is the definition; section numbers below refer to it.
  *
  * Conventions (in addition to those of qsparse.h):
  * - A weight is a rows x cols row-major matrix whose rows run along the reduction axis K (a

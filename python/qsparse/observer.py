@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Calibration observers over the C API of include/qsparse/calib.h (spec/calibration.md).
+"""Calibration observers over the C API of include/qsparse/calib.h (docs/calibration.md).
 
     obs = qs.Observer("entropy")            # or "minmax", "moving_average", "percentile", "mse"
     obs.update(x); obs.merge(other); obs.amax()
@@ -48,7 +48,7 @@ def _check_call(status):
 class Observer:
     """A calibration observer: ``Observer(method, axis=None, **options)``.
 
-    Options (spec/calibration.md defaults): ``num_bins=2048`` (a power of two, at most 2**20;
+    Options (docs/calibration.md defaults): ``num_bins=2048`` (a power of two, at most 2**20;
     at most 4096 for "entropy" and "mse", whose searches take time quadratic in the bin count:
     a few tenths of a second per channel at 4096), ``num_levels=128``
     and ``start_bin=128`` (entropy; MSE uses start_bin; by default both are capped at

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""N:M and 2:4 structured sparsity (spec/sparsity.md) over the C API of include/qsparse/sparse.h.
+"""N:M and 2:4 structured sparsity (docs/sparsity.md) over the C API of include/qsparse/sparse.h.
 
     mask = qs.prune(w, "2:4", method="magnitude")     # or "wanda" with act_norm=, "tile"
     s = qs.compress(w, mask)                          # s.values (rows x K/2), s.meta (uint16)
@@ -98,7 +98,7 @@ def prune(w: Any, pattern: str = "2:4", method: str = "magnitude", act_norm: Any
     act_norm = ||X_j||_2 per input feature, length w.shape[-1]), "tile" (transposable 2:4: each
     4x4 tile keeps two per row and column, the best of the 90 patterns; with act_norm it ranks
     Wanda scores), "tile_greedy", or "score" (w holds float32 scores, larger kept). Ties keep the
-    lower index; NaN ranks above +Inf (spec/sparsity.md §2.2).
+    lower index; NaN ranks above +Inf (docs/sparsity.md §2.2).
     """
     n, m = _parse_pattern(pattern)
     if isinstance(w, np.ndarray) and w.ndim > 1 and axis not in (-1, w.ndim - 1):
@@ -153,7 +153,7 @@ def check(x: Any, pattern: str = "2:4", *, tile: bool = False,
 
 
 class Compressed24:
-    """A 2:4-compressed weight (spec/sparsity.md §3): `values` (w's dtype, shape
+    """A 2:4-compressed weight (docs/sparsity.md §3): `values` (w's dtype, shape
     (..., K/2), kept elements in ascending position) and `meta` (uint16, shape (rows,
     ceil(K/16)), one nibble i0 | i1 << 2 per group, low bits first). `shape` and `dtype` describe
     the dense tensor."""
@@ -179,7 +179,7 @@ class Compressed24:
         return meta_to_cutlass(self.meta, self.shape, word_bits)
 
     def to_bitmask(self) -> np.ndarray:
-        """The compressed-tensors `sparse-24-bitmask` mask (spec/sparsity.md §5): uint8, shape
+        """The compressed-tensors `sparse-24-bitmask` mask (docs/sparsity.md §5): uint8, shape
         (rows, ceil(K/8)), column c in byte c/8, bit c%8; `values` are that format's
         `compressed` tensor as they are."""
         rows, cols = _rows(self.shape), self.shape[-1]
@@ -339,7 +339,7 @@ def meta_from_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> n
 def srste(w: Any, grad: Any, pattern: str = "2:4",
           lam: float = 2e-4) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One SR-STE step on float32 master weights: (w * M, grad + lam * (1 - M) * w, M) with M the
-    magnitude N:M mask recomputed from w (spec/sparsity.md §6.4)."""
+    magnitude N:M mask recomputed from w (docs/sparsity.md §6.4)."""
     n, m = _parse_pattern(pattern)
     x, code, _, rows, cols = _weight(w)
     g, gcode, _, _, _ = _weight(grad)
@@ -396,7 +396,7 @@ def activation_norms(*xs: Any, dtype: Optional[str] = None) -> np.ndarray:
 
 def permute(w: Any, act_norm: Any = None, *, max_sweeps: int = 0, escapes: int = 0,
             seed: int = 0) -> Tuple[np.ndarray, float, float]:
-    """Channel permutation search for 2:4 (spec/sparsity.md §6.5) on a float32 (rows, K) weight:
+    """Channel permutation search for 2:4 (docs/sparsity.md §6.5) on a float32 (rows, K) weight:
     returns (perm, kept_before, kept_after), where w[:, perm] keeps the fraction kept_after of
     the total score (|w|, or |w| * act_norm) under 2:4 magnitude pruning instead of kept_before.
     Apply the same permutation to the producing layer's output channels."""

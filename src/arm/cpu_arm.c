@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * AArch64 CPU detection, compiled with baseline flags only (STYLE.md §5). Advanced SIMD is part of
+ * AArch64 CPU detection, compiled with baseline flags only. Advanced SIMD is part of
  * the AArch64 baseline; dot product, FP16 arithmetic, BF16, I8MM and SVE come from getauxval on
  * Linux and from sysctlbyname on Apple platforms (which have no SVE).
  */

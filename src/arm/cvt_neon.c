@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * f16/bf16 <-> f32 conversions for AArch64 NEON (spec/formats.md §0 rule 4), bit-identical to
+ * f16/bf16 <-> f32 conversions for AArch64 NEON (docs/formats.md §0 rule 4), bit-identical to
  * src/ref/cvt_ref.c. f16 uses the baseline FCVTL/FCVTN instructions: with FPCR in its default
  * state (round to nearest even, no flush-to-zero, DN = 0) they round like the reference and keep
  * NaN payloads the same way (quiet bit set, top payload bits kept). bf16 has no baseline

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitsandbytes blockwise dynamic 8-bit quantization for AArch64 NEON (spec/formats.md §6.3,
+ * bitsandbytes blockwise dynamic 8-bit quantization for AArch64 NEON (docs/formats.md §6.3,
  * §6.4), bit-identical to src/ref/dyn8_ref.c. The block absmax and the products x = v * inv are
  * vectorized; the code itself is the reference's search over the 255 midpoints of the map, which
  * has no gather-free vector form on NEON, so it stays one element at a time. Dequantize gathers

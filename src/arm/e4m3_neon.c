@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * OCP FP8 E4M3 ("fn": saturating to +-448, NaN -> 0x7F | sign) with a per-tensor f32 scale for
- * AArch64 NEON (spec/formats.md §10), bit-identical to src/ref/e4m3_ref.c. Quantize:
+ * AArch64 NEON (docs/formats.md §10), bit-identical to src/ref/e4m3_ref.c. Quantize:
  * q = cvt_sat(fl(x / scale)) with an IEEE division (FDIV) and the RNE minifloat encoder of
  * neon_common.h. Dequantize: the magnitude bits placed in an f32 and one exact multiply by 2^120,
  * then fl(value(q) * scale). Tails call the reference element routines.
@@ -24,7 +24,7 @@ void qs_e4m3_quant__neon(const float *src, int64_t n, float scale, uint8_t *dst)
         vst1q_u8(dst + i, narrow_codes_neon(c[0], c[1], c[2], c[3]));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_e4m3_encode(qs_ld_f32(src + i) / scale); /* a division, as the spec says */
+        dst[i] = qs_ref_e4m3_encode(qs_ld_f32(src + i) / scale); /* divided: formats.md */
 }
 
 void qs_e4m3_dequant__neon(const uint8_t *src, int64_t n, float scale, float *dst)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * OCP FP8 E5M2 (saturating to +-57344, NaN -> 0x7F | sign) with a per-tensor f32 scale for
- * AArch64 NEON (spec/formats.md §10), bit-identical to src/ref/e5m2_ref.c. Quantize:
+ * AArch64 NEON (docs/formats.md §10), bit-identical to src/ref/e5m2_ref.c. Quantize:
  * q = cvt_sat(fl(x / scale)) with an IEEE division (FDIV) and the RNE minifloat encoder of
  * neon_common.h. Dequantize: the code is the upper byte of a binary16, widened by FCVTL, which
  * quiets a NaN and keeps its payload exactly as qs_ref_f16_to_f32 does; then fl(value(q) *
@@ -25,7 +25,7 @@ void qs_e5m2_quant__neon(const float *src, int64_t n, float scale, uint8_t *dst)
         vst1q_u8(dst + i, narrow_codes_neon(c[0], c[1], c[2], c[3]));
     }
     for (; i < n; i++)
-        dst[i] = qs_ref_e5m2_encode(qs_ld_f32(src + i) / scale); /* a division, as the spec says */
+        dst[i] = qs_ref_e5m2_encode(qs_ld_f32(src + i) / scale); /* divided: formats.md */
 }
 
 void qs_e5m2_dequant__neon(const uint8_t *src, int64_t n, float scale, float *dst)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitsandbytes FP4 quantize and dequantize for AArch64 NEON (spec/formats.md §4, §5), the same
+ * bitsandbytes FP4 quantize and dequantize for AArch64 NEON (docs/formats.md §4, §5), the same
  * operation order as src/ref/fp4_ref.c: the NF4 block rule with the FP4 encode: sign from
  * x < 0 (so -0.0 and NaN give 0), rank r = #{k : |x| > t_k} against the CUDA threshold literals,
  * code = sign | R[r] with R looked up by TBL; element 2j in the high nibble. Full groups of 16

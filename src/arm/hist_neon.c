@@ -2,7 +2,7 @@
 /*
  * Calibration statistics for AArch64 NEON: finite range scan with NaN / Inf counts, power-of-two
  * histogram binning and per-channel sum of squares. Same results as src/ref/hist_ref.c bit for
- * bit (spec/calibration.md §3): non-finite lanes are classified from the bits and replaced before
+ * bit (docs/calibration.md §3): non-finite lanes are classified from the bits and replaced before
  * any arithmetic (so no NaN, signaling or quiet, reaches an FP instruction), min and max are exact
  * once zeros are made +0, the bin index is read from the exponent and mantissa bits
  * (floor(|x| * 2^-k) is a right shift of the 24-bit significand), and every sum of squares is one

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * INT8 element kernels for AArch64 NEON (spec/formats.md §8, §9), bit-identical to
+ * INT8 element kernels for AArch64 NEON (docs/formats.md §8, §9), bit-identical to
  * src/ref/int8_ref.c. Quantize: v = x * mul, NaN -> 0, RNE with FRINTN, clamp to +-512 in float
  * before the (then exact) conversion, add the zero point, clamp to [qmin, 127]. Dequantize:
  * fl((q - zp) * scale) with q - zp exact in int32 and in f32; the LLM.int8 row-stat form is

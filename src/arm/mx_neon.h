@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The OCP MX block scale for the NEON kernels (spec/formats.md §12, §13): the NaN/Inf scan and
+ * The OCP MX block scale for the NEON kernels (docs/formats.md §12, §13): the NaN/Inf scan and
  * the absolute maximum vectorized (one pass for a full block), then the reference's own rule
  * from amax (qs_ref_mx_scale_from_amax in src/ref/mx_scale_ref.c): 0xFF if any element is NaN
  * or Inf, 0x00 for an all-zero block, else shared_exp + 127 by FLOOR or RCEIL.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP Microscaling MXFP4 for AArch64 NEON (spec/formats.md §11, §12, §13), bit-identical to
+ * OCP Microscaling MXFP4 for AArch64 NEON (docs/formats.md §11, §12, §13), bit-identical to
  * src/ref/mxfp4_ref.c: blocks of 32 along a row, E8M0 scale from mx_neon.h, elements
  * P_i = E2M1_RNE_sat(v_i * 2^-shared_exp) (an exact power-of-two multiply, rounded once like
  * ldexpf), first element in the low nibble. Dequantize looks E2M1 values up by TBL and multiplies

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP Microscaling MXFP8 with E4M3 elements for AArch64 NEON (spec/formats.md §10, §12, §13),
+ * OCP Microscaling MXFP8 with E4M3 elements for AArch64 NEON (docs/formats.md §10, §12, §13),
  * bit-identical to src/ref/mxfp8_ref.c: blocks of 32 along a row, E8M0 scale from mx_neon.h,
  * P_i = E4M3_RNE_sat(v_i * 2^-shared_exp) (an exact power-of-two multiply, rounded once like
  * ldexpf), one byte each; dequantize fl(value(P_i) * 2^(e - 127)). Partial groups use the

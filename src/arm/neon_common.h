@@ -3,7 +3,7 @@
  * Small NEON building blocks shared by the kernels of src/arm/ (all built with the same baseline
  * AArch64 flags, so these static functions never leak an instruction into another tier): the
  * absolute maximum that ignores every NaN, the RNE saturating minifloat encoder of
- * spec/formats.md §10/§11, the E4M3 decoder, 16-entry float table lookups and nibble packing in
+ * docs/formats.md §10/§11, the E4M3 decoder, 16-entry float table lookups and nibble packing in
  * both orders (§16).
  * The library runs in the default floating-point environment (FPCR: round to nearest, no
  * flush-to-zero, no default-NaN); nothing here changes it.
@@ -26,7 +26,7 @@ static inline float32x4_t absmax_step_neon(float32x4_t acc, float32x4_t x)
     return vbslq_f32(vcgtq_f32(a, acc), a, acc);
 }
 
-/* max |v[i]| over len elements starting from +0.0, NaN ignored (spec/formats.md §5.2 step 1).
+/* max |v[i]| over len elements starting from +0.0, NaN ignored (docs/formats.md §5.2 step 1).
  * The accumulators never hold a NaN, and max is exact, so the lane order does not matter. */
 static inline float amax_neon(const float *v, int64_t len)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitsandbytes NF4 quantize and dequantize for AArch64 NEON (spec/formats.md §2, §3, §5), the
+ * bitsandbytes NF4 quantize and dequantize for AArch64 NEON (docs/formats.md §2, §3, §5), the
  * same operation order as src/ref/nf4_ref.c: absmax with every NaN ignored, inv = 1/absmax,
  * x = v * inv (one multiply, never a division), code = #{k : x > t_k} counted with 15 vector
  * compares (a NaN x compares false everywhere and gets code 0), element 2j in the high nibble.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * NVIDIA NVFP4 for AArch64 NEON (spec/formats.md §11, §14), bit-identical to
+ * NVIDIA NVFP4 for AArch64 NEON (docs/formats.md §11, §14), bit-identical to
  * src/ref/nvfp4_ref.c: blocks of 16 along a row; the block amax is vectorized (every NaN
  * ignored), the E4M3 block scale S = amax / fl(6 * s_global) and den = fl(value(S) * s_global)
  * are computed for four blocks at once in vectors (one scalar step per block in the tail), and

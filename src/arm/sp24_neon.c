@@ -2,7 +2,7 @@
 /*
  * 2:4 kernels for AArch64 NEON: STRIP mask, fused prune + compress, compress with a mask or by
  * non-zero values, and decompress, 16 floats (four groups, one meta word) per step. Same rules as
- * src/ref/sp24_ref.c (spec/sparsity.md §2.2, §3): rank keys are the magnitude bits of the score
+ * src/ref/sp24_ref.c (docs/sparsity.md §2.2, §3): rank keys are the magnitude bits of the score
  * with NaN clamped just above +Inf. VLD4 puts position j of four groups in one vector, so the six
  * pairwise key compares of a group rank four groups at once; ties go to the lower position as in
  * the reference. Values move as bytes with TBL under per-group index tables, whose out-of-range

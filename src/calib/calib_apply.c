@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Using calibration results (spec/calibration.md §2, §8, formats.md §8-§10, §14): scales and zero
+ * Using calibration results (docs/calibration.md §2, §8, formats.md §8-§10, §14): scales and zero
  * points of an observer for INT8, FP8 and NVFP4, quantizing a tensor with them in one call, the
  * dynamic per-token INT8 and per-tensor FP8 quantizers, and the per-channel sums of squares
  * behind Wanda's activation norms. Scale arithmetic is the reference's (src/ref/scale_ref.c);

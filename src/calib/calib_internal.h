@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private declarations of the calibration drivers (spec/calibration.md): the observer state, the
+ * Private declarations of the calibration drivers (docs/calibration.md): the observer state, the
  * power-of-two histogram operations (§3) and the range searches (§4-§6). Portable C, no
  * intrinsics; the hot loops are the hist_* kernel-table entries.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Observers (spec/calibration.md §1-§3, §9): parameters, state allocation through the context's
+ * Observers (docs/calibration.md §1-§3, §9): parameters, state allocation through the context's
  * allocator, updates per tensor or per channel, exact merges, and the per-channel results. The
  * histogram lives on the power-of-two grid of §3, so its state is a function of the multiset of
  * values seen, whatever the batching, order, thread count or shard split. The hot loops are the
@@ -558,7 +558,7 @@ QS_API qs_status qs_observer_merge(qs_ctx *ctx, qs_observer *dst, const qs_obser
     if (dst->p.method == QS_OBSERVER_MOVING_AVERAGE || src->p.method == QS_OBSERVER_MOVING_AVERAGE)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED,
                        "qs_observer_merge: a moving average depends on batch order and cannot "
-                       "be merged (spec/calibration.md §2)");
+                       "be merged (docs/calibration.md §2)");
     if (memcmp(&dst->p, &src->p, sizeof dst->p) != 0)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_observer_merge: the parameters differ");
     if (!src->ch || src->channels == 0)

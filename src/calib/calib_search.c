@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Range searches on one channel's power-of-two histogram (spec/calibration.md §4 percentile,
+ * Range searches on one channel's power-of-two histogram (docs/calibration.md §4 percentile,
  * §5 entropy / KL divergence as TensorRT's calibrator, §6 histogram MSE). They run once per
  * result, in double, in scalar code, with sums in index order; every tie rule is the one §10
  * pins. Counts are converted to double, which is exact below 2^53, so every sum of counts is

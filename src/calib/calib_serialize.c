@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Observer serialization (spec/calibration.md §3, §9): a versioned byte string, little-endian on
+ * Observer serialization (docs/calibration.md §3, §9): a versioned byte string, little-endian on
  * every platform (written and read byte by byte, never by casting structs), ending in a 64-bit
  * FNV-1a checksum. Reading checks the whole string — length, magic, version, checksum, parameters
  * and the consistency of every channel's state — before allocating anything.

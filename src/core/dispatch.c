@@ -2,7 +2,7 @@
 /*
  * The kernel registry (kernels.inc) as data, and the one selection rule: per slot, the
  * highest-ranked entry whose ISA bits the context allows and whose shape minimums the problem
- * meets (STYLE.md §4). Every slot has a __ref entry of rank 0 and no minimums, so it never ends
+ * meets. Every slot has a __ref entry of rank 0 and no minimums, so it never ends
  * without a kernel.
  */
 #include <stddef.h>

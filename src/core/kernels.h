@@ -2,7 +2,7 @@
 /*
  * The kernel table: one function type per kernel family and operation, one table member (slot)
  * per type, and the declarations of every implementation listed in kernels.inc. A kernel is a
- * pure function over caller buffers (STYLE.md §3): it never allocates, fails, prints or reads the
+ * pure function over caller buffers: it never allocates, fails, prints or reads the
  * context, accepts any n >= 0 and never touches memory outside [ptr, ptr + n).
  *
  * Two rules every implementation follows (src/ref/ref.h, docs/nan.md):
@@ -18,14 +18,14 @@
  * - `n` counts elements. Nibble outputs write (n + 1) / 2 bytes; block outputs write
  *   ceil(n / block) scales. Callers split work only at block boundaries, so a kernel's first
  *   element always starts a block (and, for nibble formats, a byte).
- * - Semantics are those of the scalar reference in src/ref/, which follows spec/formats.md.
+ * - Semantics are those of the scalar reference in src/ref/, which follows docs/formats.md.
  */
 #ifndef QS_CORE_KERNELS_H
 #define QS_CORE_KERNELS_H
 
 #include <stdint.h>
 
-/* Plain dtype conversions (spec/formats.md §0 rule 4). */
+/* Plain dtype conversions (docs/formats.md §0 rule 4). */
 typedef void qs_cvt_f16_f32_fn(const uint16_t *src, int64_t n, float *dst);
 typedef void qs_cvt_bf16_f32_fn(const uint16_t *src, int64_t n, float *dst);
 typedef void qs_cvt_f32_f16_fn(const float *src, int64_t n, uint16_t *dst);
@@ -83,7 +83,7 @@ typedef void qs_nvfp4_quant_fn(const float *src, int64_t n, float s_global, uint
 typedef void qs_nvfp4_dequant_fn(const uint8_t *src, const uint8_t *scales, int64_t n,
                                  float s_global, float *dst);
 
-/* N:M and 2:4 sparsity (spec/sparsity.md §2, §3, §6.4) over one row segment: n % 4 == 0 (n % M
+/* N:M and 2:4 sparsity (docs/sparsity.md §2, §3, §6.4) over one row segment: n % 4 == 0 (n % M
  * for nm_*), the first element starts a group and, where meta is written, a meta word. Masks are
  * one byte per element (1 kept, 0 pruned). norm: NULL for |w|, else Wanda norms per element.
  * compress: mask NULL = non-zero values; callers guarantee at most two kept per group.
@@ -108,7 +108,7 @@ typedef void qs_nm_srste_f32_fn(const float *w, const float *grad, int64_t n, in
                                 int32_t m, float lambda, float *w_out, float *g_out,
                                 uint8_t *mask);
 
-/* Calibration statistics (spec/calibration.md §0 rule 5, §3; hist_ref.c is the definition).
+/* Calibration statistics (docs/calibration.md §0 rule 5, §3; hist_ref.c is the definition).
  * NaN and +-Inf are counted, never used. scan: over the finite x, with -0 read as +0,
  * *lo = min(*lo, x) and *hi = max(*hi, x) by strict comparison; n_nan[0] and n_inf[0] are
  * incremented. update: counts[min(floor(|x| * 2^-k), nbins - 1)] += 1 for every finite x

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The one parallel loop of the library (STYLE.md §10): OpenMP with a num_threads clause, a static
+ * The one parallel loop of the library: OpenMP with a num_threads clause, a static
  * schedule over fixed chunks whose boundaries depend only on the problem size, and a private f32
  * staging tile per thread. Results never depend on the thread count.
  */
@@ -15,7 +15,7 @@ typedef void qs_task_fn(void *arg, int64_t index, float *tile);
 QS_INTERNAL void qs_parallel_for(const qs_ctx *ctx, int64_t count, qs_task_fn *fn, void *arg);
 
 /* Reductions over `n` elements of src starting at element `start`, staged through `tile`
- * (sequential: for use inside a task). NaN is ignored (spec §5.2, §8). */
+ * (sequential: for use inside a task). NaN is ignored (formats.md §5.2, §8). */
 QS_INTERNAL float qs_span_amax(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t start,
                                int64_t n, float *tile);
 QS_INTERNAL void qs_span_minmax(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t start,

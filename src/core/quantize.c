@@ -12,7 +12,7 @@
 #include "backend.h"
 #include "quant_common.h"
 
-/* ---- NF4 / FP4 (spec §5, §6): chunks of whole blocks over the flattened tensor ---------------- */
+/* ---- NF4 / FP4 (formats.md §5, §6): chunks of whole blocks over the flattened tensor --------- */
 
 static void bnb4_task(void *arg, int64_t i, float *tile)
 {
@@ -64,7 +64,7 @@ static qs_status quantize_bnb4(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_pa
     return QS_OK;
 }
 
-/* ---- INT8 (spec §8, §9) ---------------------------------------------------------------------- */
+/* ---- INT8 (formats.md §8, §9) ---------------------------------------------------------------- */
 
 /* One scale unit (a row or a group): its range, its scale, then its codes. */
 static void int8_unit_task(void *arg, int64_t u, float *tile)
@@ -138,7 +138,7 @@ static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
     qs_parallel_for(ctx, j->units, int8_unit_task, j);
 }
 
-/* ---- FP8 (spec §10) ---------------------------------------------------------------------------- */
+/* ---- FP8 (formats.md §10) -------------------------------------------------------------------- */
 
 static void quantize_fp8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p, qs_qtensor *q)
 {
@@ -151,7 +151,7 @@ static void quantize_fp8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *
     qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
 }
 
-/* ---- MX and NVFP4 (spec §13, §14): blocks along each row, tasks of (row, column chunk) ------- */
+/* ---- MX and NVFP4 (formats.md §13, §14): blocks along each row, tasks of (row, column chunk) - */
 
 static void row_block_task(void *arg, int64_t i, float *tile)
 {

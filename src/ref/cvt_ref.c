@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Plain dtype conversion kernels, f16/bf16 <-> f32 (spec/formats.md §0 rule 4). A NaN is moved,
+/* Plain dtype conversion kernels, f16/bf16 <-> f32 (docs/formats.md §0 rule 4). A NaN is moved,
  * not computed: its payload follows the element rules of element_ref.c, never the canonical NaN. */
 #include "../core/kernels.h"
 #include "ref.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitsandbytes blockwise 8-bit quantization with the signed dynamic map (spec/formats.md §6.3,
+ * bitsandbytes blockwise 8-bit quantization with the signed dynamic map (docs/formats.md §6.3,
  * §6.4). libqsparse uses it for the nested level of double quantization (§6.1, block 256): the
  * dequant takes the mean offset that §6.2 adds after the multiply.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP FP8 E4M3 ("fn") with a per-tensor f32 scale (spec/formats.md §10): q = cvt_sat(fl(x / scale))
+ * OCP FP8 E4M3 ("fn") with a per-tensor f32 scale (docs/formats.md §10): q = cvt_sat(fl(x / scale))
  * with RNE and saturation to +-448, NaN -> 0x7F | sign; decode fl(value(q) * scale),
  * a NaN result canonical (ref.h).
  */
@@ -10,7 +10,7 @@
 void qs_e4m3_quant__ref(const float *src, int64_t n, float scale, uint8_t *dst)
 {
     for (int64_t i = 0; i < n; i++)
-        dst[i] = qs_ref_e4m3_encode(qs_ld_f32(src + i) / scale); /* a division, as the spec says */
+        dst[i] = qs_ref_e4m3_encode(qs_ld_f32(src + i) / scale); /* divided: formats.md */
 }
 
 void qs_e4m3_dequant__ref(const uint8_t *src, int64_t n, float scale, float *dst)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Scalar encoders and decoders of single elements: f16/bf16 conversion (spec/formats.md §0 rule 4),
+ * Scalar encoders and decoders of single elements: f16/bf16 conversion (docs/formats.md §0 rule 4),
  * the NF4/FP4 rank rules (§3, §4), the dynamic 8-bit quantizer (§6.3), the OCP minifloats E4M3,
  * E5M2 and E2M1 (§10, §11), E8M0 (§12) and the INT8 element rule (§8, §9). Every kernel of the
  * reference is built from these, and SIMD tails call them.
@@ -195,7 +195,7 @@ int8_t qs_ref_int8_encode(float x, float mul, int32_t zp, int32_t qmin)
     if (v != v)
         v = 0.0f; /* NaN product -> 0 before the zero point (§8 rule 4) */
     v = rintf(v);
-    /* Clamp in float before converting: out-of-range float -> int is undefined (STYLE.md §9). */
+    /* Clamp in float before converting: out-of-range float -> int is undefined. */
     if (v < -512.0f)
         v = -512.0f;
     if (v > 512.0f)

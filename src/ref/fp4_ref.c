@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bitsandbytes FP4 (its own E2M1-like table, not OCP E2M1), blockwise over the flattened tensor
- * (spec/formats.md §4, §5): the NF4 block rule with the FP4 encode of §4: sign from x < 0,
+ * (docs/formats.md §4, §5): the NF4 block rule with the FP4 encode of §4: sign from x < 0,
  * rank of |x| against the CUDA threshold literals; element 2j in the high nibble.
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Calibration statistics, scalar reference (spec/calibration.md §0 rule 5, §3, §9): the finite
+ * Calibration statistics, scalar reference (docs/calibration.md §0 rule 5, §3, §9): the finite
  * range scan with NaN / Inf counts, the binning of |x| on the power-of-two histogram grid, and the
  * per-channel sum of squares that Wanda's ||X_j||_2 needs. Everything here is exact or a single
  * rounding per operation in a fixed order, so the SIMD versions can match it bit for bit.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * INT8 element kernels (spec/formats.md §8, §9). The driver chooses `mul` and `zp` per row, group
+ * INT8 element kernels (docs/formats.md §8, §9). The driver chooses `mul` and `zp` per row, group
  * or tensor: LLM.int8 and symmetric use mul = fl(127 / amax), zp = 0, qmin = -127; asymmetric uses
  * mul = fl(1 / s), the zero point and qmin = -128.
  */

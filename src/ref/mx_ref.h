@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The OCP MX shared-exponent rules (spec/formats.md §13), shared by mxfp4_ref.c and mxfp8_ref.c. */
+/* The OCP MX shared-exponent rules (docs/formats.md §13), shared by mxfp4_ref.c and mxfp8_ref.c. */
 #ifndef QS_REF_MX_REF_H
 #define QS_REF_MX_REF_H
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The OCP MX shared exponent of one block (spec/formats.md §12, §13): FLOOR, the spec's sample
- * algorithm (floor(log2 amax) - emax, from the exponent bits), or RCEIL (the smallest power of two
- * that keeps every element within the element maximum). Shared by MXFP4 and MXFP8.
+ * The OCP MX shared exponent of one block (docs/formats.md §12, §13): FLOOR, the sample algorithm
+ * of the OCP specification (floor(log2 amax) - emax, from the exponent bits), or RCEIL (the
+ * smallest power of two that keeps every element within the element maximum). Shared by MXFP4 and
+ * MXFP8.
  */
 #include <math.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP Microscaling MXFP4 (spec/formats.md §11, §12, §13): blocks of 32 along a row, E8M0 scale
+ * OCP Microscaling MXFP4 (docs/formats.md §11, §12, §13): blocks of 32 along a row, E8M0 scale
  * X = 2^shared_exp, elements P_i = E2M1_RNE_sat(v_i * 2^-shared_exp), first element in the low
  * nibble. A partial last block reads its missing elements as +0.0.
  */

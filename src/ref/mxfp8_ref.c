@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP Microscaling MXFP8 with E4M3 elements (spec/formats.md §10, §12, §13): blocks of 32 along a
+ * OCP Microscaling MXFP8 with E4M3 elements (docs/formats.md §10, §12, §13): blocks of 32 along a
  * row, E8M0 scale, elements P_i = E4M3_RNE_sat(v_i * 2^-shared_exp), one byte each.
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitsandbytes NF4, blockwise over the flattened tensor (spec/formats.md §2, §3, §5): "CUDA
+ * bitsandbytes NF4, blockwise over the flattened tensor (docs/formats.md §2, §3, §5): "CUDA
  * semantics evaluated in IEEE f32". Per block: absmax with NaN ignored, inv = 1/absmax,
  * x = v * inv, code = #{k : x > t_k}; element 2j in the high nibble.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Scalar reference of the general N:M kernels (spec/sparsity.md §2.2, §6.4): the STRIP mask for
+ * Scalar reference of the general N:M kernels (docs/sparsity.md §2.2, §6.4): the STRIP mask for
  * any 1 <= N < M <= 16 from |w|, Wanda scores or signed caller scores, and the fused SR-STE step
  * (mask, masked weights, gradient with the decay term). A segment holds whole groups: n % M == 0.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * NVIDIA NVFP4 (spec/formats.md §11, §14): blocks of 16 along a row, an E4M3 (unsigned) block
+ * NVIDIA NVFP4 (docs/formats.md §11, §14): blocks of 16 along a row, an E4M3 (unsigned) block
  * scale, the f32 per-tensor scale s_global chosen by the driver, E2M1 elements in the low nibble
  * first. Operation order is modelopt's: S = amax / fl(6 * s_global), den = fl(value(S) * s_global),
  * P = E2M1(fl(v / den)), decode fl(value(P) * den).

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Reductions used by the scale rules: absolute maximum and min/max with every NaN ignored and
- * zeros ordered -0 < +0 (spec/formats.md §5.2 step 1, §8 step 1), and the non-finite scan behind
+ * zeros ordered -0 < +0 (docs/formats.md §5.2 step 1, §8 step 1), and the non-finite scan behind
  * QS_NONFINITE_REJECT. Max and min are exact and order-independent, so chunked reductions
  * combined in any order give the same bits.
  */

@@ -2,7 +2,7 @@
 /*
  * Element-level helpers of the scalar reference: codebooks, thresholds and the scalar encoders
  * and decoders of every element type. They are ordinary functions compiled with baseline flags,
- * so SIMD files may call them for tails (STYLE.md §16). spec/formats.md is the definition.
+ * so SIMD files may call them for tails. docs/formats.md is the definition.
  */
 #ifndef QS_REF_REF_H
 #define QS_REF_REF_H
@@ -101,7 +101,7 @@ float qs_ref_e8m0_decode(uint8_t e);  /* §12: 2^(e-127); NaN for 0xFF */
 float qs_ref_max(float acc, float x);
 float qs_ref_min(float acc, float x);
 
-/* One step of an absolute maximum: acc = max(acc, |x|) with NaN ignored (spec §5.2 step 1). */
+/* One step of an absolute maximum: acc = max(acc, |x|), NaN ignored (formats.md §5.2 step 1). */
 static inline float qs_ref_absmax_step(float acc, float x)
 {
     float a = x < 0.0f ? -x : x; /* |x| for every non-NaN x; NaN fails every comparison */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Per-tensor, per-row and per-group scale rules (spec/formats.md §6.1, §8, §9, §10, §14). The
+ * Per-tensor, per-row and per-group scale rules (docs/formats.md §6.1, §8, §9, §10, §14). The
  * drivers in src/core call these once per scale unit; like every reference routine they define the
  * arithmetic, so they live here and are compiled with -ffp-contract=off.
  */

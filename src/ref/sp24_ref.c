@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Scalar reference of the 2:4 kernels (spec/sparsity.md §2.2, §2.3, §3): the STRIP mask of |w| or
+ * Scalar reference of the 2:4 kernels (docs/sparsity.md §2.2, §2.3, §3): the STRIP mask of |w| or
  * of Wanda scores, the fused prune + compress, compress with a mask or by non-zero values,
  * decompress, and the TILE (transposable) mask. Every kernel works on one row segment whose first
  * element starts a group and, where meta is written, a meta word (column % 16 == 0); n % 4 == 0.

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Rank keys of the N:M mask rules (spec/sparsity.md §2.2) and the 2:4 metadata codes (§3.2),
+ * Rank keys of the N:M mask rules (docs/sparsity.md §2.2) and the 2:4 metadata codes (§3.2),
  * shared by the scalar reference and the SIMD tails. A key is a uint32 whose integer order is
- * the rank order of the spec: larger first, a NaN of either sign above +Inf, two NaNs equal,
- * -0.0 equal to +0.0. Ties between equal keys go to the lower index in every kernel.
+ * the rank order of docs/sparsity.md: larger first, a NaN of either sign above +Inf, two NaNs
+ * equal, -0.0 equal to +0.0. Ties between equal keys go to the lower index in every kernel.
  */
 #ifndef QS_REF_SP24_REF_H
 #define QS_REF_SP24_REF_H

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Codebooks and decision thresholds of spec/formats.md (§2, §3, §4, §6.3, §11), written as C99
- * hexadecimal float literals so that every value is exactly the f32 bit pattern the spec lists;
- * tests/test_spec_tables.c checks each one against the spec's hex column.
+ * Codebooks and decision thresholds of docs/formats.md (§2, §3, §4, §6.3, §11), written as C99
+ * hexadecimal float literals so that every value is exactly the f32 bit pattern listed there;
+ * tests/test_spec_tables.c checks each one against those hex columns.
  */
 #include "ref.h"
 

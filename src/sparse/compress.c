@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The compressed 2:4 format (spec/sparsity.md §3): sizes, compress (with a mask or by non-zero
+ * The compressed 2:4 format (docs/sparsity.md §3): sizes, compress (with a mask or by non-zero
  * values), the fused prune + compress, decompress, the CUTLASS / PyTorch metadata reordering
  * (§4) and 2:4 weights with quantized kept values (§3.6). Every entry point validates its
  * arguments and the data (groups keeping more than two, invalid meta nibbles) in a first pass,

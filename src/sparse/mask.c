@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * N:M mask drivers (spec/sparsity.md §2, §6.4, §6.6): STRIP masks from |w|, Wanda scores or caller
+ * N:M mask drivers (docs/sparsity.md §2, §6.4, §6.6): STRIP masks from |w|, Wanda scores or caller
  * scores, the transposable TILE mask, validity checks, the fused SR-STE step, mask application and
  * mask-flip counting. Each entry point checks every argument first, then runs table kernels over
  * fixed chunks of whole rows; f16/bf16 weights are staged to f32 (exactly) through the per-thread

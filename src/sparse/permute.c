@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Channel permutation search for 2:4 (spec/sparsity.md §6.5, the stripe-group idea of Pool & Yu,
+ * Channel permutation search for 2:4 (docs/sparsity.md §6.5, the stripe-group idea of Pool & Yu,
  * "Channel Permutations for N:M Sparsity"): columns are regrouped so that 2:4 STRIP pruning keeps
  * more score. A stripe is one group of 4 columns; for a pair of stripes every way to split their
  * 8 columns into two groups of 4 (35 splits) is scored and the best one applied, over all pairs,

@@ -2,7 +2,7 @@
 /*
  * Private helpers of the sparsity drivers (src/sparse/): argument checks shared by the mask,
  * compression and permutation entry points, the fixed row chunking of their parallel loops, and
- * the "kept" test of a tensor element or mask byte (spec/sparsity.md §2.4, §3.5).
+ * the "kept" test of a tensor element or mask byte (docs/sparsity.md §2.4, §3.5).
  */
 #ifndef QS_SPARSE_INTERNAL_H
 #define QS_SPARSE_INTERNAL_H

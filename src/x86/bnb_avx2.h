@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Blockwise-absmax helpers shared by the bitsandbytes kernels for AVX2 + FMA + F16C
- * (nf4_avx2.c, fp4_avx2.c, dyn8_avx2.c; spec/formats.md §5, §6.4): the block absmax with NaN
+ * (nf4_avx2.c, fp4_avx2.c, dyn8_avx2.c; docs/formats.md §5, §6.4): the block absmax with NaN
  * ignored, the group driver that computes every absmax of about 2048 elements before their codes,
  * and the NF4/FP4 block encoder and decoder, which differ only in the element encoder (passed in)
  * and the codebook. Everything is `static inline` and takes the family's encoder as a function

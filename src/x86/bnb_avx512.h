@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Blockwise-absmax helpers shared by the bitsandbytes kernels for AVX-512 F/BW/DQ/VL
- * (nf4_avx512.c, fp4_avx512.c, dyn8_avx512.c; spec/formats.md §5, §6.4): tail masks, the block
+ * (nf4_avx512.c, fp4_avx512.c, dyn8_avx512.c; docs/formats.md §5, §6.4): tail masks, the block
  * absmax with NaN ignored, the group driver that computes every absmax of about 2048 elements
  * before their codes, and the NF4/FP4 block encoder and decoder, which differ only in the element
  * encoder (passed in) and the codebook. Block tails use masked loads and stores: a masked-off odd

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * x86-64 CPU detection, compiled with baseline flags only (STYLE.md §5): a CPUID feature bit counts
+ * x86-64 CPU detection, compiled with baseline flags only: a CPUID feature bit counts
  * only if XGETBV shows that the OS saves the matching register state. Every bit is reported only on
  * top of the AVX2 tier, and the EVEX extensions (VNNI, BF16, FP16) only on top of AVX-512, so that
  * a kernel's bits never promise an encoding the OS or CPU lacks. AMX needs the tile state in XCR0;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Plain dtype conversions f16/bf16 <-> f32 for AVX2 + F16C (spec/formats.md §0 rule 4), bit for bit
+ * Plain dtype conversions f16/bf16 <-> f32 for AVX2 + F16C (docs/formats.md §0 rule 4), bit for bit
  * as src/ref/cvt_ref.c. F16C's VCVTPH2PS quiets a NaN and keeps its payload, and VCVTPS2PH with
  * round-to-nearest-even gives RNE, overflow to Inf and the reference's NaN bits; neither flushes
  * subnormals in the default environment. bfloat16 rounding is done on the integer bits, so f32

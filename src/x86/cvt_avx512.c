@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Plain dtype conversions f16/bf16 <-> f32 for AVX-512 F/BW/VL (spec/formats.md §0 rule 4), bit for
+ * Plain dtype conversions f16/bf16 <-> f32 for AVX-512 F/BW/VL (docs/formats.md §0 rule 4), bit for
  * bit as src/ref/cvt_ref.c. VCVTPH2PS / VCVTPS2PH (round to nearest even) have the reference's NaN,
  * overflow and subnormal behaviour. bfloat16 rounding is integer arithmetic on the bits because
  * VCVTNEPS2BF16 flushes f32 subnormal inputs. Tails use masked loads and stores, so nothing

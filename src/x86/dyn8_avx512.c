@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bitsandbytes blockwise 8-bit quantization with the signed dynamic map for AVX-512 F/BW/DQ/VL
- * (spec/formats.md §6.3, §6.4), bit for bit as src/ref/dyn8_ref.c and in the same operation
+ * (docs/formats.md §6.3, §6.4), bit for bit as src/ref/dyn8_ref.c and in the same operation
  * order: absmax with NaN ignored, inv = 1/absmax, x = v * inv, code = #{j : x > m_j} with the
  * midpoints m_j = fl(map[j] + map[j+1]) * 0.5 and an exact tie on m_j going to the even index of
  * {j, j+1}. That tie rule equals counting x >= m_j for odd j and x > m_j for even j, which is

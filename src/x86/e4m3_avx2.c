@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * FP8 E4M3 ("fn") quantize and dequantize with a per-tensor scale for AVX2 + FMA + F16C
- * (spec/formats.md §10), bit-identical to src/ref/e4m3_ref.c: q = E4M3_RNE_sat(fl(x / scale)) with
+ * (docs/formats.md §10), bit-identical to src/ref/e4m3_ref.c: q = E4M3_RNE_sat(fl(x / scale)) with
  * a true division, NaN -> 0x7F | sign, decode fl(value(q) * scale). The encoder rounds in the
  * integer domain on the f32 bits for normal results and with one exact power-of-two scaling plus
  * VCVTPS2DQ (RNE in the default MXCSR) for subnormal ones. A tail shorter than one 32-element

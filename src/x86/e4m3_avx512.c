@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * FP8 E4M3 ("fn") quantize and dequantize with a per-tensor scale for AVX-512 F/BW/DQ/VL
- * (spec/formats.md §10), bit-identical to src/ref/e4m3_ref.c: q = E4M3_RNE_sat(fl(x / scale)) with
+ * (docs/formats.md §10), bit-identical to src/ref/e4m3_ref.c: q = E4M3_RNE_sat(fl(x / scale)) with
  * a true division, NaN -> 0x7F | sign, decode fl(value(q) * scale). Same integer-domain rounding
  * as e4m3_avx2.c on 16 lanes; the tail uses masked loads and stores, so nothing past n is read or
  * written. The encoder, decoder and driver are shared through minifloat_avx512.h.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * FP8 E5M2 quantize and dequantize with a per-tensor scale for AVX2 + FMA + F16C
- * (spec/formats.md §10), bit-identical to src/ref/e5m2_ref.c: q = E5M2_RNE_sat(fl(x / scale)) with
+ * (docs/formats.md §10), bit-identical to src/ref/e5m2_ref.c: q = E5M2_RNE_sat(fl(x / scale)) with
  * a true division, saturation to +-57344, NaN -> 0x7F | sign; decode fl(value(q) * scale). E5M2 is
  * the upper byte of binary16, so decoding is VCVTPH2PS (F16C), which keeps NaN payloads exactly as
  * the reference's f16 decoder does. A tail shorter than one step goes through a zero-padded local

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * FP8 E5M2 quantize and dequantize with a per-tensor scale for AVX-512 F/BW/DQ/VL
- * (spec/formats.md §10), bit-identical to src/ref/e5m2_ref.c: q = E5M2_RNE_sat(fl(x / scale)) with
+ * (docs/formats.md §10), bit-identical to src/ref/e5m2_ref.c: q = E5M2_RNE_sat(fl(x / scale)) with
  * a true division, saturation to +-57344, NaN -> 0x7F | sign; decode fl(value(q) * scale) through
  * VCVTPH2PS, since E5M2 is the upper byte of binary16. The tail uses masked loads and stores, so
  * nothing past n is read or written. The encoder and the drivers are shared through

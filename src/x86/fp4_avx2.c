@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitsandbytes FP4 quantize and dequantize for AVX2 + FMA + F16C (spec/formats.md §4, §5), bit for
+ * bitsandbytes FP4 quantize and dequantize for AVX2 + FMA + F16C (docs/formats.md §4, §5), bit for
  * bit as src/ref/fp4_ref.c and in the same operation order: absmax with NaN ignored,
  * inv = 1/absmax, x = v * inv (a multiply, never a division), sign from x < 0, rank
  * r = #{k : |x| > t_k} over the CUDA threshold literals, code = sign | R[r]. The rank is found by

@@ -2,7 +2,7 @@
 /*
  * Calibration statistics for AVX2: finite range scan with NaN / Inf counts, power-of-two histogram
  * binning and per-channel sum of squares. Same results as src/ref/hist_ref.c bit for bit
- * (spec/calibration.md §3): min and max are exact once zeros are made +0, the bin index is read
+ * (docs/calibration.md §3): min and max are exact once zeros are made +0, the bin index is read
  * from the exponent and mantissa bits (floor(|x| * 2^-k) is a right shift of the 24-bit
  * significand), and every sum of squares is one double product and one addition per element, as
  * in the reference. Tails use the reference's scalar steps.

@@ -2,7 +2,7 @@
 /*
  * Calibration statistics for AVX-512 (F/BW/DQ/VL): finite range scan with NaN / Inf counts,
  * power-of-two histogram binning and per-channel sum of squares. Same steps and bits as
- * src/ref/hist_ref.c and src/x86/hist_avx2.c (spec/calibration.md §3); tails use masked loads,
+ * src/ref/hist_ref.c and src/x86/hist_avx2.c (docs/calibration.md §3); tails use masked loads,
  * so nothing past src + n is read.
  */
 #include <immintrin.h>

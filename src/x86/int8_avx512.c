@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * INT8 element kernels for AVX-512 F/BW/DQ/VL (spec/formats.md §8, §9), bit for bit as
+ * INT8 element kernels for AVX-512 F/BW/DQ/VL (docs/formats.md §8, §9), bit for bit as
  * src/ref/int8_ref.c and in the same operation order. Quantize: v = x * mul, NaN -> 0, RNE
  * (VRNDSCALEPS, round to nearest even), clamp to +-512 in float before the exact conversion, then
  * + zp and clamp to [qmin, 127] in integers. Dequantize: fl((q - zp) * scale), q - zp exact in

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Minifloat helpers shared by the FP8 and microscaling kernels for AVX2 + FMA + F16C (e4m3_avx2.c,
- * e5m2_avx2.c, mxfp4_avx2.c, mxfp8_avx2.c, nvfp4_avx2.c; spec/formats.md §10-§14): RNE encoders
+ * e5m2_avx2.c, mxfp4_avx2.c, mxfp8_avx2.c, nvfp4_avx2.c; docs/formats.md §10-§14): RNE encoders
  * for E4M3, E5M2 and E2M1 that round in the integer domain on the f32 bits for normal results and
  * with one exact power-of-two scaling plus VCVTPS2DQ (RNE in the default MXCSR) for subnormal
  * ones, the exact E4M3 and E2M1 decoders, byte and nibble packing, the OCP MX (E8M0) block scale
  * and the quantize/dequantize drivers of the MX formats, whose partial last block goes through a
- * zero-padded local block (the spec's +0.0 padding) so nothing past n is read or written.
+ * zero-padded local block (the format's +0.0 padding) so nothing past n is read or written.
  * Everything is `static inline`; the format constants and the block routines passed to the
  * drivers are compile-time constants, so each kernel file gets its own inlined copy. Include only
  * from files compiled with the AVX2 flags (*_avx2.c).

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP MXFP4 quantize and dequantize for AVX2 + FMA + F16C (spec/formats.md §11, §12, §13),
+ * OCP MXFP4 quantize and dequantize for AVX2 + FMA + F16C (docs/formats.md §11, §12, §13),
  * bit-identical to src/ref/mxfp4_ref.c. Per block of 32: any NaN/Inf gives scale 0xFF and codes 0;
  * otherwise the E8M0 byte comes from the exponent bits of amax (FLOOR: floor(log2 amax) - 2,
  * RCEIL: one more when the mantissa of amax exceeds that of 6 = 1.5 * 2^2), clamped at 2^-127.

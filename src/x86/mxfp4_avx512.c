@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP MXFP4 quantize and dequantize for AVX-512 F/BW/DQ/VL (spec/formats.md §11, §12, §13),
+ * OCP MXFP4 quantize and dequantize for AVX-512 F/BW/DQ/VL (docs/formats.md §11, §12, §13),
  * bit-identical to src/ref/mxfp4_ref.c. Per block of 32 (two vectors): any NaN/Inf gives scale
  * 0xFF and codes 0; otherwise the E8M0 byte comes from the exponent bits of amax (FLOOR:
  * floor(log2 amax) - 2, RCEIL: one more when the mantissa of amax exceeds that of 6), clamped at
  * 2^-127. Elements are scaled by the power of two 2^-shared_exp (a normal f32, so one multiply
  * rounds like ldexpf) and encoded E2M1 RNE, saturating, first element in the low nibble. A partial
- * last block is read with zero-masked loads, which is the spec's +0.0 padding, and written with
+ * last block is read with zero-masked loads, which is the format's +0.0 padding, and written with
  * masked stores, so nothing past n is read or written. The E2M1 rounding and the E8M0 block scale
  * are shared through minifloat_avx512.h.
  */

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OCP MXFP8 (E4M3 elements) quantize and dequantize for AVX-512 F/BW/DQ/VL (spec/formats.md §10,
+ * OCP MXFP8 (E4M3 elements) quantize and dequantize for AVX-512 F/BW/DQ/VL (docs/formats.md §10,
  * §12, §13), bit-identical to src/ref/mxfp8_ref.c. Per block of 32 (two vectors): any NaN/Inf
  * gives scale 0xFF and codes 0; otherwise the E8M0 byte comes from the exponent bits of amax
  * (FLOOR: floor(log2 amax) - 8, RCEIL: one more when the mantissa of amax exceeds that of 448),
  * clamped at 2^-127. Elements are scaled by the power of two 2^-shared_exp (a normal f32, so one
  * multiply rounds like ldexpf) and encoded E4M3 RNE, saturating. A partial last block is read with
- * zero-masked loads (the spec's +0.0 padding) and written with masked stores, so nothing past n is
- * read or written. The E4M3 rounding and the E8M0 block scale are shared through
+ * zero-masked loads (the format's +0.0 padding) and written with masked stores, so nothing past n
+ * is read or written. The E4M3 rounding and the E8M0 block scale are shared through
  * minifloat_avx512.h.
  */
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bitsandbytes NF4 quantize and dequantize for AVX2 + FMA + F16C (spec/formats.md §2, §3, §5), bit
+ * bitsandbytes NF4 quantize and dequantize for AVX2 + FMA + F16C (docs/formats.md §2, §3, §5), bit
  * for bit as src/ref/nf4_ref.c and in the same operation order: absmax with NaN ignored,
  * inv = 1/absmax, x = v * inv (a multiply, never a division), code = #{k : x > t_k}. The count
  * is found by a four-step branchless binary search over the sorted thresholds, which gives the

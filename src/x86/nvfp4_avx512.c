@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * NVIDIA NVFP4 quantize and dequantize for AVX-512 F/BW/DQ/VL (spec/formats.md §11, §14),
+ * NVIDIA NVFP4 quantize and dequantize for AVX-512 F/BW/DQ/VL (docs/formats.md §11, §14),
  * bit-identical to src/ref/nvfp4_ref.c, with its operation order: per block of 16, amax (NaN
  * ignored), S = fl(amax / fl(6 * s_global)), S = 0 -> 0x38, S < 2^-9 -> 2^-9 (a comparison, so
  * NaN stays NaN), scale byte E4M3_RNE_sat(S) without sign, den = fl(value(S) * s_global), codes

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Reductions for AVX2 (spec/formats.md §5.2 step 1, §8 step 1), bit for bit as
+ * Reductions for AVX2 (docs/formats.md §5.2 step 1, §8 step 1), bit for bit as
  * src/ref/reduce_ref.c. fmaxf/fminf ignore NaN; x86 MAXPS/MINPS return their second operand when
  * either is NaN, so the data goes first and the accumulator second. Max and min are exact and,
  * with zeros ordered -0 < +0 as the reference orders them (min0_avx2, max0_avx2), associative,

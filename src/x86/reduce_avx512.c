@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Reductions for AVX-512 F/BW/DQ/VL (spec/formats.md §5.2 step 1, §8 step 1), bit for bit as
+ * Reductions for AVX-512 F/BW/DQ/VL (docs/formats.md §5.2 step 1, §8 step 1), bit for bit as
  * src/ref/reduce_ref.c. fmaxf/fminf ignore NaN; VMAXPS/VMINPS return their second operand when
  * either is NaN, so the data goes first and the accumulator second. Max and min are exact, so lane
  * order does not matter: zeros are ordered -0 < +0 as the reference orders them (min0_avx512,

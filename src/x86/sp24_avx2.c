@@ -2,7 +2,7 @@
 /*
  * 2:4 kernels for AVX2: STRIP mask, fused prune + compress, compress with a mask or by non-zero
  * values, and decompress, 16 floats (four groups, one meta word) per step in two 8-float halves.
- * Same rules as src/ref/sp24_ref.c (spec/sparsity.md §2.2, §3): rank keys are the magnitude bits
+ * Same rules as src/ref/sp24_ref.c (docs/sparsity.md §2.2, §3): rank keys are the magnitude bits
  * of the score with NaN clamped above +Inf (below 2^31, so signed compares order them), compared
  * inside each 128-bit lane (one group) with rotations, ties going to the lower position. Values
  * move with vpermilps under per-group controls from small tables. Tails of fewer than 16

@@ -2,7 +2,7 @@
 /*
  * 2:4 kernels for AVX-512 (F/BW/DQ/VL): STRIP mask, fused prune + compress, compress with a mask
  * or by non-zero values, and decompress, 16 floats (four groups, one meta word) per step. Same
- * rules as src/ref/sp24_ref.c (spec/sparsity.md §2.2, §3): rank keys are the magnitude bits of
+ * rules as src/ref/sp24_ref.c (docs/sparsity.md §2.2, §3): rank keys are the magnitude bits of
  * the score with NaN clamped above +Inf, compared inside each 128-bit lane (one group) with
  * rotations, ties going to the lower position; kept values are gathered with vcompressps and
  * scattered back with vexpandps. Tails of fewer than 16 elements call the reference kernels.

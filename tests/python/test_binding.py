@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Tests of the ctypes binding: every public function, the plane layouts against the spec's
-hand-worked vectors (spec/formats.md §5.4, §6.2, §10, §13, §14), dtypes, backends, threads and
+hand-worked vectors (docs/formats.md §5.4, §6.2, §10, §13, §14), dtypes, backends, threads and
 every error path (ValueError before the C call, QsparseError with the library's message)."""
 
 import ctypes

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""qs.Observer (spec/calibration.md) against independent numpy computations: the power-of-two
+"""qs.Observer (docs/calibration.md) against independent numpy computations: the power-of-two
 histogram (§3), exact merges of 10^6 samples split into shards (§3, §9), the percentile rule (§4),
 TensorRT's entropy calibration re-implemented in numpy as pytorch-quantization describes it (§5),
 serialization and corrupt input, per-channel observers, non-finite inputs (§0 rule 5) and the
@@ -32,8 +32,8 @@ def numpy_hist(x, nbins):
 
 
 def pq_entropy_bin(counts, start_bin=128, num_q=128):
-    """pytorch-quantization's _compute_amax_entropy loop (spec §5), written here with numpy
-    from the spec's description; returns the chosen bin index (amax = index * width)."""
+    """pytorch-quantization's _compute_amax_entropy loop (calibration.md §5), written here with
+    numpy from that description; returns the chosen bin index (amax = index * width)."""
     nbins = len(counts)
     nz = np.nonzero(counts)[0]
     n_used = nz[-1] + 1

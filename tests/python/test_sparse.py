@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""qs.prune / qs.compress / qs.decompress and the sparse helpers (spec/sparsity.md), checked
+"""qs.prune / qs.compress / qs.decompress and the sparse helpers (docs/sparsity.md), checked
 against numpy oracles written here: a stable descending sort per group for N:M masks, an
 enumeration of the 90 transposable patterns for TILE, w * mask for round trips, and the spec's
 hand-worked rows."""
@@ -213,7 +213,7 @@ def test_sparse_quantized(fmt):
 
 
 def cutlass_offsets(m, ncols, word_bits):
-    """PyTorch's scatter offsets of the CUTLASS meta order (spec/sparsity.md §4), in numpy."""
+    """PyTorch's scatter offsets of the CUTLASS meta order (docs/sparsity.md §4), in numpy."""
     rows = np.repeat(np.arange(m)[:, None], ncols, 1)
     cols = np.repeat(np.arange(ncols)[None, :], m, 0)
     group, inter = (32, 4) if word_bits == 16 else (16, 2)

@@ -424,7 +424,7 @@ def test_progress_bar_only_on_a_terminal(tool, model_file, tmp_path):
 
 @pytest.mark.parametrize("scale", [1e-7, 3.0, 1e17, 123456.0])
 def test_nested_offset_is_printed_like_python(run_tool, tmp_path, scale):
-    """The quant_state's nested_offset is Python's repr of the f32 offset (spec §7), in the
+    """The quant_state's nested_offset is Python's repr of the f32 offset (formats.md §7), in the
     fixed and the exponent notation alike."""
     from safetensors.numpy import save_file
 
