@@ -694,7 +694,12 @@ def stopped_tool(tool, args, point, preexec_fn=None, env=None):
 
 
 def no_core():
+    """Child setup of the signal tests: no core dumps, and every fatal signal at its default
+    action whatever the test runner inherited (nohup, or a CI runner, ignores SIGHUP; the tool
+    rightly keeps an inherited SIG_IGN, which the test of that case sets on purpose)."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for name in FATAL_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def temp_files(work):
