@@ -445,6 +445,40 @@ static void test_vectorwise_hand(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* Found by fuzz_matmul: an empty x (M = 0 or K = 0) quantizes to nothing whatever the other
+ * dimension, without scratch or work that grows with it. The old code allocated and scanned K
+ * column flags for a 0 x K input: 0 x 2^62 returned QS_ERR_OUT_OF_MEMORY, 0 x 5e8 took seconds. */
+static void test_vectorwise_empty(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    const float x[1] = {7.0f};
+    int8_t codes[1] = {0x55};
+    float stats[3] = {-1.0f, -1.0f, -1.0f};
+    int64_t cols[1] = {-1}, n = -1;
+
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        n = -1;
+        assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 0, INT64_MAX / 2,
+                                                  i ? 6.0f : 0.0f, codes, 0, stats, 0, cols, 1, &n),
+                         QS_OK);
+        assert_int_equal(n, 0);
+    }
+    assert_int_equal(codes[0], 0x55);
+    assert_int_equal(cols[0], -1);
+    assert_true(stats[0] == -1.0f);
+    /* M rows of K = 0: every statistic 0, no codes, no outliers */
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_BF16, 3, 0, 6.0f, codes, 0, stats, 3,
+                                              cols, 1, &n),
+                     QS_OK);
+    assert_int_equal(n, 0);
+    for (int m = 0; m < 3; m++)
+        assert_true(stats[m] == 0.0f && !signbit(stats[m]));
+    assert_int_equal(codes[0], 0x55);
+    assert_int_equal(cols[0], -1);
+    qs_ctx_destroy(ctx);
+}
+
 /* LLM.int8 matmul with outliers against bitsandbytes' definition restated here: int32 sums of
  * codes, fl(fl(acc * fl(r * SCB)) * fl(1/127^2)), plus the outlier columns in f32 against
  * fl(fl(q * SCB) * fl(1/127)), plus bias. Bit for bit. */
@@ -837,6 +871,7 @@ int main(void)
         cmocka_unit_test(test_summation_order),
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_vectorwise_hand),
+        cmocka_unit_test(test_vectorwise_empty),
         cmocka_unit_test(test_llm_int8_outliers),
         cmocka_unit_test(test_w8a8_exact),
         cmocka_unit_test(test_threads),
