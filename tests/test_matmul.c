@@ -340,6 +340,44 @@ static void test_empty(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* Found by fuzz_matmul: K = 0 reads nothing of x or W (NULL planes: the old code added n * 0 to
+ * them, undefined behaviour that UBSan reports), and y is the bias or +0 on every path. The old
+ * int8 path scaled the empty sum of an LLM.int8 weight by fl(0 * SCB[n]): NaN for a NaN SCB,
+ * -0 for a negative one. */
+static void test_empty_k_llm_int8(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    const float scb[3] = {NAN, -1.0f, 2.0f}, bias[3] = {1.5f, -0.0f, NAN};
+    qs_quant_params p;
+    qs_qtensor q;
+    qs_weight w;
+    qs_matmul_params mp;
+    float y[2 * 3];
+
+    (void)state;
+    qs_quant_params_init(&p, QS_FORMAT_LLM_INT8);
+    memset(&q, 0, sizeof q);
+    q.scale = (void *)scb, q.scale_bytes = sizeof scb;
+    memset(&w, 0, sizeof w);
+    w.kind = QS_WEIGHT_QUANT, w.quant = &p, w.q = &q;
+    qs_matmul_params_init(&mp);
+    mp.activations = QS_MATMUL_ACT_INT8;
+    for (int b = 0; b < 2; b++) {
+        memset(y, 0x55, sizeof y);
+        assert_int_equal(qs_matmul(ctx, &mp, NULL, QS_DTYPE_F32, 2, 0, &w, 3, b ? bias : NULL, y,
+                                   sizeof y),
+                         QS_OK);
+        for (int i = 0; i < 6; i++) {
+            uint32_t bits;
+            memcpy(&bits, &y[i], 4);
+            /* +0 + -0 = +0; the NaN bias gives the canonical NaN */
+            const uint32_t want[3] = {0x3FC00000u, 0, 0x7FC00000u};
+            assert_int_equal(bits, b ? want[i % 3] : 0u);
+        }
+    }
+    qs_ctx_destroy(ctx);
+}
+
 /* ---- int8 activations ----------------------------------------------------------------------- */
 
 static void test_int8_bound(void **state)
@@ -868,6 +906,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kinds_f32),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_empty_k_llm_int8),
         cmocka_unit_test(test_summation_order),
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_vectorwise_hand),

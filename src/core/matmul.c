@@ -286,6 +286,16 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
                        QS_MATMUL_INT8_MAX_K, (long long)K);
     if (mn == 0)
         return qs_ok(ctx);
+    if (K == 0) {
+        /* Every dot product is empty: y = fl(+0 + bias[n]) on every path. Nothing of x or W is
+         * read (their pointers may be NULL: even adding a zero offset to them is undefined),
+         * and the LLM.int8 scaling with r_m = 0 would turn a NaN or negative SCB into NaN / -0. */
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++)
+                qs_st_f32(y + m * N + n,
+                          qs_ref_nan_canon(bias ? 0.0f + qs_ld_f32(bias + n) : 0.0f));
+        return qs_ok(ctx);
+    }
 
     /* Scratch, all of it before any output. */
     need_x = x_dtype != QS_DTYPE_F32;
