@@ -378,6 +378,25 @@ static void test_empty_k_llm_int8(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* Found by fuzz_matmul: a 2:4 weight of 2^62 x 0 (M = 0) is checked without a loop over its
+ * empty rows; the old check of the meta nibbles walked all 2^62 of them (a hang). */
+static void test_empty_k_huge_n_sp24(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    const float x[1] = {0.0f};
+    float y[1] = {-1.0f};
+    qs_weight w;
+
+    (void)state;
+    memset(&w, 0, sizeof w);
+    w.kind = QS_WEIGHT_SP24;
+    w.dtype = QS_DTYPE_F32;
+    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, 0, 0, &w, INT64_C(1) << 62, NULL, y, 0),
+                     QS_OK);
+    assert_true(y[0] == -1.0f);
+    qs_ctx_destroy(ctx);
+}
+
 /* ---- int8 activations ----------------------------------------------------------------------- */
 
 static void test_int8_bound(void **state)
@@ -907,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_kinds_f32),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_empty_k_llm_int8),
+        cmocka_unit_test(test_empty_k_huge_n_sp24),
         cmocka_unit_test(test_summation_order),
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_vectorwise_hand),
