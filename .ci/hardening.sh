@@ -58,7 +58,7 @@ BUILD_DIR=build-hard-fuzz FUZZ_CC=$CLANG bash tests/fuzz/build.sh
 
 # The long-run form is in tests/fuzz/README.md; here each target runs briefly on a scratch copy of
 # its corpus (the committed seeds stay as they are).
-for t in fuzz_quantize fuzz_dequantize fuzz_sp24 fuzz_observer fuzz_safetensors; do
+for t in fuzz_quantize fuzz_dequantize fuzz_sp24 fuzz_observer fuzz_safetensors fuzz_matmul; do
   step "fuzz: $t for $FUZZ_SECONDS s"
   mkdir -p "$work/$t" "$work/$t-artifacts"
   if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -454,6 +454,8 @@ QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, voi
 #define QS_STRUCT_FORMAT_INFO     6 /* qs_format_info */
 #define QS_STRUCT_OBSERVER_PARAMS 7 /* qs_observer_params (qsparse/calib.h) */
 #define QS_STRUCT_ISA_TIER        8 /* qs_isa_tier */
+#define QS_STRUCT_MATMUL_PARAMS   9 /* qs_matmul_params (qsparse/matmul.h) */
+#define QS_STRUCT_WEIGHT          10 /* qs_weight (qsparse/matmul.h) */
 
 /** sizeof the struct QS_STRUCT_* as compiled into the library, or -1 for an unknown kind. */
 QS_API int64_t qs_struct_size(int32_t kind);

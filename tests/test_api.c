@@ -309,6 +309,16 @@ static void test_format_info(void **state)
     assert_int_equal(qs_struct_size(QS_STRUCT_PLANE_INFO), sizeof(qs_plane_info));
     assert_int_equal(qs_struct_size(QS_STRUCT_OBSERVER_PARAMS), sizeof(qs_observer_params));
     assert_int_equal(qs_struct_size(QS_STRUCT_ISA_TIER), sizeof(qs_isa_tier));
+    assert_int_equal(qs_struct_size(QS_STRUCT_MATMUL_PARAMS), sizeof(qs_matmul_params));
+    assert_int_equal(qs_struct_size(QS_STRUCT_WEIGHT), sizeof(qs_weight));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_MATMUL_PARAMS, "threshold"),
+                     offsetof(qs_matmul_params, threshold));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_MATMUL_PARAMS, "reserved"),
+                     offsetof(qs_matmul_params, reserved));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_WEIGHT, "meta_count"),
+                     offsetof(qs_weight, meta_count));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_WEIGHT, "q"), offsetof(qs_weight, q));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_WEIGHT, "reserved"), offsetof(qs_weight, reserved));
     assert_int_equal(qs_struct_offset(QS_STRUCT_ISA_TIER, "available"),
                      offsetof(qs_isa_tier, available));
     assert_int_equal(qs_struct_offset(QS_STRUCT_QUANT_PARAMS, "scale"),
@@ -320,7 +330,7 @@ static void test_format_info(void **state)
     assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, "no_such_field"), -1);
     assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, NULL), -1);
     assert_int_equal(qs_struct_size(0), -1);
-    assert_int_equal(qs_struct_size(QS_STRUCT_ISA_TIER + 1), -1);
+    assert_int_equal(qs_struct_size(QS_STRUCT_WEIGHT + 1), -1);
 }
 
 /* ---- argument errors of qs_quantize / qs_dequantize ---------------------------------------- */

@@ -340,6 +340,63 @@ static void test_empty(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* Found by fuzz_matmul: K = 0 reads nothing of x or W (NULL planes: the old code added n * 0 to
+ * them, undefined behaviour that UBSan reports), and y is the bias or +0 on every path. The old
+ * int8 path scaled the empty sum of an LLM.int8 weight by fl(0 * SCB[n]): NaN for a NaN SCB,
+ * -0 for a negative one. */
+static void test_empty_k_llm_int8(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    const float scb[3] = {NAN, -1.0f, 2.0f}, bias[3] = {1.5f, -0.0f, NAN};
+    qs_quant_params p;
+    qs_qtensor q;
+    qs_weight w;
+    qs_matmul_params mp;
+    float y[2 * 3];
+
+    (void)state;
+    qs_quant_params_init(&p, QS_FORMAT_LLM_INT8);
+    memset(&q, 0, sizeof q);
+    q.scale = (void *)scb, q.scale_bytes = sizeof scb;
+    memset(&w, 0, sizeof w);
+    w.kind = QS_WEIGHT_QUANT, w.quant = &p, w.q = &q;
+    qs_matmul_params_init(&mp);
+    mp.activations = QS_MATMUL_ACT_INT8;
+    for (int b = 0; b < 2; b++) {
+        memset(y, 0x55, sizeof y);
+        assert_int_equal(qs_matmul(ctx, &mp, NULL, QS_DTYPE_F32, 2, 0, &w, 3, b ? bias : NULL, y,
+                                   sizeof y),
+                         QS_OK);
+        for (int i = 0; i < 6; i++) {
+            uint32_t bits;
+            memcpy(&bits, &y[i], 4);
+            /* +0 + -0 = +0; the NaN bias gives the canonical NaN */
+            const uint32_t want[3] = {0x3FC00000u, 0, 0x7FC00000u};
+            assert_int_equal(bits, b ? want[i % 3] : 0u);
+        }
+    }
+    qs_ctx_destroy(ctx);
+}
+
+/* Found by fuzz_matmul: a 2:4 weight of 2^62 x 0 (M = 0) is checked without a loop over its
+ * empty rows; the old check of the meta nibbles walked all 2^62 of them (a hang). */
+static void test_empty_k_huge_n_sp24(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    const float x[1] = {0.0f};
+    float y[1] = {-1.0f};
+    qs_weight w;
+
+    (void)state;
+    memset(&w, 0, sizeof w);
+    w.kind = QS_WEIGHT_SP24;
+    w.dtype = QS_DTYPE_F32;
+    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, 0, 0, &w, INT64_C(1) << 62, NULL, y, 0),
+                     QS_OK);
+    assert_true(y[0] == -1.0f);
+    qs_ctx_destroy(ctx);
+}
+
 /* ---- int8 activations ----------------------------------------------------------------------- */
 
 static void test_int8_bound(void **state)
@@ -442,6 +499,40 @@ static void test_vectorwise_hand(void **state)
     assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 2, 5, -1.0f, codes, 10, stats,
                                               2, cols, 5, &n),
                      QS_ERR_INVALID_ARG);
+    qs_ctx_destroy(ctx);
+}
+
+/* Found by fuzz_matmul: an empty x (M = 0 or K = 0) quantizes to nothing whatever the other
+ * dimension, without scratch or work that grows with it. The old code allocated and scanned K
+ * column flags for a 0 x K input: 0 x 2^62 returned QS_ERR_OUT_OF_MEMORY, 0 x 5e8 took seconds. */
+static void test_vectorwise_empty(void **state)
+{
+    qs_ctx *ctx = t_ctx();
+    const float x[1] = {7.0f};
+    int8_t codes[1] = {0x55};
+    float stats[3] = {-1.0f, -1.0f, -1.0f};
+    int64_t cols[1] = {-1}, n = -1;
+
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        n = -1;
+        assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_F32, 0, INT64_MAX / 2,
+                                                  i ? 6.0f : 0.0f, codes, 0, stats, 0, cols, 1, &n),
+                         QS_OK);
+        assert_int_equal(n, 0);
+    }
+    assert_int_equal(codes[0], 0x55);
+    assert_int_equal(cols[0], -1);
+    assert_true(stats[0] == -1.0f);
+    /* M rows of K = 0: every statistic 0, no codes, no outliers */
+    assert_int_equal(qs_int8_vectorwise_quant(ctx, x, QS_DTYPE_BF16, 3, 0, 6.0f, codes, 0, stats, 3,
+                                              cols, 1, &n),
+                     QS_OK);
+    assert_int_equal(n, 0);
+    for (int m = 0; m < 3; m++)
+        assert_true(stats[m] == 0.0f && !signbit(stats[m]));
+    assert_int_equal(codes[0], 0x55);
+    assert_int_equal(cols[0], -1);
     qs_ctx_destroy(ctx);
 }
 
@@ -834,9 +925,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kinds_f32),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_empty_k_llm_int8),
+        cmocka_unit_test(test_empty_k_huge_n_sp24),
         cmocka_unit_test(test_summation_order),
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_vectorwise_hand),
+        cmocka_unit_test(test_vectorwise_empty),
         cmocka_unit_test(test_llm_int8_outliers),
         cmocka_unit_test(test_w8a8_exact),
         cmocka_unit_test(test_threads),

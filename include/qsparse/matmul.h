@@ -33,6 +33,8 @@
  *   dot product above (one segment per row). 2:4 weights use the outer-product form: each kept
  *   value of W[n, :] is multiplied with a row of x^T and accumulated in ascending kept order.
  * - bias: y = fl(acc + bias[n]).
+ * - K = 0: y = fl(+0 + bias[n]) (+0 without bias) for every weight and activation type; no
+ *   element of x or W is read.
  * Every path is within a relative Frobenius error of 1e-5 of the float64 product of x and the
  * dequantized weight (for finite data of moderate range; tested at every ISA tier).
  *

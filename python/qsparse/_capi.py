@@ -73,6 +73,13 @@ QS_STRUCT_PLANE_INFO = 5
 QS_STRUCT_FORMAT_INFO = 6
 QS_STRUCT_OBSERVER_PARAMS = 7
 QS_STRUCT_ISA_TIER = 8
+QS_STRUCT_MATMUL_PARAMS = 9
+QS_STRUCT_WEIGHT = 10
+
+# include/qsparse/matmul.h
+QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
+QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8 = 0, 1
+QS_MATMUL_BLAS = 1
 
 # ---- struct mirrors ------------------------------------------------------------------------------
 
@@ -185,8 +192,30 @@ class IsaTier(c.Structure):
     ]
 
 
+class MatmulParams(c.Structure):
+    """qs_matmul_params (include/qsparse/matmul.h)."""
+    _qs_kind = QS_STRUCT_MATMUL_PARAMS
+    _fields_ = [("activations", c.c_int32), ("threshold", c.c_float), ("reserved", c.c_int64 * 7)]
+
+
+class WeightC(c.Structure):
+    """qs_weight (include/qsparse/matmul.h): a weight as qs_matmul reads it."""
+    _qs_kind = QS_STRUCT_WEIGHT
+    _fields_ = [
+        ("kind", c.c_int32),
+        ("dtype", c.c_int32),
+        ("data", c.c_void_p),
+        ("data_bytes", c.c_int64),
+        ("meta", c.c_void_p),
+        ("meta_count", c.c_int64),
+        ("quant", c.c_void_p),
+        ("q", c.c_void_p),
+        ("reserved", c.c_int64 * 4),
+    ]
+
+
 STRUCTS = (Allocator, CtxParams, QuantParams, QTensorC, PlaneInfo, FormatInfo, ObserverParams,
-           IsaTier)
+           IsaTier, MatmulParams, WeightC)
 
 # ---- function signatures of the whole API: name -> (restype, argtypes) ---------------------------
 
@@ -284,6 +313,16 @@ SIGNATURES.update({
                                      c.POINTER(c.c_double), c.POINTER(c.c_double)]),
     "qs_sp24_meta_to_bitmask": (I32, [P, P, I64, I64, I64, P, I64]),
     "qs_sp24_meta_from_bitmask": (I32, [P, P, I64, I64, I64, P, I64]),
+})
+
+# include/qsparse/matmul.h: matmul with compressed weights and LLM.int8 activation quantization.
+SIGNATURES.update({
+    "qs_matmul_params_init": (None, [c.POINTER(MatmulParams)]),
+    "qs_matmul": (I32, [P, c.POINTER(MatmulParams), P, I32, I64, I64, c.POINTER(WeightC), I64, P,
+                        P, I64]),
+    "qs_matmul_info": (c.c_uint32, []),
+    "qs_int8_vectorwise_quant": (I32, [P, P, I32, I64, I64, c.c_float, P, I64, P, I64, P, I64,
+                                       c.POINTER(I64)]),
 })
 
 

@@ -18,54 +18,29 @@ import numpy as np
 from . import _lib
 from . import _quant
 
-QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
-QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8 = 0, 1
+from ._capi import (QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_BLAS, QS_WEIGHT_DENSE,
+                    QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT, MatmulParams, WeightC)
+
 _ACTIVATIONS = {"f32": QS_MATMUL_ACT_F32, "float32": QS_MATMUL_ACT_F32, "int8": QS_MATMUL_ACT_INT8}
 
-_P = ctypes.c_void_p
 _I64 = ctypes.c_int64
-_I32 = ctypes.c_int32
-
-
-class MatmulParams(ctypes.Structure):
-    _fields_ = [("activations", ctypes.c_int32), ("threshold", ctypes.c_float),
-                ("reserved", ctypes.c_int64 * 7)]
-
-
-class WeightC(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_int32),
-        ("dtype", ctypes.c_int32),
-        ("data", ctypes.c_void_p),
-        ("data_bytes", ctypes.c_int64),
-        ("meta", ctypes.c_void_p),
-        ("meta_count", ctypes.c_int64),
-        ("quant", ctypes.c_void_p),
-        ("q", ctypes.c_void_p),
-        ("reserved", ctypes.c_int64 * 4),
-    ]
-
-
-_SIGS = {
-    "qs_matmul": (_I32, [_P, _P, _P, _I32, _I64, _I64, _P, _I64, _P, _P, _I64]),
-    "qs_int8_vectorwise_quant": (_I32, [_P, _P, _I32, _I64, _I64, ctypes.c_float, _P, _I64, _P,
-                                        _I64, _P, _I64, ctypes.POINTER(_I64)]),
-    "qs_matmul_info": (ctypes.c_uint32, []),
-}
-_fns = {}
 
 
 def _fn(name):
-    f = _fns.get(name)
-    if f is None:
-        restype, argtypes = _SIGS[name]
-        f = _fns[name] = _lib.declare(name, restype, argtypes)
-    return f
+    """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
+    return getattr(_lib.lib(), name)
 
 
 def blas():
     """True when the library's GEMM path calls OpenBLAS sgemm (the build found it)."""
-    return bool(_fn("qs_matmul_info")() & 1)
+    return bool(_fn("qs_matmul_info")() & QS_MATMUL_BLAS)
+
+
+def matmul_info():
+    """Build facts of the matmul as a dict: {"blas": True when the GEMM path (16 or more rows of
+    x) multiplies dequantized weight tiles with OpenBLAS sgemm, False when it uses the library's
+    own dot products}. Exported as qsparse.matmul_info()."""
+    return {"blas": blas()}
 
 
 def _weight_c(w):

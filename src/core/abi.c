@@ -55,6 +55,14 @@ static const struct field isa_tier_fields[] = {
     F(qs_isa_tier, allowed),   F(qs_isa_tier, available), F(qs_isa_tier, reserved),
     {NULL, 0}};
 
+static const struct field matmul_params_fields[] = {
+    F(qs_matmul_params, activations), F(qs_matmul_params, threshold), F(qs_matmul_params, reserved),
+    {NULL, 0}};
+static const struct field weight_fields[] = {
+    F(qs_weight, kind),       F(qs_weight, dtype), F(qs_weight, data),  F(qs_weight, data_bytes),
+    F(qs_weight, meta),       F(qs_weight, meta_count), F(qs_weight, quant), F(qs_weight, q),
+    F(qs_weight, reserved),   {NULL, 0}};
+
 #undef F
 
 static const struct {
@@ -69,6 +77,8 @@ static const struct {
     [QS_STRUCT_FORMAT_INFO] = {sizeof(qs_format_info), format_info_fields},
     [QS_STRUCT_OBSERVER_PARAMS] = {sizeof(qs_observer_params), observer_params_fields},
     [QS_STRUCT_ISA_TIER] = {sizeof(qs_isa_tier), isa_tier_fields},
+    [QS_STRUCT_MATMUL_PARAMS] = {sizeof(qs_matmul_params), matmul_params_fields},
+    [QS_STRUCT_WEIGHT] = {sizeof(qs_weight), weight_fields},
 };
 
 #define STRUCT_MAX ((int32_t)(sizeof structs / sizeof structs[0]) - 1)

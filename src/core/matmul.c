@@ -80,6 +80,8 @@ static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
 /* Every nibble of the N rows' meta words: used ones one of the six codes, unused ones 0. */
 static qs_status check_meta(qs_ctx *ctx, const uint16_t *meta, int64_t N, int64_t K, int64_t words)
 {
+    if (words == 0)
+        return QS_OK; /* K = 0: no meta; N may be huge (M = 0), so no loop over empty rows */
     for (int64_t r = 0; r < N; r++)
         for (int64_t g = 0; g < 4 * words; g++) {
             unsigned nib = (qs_ld_u16(meta + r * words + g / 4) >> (4 * (g % 4))) & 15u;
@@ -286,6 +288,16 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
                        QS_MATMUL_INT8_MAX_K, (long long)K);
     if (mn == 0)
         return qs_ok(ctx);
+    if (K == 0) {
+        /* Every dot product is empty: y = fl(+0 + bias[n]) on every path. Nothing of x or W is
+         * read (their pointers may be NULL: even adding a zero offset to them is undefined),
+         * and the LLM.int8 scaling with r_m = 0 would turn a NaN or negative SCB into NaN / -0. */
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++)
+                qs_st_f32(y + m * N + n,
+                          qs_ref_nan_canon(bias ? 0.0f + qs_ld_f32(bias + n) : 0.0f));
+        return qs_ok(ctx);
+    }
 
     /* Scratch, all of it before any output. */
     need_x = x_dtype != QS_DTYPE_F32;

@@ -135,7 +135,15 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
                        (long long)row_stats_count, (long long)M);
     if (ctx->nonfinite == QS_NONFINITE_REJECT && qs_tensor_nonfinite(ctx, x, dtype, n))
         return qs_fail(ctx, QS_ERR_NONFINITE, "x holds NaN or Inf (the context rejects them)");
-    xf = qs_scratch_alloc(ctx, (size_t)(n > 0 ? bytes : 4));
+    if (n == 0) {
+        /* No elements: no outliers and every row's statistic is 0. Work and scratch must not
+         * grow with the other dimension (0 x 2^61 would allocate and scan 2^61 column flags). */
+        for (int64_t m = 0; m < M; m++)
+            qs_st_f32(row_stats + m, 0.0f); /* the caller's row_stats may sit at any byte */
+        *n_outliers = 0;
+        return qs_ok(ctx);
+    }
+    xf = qs_scratch_alloc(ctx, (size_t)bytes);
     flags = qs_scratch_alloc(ctx, (size_t)(K > 0 ? K : 1));
     if (!xf || !flags) {
         qs_scratch_free(ctx, xf);

@@ -248,11 +248,60 @@ def observer_corpus():
     write(t, "truncated", b"\x00" + seeds[0][1].to_bytes()[:40])
 
 
+# ---- matmul: kind, flags, M, N, K, short, format, quant flags, block choice, threshold choice,
+# [threshold], global_scale, nested_offset, weight (data or planes), meta, x, bias
+MM_BIAS, MM_ACT8, MM_MISALIGN, MM_REJECT, MM_FIX_META = 1, 2, 4, 8, 0x80
+
+
+def matmul_seed(kind, M, N, K, flags=0, fmt=0, qflags=0, bsel=0, tsel=0, short=NO_SHORT,
+                weight=b"", meta=b"", x=None, bias=None):
+    head = bytes([kind, flags, M, N, K, short, fmt, qflags, bsel, tsel])
+    head += f32s([1.0, 0.0])  # global_scale, nested_offset
+    x = f32s(normals(M * K)) if x is None else x
+    bias = (f32s(normals(N)) if flags & MM_BIAS else b"") if bias is None else bias
+    return head + weight + meta + x + bias
+
+
+def matmul_corpus():
+    t = "fuzz_matmul"
+    write(t, "dense_f32_3x5x16", matmul_seed(0, 3, 5, 16, weight=f32s(normals(5 * 16))))
+    write(t, "dense_f32_bias_gemm_17x4x8",
+          matmul_seed(0, 17, 4, 8, flags=MM_BIAS, weight=f32s(normals(4 * 8))))
+    write(t, "dense_f32_act8_outliers",
+          matmul_seed(0, 2, 3, 12, flags=MM_ACT8, tsel=1, weight=f32s(normals(3 * 12)),
+                      x=f32s([v * 4.0 for v in normals(2 * 12)])))
+    write(t, "sp24_f32_valid_meta", matmul_seed(2, 2, 3, 32, flags=MM_FIX_META,
+                                                weight=f32s(normals(3 * 16)),
+                                                meta=rand_bytes(3 * 2 * 2)))
+    # Quantized weights: plane bytes are arbitrary (scales included); what follows the planes is
+    # read as meta, x and bias in that order, so these only need to be long enough.
+    for fmt, name in enumerate(["", "nf4", "fp4", "int8", "llm_int8", "fp8_e4m3", "fp8_e5m2",
+                                "mxfp4", "mxfp8", "nvfp4"]):
+        if fmt == 0:
+            continue
+        write(t, f"quant_{name}_2x3x32", matmul_seed(1, 2, 3, 32, fmt=fmt, qflags=2,
+                                                     weight=rand_bytes(3 * 32 + 64)))
+        write(t, f"quant_{name}_act8_2x3x32",
+              matmul_seed(1, 2, 3, 32, flags=MM_ACT8 | MM_BIAS, fmt=fmt, tsel=1,
+                          weight=rand_bytes(3 * 32 + 64)))
+    write(t, "sp24_quant_int8_valid_meta",
+          matmul_seed(3, 2, 2, 32, flags=MM_FIX_META | MM_ACT8, fmt=3, qflags=1 << 2,
+                      weight=rand_bytes(2 * 16 + 8), meta=rand_bytes(2 * 2 * 2)))
+    write(t, "dense_f16_misaligned", matmul_seed(0, 2, 2, 8, flags=MM_MISALIGN | (1 << 4),
+                                                 weight=f32s(normals(2 * 8)),
+                                                 x=rand_bytes(2 * 8 * 2)))
+    write(t, "dense_short_y", matmul_seed(0, 2, 2, 8, short=0, weight=f32s(normals(16))))
+    # M = 255: the 8-byte huge size follows the threshold choice; here M huge, N = 0, K = 8.
+    write(t, "huge_m_zero_n", bytes([0, 0, 255, 1 | (1 << 3), 8, NO_SHORT, 0, 0, 0, 0])
+          + struct.pack("<Q", 1 << 62) + f32s([1.0, 0.0]))
+
+
 if __name__ == "__main__":
     quantize_corpus()
     dequantize_corpus()
     sp24_corpus()
     safetensors_corpus()
     observer_corpus()
+    matmul_corpus()
     total = sum(len(fs) for _, _, fs in os.walk(CORPUS))
     print(f"{total} seed files under {os.path.relpath(CORPUS)}")

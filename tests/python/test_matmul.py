@@ -4,6 +4,8 @@ product of x and the dequantized weight; int8 activations within the bound of
 include/qsparse/matmul.h; the LLM.int8 outlier split against a numpy model of bitsandbytes'
 int8_vectorwise_quant + int8_mixed_scaled_mm; argument errors."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -167,3 +169,22 @@ def test_errors():
     bad.data = bad.data[:4]
     with pytest.raises((ValueError, qs.QsparseError)):
         qs.matmul(x, bad)
+
+
+def test_matmul_info_and_mirrors():
+    """qs.matmul_info() reports the library's QS_MATMUL_BLAS bit (the module's blas() is hidden
+    behind the qs.matmul function); the matmul struct mirrors live in _capi with the other
+    mirrors, checked field by field against the library's layout."""
+    from qsparse import _capi, _lib
+
+    info = qs.matmul_info()
+    assert info == {"blas": bool(_lib.lib().qs_matmul_info() & _capi.QS_MATMUL_BLAS)}
+    assert "matmul_info" in qs.__all__
+    for cls, kind in ((_capi.MatmulParams, 9), (_capi.WeightC, 10)):
+        assert cls in _capi.STRUCTS and cls._qs_kind == kind
+        assert _lib.lib().qs_struct_size(kind) == ctypes.sizeof(cls)
+    assert _lib.lib().qs_struct_offset(_capi.QS_STRUCT_WEIGHT, b"q") == _capi.WeightC.q.offset
+    assert _lib.lib().qs_struct_size(_capi.QS_STRUCT_WEIGHT + 1) == -1
+    assert _capi.layout_mismatches(_lib.lib()) == []
+    for name in ("qs_matmul", "qs_matmul_info", "qs_int8_vectorwise_quant"):
+        assert name in _capi.SIGNATURES
