@@ -113,6 +113,21 @@ static inline int fz_known(const char *what)
     return 0;
 }
 
+/* The deliberate huge shape of the computing targets: with the rows selector at 255 (and "empty"
+ * not stepped around), one dimension is a big value from the input and the other 0, which is how
+ * size overflows and loops over empty rows show up. Returns 1 when it chose such a shape. */
+static inline int fz_huge_shape(fz_in *in, int rsel, int csel, int64_t *rows, int64_t *cols)
+{
+    if (rsel != 255 || fz_known("empty"))
+        return 0;
+    int64_t big = (int64_t)(fz_u64(in) >> 1);
+    if (csel & 1)
+        *rows = big, *cols = 0;
+    else
+        *rows = 0, *cols = big;
+    return 1;
+}
+
 /* ---- one context per ISA tier ----------------------------------------------------------------- */
 
 typedef struct {

@@ -43,13 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p.reserved[bsel & 3] = 1;
 
     int64_t rows = rsel % MAX_ROWS, cols = csel % MAX_COLS;
-    if (rsel == 255 && !fz_known("empty")) {
-        uint64_t big = fz_u64(&in) >> 1;
-        if (csel & 1)
-            rows = (int64_t)big, cols = 0;
-        else
-            rows = 0, cols = (int64_t)big;
-    }
+    fz_huge_shape(&in, rsel, csel, &rows, &cols);
 
     /* Planes filled from the input, at the sizes the query gives (capped; one maybe short). */
     uint8_t *mem[QS_PLANE_COUNT];

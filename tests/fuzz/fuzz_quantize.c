@@ -106,13 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p.reserved[ssel >> 5 & 3] = 1; /* a reserved field that must stay zero */
 
     int64_t rows = rsel % MAX_ROWS, cols = csel % MAX_COLS;
-    if (rsel == 255 && !fz_known("empty")) {
-        uint64_t big = fz_u64(&in) >> 1;
-        if (csel & 1)
-            rows = (int64_t)big, cols = 0;
-        else
-            rows = 0, cols = (int64_t)big;
-    }
+    fz_huge_shape(&in, rsel, csel, &rows, &cols);
 
     /* Plane sizes; a plane whose size query fails gets a small buffer, and the call must fail. */
     int64_t sizes[QS_PLANE_COUNT];

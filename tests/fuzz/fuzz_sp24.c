@@ -62,14 +62,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t rows = rsel % MAX_ROWS, cols = csel % MAX_COLS;
     if (flags & 4) /* shapes the converters accept are the interesting ones: align them */
         rows = rows / 16 * 16, cols = cols / 32 * 32;
-    int huge = rsel == 255 && !fz_known("empty");
-    if (huge) {
-        uint64_t big = fz_u64(&in) >> 1;
-        if (csel & 1)
-            rows = (int64_t)big & ~(int64_t)31, cols = 0;
-        else
-            rows = 0, cols = (int64_t)big & ~(int64_t)63;
-    }
+    int huge = fz_huge_shape(&in, rsel, csel, &rows, &cols);
+    if (huge)
+        rows &= ~(int64_t)31, cols &= ~(int64_t)63;
     int esz = dtype < 3 ? qs_dtype_size(dtype) : 4;
 
     /* Units (what the API counts) and bytes of the source and destination of each operation. */
