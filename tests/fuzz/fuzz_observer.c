@@ -20,7 +20,7 @@
 
 #define MAX_QUERY_BINS 4096
 #define MAX_QUERY_CHANNELS 64
-#define MAX_SEARCH_WORK (1 << 20)
+#define MAX_SEARCH_WORK (1 << 18)
 
 static uint64_t fnv1a(const uint8_t *p, size_t n)
 {
