@@ -396,9 +396,9 @@ def test_interrupt_never_leaves_a_partial_output(tool, tmp_path, delay):
         assert len(read_raw(out)) == 8 * 4
 
 
-def test_progress_bar_only_on_a_terminal(tool, model_file, tmp_path):
-    src, _ = model_file
-    out = tmp_path / "o.safetensors"
+def quantize_on_pty(tool, src, out):
+    """`qsparse quantize SRC -o OUT --format nf4` with stderr on a pseudo-terminal (where the
+    tool draws its progress bar): (exit status, everything it wrote there)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
                             stdout=subprocess.DEVNULL, stderr=slave)
@@ -407,15 +407,21 @@ def test_progress_bar_only_on_a_terminal(tool, model_file, tmp_path):
     while True:
         try:
             data = os.read(master, 4096)
-        except OSError:
+        except OSError:  # EIO once the tool has exited and closed its side
             break
         if not data:
             break
         chunks.append(data)
     proc.wait(timeout=60)
     os.close(master)
-    text = b"".join(chunks).decode()
-    assert proc.returncode == 0
+    return proc.returncode, b"".join(chunks).decode()
+
+
+def test_progress_bar_only_on_a_terminal(tool, model_file, tmp_path):
+    src, _ = model_file
+    out = tmp_path / "o.safetensors"
+    returncode, text = quantize_on_pty(tool, src, out)
+    assert returncode == 0
     assert "quantizing [" in text and "#" in text and "\r" in text and "writing" in text
     r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
                        capture_output=True, text=True)
@@ -548,23 +554,8 @@ def test_names_with_escape_sequences_are_printed_escaped(run_tool, tool, tmp_pat
     assert EVIL + ".weight" in read_raw(out)  # the file itself keeps the name as it was
 
     # a pseudo-terminal shows the progress bar with the name in it
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
-                            stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=60)
-    os.close(master)
-    bar = b"".join(chunks).decode()
-    assert proc.returncode == 0 and "quantizing [" in bar and "evil\\x1b]0;" in bar
+    returncode, bar = quantize_on_pty(tool, src, out)
+    assert returncode == 0 and "quantizing [" in bar and "evil\\x1b]0;" in bar
     assert_terminal_safe(bar.replace("\r", ""))
 
     r = run_tool("inspect", out, check=0)
