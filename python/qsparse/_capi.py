@@ -31,6 +31,8 @@ QS_DTYPE_F32, QS_DTYPE_F16, QS_DTYPE_BF16 = 0, 1, 2
 
 QS_PARAM_NUM_THREADS = 1
 QS_PARAM_NONFINITE = 2
+QS_PARAM_ISA = 3
+QS_PARAM_PROFILE = 4
 
 QS_ISA_AVX2 = 1 << 0
 QS_ISA_AVX512 = 1 << 1
@@ -75,6 +77,11 @@ QS_STRUCT_OBSERVER_PARAMS = 7
 QS_STRUCT_ISA_TIER = 8
 QS_STRUCT_MATMUL_PARAMS = 9
 QS_STRUCT_WEIGHT = 10
+QS_STRUCT_PROFILE_ENTRY = 11
+
+
+# include/qsparse/profile.h
+QS_RUNTIME_BLAS, QS_RUNTIME_OPENMP, QS_RUNTIME_COMPILER = 1, 2, 3
 
 # include/qsparse/matmul.h
 QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
@@ -214,8 +221,26 @@ class WeightC(c.Structure):
     ]
 
 
+class ProfileEntry(c.Structure):
+    """qs_profile_entry (include/qsparse/profile.h): one row of the profiling table."""
+    _qs_kind = QS_STRUCT_PROFILE_ENTRY
+    _fields_ = [
+        ("op", c.c_char_p),
+        ("kernel", c.c_char_p),
+        ("isa", c.c_char_p),
+        ("format", c.c_int32),
+        ("threads", c.c_int32),
+        ("calls", c.c_uint64),
+        ("elements", c.c_uint64),
+        ("bytes_in", c.c_uint64),
+        ("bytes_out", c.c_uint64),
+        ("ns", c.c_uint64),
+        ("reserved", c.c_int64 * 4),
+    ]
+
+
 STRUCTS = (Allocator, CtxParams, QuantParams, QTensorC, PlaneInfo, FormatInfo, ObserverParams,
-           IsaTier, MatmulParams, WeightC)
+           IsaTier, MatmulParams, WeightC, ProfileEntry)
 
 # ---- function signatures of the whole API: name -> (restype, argtypes) ---------------------------
 
@@ -323,6 +348,16 @@ SIGNATURES.update({
     "qs_matmul_info": (c.c_uint32, []),
     "qs_int8_vectorwise_quant": (I32, [P, P, I32, I64, I64, c.c_float, P, I64, P, I64, P, I64,
                                        c.POINTER(I64)]),
+})
+
+# include/qsparse/profile.h: profiling counters and run-time facts.
+SIGNATURES.update({
+    "qs_profile_count": (I64, [P]),
+    "qs_profile_get": (I32, [P, I64, c.POINTER(ProfileEntry)]),
+    "qs_profile_dropped": (c.c_uint64, [P]),
+    "qs_profile_reset": (I32, [P]),
+    "qs_profile_json": (I32, [P, c.c_char_p, I64, c.POINTER(I64)]),
+    "qs_runtime_info": (c.c_char_p, [P, I32]),
 })
 
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "qsparse/profile.h"
 
 struct field {
     const char *name;
@@ -63,6 +64,12 @@ static const struct field weight_fields[] = {
     F(qs_weight, meta),       F(qs_weight, meta_count), F(qs_weight, quant), F(qs_weight, q),
     F(qs_weight, reserved),   {NULL, 0}};
 
+static const struct field profile_entry_fields[] = {
+    F(qs_profile_entry, op),       F(qs_profile_entry, kernel),    F(qs_profile_entry, isa),
+    F(qs_profile_entry, format),   F(qs_profile_entry, threads),   F(qs_profile_entry, calls),
+    F(qs_profile_entry, elements), F(qs_profile_entry, bytes_in),  F(qs_profile_entry, bytes_out),
+    F(qs_profile_entry, ns),       F(qs_profile_entry, reserved),  {NULL, 0}};
+
 #undef F
 
 static const struct {
@@ -79,6 +86,7 @@ static const struct {
     [QS_STRUCT_ISA_TIER] = {sizeof(qs_isa_tier), isa_tier_fields},
     [QS_STRUCT_MATMUL_PARAMS] = {sizeof(qs_matmul_params), matmul_params_fields},
     [QS_STRUCT_WEIGHT] = {sizeof(qs_weight), weight_fields},
+    [QS_STRUCT_PROFILE_ENTRY] = {sizeof(qs_profile_entry), profile_entry_fields},
 };
 
 #define STRUCT_MAX ((int32_t)(sizeof structs / sizeof structs[0]) - 1)
