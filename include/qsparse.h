@@ -458,6 +458,8 @@ QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, voi
 #define QS_STRUCT_MATMUL_PARAMS   9 /* qs_matmul_params (qsparse/matmul.h) */
 #define QS_STRUCT_WEIGHT          10 /* qs_weight (qsparse/matmul.h) */
 #define QS_STRUCT_PROFILE_ENTRY   11 /* qs_profile_entry (qsparse/profile.h) */
+#define QS_STRUCT_RECOMMEND_PARAMS 12 /* qs_recommend_params (qsparse/recommend.h) */
+#define QS_STRUCT_CANDIDATE       13 /* qs_candidate (qsparse/recommend.h) */
 
 /** sizeof the struct QS_STRUCT_* as compiled into the library, or -1 for an unknown kind. */
 QS_API int64_t qs_struct_size(int32_t kind);

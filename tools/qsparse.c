@@ -18,6 +18,7 @@ static const struct {
     {"demo", qs_cmd_demo, "quantize a built-in heavy-tailed weight matrix into every format"},
     {"quantize", qs_cmd_quantize, "quantize the weights of a safetensors model (see --help)"},
     {"inspect", qs_cmd_inspect, "list a safetensors file's tensors, formats and bits per weight"},
+    {"recommend", qs_cmd_recommend, "measure every format on this machine for a model, ranked"},
     {"doctor", qs_cmd_doctor, "what the library sees here (ISA, threads, BLAS, backends); --json"},
 };
 

@@ -78,6 +78,8 @@ QS_STRUCT_ISA_TIER = 8
 QS_STRUCT_MATMUL_PARAMS = 9
 QS_STRUCT_WEIGHT = 10
 QS_STRUCT_PROFILE_ENTRY = 11
+QS_STRUCT_RECOMMEND_PARAMS = 12
+QS_STRUCT_CANDIDATE = 13
 
 
 # include/qsparse/profile.h
@@ -239,8 +241,47 @@ class ProfileEntry(c.Structure):
     ]
 
 
+class RecommendParams(c.Structure):
+    """qs_recommend_params (include/qsparse/recommend.h)."""
+    _qs_kind = QS_STRUCT_RECOMMEND_PARAMS
+    _fields_ = [
+        ("objective", c.c_int32),
+        ("max_error", c.c_float),
+        ("sparse24", c.c_int32),
+        ("gemm_rows", c.c_int32),
+        ("probe_seconds", c.c_double),
+        ("reserved", c.c_int64 * 6),
+    ]
+
+
+class Candidate(c.Structure):
+    """qs_candidate (include/qsparse/recommend.h): one measured candidate."""
+    _qs_kind = QS_STRUCT_CANDIDATE
+    _fields_ = [
+        ("label", c.c_char * 48),
+        ("format", c.c_int32),
+        ("sparse24", c.c_int32),
+        ("int8_activations", c.c_int32),
+        ("within_error", c.c_int32),
+        ("bits_per_weight", c.c_double),
+        ("bytes", c.c_int64),
+        ("error", c.c_double),
+        ("gemv_speedup", c.c_double),
+        ("gemv_speedup_mt", c.c_double),
+        ("gemm_speedup", c.c_double),
+        ("kernel", c.c_char_p),
+        ("slow", c.c_int32),
+        ("rank", c.c_int32),
+        ("reason", c.c_char * 96),
+        ("reserved", c.c_int64 * 4),
+    ]
+
+
+QS_RECOMMEND_SPEED, QS_RECOMMEND_SIZE = 0, 1
+QS_RECOMMEND_MAX_CANDIDATES = 32
+
 STRUCTS = (Allocator, CtxParams, QuantParams, QTensorC, PlaneInfo, FormatInfo, ObserverParams,
-           IsaTier, MatmulParams, WeightC, ProfileEntry)
+           IsaTier, MatmulParams, WeightC, ProfileEntry, RecommendParams, Candidate)
 
 # ---- function signatures of the whole API: name -> (restype, argtypes) ---------------------------
 
@@ -358,6 +399,13 @@ SIGNATURES.update({
     "qs_profile_reset": (I32, [P]),
     "qs_profile_json": (I32, [P, c.c_char_p, I64, c.POINTER(I64)]),
     "qs_runtime_info": (c.c_char_p, [P, I32]),
+})
+
+# include/qsparse/recommend.h: measured format choice.
+SIGNATURES.update({
+    "qs_recommend_params_init": (None, [c.POINTER(RecommendParams)]),
+    "qs_recommend": (I32, [P, c.POINTER(RecommendParams), P, I64, I64, P, I64,
+                           c.POINTER(Candidate), I64, c.POINTER(I64)]),
 })
 
 
