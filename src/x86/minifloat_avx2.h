@@ -289,14 +289,14 @@ static inline void mx_dequant_avx2(const uint8_t *src, const uint8_t *scales, in
     int64_t b = 0;
 
     for (; (b + 1) * 32 <= n; b++)
-        dequant32(src + b * 32 / per_byte, _mm256_set1_ps(qs_ref_e8m0_decode(scales[b])),
+        dequant32(src + b * 32 / per_byte, _mm256_set1_ps(qs_e8m0_decode_inline(scales[b])),
                   dst + b * 32);
     if (b * 32 < n) {
         size_t len = (size_t)(n - b * 32);
         uint8_t buf[32] = {0};
         float out[32];
         memcpy(buf, src + b * 32 / per_byte, (len + (size_t)per_byte - 1) / (size_t)per_byte);
-        dequant32(buf, _mm256_set1_ps(qs_ref_e8m0_decode(scales[b])), out);
+        dequant32(buf, _mm256_set1_ps(qs_e8m0_decode_inline(scales[b])), out);
         memcpy(dst + b * 32, out, len * sizeof(float));
     }
 }

@@ -40,13 +40,21 @@ static inline void mxfp8_block_avx512(const float *v, int64_t len, int32_t round
                                      e4m3_encode_finite_avx512(_mm512_mul_ps(x1, mul)));
 }
 
+/* Codes of one finite block, x * mul, as 32 data bytes. */
+static inline void mxfp8_encode32_avx512(__m512 x0, __m512 x1, __m512 mul, uint8_t *dst)
+{
+    _mm_storeu_si128((__m128i *)dst,
+                     _mm512_cvtepi32_epi8(e4m3_encode_finite_avx512(_mm512_mul_ps(x0, mul))));
+    _mm_storeu_si128((__m128i *)(dst + 16),
+                     _mm512_cvtepi32_epi8(e4m3_encode_finite_avx512(_mm512_mul_ps(x1, mul))));
+}
+
 void qs_mxfp8_quant__avx512(const float *src, int64_t n, int32_t rounding, uint8_t *dst,
                             uint8_t *scales)
 {
-    for (int64_t b = 0; b * 32 < n; b++) {
-        int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
-        mxfp8_block_avx512(src + b * 32, len, rounding, dst + b * 32, scales + b);
-    }
+    /* emax 8; RCEIL when the mantissa of amax exceeds that of 448 = 1.75 * 2^8 */
+    mx_quant_avx512(src, n, rounding, 8, 0x600000u, 1, mxfp8_encode32_avx512, mxfp8_block_avx512,
+                    dst, scales);
 }
 
 void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
@@ -54,7 +62,7 @@ void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
     for (int64_t b = 0; b * 32 < n; b++) {
         int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
         __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
-        __m512 scale = _mm512_set1_ps(qs_ref_e8m0_decode(scales[b]));
+        __m512 scale = _mm512_set1_ps(qs_e8m0_decode_inline(scales[b]));
         __m512i c0 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k0, src + b * 32));
         __m512i c1 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k1, src + b * 32 + 16));
 

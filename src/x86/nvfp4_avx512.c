@@ -111,7 +111,7 @@ void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         __m512i c = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, w), shift),
                                      _mm512_set1_epi32(0xF));
         /* UE4M3: readers ignore the sign bit (§14) */
-        __m512 den = _mm512_mul_ps(e4m3_decode_avx512(_mm512_set1_epi32(scales[b] & 0x7F)), sg);
+        __m512 den = _mm512_mul_ps(_mm512_set1_ps(qs_ue4m3_values[scales[b] & 0x7F]), sg);
 
         _mm512_mask_storeu_ps(
             dst + b * 16, k, nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c, table), den)));
