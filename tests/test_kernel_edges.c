@@ -10,7 +10,10 @@
  *   E4M3 ties after scaling, signed zeros, all-zero blocks) with one NaN or Inf block placed in
  *   each position of some groups, lengths that end inside a group and inside a block;
  * - NF4 / FP4 dequantize with finite, infinite, NaN, zero and subnormal absmax per block (the NaN
- *   blend is skipped only for a finite absmax), block sizes 64 and 4096 and odd lengths.
+ *   blend is skipped only for a finite absmax), block sizes 64 and 4096 and odd lengths;
+ * - E4M3 dequantize of all 256 codes at scales around the point where 2^8 * scale overflows (the
+ *   F16C decode multiplies by it), Inf, NaN, subnormal and negative scales, and MXFP8 dequantize
+ *   of all 256 codes under all 256 scale bytes (exhaustive).
  * Every registry entry of the slot that this CPU runs is compared bit for bit with the slot's
  * __ref entry, so each run covers every tier the machine has.
  */
@@ -202,6 +205,75 @@ static void test_fp4_dequant_absmax_edges(void **state)
     check_bnb4_dequant_slot(QS_SLOT_fp4_dequant);
 }
 
+/* All 256 codes, each at 3 positions so that the vector body and the masked tail both see it. */
+static void all_codes(uint8_t *c, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        c[i] = (uint8_t)(i * 7 + i / 256);
+}
+
+static void test_e4m3_dequant_scales(void **state)
+{
+    static const float scales[] = {1.0f, 0x1p119f, 0x1.fffffep119f, 0x1p120f, 0x1.8p125f,
+                                   0x1.fffffep127f, -0x1p120f, INFINITY, -INFINITY, NAN,
+                                   0x1p-149f, 0x1p-127f, 0.0f, -0.0f, -1.5f, 7.0f / 448.0f};
+    const struct qs_kernel_entry *ref = ref_entry(QS_SLOT_e4m3_dequant);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    const int64_t n = 256 * 3 + 5;
+    uint8_t c[256 * 3 + 5];
+    float o0[256 * 3 + 6], o1[256 * 3 + 6];
+
+    (void)state;
+    all_codes(c, n);
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != QS_SLOT_e4m3_dequant || e[i].isa == 0 ||
+            (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++) {
+            memset(o0, 0xCD, sizeof o0);
+            memset(o1, 0xCD, sizeof o1);
+            ((qs_e4m3_dequant_fn *)ref->fn)(c, n, scales[k], o0);
+            ((qs_e4m3_dequant_fn *)e[i].fn)(c, n, scales[k], o1);
+            if (memcmp(o0, o1, sizeof o0) != 0)
+                fail_msg("%s: scale %a differs from %s", e[i].name, (double)scales[k], ref->name);
+        }
+    }
+}
+
+static void test_mxfp8_dequant_all(void **state)
+{
+    const struct qs_kernel_entry *ref = ref_entry(QS_SLOT_mxfp8_dequant);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    const int64_t n = 256 * 256 + 17; /* every code in every block, a partial last block */
+    uint8_t *c = malloc((size_t)n), *s = malloc((size_t)(n + 31) / 32);
+    float *o0 = malloc((size_t)(n + 1) * sizeof(float)), *o1 = malloc((size_t)(n + 1) * sizeof(float));
+
+    (void)state;
+    for (int64_t b = 0; b < (n + 31) / 32; b++)
+        s[b] = (uint8_t)b;
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != QS_SLOT_mxfp8_dequant || e[i].isa == 0 ||
+            (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        for (int shift = 0; shift < 8; shift++) { /* each scale byte meets every code */
+            for (int64_t i2 = 0; i2 < n; i2++)
+                c[i2] = (uint8_t)(i2 % 256 + 32 * shift);
+            memset(o0, 0xCD, (size_t)(n + 1) * sizeof(float));
+            memset(o1, 0xCD, (size_t)(n + 1) * sizeof(float));
+            ((qs_mxfp4_dequant_fn *)ref->fn)(c, s, n, o0);
+            ((qs_mxfp4_dequant_fn *)e[i].fn)(c, s, n, o1);
+            if (memcmp(o0, o1, (size_t)(n + 1) * sizeof(float)) != 0)
+                fail_msg("%s differs from %s (shift %d)", e[i].name, ref->name, shift);
+        }
+    }
+    free(c);
+    free(s);
+    free(o0);
+    free(o1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +283,8 @@ int main(void)
         cmocka_unit_test(test_mxfp8_quant_groups),
         cmocka_unit_test(test_nf4_dequant_absmax_edges),
         cmocka_unit_test(test_fp4_dequant_absmax_edges),
+        cmocka_unit_test(test_e4m3_dequant_scales),
+        cmocka_unit_test(test_mxfp8_dequant_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

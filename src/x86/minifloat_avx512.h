@@ -105,6 +105,24 @@ static inline __m512 e4m3_decode_avx512(__m512i c)
     return _mm512_castsi512_ps(v);
 }
 
+/* value(q) * 2^-8 of 16 E4M3 codes (bytes), exactly, through the F16C conversion: the code's seven
+ * magnitude bits shifted left by 7 are an f16 with the same fields, whose exponent bias 15 instead
+ * of 7 makes every value (subnormals included) 2^-8 times the E4M3 one, and VCVTPH2PS converts it
+ * exactly. 0x7F / 0xFF give NaN. A few 256-bit operations instead of the integer decode on 16
+ * 32-bit lanes; the caller multiplies by 2^8 * scale, which is exact whenever that is finite. */
+static inline __m512 e4m3_decode16_f16_avx512(__m128i b)
+{
+    const __m256i w = _mm256_cvtepu8_epi16(b);
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
+                                _mm256_and_si256(_mm256_slli_epi16(w, 8),
+                                                 _mm256_set1_epi16((short)0x8000)));
+
+    h = _mm256_mask_mov_epi16(h, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)),
+                              _mm256_set1_epi16(0x7E00)); /* an f16 NaN */
+    return _mm512_cvtph_ps(h);
+}
+
 /* The per-tensor FP8 quantize driver (§10): codes of fl(x / scale) with a true division. */
 static inline void fp8_quant_avx512(const float *src, int64_t n, float scale, uint8_t *dst,
                                     int mbits, int bias, int max_code)

@@ -62,13 +62,24 @@ void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
     for (int64_t b = 0; b * 32 < n; b++) {
         int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
         __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
-        __m512 scale = _mm512_set1_ps(qs_e8m0_decode_inline(scales[b]));
-        __m512i c0 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k0, src + b * 32));
-        __m512i c1 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k1, src + b * 32 + 16));
+        uint8_t e = scales[b];
+        __m128i b0 = _mm_maskz_loadu_epi8(k0, src + b * 32);
+        __m128i b1 = _mm_maskz_loadu_epi8(k1, src + b * 32 + 16);
+        __m512 v0, v1, scale;
 
-        _mm512_mask_storeu_ps(dst + b * 32, k0,
-                              nan_canon_avx512(_mm512_mul_ps(e4m3_decode_avx512(c0), scale)));
-        _mm512_mask_storeu_ps(dst + b * 32 + 16, k1,
-                              nan_canon_avx512(_mm512_mul_ps(e4m3_decode_avx512(c1), scale)));
+        if (e <= 246 || e == 0xFF) {
+            /* value * 2^(e - 127) = (value * 2^-8) * 2^(e - 119), one rounding of the same
+             * product; 2^(e - 119) is a normal f32 (e = 0 included), NaN for 0xFF */
+            scale = _mm512_set1_ps(e == 0xFF ? qs_f32_from_bits(QS_NAN_F32_BITS)
+                                             : qs_f32_from_bits((uint32_t)(e + 8) << 23));
+            v0 = e4m3_decode16_f16_avx512(b0);
+            v1 = e4m3_decode16_f16_avx512(b1);
+        } else { /* 2^(e - 119) would overflow */
+            scale = _mm512_set1_ps(qs_e8m0_decode_inline(e));
+            v0 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b0));
+            v1 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b1));
+        }
+        _mm512_mask_storeu_ps(dst + b * 32, k0, nan_canon_avx512(_mm512_mul_ps(v0, scale)));
+        _mm512_mask_storeu_ps(dst + b * 32 + 16, k1, nan_canon_avx512(_mm512_mul_ps(v1, scale)));
     }
 }
