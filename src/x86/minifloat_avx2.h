@@ -99,6 +99,25 @@ static inline __m256 e4m3_decode_avx2(__m256i c)
     return _mm256_castsi256_ps(v);
 }
 
+/* value(q) * 2^-8 of 16 E4M3 codes (bytes) in two vectors, exactly, through the F16C conversion:
+ * the code's seven magnitude bits shifted left by 7 are an f16 with the same fields, whose exponent
+ * bias 15 instead of 7 makes every value (subnormals included) 2^-8 times the E4M3 one, and
+ * VCVTPH2PS converts it exactly. 0x7F / 0xFF give NaN. The caller multiplies by 2^8 * scale, which
+ * is exact whenever that is finite. */
+static inline void e4m3_decode16_f16_avx2(__m128i b, __m256 *v0, __m256 *v1)
+{
+    const __m256i w = _mm256_cvtepu8_epi16(b);
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
+                                _mm256_and_si256(_mm256_slli_epi16(w, 8),
+                                                 _mm256_set1_epi16((short)0x8000)));
+    /* magnitude 0x7F: 0x3F80 | 0x7E00 = 0x7F80, an f16 NaN */
+    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)),
+                                            _mm256_set1_epi16(0x7E00)));
+    *v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
 /* E2M1 values of 8 codes (0...15): two 8-entry lookups, chosen by bit 3 of the code. */
 static inline __m256 e2m1_decode_avx2(__m256i c)
 {
