@@ -438,7 +438,7 @@ static double time_once(void (*fn)(void *), void *arg, int threads, const option
 enum { P_READ, P_COPY, P_QUANT, P_DEQ, P_BNB, P_COUNT };
 
 /* Minimum seconds of [format][level][thread index][pass]; < 0 when not measured. */
-#define NFORMATS 9
+#define NFORMATS 11
 static double api_s[NFORMATS][MAX_LEVELS][MAX_THREADS][P_COUNT];
 
 /* The protocol, for one format, level and thread count: pin, one warm-up of every pass, then
@@ -477,9 +477,15 @@ static void protocol(api_job *j, int threads, const options *o, double *best)
 
 static void bench_api(const level *lv, int nlv, const options *o, const float *src, float *dst)
 {
+    /* FP8 E4M3 and NVFP4 twice: with the scale from the data (two passes: the tensor amax, then
+     * the codes) and with the same scale given (one pass) */
     static const int32_t formats[NFORMATS] = {
-        QS_FORMAT_NF4,      QS_FORMAT_FP4,   QS_FORMAT_INT8,  QS_FORMAT_LLM_INT8, QS_FORMAT_FP8_E4M3,
-        QS_FORMAT_FP8_E5M2, QS_FORMAT_MXFP4, QS_FORMAT_MXFP8, QS_FORMAT_NVFP4};
+        QS_FORMAT_NF4,      QS_FORMAT_FP4,      QS_FORMAT_INT8,     QS_FORMAT_LLM_INT8,
+        QS_FORMAT_FP8_E4M3, QS_FORMAT_FP8_E4M3, QS_FORMAT_FP8_E5M2, QS_FORMAT_MXFP4,
+        QS_FORMAT_MXFP8,    QS_FORMAT_NVFP4,    QS_FORMAT_NVFP4};
+    static const int given[NFORMATS] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+    char names[NFORMATS][32];
+    float amax = 0.0f;
     const double values = (double)o->size * (double)o->size;
     int t1 = -1; /* index of the 1-thread entry of --threads */
 
@@ -492,7 +498,8 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
            "copy (memcpy), quantize, dequantize%s on the same data, one after the other;\n"
            "each pass keeps its minimum over the rounds. q/read = read time / quantize time (1.0:\n"
            "quantize at read bandwidth), d/copy = copy time / dequantize time (the f32 output is\n"
-           "what both write)%s. 2T/1T: the speedup of 2 threads over 1.\n",
+           "what both write)%s. 2T/1T: the speedup of 2 threads over 1. fp8_e4m3/s, nvfp4/s:\n"
+           "the same formats with the scale given (quantize reads the input once).\n",
            bnb_nf4 ? ", bitsandbytes' dequantize" : "",
            bnb_nf4 ? ", d/bnb = bitsandbytes' time / ours (NF4, FP4)" : "");
     printf("%-10s %-7s %3s %9s %9s %7s %9s %7s %7s\n", "format", "isa", "thr", "quant ns", "q/read",
@@ -502,13 +509,20 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
             for (int t = 0; t < MAX_THREADS; t++)
                 for (int p = 0; p < P_COUNT; p++)
                     api_s[f][l][t][p] = -1.0;
+    for (int64_t i = 0; i < o->size * o->size; i++)
+        amax = fabsf(src[i]) > amax ? fabsf(src[i]) : amax;
+    for (int f = 0; f < NFORMATS; f++)
+        snprintf(names[f], sizeof names[f], "%s%s", qs_format_name(formats[f]),
+                 given[f] ? "/s" : "");
     for (int f = 0; f < NFORMATS; f++) {
-        const char *fname = qs_format_name(formats[f]);
+        const char *fname = names[f];
         if (o->kernel && !strstr(fname, o->kernel))
             continue;
         api_job j;
         memset(&j, 0, sizeof j);
         qs_quant_params_init(&j.p, formats[f]);
+        if (given[f]) /* the scale the data gives, passed in: quantize reads the input once */
+            j.p.scale = amax / (formats[f] == QS_FORMAT_NVFP4 ? 2688.0f : 448.0f);
         j.src = src;
         j.dst = dst;
         j.rows = o->size;
@@ -572,7 +586,7 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
             const double *best = api_s[f][nlv - 1][t1];
             if (best[pass] < 0)
                 continue;
-            printf("| %s | %s |", qs_format_name(formats[f]), op ? "dequantize" : "quantize");
+            printf("| %s | %s |", names[f], op ? "dequantize" : "quantize");
             for (int l = 0; l < nlv; l++) {
                 double s = api_s[f][l][t1][pass];
                 if (s > 0)
