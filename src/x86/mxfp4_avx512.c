@@ -83,9 +83,20 @@ static inline void unpack_nibbles_avx512(__m128i b, __m512i *c0, __m512i *c1)
 void qs_mxfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
 {
     const __m512 table = _mm512_loadu_ps(qs_e2m1_values);
+    int64_t b = 0;
 
-    for (int64_t b = 0; b * 32 < n; b++) {
-        int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
+    for (; (b + 1) * 32 <= n; b++) { /* full blocks, unmasked */
+        __m512 scale = _mm512_set1_ps(qs_e8m0_decode_inline(scales[b]));
+        __m512i c0, c1;
+
+        unpack_nibbles_avx512(_mm_loadu_si128((const __m128i *)(src + b * 16)), &c0, &c1);
+        _mm512_storeu_ps(dst + b * 32,
+                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale)));
+        _mm512_storeu_ps(dst + b * 32 + 16,
+                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale)));
+    }
+    if (b * 32 < n) { /* the partial last block: masked loads and stores */
+        int64_t len = n - b * 32;
         int64_t nbytes = (len + 1) / 2;
         __mmask16 kb = lane_mask_avx512(nbytes);
         __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
