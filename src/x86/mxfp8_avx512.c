@@ -63,8 +63,11 @@ void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
         __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
         uint8_t e = scales[b];
-        __m128i b0 = _mm_maskz_loadu_epi8(k0, src + b * 32);
-        __m128i b1 = _mm_maskz_loadu_epi8(k1, src + b * 32 + 16);
+        /* a full block reads plainly; the partial last one with zero-masked loads */
+        __m128i b0 = len == 32 ? _mm_loadu_si128((const __m128i *)(src + b * 32))
+                               : _mm_maskz_loadu_epi8(k0, src + b * 32);
+        __m128i b1 = len == 32 ? _mm_loadu_si128((const __m128i *)(src + b * 32 + 16))
+                               : _mm_maskz_loadu_epi8(k1, src + b * 32 + 16);
         __m512 v0, v1, scale;
 
         if (e <= 246 || e == 0xFF) {
@@ -79,7 +82,14 @@ void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
             v0 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b0));
             v1 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b1));
         }
-        _mm512_mask_storeu_ps(dst + b * 32, k0, nan_canon_avx512(_mm512_mul_ps(v0, scale)));
-        _mm512_mask_storeu_ps(dst + b * 32 + 16, k1, nan_canon_avx512(_mm512_mul_ps(v1, scale)));
+        v0 = nan_canon_avx512(_mm512_mul_ps(v0, scale));
+        v1 = nan_canon_avx512(_mm512_mul_ps(v1, scale));
+        if (len == 32) {
+            _mm512_storeu_ps(dst + b * 32, v0);
+            _mm512_storeu_ps(dst + b * 32 + 16, v1);
+        } else {
+            _mm512_mask_storeu_ps(dst + b * 32, k0, v0);
+            _mm512_mask_storeu_ps(dst + b * 32 + 16, k1, v1);
+        }
     }
 }
