@@ -1,19 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * qsparse-bench: throughput of libqsparse measured as ratios in one run. It prints
- * the context (CPU model, detected ISA, the kernel chosen per slot at every ISA level, thread
- * counts, OPENBLAS_CORETYPE as found in the environment), measures memory read bandwidth (sum of
- * a large f32 array) and copy bandwidth (memcpy) on 1 and 2 threads, then times qs_quantize and
- * qs_dequantize of a size x size f32 matrix for every format of the public API at every ISA level
- * the machine has (one context per tier of the library's tier table, bench_tiers.h), reporting
- * ns/value, GB/s of f32 traffic and the ratio to read bandwidth (quantize) or copy bandwidth
- * (dequantize). Finally every entry of the kernel registry (src/core/kernels.inc) the CPU can run
- * is timed against its __ref kernel; an entry whose slot has no runner here is printed as an
- * error and makes the exit status 1, so no slot is skipped silently. Each figure is the median of
- * repeated runs after a warm-up. Registered with Meson's benchmark(); `--check` (one call of every
+ * qsparse-bench: throughput of libqsparse measured as ratios in one run. It prints the context
+ * (CPU model, detected ISA, the kernel chosen per slot at every ISA level, thread counts,
+ * OPENBLAS_CORETYPE as found in the environment), then times qs_quantize and qs_dequantize of a
+ * size x size f32 matrix for every format of the public API at every ISA level the machine has
+ * (one context per tier of the library's tier table, bench_tiers.h) with the quiet-machine
+ * protocol: threads pinned to CPUs, one thread timed by its own CPU clock (time the scheduler
+ * gives other processes is not counted), rounds that interleave a read pass (sum of the f32
+ * input) and a copy pass (memcpy of it) with quantize and dequantize on the same data, and the
+ * minimum of each pass over the rounds. It reports ns/value and the ratios quantize : read and
+ * dequantize : memcpy per format and ISA tier, and with --bnb PATH bitsandbytes' own CPU
+ * dequantize of NF4 / FP4 on the same planes. Finally every entry of the kernel registry
+ * (src/core/kernels.inc) the CPU can run is timed against its __ref kernel (minimum of repeats);
+ * an entry whose slot has no runner here is printed as an error and makes the exit status 1, so
+ * no slot is skipped silently. Registered with Meson's benchmark(); `--check` (one call of every
  * entry, no timing) runs as the test bench-coverage.
  */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
+#include <dlfcn.h>
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +33,6 @@
 #include "core/kernels.h"
 #include "qsparse.h"
 
-#define MAX_REPS 15
 #define MAX_LEVELS 8
 #define MAX_THREADS 4        /* entries of --threads */
 #define MAX_THREAD_COUNT 64  /* largest value of one entry */
@@ -42,6 +47,7 @@ typedef struct {
     int reps;
     double budget; /* seconds per measurement after which repeats stop (at least 3 run) */
     int wall;      /* 1: wall clock for single-thread work too */
+    const char *bnb; /* path of bitsandbytes' libbitsandbytes_cpu.so, NULL: not measured */
 } options;
 
 typedef bench_tier level;
@@ -58,20 +64,14 @@ static double now_s(void)
     return clock_s(CLOCK_MONOTONIC);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* One warm-up call, then repeats until `reps` or the time budget (never fewer than 3); median.
+/* One warm-up call, then repeats until `reps` or the time budget (never fewer than 3); minimum.
  * Work on one thread is timed with this thread's CPU clock, which leaves out the time other
  * processes of a shared machine take from it (a wall-clock call longer than a scheduler slice
  * would count their share too); work on several threads can only be timed by the wall clock. */
-static double time_median(void (*fn)(void *), void *arg, int threads, const options *o)
+static double time_min(void (*fn)(void *), void *arg, int threads, const options *o)
 {
     clockid_t id = threads == 1 && !o->wall ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
-    double t[MAX_REPS], start;
+    double best = -1.0, start;
     int k = 0;
 
     fn(arg);
@@ -79,12 +79,12 @@ static double time_median(void (*fn)(void *), void *arg, int threads, const opti
     while (k < o->reps) {
         double t0 = clock_s(id);
         fn(arg);
-        t[k++] = clock_s(id) - t0;
-        if (k >= 3 && now_s() - start > o->budget)
+        double t = clock_s(id) - t0;
+        best = best < 0 || t < best ? t : best;
+        if (++k >= 3 && now_s() - start > o->budget)
             break;
     }
-    qsort(t, (size_t)k, sizeof t[0], cmp_double);
-    return k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+    return best;
 }
 
 static void *xalloc(size_t bytes)
@@ -116,6 +116,23 @@ static void fill_weights(float *x, int64_t n, uint64_t seed)
         if ((r & 0xFFF) == 0)
             x[i] *= 8.0f;
     }
+}
+
+/* The CPUs this process may run on (pin_init), in order. */
+static int cpu_allowed[MAX_THREAD_COUNT], cpu_allowed_n;
+
+/* The first line of /proc/loadavg: how loaded the machine was when the run started. */
+static const char *loadavg(void)
+{
+    static char line[128] = "unknown";
+    FILE *f = fopen("/proc/loadavg", "r");
+
+    if (f) {
+        if (fgets(line, sizeof line, f))
+            line[strcspn(line, "\n")] = 0;
+        fclose(f);
+    }
+    return line;
 }
 
 /* ---- context --------------------------------------------------------------------------- */
@@ -181,11 +198,16 @@ static void print_context(const level *lv, int nlv, const options *o)
     printf("\nmatrix             : %lld x %lld f32 (%.1f MiB); kernel calls: %lld elements\n",
            (long long)o->size, (long long)o->size,
            (double)o->size * (double)o->size * 4.0 / 1048576.0, (long long)o->kernel_n);
-    printf("repeats            : median of up to %d after one warm-up (%.1f s budget each)\n",
+    printf("repeats            : minimum of up to %d rounds after one warm-up (%.1f s budget each)\n",
            o->reps, o->budget);
-    printf("clock              : %s\n\n",
+    printf("clock              : %s\n",
            o->wall ? "wall clock for everything"
                    : "1 thread: the thread's CPU time; more threads: wall clock");
+    printf("pinned to CPUs     :");
+    for (int c = 0; c < cpu_allowed_n; c++)
+        printf(" %d", cpu_allowed[c]);
+    printf(" (thread t of a team on the t-th)\n");
+    printf("load average       : %s\n\n", loadavg());
 
     /* Kernel chosen per slot at every level. */
     qs_ctx *ctx[MAX_LEVELS];
@@ -278,6 +300,73 @@ static void bw_copy(void *arg)
 
 /* ---- public API ---------------------------------------------------------------------------- */
 
+/* Pin the calling thread (threads == 1) or each thread of an OpenMP team of `threads` to its own
+ * CPU of the process's allowed set, so that the scheduler cannot migrate a measurement between
+ * cores halfway. The team's threads are the pool the library's parallel loops reuse. Nothing
+ * happens where the allowed set is smaller than the team. */
+static void pin_init(void)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE && cpu_allowed_n < MAX_THREAD_COUNT; c++)
+            if (CPU_ISSET(c, &set))
+                cpu_allowed[cpu_allowed_n++] = c;
+#endif
+}
+
+static void pin_self(int slot)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu_allowed[slot], &set);
+    (void)sched_setaffinity(0, sizeof set, &set);
+#else
+    (void)slot;
+#endif
+}
+
+static void pin_threads(int threads)
+{
+    if (threads > cpu_allowed_n)
+        return;
+#ifdef _OPENMP
+    omp_set_num_threads(threads); /* the team size bitsandbytes' kernel (--bnb) uses */
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        pin_self(omp_get_thread_num());
+    }
+#endif
+    pin_self(0);
+}
+
+/* bitsandbytes' CPU dequantize of NF4 / FP4 to f32 (its C symbols, loaded with --bnb), called
+ * exactly as bitsandbytes.functional.dequantize_4bit calls it on CPU tensors: (A, absmax, out,
+ * blocksize, m, n) over an m x n matrix. Same packing as libqsparse (element 2j in the high nibble,
+ * f32 absmax per block), so both read the same planes. */
+typedef void bnb_deq_fn(const uint8_t *a, const float *absmax, float *out, long long blocksize,
+                        long long m, long long n);
+static bnb_deq_fn *bnb_nf4, *bnb_fp4;
+
+static int bnb_load(const char *path)
+{
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "qsparse-bench: --bnb %s: %s\n", path, dlerror());
+        return -1;
+    }
+    *(void **)&bnb_nf4 = dlsym(h, "cdequantize_blockwise_cpu_nf4_fp32");
+    *(void **)&bnb_fp4 = dlsym(h, "cdequantize_blockwise_cpu_fp4_fp32");
+    if (!bnb_nf4 || !bnb_fp4) {
+        fprintf(stderr, "qsparse-bench: --bnb %s: no cdequantize_blockwise_cpu_{nf4,fp4}_fp32\n",
+                path);
+        return -1;
+    }
+    return 0;
+}
+
 typedef struct {
     qs_ctx *ctx;
     qs_quant_params p;
@@ -286,6 +375,7 @@ typedef struct {
     int64_t rows, cols;
     qs_qtensor q;
     qs_status st;
+    bnb_deq_fn *bnb;
 } api_job;
 
 static void api_quant(void *arg)
@@ -299,6 +389,12 @@ static void api_dequant(void *arg)
     api_job *j = arg;
     j->st = qs_dequantize(j->ctx, &j->p, &j->q, j->rows, j->cols, j->dst, QS_DTYPE_F32,
                           j->rows * j->cols * 4);
+}
+
+static void api_bnb(void *arg)
+{
+    api_job *j = arg;
+    j->bnb(j->q.data, j->q.scale, j->dst, j->p.block_size, j->rows, j->cols);
 }
 
 static int alloc_planes(api_job *j)
@@ -329,112 +425,186 @@ static void free_planes(api_job *j)
     free(j->q.nested_scale);
 }
 
-/* Read and copy bandwidth in GB/s over n floats of x (and y) on `threads` threads. */
-static void measure_bw(const float *x, float *y, int64_t n, int threads, const options *o,
-                       double *read_bw, double *copy_bw)
+/* One timed call of fn on the protocol's clock. */
+static double time_once(void (*fn)(void *), void *arg, int threads, const options *o)
 {
-    bw_job j = {x, y, n, threads, 0.0f};
-
-    *read_bw = (double)n * 4.0 / time_median(bw_read, &j, threads, o) / 1e9;
-    *copy_bw = (double)n * 4.0 / time_median(bw_copy, &j, threads, o) / 1e9;
+    clockid_t id = threads == 1 && !o->wall ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+    double t0 = clock_s(id);
+    fn(arg);
+    return clock_s(id) - t0;
 }
 
-/* ns per value of [format][op][level][thread index]; < 0 when not measured. Bandwidth measured
- * right before each format, so that a shared machine's changing load hits both sides of a ratio
- * alike: [format][thread index]. */
-static double api_ns[10][2][MAX_LEVELS][MAX_THREADS];
-static double api_read_bw[10][MAX_THREADS], api_copy_bw[10][MAX_THREADS];
+/* The passes of one protocol round, in the order they run. */
+enum { P_READ, P_COPY, P_QUANT, P_DEQ, P_BNB, P_COUNT };
+
+/* Minimum seconds of [format][level][thread index][pass]; < 0 when not measured. */
+#define NFORMATS 11
+static double api_s[NFORMATS][MAX_LEVELS][MAX_THREADS][P_COUNT];
+
+/* The protocol, for one format, level and thread count: pin, one warm-up of every pass, then
+ * rounds of read, copy, quantize, dequantize and bitsandbytes' dequantize (in turns: ours first
+ * in even rounds, theirs in odd ones) on the same data, one after the other, so that whatever load the machine has hits every pass of a round alike; each
+ * pass keeps its minimum over the rounds (the run least disturbed). The ratios compare minima. */
+static void protocol(api_job *j, int threads, const options *o, double *best)
+{
+    bw_job bw = {j->src, j->dst, j->rows * j->cols, threads, 0.0f};
+    void (*fn[P_COUNT])(void *) = {bw_read, bw_copy, api_quant, api_dequant, api_bnb};
+    void *arg[P_COUNT] = {&bw, &bw, j, j, j};
+    double start;
+
+    pin_threads(threads);
+    for (int p = 0; p < P_COUNT; p++) {
+        best[p] = -1.0;
+        if (p != P_BNB || j->bnb)
+            fn[p](arg[p]);
+    }
+    start = now_s();
+    for (int r = 0; r < o->reps; r++) {
+        for (int q = 0; q < P_COUNT; q++) {
+            /* odd rounds run bitsandbytes' dequantize before ours: whichever runs second finds
+             * dst in the cache when it fits there, so each gets that turn */
+            int p = r % 2 && q >= P_DEQ ? P_DEQ + P_BNB - q : q;
+            if (p == P_BNB && !j->bnb)
+                continue;
+            double t = time_once(fn[p], arg[p], threads, o);
+            if (best[p] < 0 || t < best[p])
+                best[p] = t;
+        }
+        if (r >= 2 && now_s() - start > o->budget)
+            break;
+    }
+}
 
 static void bench_api(const level *lv, int nlv, const options *o, const float *src, float *dst)
 {
-    static const int32_t formats[] = {QS_FORMAT_NF4,      QS_FORMAT_FP4,      QS_FORMAT_INT8,
-                                      QS_FORMAT_LLM_INT8, QS_FORMAT_FP8_E4M3, QS_FORMAT_FP8_E5M2,
-                                      QS_FORMAT_MXFP4,    QS_FORMAT_MXFP8,    QS_FORMAT_NVFP4};
-    const int nf = (int)(sizeof formats / sizeof formats[0]);
+    /* FP8 E4M3 and NVFP4 twice: with the scale from the data (two passes: the tensor amax, then
+     * the codes) and with the same scale given (one pass) */
+    static const int32_t formats[NFORMATS] = {
+        QS_FORMAT_NF4,      QS_FORMAT_FP4,      QS_FORMAT_INT8,     QS_FORMAT_LLM_INT8,
+        QS_FORMAT_FP8_E4M3, QS_FORMAT_FP8_E4M3, QS_FORMAT_FP8_E5M2, QS_FORMAT_MXFP4,
+        QS_FORMAT_MXFP8,    QS_FORMAT_NVFP4,    QS_FORMAT_NVFP4};
+    static const int given[NFORMATS] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+    char names[NFORMATS][32];
+    float amax = 0.0f;
     const double values = (double)o->size * (double)o->size;
+    int t1 = -1; /* index of the 1-thread entry of --threads */
 
-    printf("== public API: qs_quantize / qs_dequantize, %lld x %lld f32 ==\n", (long long)o->size,
-           (long long)o->size);
-    printf("GB/s counts f32 bytes (read by quantize, written by dequantize); %%bw is that rate\n"
-           "over the read bandwidth (quantize) or the copy bandwidth (dequantize) at the same\n"
-           "thread count, both re-measured just before each format.\n");
-    printf("%-10s %-6s %-7s %3s %9s %8s %6s\n", "format", "op", "isa", "thr", "ns/value", "GB/s",
-           "%bw");
-    for (int f = 0; f < nf; f++)
-        for (int op = 0; op < 2; op++)
-            for (int l = 0; l < MAX_LEVELS; l++)
-                for (int t = 0; t < MAX_THREADS; t++)
-                    api_ns[f][op][l][t] = -1.0;
-    for (int f = 0; f < nf; f++) {
-        const char *fname = qs_format_name(formats[f]);
+    for (int t = 0; t < o->nthreads; t++)
+        if (o->threads[t] == 1 && t1 < 0)
+            t1 = t;
+    printf("== public API: qs_quantize / qs_dequantize, %lld x %lld f32 (%.1f MiB) ==\n",
+           (long long)o->size, (long long)o->size, values * 4.0 / 1048576.0);
+    printf("Protocol: pinned threads; per format, ISA tier and thread count, rounds of read (sum),\n"
+           "copy (memcpy), quantize, dequantize%s on the same data, one after the other;\n"
+           "each pass keeps its minimum over the rounds. q/read = read time / quantize time (1.0:\n"
+           "quantize at read bandwidth), d/copy = copy time / dequantize time (the f32 output is\n"
+           "what both write)%s. 2T/1T: the speedup of 2 threads over 1. fp8_e4m3/s, nvfp4/s:\n"
+           "the same formats with the scale given (quantize reads the input once).\n",
+           bnb_nf4 ? ", bitsandbytes' dequantize" : "",
+           bnb_nf4 ? ", d/bnb = bitsandbytes' time / ours (NF4, FP4)" : "");
+    printf("%-10s %-7s %3s %9s %9s %7s %9s %7s %7s\n", "format", "isa", "thr", "quant ns", "q/read",
+           "deq ns", "d/copy", "d/bnb", "read GB/s");
+    for (int f = 0; f < NFORMATS; f++)
+        for (int l = 0; l < MAX_LEVELS; l++)
+            for (int t = 0; t < MAX_THREADS; t++)
+                for (int p = 0; p < P_COUNT; p++)
+                    api_s[f][l][t][p] = -1.0;
+    for (int64_t i = 0; i < o->size * o->size; i++)
+        amax = fabsf(src[i]) > amax ? fabsf(src[i]) : amax;
+    for (int f = 0; f < NFORMATS; f++)
+        snprintf(names[f], sizeof names[f], "%s%s", qs_format_name(formats[f]),
+                 given[f] ? "/s" : "");
+    for (int f = 0; f < NFORMATS; f++) {
+        const char *fname = names[f];
         if (o->kernel && !strstr(fname, o->kernel))
             continue;
         api_job j;
         memset(&j, 0, sizeof j);
         qs_quant_params_init(&j.p, formats[f]);
+        if (given[f]) /* the scale the data gives, passed in: quantize reads the input once */
+            j.p.scale = amax / (formats[f] == QS_FORMAT_NVFP4 ? 2688.0f : 448.0f);
         j.src = src;
         j.dst = dst;
         j.rows = o->size;
         j.cols = o->size;
+        j.bnb = formats[f] == QS_FORMAT_NF4 ? bnb_nf4 : formats[f] == QS_FORMAT_FP4 ? bnb_fp4 : NULL;
         if (alloc_planes(&j) != 0) {
             printf("%-10s (qs_quant_size failed)\n", fname);
             continue;
         }
-        printf("%-10s bandwidth now:", fname);
-        for (int t = 0; t < o->nthreads; t++) {
-            measure_bw(src, dst, o->size * o->size, o->threads[t], o, &api_read_bw[f][t],
-                       &api_copy_bw[f][t]);
-            printf("  %dT read %.2f copy %.2f GB/s", o->threads[t], api_read_bw[f][t],
-                   api_copy_bw[f][t]);
-        }
-        printf("\n");
         for (int l = 0; l < nlv; l++) {
             for (int t = 0; t < o->nthreads; t++) {
+                double *b = api_s[f][l][t];
                 j.ctx = make_ctx(lv[l].mask, o->threads[t]);
-                for (int op = 0; op < 2; op++) {
-                    /* dequantize reads the planes the quantize of this context just wrote */
-                    double s = time_median(op == 0 ? api_quant : api_dequant, &j, o->threads[t], o);
-                    double ns = s * 1e9 / values, gbs = values * 4.0 / s / 1e9;
-                    double bw = op == 0 ? api_read_bw[f][t] : api_copy_bw[f][t];
-                    if (j.st != QS_OK) {
-                        printf("%-10s %-6s %-7s %3d  failed: %s\n", fname,
-                               op ? "deq" : "quant", lv[l].name, o->threads[t],
-                               qs_status_str(j.st));
-                        continue;
-                    }
-                    api_ns[f][op][l][t] = ns;
-                    printf("%-10s %-6s %-7s %3d %9.3f %8.2f %5.1f%%\n", fname,
-                           op ? "deq" : "quant", lv[l].name, o->threads[t], ns, gbs,
-                           100.0 * gbs / bw);
-                    fflush(stdout);
-                }
+                protocol(&j, o->threads[t], o, b);
                 qs_ctx_destroy(j.ctx);
+                if (j.st != QS_OK) {
+                    printf("%-10s %-7s %3d  failed: %s\n", fname, lv[l].name, o->threads[t],
+                           qs_status_str(j.st));
+                    b[P_QUANT] = b[P_DEQ] = -1.0;
+                    continue;
+                }
+                printf("%-10s %-7s %3d %9.3f %9.2f %7.3f %9.2f", fname, lv[l].name, o->threads[t],
+                       b[P_QUANT] * 1e9 / values, b[P_READ] / b[P_QUANT],
+                       b[P_DEQ] * 1e9 / values, b[P_COPY] / b[P_DEQ]);
+                if (b[P_BNB] > 0)
+                    printf(" %7.2f", b[P_BNB] / b[P_DEQ]);
+                else
+                    printf(" %7s", "-");
+                printf(" %7.2f\n", values * 4.0 / b[P_READ] / 1e9);
+                fflush(stdout);
             }
         }
         free_planes(&j);
     }
 
-    /* The summary: one line per format and op, levels side by side. */
-    printf("\n== summary: ns/value per ISA level and thread count; %%bw of the best level ==\n");
-    printf("%-10s %-6s", "format", "op");
+    /* The summary: per format, the ratios of every level side by side (1 thread), then the
+     * 2-thread speedup of the best level, as a Markdown table (the README's). */
+    printf("\n== summary (Markdown): 1 thread, ratios of minima in the same rounds ==\n");
+    printf("| format | op |");
     for (int l = 0; l < nlv; l++)
-        for (int t = 0; t < o->nthreads; t++)
-            printf(" %7s/%dT", lv[l].name, o->threads[t]);
+        printf(" %s ns/value |", lv[l].name);
+    printf(" ratio (%s) |", lv[nlv - 1].name);
+    if (bnb_nf4)
+        printf(" vs bitsandbytes (%s) |", lv[nlv - 1].name);
     for (int t = 0; t < o->nthreads; t++)
-        printf("  %%bw/%dT", o->threads[t]);
+        if (o->threads[t] != 1)
+            printf(" %dT / 1T (%s) |", o->threads[t], lv[nlv - 1].name);
+    printf("\n|---|---|");
+    for (int l = 0; l < nlv; l++)
+        printf("---|");
+    printf("---|%s", bnb_nf4 ? "---|" : "");
+    for (int t = 0; t < o->nthreads; t++)
+        if (o->threads[t] != 1)
+            printf("---|");
     printf("\n");
-    for (int f = 0; f < nf; f++) {
+    if (t1 < 0)
+        return;
+    for (int f = 0; f < NFORMATS; f++) {
         for (int op = 0; op < 2; op++) {
-            if (api_ns[f][op][0][0] < 0 && api_ns[f][op][nlv - 1][0] < 0)
+            const int pass = op ? P_DEQ : P_QUANT, base = op ? P_COPY : P_READ;
+            const double *best = api_s[f][nlv - 1][t1];
+            if (best[pass] < 0)
                 continue;
-            printf("%-10s %-6s", qs_format_name(formats[f]), op ? "deq" : "quant");
-            for (int l = 0; l < nlv; l++)
-                for (int t = 0; t < o->nthreads; t++)
-                    printf(" %10.3f", api_ns[f][op][l][t]);
+            printf("| %s | %s |", names[f], op ? "dequantize" : "quantize");
+            for (int l = 0; l < nlv; l++) {
+                double s = api_s[f][l][t1][pass];
+                if (s > 0)
+                    printf(" %.3f |", s * 1e9 / values);
+                else
+                    printf(" - |");
+            }
+            printf(" %.2f x %s |", best[base] / best[pass], op ? "memcpy" : "read");
+            if (bnb_nf4) {
+                if (op && best[P_BNB] > 0)
+                    printf(" %.2f x |", best[P_BNB] / best[pass]);
+                else
+                    printf(" - |");
+            }
             for (int t = 0; t < o->nthreads; t++) {
-                double ns = api_ns[f][op][nlv - 1][t];
-                double bw = op == 0 ? api_read_bw[f][t] : api_copy_bw[f][t];
-                printf(" %6.1f%%", ns > 0 ? 100.0 * (4.0 / ns) / bw : 0.0);
+                double s = api_s[f][nlv - 1][t][pass];
+                if (o->threads[t] != 1)
+                    printf(s > 0 ? " %.2f x |" : " - |", best[pass] / s);
             }
             printf("\n");
         }
@@ -697,10 +867,10 @@ static int bench_kernels(const options *o, int check)
                 if (e[r].slot == e[i].slot && e[r].isa == 0) {
                     k_job jr = j;
                     jr.fn = e[r].fn;
-                    ref_ns[e[i].slot] = time_median(kernel_call, &jr, 1, o) * 1e9 / (double)n;
+                    ref_ns[e[i].slot] = time_min(kernel_call, &jr, 1, o) * 1e9 / (double)n;
                 }
         }
-        double ns = time_median(kernel_call, &j, 1, o) * 1e9 / (double)n;
+        double ns = time_min(kernel_call, &j, 1, o) * 1e9 / (double)n;
         if (e[i].isa == 0)
             ref_ns[e[i].slot] = ns;
         printf("%-36s %-12s %9.3f %8.2f", e[i].name, tier, ns, 4.0 / ns);
@@ -730,12 +900,17 @@ static int bench_kernels(const options *o, int check)
 static void usage(void)
 {
     printf("usage: qsparse-bench [--kernel SUBSTR] [--isa LIST] [--size N] [--threads LIST]\n"
-           "                     [--quick] [--wall] [--no-api] [--no-kernels] [--check]\n"
+           "                     [--reps N] [--bnb PATH] [--quick] [--wall] [--no-api]\n"
+           "                     [--no-kernels] [--check]\n"
            "  --kernel SUBSTR  only formats / kernel names containing SUBSTR (e.g. nvfp4)\n"
            "  --isa LIST       ISA tiers, comma-separated names of the library's tier table\n"
            "                   (scalar,avx2,avx512,neon,...); a tier this CPU lacks is listed\n"
            "  --size N         matrix N x N for the public API and bandwidth (default 4096)\n"
            "  --threads LIST   thread counts, comma-separated, at most %d (default 1,2)\n"
+           "  --reps N         rounds of the protocol (default 9; it stops after 3 once the\n"
+           "                   rounds have taken 2 s)\n"
+           "  --bnb PATH       also time bitsandbytes' CPU dequantize of NF4 / FP4 from its\n"
+           "                   libbitsandbytes_cpu.so (the file in the PyPI package)\n"
            "  --quick          smaller sizes, fewer repeats (a smoke run)\n"
            "  --wall           time single-thread work by the wall clock too (default: the\n"
            "                   thread's CPU clock, robust on shared machines)\n"
@@ -746,7 +921,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 7, 1.0, 0};
+    options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 9, 2.0, 0, NULL};
     int quick = 0, size_set = 0, do_api = 1, do_kernels = 1, check = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -763,6 +938,12 @@ int main(int argc, char **argv)
             do_kernels = 0;
         } else if (strcmp(a, "--kernel") == 0 && v) {
             o.kernel = v;
+            i++;
+        } else if (strcmp(a, "--bnb") == 0 && v) {
+            o.bnb = v;
+            i++;
+        } else if (strcmp(a, "--reps") == 0 && v) {
+            o.reps = atoi(v);
             i++;
         } else if (strcmp(a, "--isa") == 0 && v) {
             o.isa = v;
@@ -795,13 +976,16 @@ int main(int argc, char **argv)
         o.reps = 3;
         o.budget = 0.2;
     }
-    if (o.size < 32 || o.nthreads == 0) {
+    if (o.size < 32 || o.nthreads == 0 || o.reps < 1) {
         usage();
         return 2;
     }
 
     if (check)
         return bench_kernels(&o, 1) ? 1 : 0;
+    pin_init();
+    if (o.bnb && bnb_load(o.bnb) != 0)
+        return 2;
 
     level lv[MAX_LEVELS];
     int nlv = bench_tiers(lv, MAX_LEVELS, o.isa);
@@ -813,17 +997,9 @@ int main(int argc, char **argv)
 
     const int64_t values = o.size * o.size;
     float *src = xalloc((size_t)values * 4), *dst = xalloc((size_t)values * 4);
-    double read_bw[MAX_THREADS], copy_bw[MAX_THREADS];
 
     fill_weights(src, values, 1);
     memset(dst, 0, (size_t)values * 4);
-    printf("== memory bandwidth, %.1f MiB f32 array ==\n", (double)values * 4.0 / 1048576.0);
-    for (int t = 0; t < o.nthreads; t++) {
-        measure_bw(src, dst, values, o.threads[t], &o, &read_bw[t], &copy_bw[t]);
-        printf("threads %d: read (sum) %7.2f GB/s   copy (memcpy, bytes copied) %7.2f GB/s\n",
-               o.threads[t], read_bw[t], copy_bw[t]);
-    }
-    printf("\n");
     if (do_api)
         bench_api(lv, nlv, &o, src, dst);
     free(src);

@@ -52,7 +52,7 @@ void qs_mxfp4_dequant__neon(const uint8_t *src, const uint8_t *scales, int64_t n
 
     for (int64_t b = 0; b * 32 < n; b++) {
         int64_t i = b * 32, end = n - i < 32 ? n : i + 32;
-        float sc = qs_ref_e8m0_decode(scales[b]);
+        float sc = qs_e8m0_decode_inline(scales[b]);
         float32x4_t vs = vdupq_n_f32(sc), f[4];
 
         for (; i + 16 <= end; i += 16) {

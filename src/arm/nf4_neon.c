@@ -73,11 +73,18 @@ void qs_nf4_dequant__neon(const uint8_t *src, const float *absmax, int64_t n, in
         int64_t end = n - start < block ? n : start + block;
         float s = qs_ld_f32(absmax + b);
         float32x4_t vs = vdupq_n_f32(s), f[4];
+        const int finite = (qs_f32_bits(s) & 0x7F800000u) != 0x7F800000u;
 
         for (; i + 16 <= end; i += 16) { /* block is even, so i is even: byte aligned */
             lut16_lookup_neon(&lut, unpack_hi_first_neon(vld1_u8(src + i / 2)), f);
-            for (int k = 0; k < 4; k++)
-                vst1q_f32(dst + i + 4 * k, nan_canon_neon(vmulq_f32(f[k], vs)));
+            /* a finite codebook value times a finite absmax is never NaN: the NaN rule's
+             * compare and select only for a non-finite absmax */
+            if (finite)
+                for (int k = 0; k < 4; k++)
+                    vst1q_f32(dst + i + 4 * k, vmulq_f32(f[k], vs));
+            else
+                for (int k = 0; k < 4; k++)
+                    vst1q_f32(dst + i + 4 * k, nan_canon_neon(vmulq_f32(f[k], vs)));
         }
         for (; i < end; i++) {
             uint8_t code = (i & 1) ? (src[i / 2] & 0xF) : (src[i / 2] >> 4);

@@ -108,7 +108,7 @@ void qs_nvfp4_dequant__neon(const uint8_t *src, const uint8_t *scales, int64_t n
     for (int64_t b = 0; b * 16 < n; b++) {
         int64_t i = b * 16, end = n - i < 16 ? n : i + 16;
         /* UE4M3: readers ignore the sign bit (§14) */
-        float den = qs_ref_e4m3_decode(scales[b] & 0x7F) * s_global;
+        float den = qs_ue4m3_values[scales[b] & 0x7F] * s_global;
 
         if (end - i == 16) {
             float32x4_t f[4];

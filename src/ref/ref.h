@@ -77,6 +77,9 @@ extern const float qs_fp4_thresholds[7];     /* §4, t_1 ... t_7 (CUDA literals)
 extern const uint8_t qs_fp4_rank_code[8];    /* §4: R[r] */
 extern const float qs_dyn8_map[256];         /* §6.3 */
 extern const float qs_e2m1_values[16];       /* §11 */
+/* qs_ref_e4m3_decode(c) for c = 0 ... 127 (the unsigned E4M3 of NVFP4 block scales, §14): a
+ * table, so that a kernel decodes one scale per block with one load. */
+extern const float qs_ue4m3_values[128];
 
 /* Plain dtype conversions of one element (§0 rule 4). */
 float qs_ref_f16_to_f32(uint16_t h);
@@ -94,6 +97,14 @@ uint8_t qs_ref_e2m1_encode(float x);  /* §11, NaN -> 0x0 */
 float qs_ref_e4m3_decode(uint8_t c);
 float qs_ref_e5m2_decode(uint8_t c);
 float qs_ref_e8m0_decode(uint8_t e);  /* §12: 2^(e-127); NaN for 0xFF */
+
+/* qs_ref_e8m0_decode, inline, so that SIMD block loops decode a scale byte without a call: the
+ * same bits for every byte (tests/test_spec_tables.c checks all 256). */
+static inline float qs_e8m0_decode_inline(uint8_t e)
+{
+    uint32_t b = e == 0 ? 0x00400000u : e == 0xFF ? QS_NAN_F32_BITS : (uint32_t)e << 23;
+    return qs_f32_from_bits(b);
+}
 
 /* Max and min with every NaN ignored, signaling ones included, and -0 < +0 (reduce_ref.c).
  * fmaxf/fminf do not do this: glibc returns NaN for a signaling NaN operand and leaves the sign of

@@ -110,38 +110,63 @@ static inline void bnb4_block_avx2(const float *v, int64_t len, float absmax, ui
     }
 }
 
+/* Eight codebook values times vs from the 4-byte word w of eight codes; canon: the NaN rule's
+ * compare and blend, which only a non-finite absmax needs (a finite codebook value times a finite
+ * absmax is never NaN). The indices are not masked to 4 bits: the permute reads bits 0..2 and the
+ * blend bit 31, where the shift left by 28 puts bit 3; the bits above do not matter. */
+static inline __m256 bnb4_dequant8_avx2(uint32_t w, __m256 lo, __m256 hi, __m256 vs, int canon)
+{
+    /* byte j of a 4-byte word holds element 2j in bits 4..7 and element 2j+1 in bits 0..3 */
+    const __m256i shift = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
+    __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int32_t)w), shift);
+    /* bit 3 of the code picks the upper half of the codebook */
+    __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
+                                _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    v = _mm256_mul_ps(v, vs); /* §5.3 */
+    return canon ? nan_canon_avx2(v) : v;
+}
+
+/* One block's whole words of codes (len rounded down to 8), then its scalar tail. */
+static inline void bnb4_dequant_block_avx2(const uint8_t *s, float scale, int64_t len,
+                                           const float *codebook, __m256 lo, __m256 hi, float *d,
+                                           int canon)
+{
+    const __m256 vs = _mm256_set1_ps(scale);
+    int64_t i = 0;
+
+    for (; i + 16 <= len; i += 16) {
+        uint32_t w0, w1;
+        memcpy(&w0, s + i / 2, sizeof w0);
+        memcpy(&w1, s + i / 2 + 4, sizeof w1);
+        _mm256_storeu_ps(d + i, bnb4_dequant8_avx2(w0, lo, hi, vs, canon));
+        _mm256_storeu_ps(d + i + 8, bnb4_dequant8_avx2(w1, lo, hi, vs, canon));
+    }
+    for (; i + 8 <= len; i += 8) {
+        uint32_t w;
+        memcpy(&w, s + i / 2, sizeof w);
+        _mm256_storeu_ps(d + i, bnb4_dequant8_avx2(w, lo, hi, vs, canon));
+    }
+    for (; i < len; i++) {
+        uint8_t code = (i & 1) ? (s[i / 2] & 0xF) : (s[i / 2] >> 4);
+        qs_st_f32(d + i, qs_ref_nan_canon(codebook[code] * scale));
+    }
+}
+
 /* NF4/FP4 dequantize with a 16-entry codebook: value = codebook[code] * absmax (§5.3). */
 static inline void bnb4_dequant_avx2(const uint8_t *src, const float *absmax, int64_t n,
                                      int32_t block, const float *codebook, float *dst)
 {
     const __m256 lo = _mm256_loadu_ps(codebook), hi = _mm256_loadu_ps(codebook + 8);
-    /* byte j of a 4-byte word holds element 2j in bits 4..7 and element 2j+1 in bits 0..3 */
-    const __m256i shift = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
 
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block;
         int64_t len = n - start < block ? n - start : block;
-        const uint8_t *s = src + start / 2;
-        float *d = dst + start;
         const float scale = qs_ld_f32(absmax + b);
-        const __m256 vs = _mm256_set1_ps(scale);
-        int64_t i = 0;
 
-        for (; i + 8 <= len; i += 8) {
-            uint32_t w;
-            memcpy(&w, s + i / 2, sizeof w);
-            __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int32_t)w), shift);
-            idx = _mm256_and_si256(idx, _mm256_set1_epi32(0xF));
-            /* bit 3 of the code picks the upper half of the codebook */
-            __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx),
-                                        _mm256_permutevar8x32_ps(hi, idx),
-                                        _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-            _mm256_storeu_ps(d + i, nan_canon_avx2(_mm256_mul_ps(v, vs))); /* §5.3 */
-        }
-        for (; i < len; i++) {
-            uint8_t code = (i & 1) ? (s[i / 2] & 0xF) : (s[i / 2] >> 4);
-            qs_st_f32(d + i, qs_ref_nan_canon(codebook[code] * scale));
-        }
+        if ((qs_f32_bits(scale) & 0x7F800000u) != 0x7F800000u) /* finite */
+            bnb4_dequant_block_avx2(src + start / 2, scale, len, codebook, lo, hi, dst + start, 0);
+        else
+            bnb4_dequant_block_avx2(src + start / 2, scale, len, codebook, lo, hi, dst + start, 1);
     }
 }
 

@@ -107,12 +107,39 @@ static inline void bnb4_block_avx512(const float *v, int64_t len, float absmax, 
     }
 }
 
-/* Codes of 8 packed bytes (16 elements, element 2j in the high nibble) in 32-bit lanes. */
+/* Codes of 8 packed bytes (16 elements, element 2j in the high nibble) in 32-bit lanes, bits 0..3;
+ * the bits above are not cleared: the codebook permute reads only bits 0..3 of an index. */
 static inline __m512i bnb4_nibbles_unpack_avx512(__m128i b)
 {
     const __m512i shift = _mm512_set4_epi32(0, 4, 0, 4); /* lanes 0, 1, 2, 3: 4, 0, 4, 0 */
-    __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
-    return _mm512_and_si512(_mm512_srlv_epi32(idx, shift), _mm512_set1_epi32(0xF));
+    return _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shift);
+}
+
+/* One block: codebook[code] * vs (§5.3); canon: the NaN rule's compare and blend, which only a
+ * non-finite absmax needs (a finite codebook value times a finite absmax is never NaN). */
+static inline void bnb4_dequant_block_avx512(const uint8_t *s, __m512 vs, int64_t len,
+                                             __m512 book, float *d, int canon)
+{
+    int64_t i = 0;
+
+    for (; i + 32 <= len; i += 32) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)(s + i / 2));
+        __m512 v0 = _mm512_mul_ps(
+            _mm512_permutexvar_ps(bnb4_nibbles_unpack_avx512(bytes), book), vs);
+        __m512 v1 = _mm512_mul_ps(
+            _mm512_permutexvar_ps(bnb4_nibbles_unpack_avx512(_mm_unpackhi_epi64(bytes, bytes)),
+                                  book),
+            vs);
+        _mm512_storeu_ps(d + i, canon ? nan_canon_avx512(v0) : v0);
+        _mm512_storeu_ps(d + i + 16, canon ? nan_canon_avx512(v1) : v1);
+    }
+    for (; i < len; i += 16) {
+        int64_t left = len - i < 16 ? len - i : 16;
+        __mmask16 bm = (__mmask16)((1u << ((left + 1) / 2)) - 1u);
+        __m128i bytes = _mm_maskz_loadu_epi8(bm, s + i / 2);
+        __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(bnb4_nibbles_unpack_avx512(bytes), book), vs);
+        _mm512_mask_storeu_ps(d + i, tail_mask_avx512(left), canon ? nan_canon_avx512(v) : v);
+    }
 }
 
 /* NF4/FP4 dequantize with a 16-entry codebook: value = codebook[code] * absmax (§5.3). */
@@ -124,27 +151,13 @@ static inline void bnb4_dequant_avx512(const uint8_t *src, const float *absmax, 
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block;
         int64_t len = n - start < block ? n - start : block;
-        const uint8_t *s = src + start / 2;
-        float *d = dst + start;
-        const __m512 vs = _mm512_set1_ps(qs_ld_f32(absmax + b));
-        int64_t i = 0;
+        const float scale = qs_ld_f32(absmax + b);
+        const __m512 vs = _mm512_set1_ps(scale);
 
-        for (; i + 32 <= len; i += 32) {
-            __m128i bytes = _mm_loadu_si128((const __m128i *)(s + i / 2));
-            __m512 v0 = _mm512_permutexvar_ps(bnb4_nibbles_unpack_avx512(bytes), book);
-            __m512 v1 = _mm512_permutexvar_ps(
-                bnb4_nibbles_unpack_avx512(_mm_unpackhi_epi64(bytes, bytes)), book);
-            _mm512_storeu_ps(d + i, nan_canon_avx512(_mm512_mul_ps(v0, vs))); /* §5.3 */
-            _mm512_storeu_ps(d + i + 16, nan_canon_avx512(_mm512_mul_ps(v1, vs)));
-        }
-        for (; i < len; i += 16) {
-            int64_t left = len - i < 16 ? len - i : 16;
-            __mmask16 bm = (__mmask16)((1u << ((left + 1) / 2)) - 1u);
-            __m128i bytes = _mm_maskz_loadu_epi8(bm, s + i / 2);
-            __m512 v = _mm512_permutexvar_ps(bnb4_nibbles_unpack_avx512(bytes), book);
-            _mm512_mask_storeu_ps(d + i, tail_mask_avx512(left),
-                                  nan_canon_avx512(_mm512_mul_ps(v, vs)));
-        }
+        if ((qs_f32_bits(scale) & 0x7F800000u) != 0x7F800000u) /* finite */
+            bnb4_dequant_block_avx512(src + start / 2, vs, len, book, dst + start, 0);
+        else
+            bnb4_dequant_block_avx512(src + start / 2, vs, len, book, dst + start, 1);
     }
 }
 

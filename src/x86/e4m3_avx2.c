@@ -29,7 +29,25 @@ static inline void e4m3_dequant16_avx2(const uint8_t *src, __m256 vs, float *dst
     _mm256_storeu_ps(dst + 8, nan_canon_avx2(_mm256_mul_ps(e4m3_decode_avx2(c1), vs)));
 }
 
+/* 16 codes -> 16 floats through F16C, each times vs8 = 2^8 * scale (finite, or scale is not). */
+static inline void e4m3_dequant16_f16_avx2(const uint8_t *src, __m256 vs8, float *dst)
+{
+    __m256 v0, v1;
+
+    e4m3_decode16_f16_avx2(_mm_loadu_si128((const __m128i *)src), &v0, &v1);
+    _mm256_storeu_ps(dst, nan_canon_avx2(_mm256_mul_ps(v0, vs8)));
+    _mm256_storeu_ps(dst + 8, nan_canon_avx2(_mm256_mul_ps(v1, vs8)));
+}
+
 void qs_e4m3_dequant__avx2(const uint8_t *src, int64_t n, float scale, float *dst)
 {
-    fp8_dequant_avx2(src, n, scale, dst, e4m3_dequant16_avx2);
+    /* value(q) * scale = (value(q) * 2^-8) * (2^8 * scale) exactly, as one rounding of the same
+     * product, whenever 2^8 * scale is finite or scale is not (Inf and NaN stay what they were) */
+    const float s8 = scale * 256.0f;
+    const uint32_t fin = 0x7F800000u;
+
+    if ((qs_f32_bits(s8) & fin) == fin && (qs_f32_bits(scale) & fin) != fin)
+        fp8_dequant_avx2(src, n, scale, dst, e4m3_dequant16_avx2);
+    else
+        fp8_dequant_avx2(src, n, s8, dst, e4m3_dequant16_f16_avx2);
 }

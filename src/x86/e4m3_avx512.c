@@ -24,5 +24,27 @@ static inline __m512 e4m3_decode16_avx512(__m128i b)
 
 void qs_e4m3_dequant__avx512(const uint8_t *src, int64_t n, float scale, float *dst)
 {
-    fp8_dequant_avx512(src, n, scale, dst, e4m3_decode16_avx512);
+    /* value(q) * scale = (value(q) * 2^-8) * (2^8 * scale) exactly, as one rounding of the same
+     * product, whenever 2^8 * scale is finite or scale is not (Inf and NaN stay what they were) */
+    const float s8 = scale * 256.0f;
+    const uint32_t fin = 0x7F800000u;
+
+    if ((qs_f32_bits(s8) & fin) == fin && (qs_f32_bits(scale) & fin) != fin) {
+        fp8_dequant_avx512(src, n, scale, dst, e4m3_decode16_avx512);
+        return;
+    }
+    const __m512 vs = _mm512_set1_ps(s8);
+    int64_t i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = e4m3_decode16_f16_avx512(_mm_loadu_si128((const __m128i *)(src + i)));
+        __m512 v1 = e4m3_decode16_f16_avx512(_mm_loadu_si128((const __m128i *)(src + i + 16)));
+        _mm512_storeu_ps(dst + i, nan_canon_avx512(_mm512_mul_ps(v0, vs)));
+        _mm512_storeu_ps(dst + i + 16, nan_canon_avx512(_mm512_mul_ps(v1, vs)));
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = lane_mask_avx512(n - i);
+        __m512 v = e4m3_decode16_f16_avx512(_mm_maskz_loadu_epi8(k, src + i));
+        _mm512_mask_storeu_ps(dst + i, k, nan_canon_avx512(_mm512_mul_ps(v, vs)));
+    }
 }

@@ -99,6 +99,25 @@ static inline __m256 e4m3_decode_avx2(__m256i c)
     return _mm256_castsi256_ps(v);
 }
 
+/* value(q) * 2^-8 of 16 E4M3 codes (bytes) in two vectors, exactly, through the F16C conversion:
+ * the code's seven magnitude bits shifted left by 7 are an f16 with the same fields, whose exponent
+ * bias 15 instead of 7 makes every value (subnormals included) 2^-8 times the E4M3 one, and
+ * VCVTPH2PS converts it exactly. 0x7F / 0xFF give NaN. The caller multiplies by 2^8 * scale, which
+ * is exact whenever that is finite. */
+static inline void e4m3_decode16_f16_avx2(__m128i b, __m256 *v0, __m256 *v1)
+{
+    const __m256i w = _mm256_cvtepu8_epi16(b);
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
+                                _mm256_and_si256(_mm256_slli_epi16(w, 8),
+                                                 _mm256_set1_epi16((short)0x8000)));
+    /* magnitude 0x7F: 0x3F80 | 0x7E00 = 0x7F80, an f16 NaN */
+    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)),
+                                            _mm256_set1_epi16(0x7E00)));
+    *v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
 /* E2M1 values of 8 codes (0...15): two 8-entry lookups, chosen by bit 3 of the code. */
 static inline __m256 e2m1_decode_avx2(__m256i c)
 {
@@ -262,13 +281,70 @@ static inline void mx_block_avx2(const float *v, int32_t rounding, int32_t emax,
     encode32(x, mx_mul_avx2(s), dst);
 }
 
-/* The MX quantize driver over blocks of 32 (see mx_block_avx2). */
+/* Four full MX blocks (128 values) at once when all are finite: the four maxima in one
+ * transposing reduction (block 0 in lane 0, 1 in lane 4, 2 in lane 2, 3 in lane 6), the scale bytes
+ * and multipliers of the four in one vector, so that the blocks do not each wait on a horizontal
+ * maximum through a scalar. 0 (nothing written) when a block holds NaN or Inf. */
+static inline int mx_quad_avx2(const float *v, int32_t rounding, int32_t emax, uint32_t max_mant,
+                               int32_t per_byte, mx_encode32_avx2_fn encode32, uint8_t *dst,
+                               uint8_t *scales)
+{
+    const __m256i expo = _mm256_set1_epi32(0x7F800000);
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 x[16], m[4];
+    __m256i special = _mm256_setzero_si256();
+
+    for (int k = 0; k < 16; k++) {
+        x[k] = _mm256_loadu_ps(v + 8 * k);
+        special = _mm256_or_si256(
+            special, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(x[k]), expo), expo));
+    }
+    if (!_mm256_testz_si256(special, special))
+        return 0;
+    for (int b = 0; b < 4; b++) /* finite: no NaN reaches a max */
+        m[b] = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(x[4 * b], absm), _mm256_and_ps(x[4 * b + 1], absm)),
+            _mm256_max_ps(_mm256_and_ps(x[4 * b + 2], absm), _mm256_and_ps(x[4 * b + 3], absm)));
+    /* [m0 | m1] and [m2 | m3] folded to four lanes each, then pairs of lanes, then lanes */
+    __m256 t0 = _mm256_max_ps(_mm256_permute2f128_ps(m[0], m[1], 0x20),
+                              _mm256_permute2f128_ps(m[0], m[1], 0x31));
+    __m256 t1 = _mm256_max_ps(_mm256_permute2f128_ps(m[2], m[3], 0x20),
+                              _mm256_permute2f128_ps(m[2], m[3], 0x31));
+    __m256 u = _mm256_max_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xDD));
+    __m256i a = _mm256_castps_si256(_mm256_max_ps(u, _mm256_permute_ps(u, 0xB1)));
+    /* mx_scale_avx2 on every lane */
+    __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(a, 23), _mm256_set1_epi32(emax));
+    if (rounding != 0)
+        e = _mm256_sub_epi32(e, _mm256_cmpgt_epi32(_mm256_and_si256(a, _mm256_set1_epi32(0x7FFFFF)),
+                                                   _mm256_set1_epi32((int32_t)max_mant)));
+    e = _mm256_max_epi32(e, _mm256_setzero_si256());
+    /* 2^(127 - s): a normal f32 for every finite block */
+    __m256 mul =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+    static const int lane[4] = {0, 4, 2, 6};
+    for (int b = 0; b < 4; b++) {
+        const __m256i idx = _mm256_set1_epi32(lane[b]);
+        scales[b] = (uint8_t)_mm256_cvtsi256_si32(_mm256_permutevar8x32_epi32(e, idx));
+        encode32(x + 4 * b, _mm256_permutevar8x32_ps(mul, idx), dst + b * 32 / per_byte);
+    }
+    return 1;
+}
+
+/* The MX quantize driver over blocks of 32 (see mx_quad_avx2 and mx_block_avx2). */
 static inline void mx_quant_avx2(const float *src, int64_t n, int32_t rounding, int32_t emax,
                                  uint32_t max_mant, int32_t per_byte, mx_encode32_avx2_fn encode32,
                                  uint8_t *dst, uint8_t *scales)
 {
     int64_t b = 0;
 
+    for (; (b + 4) * 32 <= n; b += 4) {
+        if (mx_quad_avx2(src + b * 32, rounding, emax, max_mant, per_byte, encode32,
+                         dst + b * 32 / per_byte, scales + b))
+            continue;
+        for (int k = 0; k < 4; k++) /* a NaN/Inf block among the four (§13 step 1) */
+            mx_block_avx2(src + (b + k) * 32, rounding, emax, max_mant, per_byte, encode32,
+                          dst + (b + k) * 32 / per_byte, scales + b + k);
+    }
     for (; (b + 1) * 32 <= n; b++)
         mx_block_avx2(src + b * 32, rounding, emax, max_mant, per_byte, encode32,
                       dst + b * 32 / per_byte, scales + b);
@@ -289,14 +365,14 @@ static inline void mx_dequant_avx2(const uint8_t *src, const uint8_t *scales, in
     int64_t b = 0;
 
     for (; (b + 1) * 32 <= n; b++)
-        dequant32(src + b * 32 / per_byte, _mm256_set1_ps(qs_ref_e8m0_decode(scales[b])),
+        dequant32(src + b * 32 / per_byte, _mm256_set1_ps(qs_e8m0_decode_inline(scales[b])),
                   dst + b * 32);
     if (b * 32 < n) {
         size_t len = (size_t)(n - b * 32);
         uint8_t buf[32] = {0};
         float out[32];
         memcpy(buf, src + b * 32 / per_byte, (len + (size_t)per_byte - 1) / (size_t)per_byte);
-        dequant32(buf, _mm256_set1_ps(qs_ref_e8m0_decode(scales[b])), out);
+        dequant32(buf, _mm256_set1_ps(qs_e8m0_decode_inline(scales[b])), out);
         memcpy(dst + b * 32, out, len * sizeof(float));
     }
 }

@@ -13,6 +13,8 @@
 #ifndef QS_X86_MINIFLOAT_AVX512_H
 #define QS_X86_MINIFLOAT_AVX512_H
 
+#include <string.h>
+
 #include <immintrin.h>
 
 #include "../core/kernels.h"
@@ -103,6 +105,24 @@ static inline __m512 e4m3_decode_avx512(__m512i c)
     return _mm512_castsi512_ps(v);
 }
 
+/* value(q) * 2^-8 of 16 E4M3 codes (bytes), exactly, through the F16C conversion: the code's seven
+ * magnitude bits shifted left by 7 are an f16 with the same fields, whose exponent bias 15 instead
+ * of 7 makes every value (subnormals included) 2^-8 times the E4M3 one, and VCVTPH2PS converts it
+ * exactly. 0x7F / 0xFF give NaN. A few 256-bit operations instead of the integer decode on 16
+ * 32-bit lanes; the caller multiplies by 2^8 * scale, which is exact whenever that is finite. */
+static inline __m512 e4m3_decode16_f16_avx512(__m128i b)
+{
+    const __m256i w = _mm256_cvtepu8_epi16(b);
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
+                                _mm256_and_si256(_mm256_slli_epi16(w, 8),
+                                                 _mm256_set1_epi16((short)0x8000)));
+
+    h = _mm256_mask_mov_epi16(h, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F)),
+                              _mm256_set1_epi16(0x7E00)); /* an f16 NaN */
+    return _mm512_cvtph_ps(h);
+}
+
 /* The per-tensor FP8 quantize driver (§10): codes of fl(x / scale) with a true division. */
 static inline void fp8_quant_avx512(const float *src, int64_t n, float scale, uint8_t *dst,
                                     int mbits, int bias, int max_code)
@@ -184,6 +204,97 @@ static inline uint8_t mx_block_scale_avx512(__m512 x0, __m512 x1, int32_t roundi
 static inline __m512 mx_mul_avx512(uint8_t s)
 {
     return _mm512_castsi512_ps(_mm512_set1_epi32((int32_t)(254 - s) << 23));
+}
+
+/* ---- MX quantize, four blocks per step ------------------------------------------------------- */
+
+/* Element codes of one finite block x0, x1 scaled by mul, stored as the block's data bytes. */
+typedef void (*mx_encode32_avx512_fn)(__m512 x0, __m512 x1, __m512 mul, uint8_t *dst);
+/* One block of len (1...32) values by itself, NaN/Inf blocks included: data bytes and scale. */
+typedef void (*mx_block_avx512_fn)(const float *v, int64_t len, int32_t rounding, uint8_t *dst,
+                                   uint8_t *scale);
+
+/* The amax of four finite blocks, block k in x[2k], x[2k + 1], in every lane of 128-bit quarter k:
+ * a transposing reduction (three steps of one max each) instead of four horizontal maxima with a
+ * round trip through a scalar, so the four blocks do not form one dependency chain each. */
+static inline __m512 mx_amax4_avx512(const __m512 x[8])
+{
+    __m512 m0 = _mm512_max_ps(_mm512_abs_ps(x[0]), _mm512_abs_ps(x[1]));
+    __m512 m1 = _mm512_max_ps(_mm512_abs_ps(x[2]), _mm512_abs_ps(x[3]));
+    __m512 m2 = _mm512_max_ps(_mm512_abs_ps(x[4]), _mm512_abs_ps(x[5]));
+    __m512 m3 = _mm512_max_ps(_mm512_abs_ps(x[6]), _mm512_abs_ps(x[7]));
+    /* quarters [m0 q0|q2, m0 q1|q3, m1 q0|q2, m1 q1|q3], likewise for m2, m3 */
+    __m512 a = _mm512_max_ps(_mm512_shuffle_f32x4(m0, m1, 0x44), _mm512_shuffle_f32x4(m0, m1, 0xEE));
+    __m512 b = _mm512_max_ps(_mm512_shuffle_f32x4(m2, m3, 0x44), _mm512_shuffle_f32x4(m2, m3, 0xEE));
+    /* quarter k: four lanes of block k */
+    __m512 c = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+
+    c = _mm512_max_ps(c, _mm512_permute_ps(c, 0x4E));
+    return _mm512_max_ps(c, _mm512_permute_ps(c, 0xB1));
+}
+
+/* mx_scale_avx512 on every lane: E8M0 bytes (one per 32-bit lane) of finite amax values. */
+static inline __m512i mx_scale_vec_avx512(__m512 amax, int32_t rounding, int32_t emax,
+                                          uint32_t max_mant)
+{
+    __m512i b = _mm512_castps_si512(amax);
+    __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(b, 23), _mm512_set1_epi32(emax));
+
+    if (rounding != 0) /* one binade up where the mantissa of amax exceeds that of the maximum */
+        e = _mm512_mask_add_epi32(
+            e,
+            _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFF)),
+                                    _mm512_set1_epi32((int32_t)max_mant)),
+            e, _mm512_set1_epi32(1));
+    return _mm512_max_epi32(e, _mm512_setzero_si512());
+}
+
+/* The MX quantize driver: four blocks of 32 per step whenever all four are finite (amax, scale
+ * bytes and multipliers computed for the four at once), block by block otherwise and for the
+ * partial last block. Element format: largest value 2^emax with f32 mantissa max_mant; a block
+ * takes 32 / per_byte data bytes. */
+static inline void mx_quant_avx512(const float *src, int64_t n, int32_t rounding, int32_t emax,
+                                   uint32_t max_mant, int32_t per_byte,
+                                   mx_encode32_avx512_fn encode32, mx_block_avx512_fn block_fn,
+                                   uint8_t *dst, uint8_t *scales)
+{
+    const __m512i expo = _mm512_set1_epi32(0x7F800000);
+    const int64_t bb = 32 / per_byte; /* data bytes per block */
+    int64_t b = 0;
+
+    for (; (b + 4) * 32 <= n; b += 4) {
+        const float *v = src + b * 32;
+        __m512 x[8];
+        __mmask16 special = 0;
+        for (int k = 0; k < 8; k++) {
+            x[k] = _mm512_loadu_ps(v + 16 * k);
+            special |= _mm512_cmpeq_epi32_mask(
+                _mm512_and_si512(_mm512_castps_si512(x[k]), expo), expo);
+        }
+        if (special) { /* a NaN/Inf block among the four (§13 step 1): one at a time */
+            for (int k = 0; k < 4; k++)
+                block_fn(v + 32 * k, 32, rounding, dst + (b + k) * bb, scales + b + k);
+            continue;
+        }
+        __m512i s = mx_scale_vec_avx512(mx_amax4_avx512(x), rounding, emax, max_mant);
+        /* 2^(127 - s) per lane: a normal f32 for every finite block (s <= 253) */
+        __m512 mul = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(254), s), 23));
+        /* the scale bytes sit in lanes 0, 4, 8, 12 */
+        __m128i sb = _mm_shuffle_epi8(_mm512_cvtepi32_epi8(s),
+                                      _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                    -1, -1, -1, -1));
+        uint32_t w = (uint32_t)_mm_cvtsi128_si32(sb);
+        memcpy(scales + b, &w, 4);
+        encode32(x[0], x[1], _mm512_shuffle_f32x4(mul, mul, 0x00), dst + b * bb);
+        encode32(x[2], x[3], _mm512_shuffle_f32x4(mul, mul, 0x55), dst + (b + 1) * bb);
+        encode32(x[4], x[5], _mm512_shuffle_f32x4(mul, mul, 0xAA), dst + (b + 2) * bb);
+        encode32(x[6], x[7], _mm512_shuffle_f32x4(mul, mul, 0xFF), dst + (b + 3) * bb);
+    }
+    for (; b * 32 < n; b++) {
+        int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
+        block_fn(src + b * 32, len, rounding, dst + b * bb, scales + b);
+    }
 }
 
 #endif /* QS_X86_MINIFLOAT_AVX512_H */

@@ -50,27 +50,21 @@ static inline void mxfp4_block_avx512(const float *v, int64_t len, int32_t round
     _mm512_mask_cvtepi64_storeu_epi8(dst + 8, b1, _mm512_or_si512(c1, _mm512_srli_epi64(c1, 28)));
 }
 
+/* Codes of one finite block, x * mul, as 16 data bytes. */
+static inline void mxfp4_encode32_avx512(__m512 x0, __m512 x1, __m512 mul, uint8_t *dst)
+{
+    __m128i lo = pack_nibbles_avx512(e2m1_encode_finite_avx512(_mm512_mul_ps(x0, mul)));
+    __m128i hi = pack_nibbles_avx512(e2m1_encode_finite_avx512(_mm512_mul_ps(x1, mul)));
+
+    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi64(lo, hi));
+}
+
 void qs_mxfp4_quant__avx512(const float *src, int64_t n, int32_t rounding, uint8_t *dst,
                             uint8_t *scales)
 {
-    int64_t b = 0;
-
-    for (; (b + 1) * 32 <= n; b++) {
-        const float *v = src + b * 32;
-        __m512 x0 = _mm512_loadu_ps(v), x1 = _mm512_loadu_ps(v + 16);
-        if (mx_special_avx512(x0, x1)) {
-            mxfp4_block_avx512(v, 32, rounding, dst + b * 16, scales + b);
-            continue;
-        }
-        uint8_t s = mx_block_scale_avx512(x0, x1, rounding, 2, 0x400000u);
-        __m512 mul = mx_mul_avx512(s);
-        __m128i lo = pack_nibbles_avx512(e2m1_encode_finite_avx512(_mm512_mul_ps(x0, mul)));
-        __m128i hi = pack_nibbles_avx512(e2m1_encode_finite_avx512(_mm512_mul_ps(x1, mul)));
-        scales[b] = s;
-        _mm_storeu_si128((__m128i *)(dst + b * 16), _mm_unpacklo_epi64(lo, hi));
-    }
-    if (b * 32 < n)
-        mxfp4_block_avx512(src + b * 32, n - b * 32, rounding, dst + b * 16, scales + b);
+    /* emax 2; RCEIL when the mantissa of amax exceeds that of 6 = 1.5 * 2^2 */
+    mx_quant_avx512(src, n, rounding, 2, 0x400000u, 2, mxfp4_encode32_avx512, mxfp4_block_avx512,
+                    dst, scales);
 }
 
 /* 16 bytes of nibbles -> 32 codes in two vectors, element order. */
@@ -89,13 +83,24 @@ static inline void unpack_nibbles_avx512(__m128i b, __m512i *c0, __m512i *c1)
 void qs_mxfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
 {
     const __m512 table = _mm512_loadu_ps(qs_e2m1_values);
+    int64_t b = 0;
 
-    for (int64_t b = 0; b * 32 < n; b++) {
-        int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
+    for (; (b + 1) * 32 <= n; b++) { /* full blocks, unmasked */
+        __m512 scale = _mm512_set1_ps(qs_e8m0_decode_inline(scales[b]));
+        __m512i c0, c1;
+
+        unpack_nibbles_avx512(_mm_loadu_si128((const __m128i *)(src + b * 16)), &c0, &c1);
+        _mm512_storeu_ps(dst + b * 32,
+                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale)));
+        _mm512_storeu_ps(dst + b * 32 + 16,
+                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale)));
+    }
+    if (b * 32 < n) { /* the partial last block: masked loads and stores */
+        int64_t len = n - b * 32;
         int64_t nbytes = (len + 1) / 2;
         __mmask16 kb = lane_mask_avx512(nbytes);
         __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
-        __m512 scale = _mm512_set1_ps(qs_ref_e8m0_decode(scales[b]));
+        __m512 scale = _mm512_set1_ps(qs_e8m0_decode_inline(scales[b]));
         __m512i c0, c1;
 
         unpack_nibbles_avx512(_mm_maskz_loadu_epi8(kb, src + b * 16), &c0, &c1);

@@ -45,7 +45,34 @@ static inline void mxfp8_dequant32_avx2(const uint8_t *src, __m256 scale, float 
     }
 }
 
+/* 32 codes -> 32 floats through F16C, each times s8 = 2^8 * the block's scale (finite, or NaN). */
+static inline void mxfp8_dequant32_f16_avx2(const uint8_t *src, __m256 s8, float *dst)
+{
+    for (int k = 0; k < 2; k++) {
+        __m256 v0, v1;
+        e4m3_decode16_f16_avx2(_mm_loadu_si128((const __m128i *)(src + 16 * k)), &v0, &v1);
+        _mm256_storeu_ps(dst + 16 * k, nan_canon_avx2(_mm256_mul_ps(v0, s8)));
+        _mm256_storeu_ps(dst + 16 * k + 8, nan_canon_avx2(_mm256_mul_ps(v1, s8)));
+    }
+}
+
 void qs_mxfp8_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
 {
-    mx_dequant_avx2(src, scales, n, 1, dst, mxfp8_dequant32_avx2);
+    int64_t b = 0;
+
+    for (; (b + 1) * 32 <= n; b++) {
+        uint8_t e = scales[b];
+        if (e <= 246 || e == 0xFF) /* value * 2^(e - 127) = (value * 2^-8) * 2^(e - 119) */
+            mxfp8_dequant32_f16_avx2(
+                src + b * 32,
+                _mm256_set1_ps(e == 0xFF ? qs_f32_from_bits(QS_NAN_F32_BITS)
+                                         : qs_f32_from_bits((uint32_t)(e + 8) << 23)),
+                dst + b * 32);
+        else /* 2^(e - 119) would overflow */
+            mxfp8_dequant32_avx2(src + b * 32, _mm256_set1_ps(qs_e8m0_decode_inline(e)),
+                                 dst + b * 32);
+    }
+    if (b * 32 < n) /* the partial last block, through a zero-padded copy */
+        mx_dequant_avx2(src + b * 32, scales + b, n - b * 32, 1, dst + b * 32,
+                        mxfp8_dequant32_avx2);
 }

@@ -40,13 +40,21 @@ static inline void mxfp8_block_avx512(const float *v, int64_t len, int32_t round
                                      e4m3_encode_finite_avx512(_mm512_mul_ps(x1, mul)));
 }
 
+/* Codes of one finite block, x * mul, as 32 data bytes. */
+static inline void mxfp8_encode32_avx512(__m512 x0, __m512 x1, __m512 mul, uint8_t *dst)
+{
+    _mm_storeu_si128((__m128i *)dst,
+                     _mm512_cvtepi32_epi8(e4m3_encode_finite_avx512(_mm512_mul_ps(x0, mul))));
+    _mm_storeu_si128((__m128i *)(dst + 16),
+                     _mm512_cvtepi32_epi8(e4m3_encode_finite_avx512(_mm512_mul_ps(x1, mul))));
+}
+
 void qs_mxfp8_quant__avx512(const float *src, int64_t n, int32_t rounding, uint8_t *dst,
                             uint8_t *scales)
 {
-    for (int64_t b = 0; b * 32 < n; b++) {
-        int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
-        mxfp8_block_avx512(src + b * 32, len, rounding, dst + b * 32, scales + b);
-    }
+    /* emax 8; RCEIL when the mantissa of amax exceeds that of 448 = 1.75 * 2^8 */
+    mx_quant_avx512(src, n, rounding, 8, 0x600000u, 1, mxfp8_encode32_avx512, mxfp8_block_avx512,
+                    dst, scales);
 }
 
 void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
@@ -54,13 +62,34 @@ void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
     for (int64_t b = 0; b * 32 < n; b++) {
         int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
         __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
-        __m512 scale = _mm512_set1_ps(qs_ref_e8m0_decode(scales[b]));
-        __m512i c0 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k0, src + b * 32));
-        __m512i c1 = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k1, src + b * 32 + 16));
+        uint8_t e = scales[b];
+        /* a full block reads plainly; the partial last one with zero-masked loads */
+        __m128i b0 = len == 32 ? _mm_loadu_si128((const __m128i *)(src + b * 32))
+                               : _mm_maskz_loadu_epi8(k0, src + b * 32);
+        __m128i b1 = len == 32 ? _mm_loadu_si128((const __m128i *)(src + b * 32 + 16))
+                               : _mm_maskz_loadu_epi8(k1, src + b * 32 + 16);
+        __m512 v0, v1, scale;
 
-        _mm512_mask_storeu_ps(dst + b * 32, k0,
-                              nan_canon_avx512(_mm512_mul_ps(e4m3_decode_avx512(c0), scale)));
-        _mm512_mask_storeu_ps(dst + b * 32 + 16, k1,
-                              nan_canon_avx512(_mm512_mul_ps(e4m3_decode_avx512(c1), scale)));
+        if (e <= 246 || e == 0xFF) {
+            /* value * 2^(e - 127) = (value * 2^-8) * 2^(e - 119), one rounding of the same
+             * product; 2^(e - 119) is a normal f32 (e = 0 included), NaN for 0xFF */
+            scale = _mm512_set1_ps(e == 0xFF ? qs_f32_from_bits(QS_NAN_F32_BITS)
+                                             : qs_f32_from_bits((uint32_t)(e + 8) << 23));
+            v0 = e4m3_decode16_f16_avx512(b0);
+            v1 = e4m3_decode16_f16_avx512(b1);
+        } else { /* 2^(e - 119) would overflow */
+            scale = _mm512_set1_ps(qs_e8m0_decode_inline(e));
+            v0 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b0));
+            v1 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b1));
+        }
+        v0 = nan_canon_avx512(_mm512_mul_ps(v0, scale));
+        v1 = nan_canon_avx512(_mm512_mul_ps(v1, scale));
+        if (len == 32) {
+            _mm512_storeu_ps(dst + b * 32, v0);
+            _mm512_storeu_ps(dst + b * 32 + 16, v1);
+        } else {
+            _mm512_mask_storeu_ps(dst + b * 32, k0, v0);
+            _mm512_mask_storeu_ps(dst + b * 32 + 16, k1, v1);
+        }
     }
 }

@@ -129,8 +129,7 @@ static inline void nvfp4_dequant32_avx2(const uint8_t *src, const uint8_t *scale
     unpack_nibbles_avx2(src, c);
     for (int h = 0; h < 2; h++) {
         /* UE4M3: readers ignore the sign bit (§14) */
-        __m256 den = _mm256_mul_ps(e4m3_decode_avx2(_mm256_set1_epi32(scales[h] & 0x7F)),
-                                   s_global);
+        __m256 den = _mm256_mul_ps(_mm256_set1_ps(qs_ue4m3_values[scales[h] & 0x7F]), s_global);
         _mm256_storeu_ps(dst + 16 * h,
                          nan_canon_avx2(_mm256_mul_ps(e2m1_decode_avx2(c[2 * h]), den)));
         _mm256_storeu_ps(dst + 16 * h + 8,

@@ -93,15 +93,41 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
     }
 }
 
+/* 16 bytes of nibbles -> 32 codes in two vectors, element order (low nibble first). */
+static inline void nvfp4_unpack32_avx512(__m128i b, __m512i *c0, __m512i *c1)
+{
+    __m512i w = _mm512_cvtepu8_epi32(b);
+    /* the table permute reads only bits 0..3 of an index: the high nibble needs no mask */
+    __m512i lo = w, hi = _mm512_srli_epi32(w, 4);
+
+    *c0 = _mm512_permutex2var_epi32(lo, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
+                                                          21, 6, 22, 7, 23), hi);
+    *c1 = _mm512_permutex2var_epi32(lo, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                                          13, 29, 14, 30, 15, 31), hi);
+}
+
 void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n,
                               float s_global, float *dst)
 {
     const __m512 table = _mm512_loadu_ps(qs_e2m1_values);
-    const __m512 sg = _mm512_set1_ps(s_global);
     const __m512i idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    int64_t b = 0;
 
-    for (int64_t b = 0; b * 16 < n; b++) {
+    /* two full blocks per step, unmasked; den = fl(value(scale) * s_global), the scale's value
+     * from a table (UE4M3: readers ignore the sign bit, §14) */
+    for (; (b + 2) * 16 <= n; b += 2) {
+        __m512i c0, c1;
+        __m512 d0 = _mm512_set1_ps(qs_ue4m3_values[scales[b] & 0x7F] * s_global);
+        __m512 d1 = _mm512_set1_ps(qs_ue4m3_values[scales[b + 1] & 0x7F] * s_global);
+
+        nvfp4_unpack32_avx512(_mm_loadu_si128((const __m128i *)(src + b * 8)), &c0, &c1);
+        _mm512_storeu_ps(dst + b * 16,
+                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c0, table), d0)));
+        _mm512_storeu_ps(dst + b * 16 + 16,
+                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c1, table), d1)));
+    }
+    for (; b * 16 < n; b++) {
         int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
         int64_t nbytes = (len + 1) / 2;
         __mmask16 k = lane_mask_avx512(len);
@@ -110,8 +136,8 @@ void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         /* lane 2j takes the low nibble of byte j, lane 2j + 1 its high nibble */
         __m512i c = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, w), shift),
                                      _mm512_set1_epi32(0xF));
-        /* UE4M3: readers ignore the sign bit (§14) */
-        __m512 den = _mm512_mul_ps(e4m3_decode_avx512(_mm512_set1_epi32(scales[b] & 0x7F)), sg);
+        __m512 den = _mm512_mul_ps(_mm512_set1_ps(qs_ue4m3_values[scales[b] & 0x7F]),
+                                   _mm512_set1_ps(s_global));
 
         _mm512_mask_storeu_ps(
             dst + b * 16, k, nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c, table), den)));

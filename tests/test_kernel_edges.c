@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fast paths of the quantize / dequantize kernels against src/ref, on inputs built to reach
+ * them (tests/test_kernels.c salts its random data so densely that most four-block groups hold a
+ * NaN or Inf and take the block-by-block path):
+ * - the inline E8M0 decoder and the UE4M3 scale table, exhaustively (all 256 and 128 codes) against
+ *   qs_ref_e8m0_decode / qs_ref_e4m3_decode;
+ * - MXFP4 / MXFP8 quantize, FLOOR and RCEIL, on groups of four finite blocks full of adversarial
+ *   finite values (f32 subnormals, the largest finite, amax just below a power of two, E2M1 and
+ *   E4M3 ties after scaling, signed zeros, all-zero blocks) with one NaN or Inf block placed in
+ *   each position of some groups, lengths that end inside a group and inside a block;
+ * - NF4 / FP4 dequantize with finite, infinite, NaN, zero and subnormal absmax per block (the NaN
+ *   blend is skipped only for a finite absmax), block sizes 64 and 4096 and odd lengths;
+ * - E4M3 dequantize of all 256 codes at scales around the point where 2^8 * scale overflows (the
+ *   F16C decode multiplies by it), Inf, NaN, subnormal and negative scales, and MXFP8 dequantize
+ *   of all 256 codes under all 256 scale bytes (exhaustive).
+ * Every registry entry of the slot that this CPU runs is compared bit for bit with the slot's
+ * __ref entry, so each run covers every tier the machine has.
+ */
+#include "common.h"
+
+#include "core/kernels.h"
+#include "ref/ref.h"
+
+static const struct qs_kernel_entry *ref_entry(int32_t slot)
+{
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+
+    for (int32_t i = 0; i < count; i++)
+        if (e[i].slot == slot && e[i].isa == 0)
+            return &e[i];
+    return NULL;
+}
+
+static void test_e8m0_inline_all(void **state)
+{
+    (void)state;
+    for (int e = 0; e < 256; e++)
+        assert_int_equal(t_bits(qs_e8m0_decode_inline((uint8_t)e)),
+                         t_bits(qs_ref_e8m0_decode((uint8_t)e)));
+}
+
+static void test_ue4m3_table_all(void **state)
+{
+    (void)state;
+    for (int c = 0; c < 128; c++) {
+        float want = qs_ref_e4m3_decode((uint8_t)c);
+        if (want != want) /* 0x7F: NaN in both */
+            assert_true(qs_ue4m3_values[c] != qs_ue4m3_values[c]);
+        else
+            assert_int_equal(t_bits(qs_ue4m3_values[c]), t_bits(want));
+    }
+    assert_int_equal(t_bits(qs_ue4m3_values[0x38]), t_bits(1.0f));
+    assert_int_equal(t_bits(qs_ue4m3_values[0x7E]), t_bits(448.0f));
+    assert_int_equal(t_bits(qs_ue4m3_values[0x01]), t_bits(0x1p-9f));
+}
+
+/* A finite value chosen to hit an edge of the MX encoders. */
+static float mx_edge_value(t_rng *r)
+{
+    static const float edge[] = {
+        0.0f,         -0.0f,        0x1p-149f,   -0x1p-149f,   0x1.fffffep-127f, 0x1p-126f,
+        0x1.fffffep127f, -0x1.fffffep127f, 7.9999995f, 0x1.fffffep-1f, 6.0f, -6.0f,
+        448.0f,       464.0f,       0.25f,       0.75f,        1.25f,      1.75f,
+        2.5f,         3.5f,         5.0f,        -5.0f,        0x1.1p-9f,  0x1p-10f,
+    };
+    uint64_t u = t_next(r);
+    float v = edge[u % (sizeof edge / sizeof edge[0])];
+    /* the tie values also scaled by a power of two, so that they stay ties after the block scale */
+    return (u >> 8) % 3 == 0 ? v * (float)(1 << ((u >> 16) % 8)) : v;
+}
+
+static void fill_mx(t_rng *r, float *x, int64_t n, int special_block)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t u = t_next(r);
+        if (u % 4 == 0)
+            x[i] = mx_edge_value(r);
+        else if (u % 4 == 1)
+            x[i] = 0.0f; /* makes all-zero and nearly-zero blocks likely */
+        else
+            x[i] = (float)t_normal(r) * ldexpf(1.0f, (int)((u >> 8) % 60) - 30);
+    }
+    if (special_block >= 0 && (special_block + 1) * 32 <= n) {
+        uint64_t u = t_next(r);
+        x[special_block * 32 + (int64_t)(u % 32)] = u & 32 ? NAN : (u & 64 ? INFINITY : -INFINITY);
+    }
+}
+
+static void check_mx_slot(int32_t slot)
+{
+    const struct qs_kernel_entry *ref = ref_entry(slot);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    const int per_byte = slot == QS_SLOT_mxfp4_quant ? 2 : 1;
+    static const int64_t lengths[] = {128, 256, 512, 4096, 127, 129, 160, 200, 255, 97, 33, 1};
+    t_rng r = {0x5EEDu + (uint64_t)slot};
+    int tested = 0;
+
+    assert_non_null(ref);
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != slot || e[i].isa == 0 || (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        tested++;
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            const int64_t n = lengths[li], nb = (n + 31) / 32, bytes = (n + per_byte - 1) / per_byte;
+            float *x = malloc((size_t)n * sizeof(float));
+            uint8_t *d0 = malloc((size_t)bytes + 1), *d1 = malloc((size_t)bytes + 1);
+            uint8_t *s0 = malloc((size_t)nb), *s1 = malloc((size_t)nb);
+            for (int trial = 0; trial < 40; trial++) {
+                /* trials 0..7: a NaN/Inf block in position trial % 4 of some group */
+                int special = trial < 8 ? (int)(trial % 4 + 4 * (trial / 4)) : -1;
+                int32_t rounding = trial & 1;
+                fill_mx(&r, x, n, special);
+                memset(d0, 0xAB, (size_t)bytes + 1);
+                memset(d1, 0xAB, (size_t)bytes + 1);
+                ((qs_mxfp4_quant_fn *)ref->fn)(x, n, rounding, d0, s0);
+                ((qs_mxfp4_quant_fn *)e[i].fn)(x, n, rounding, d1, s1);
+                if (memcmp(d0, d1, (size_t)bytes + 1) != 0 || memcmp(s0, s1, (size_t)nb) != 0)
+                    fail_msg("%s: n %lld trial %d rounding %d differs from %s", e[i].name,
+                             (long long)n, trial, rounding, ref->name);
+            }
+            free(x);
+            free(d0);
+            free(d1);
+            free(s0);
+            free(s1);
+        }
+    }
+    if (!tested)
+        skip();
+}
+
+static void test_mxfp4_quant_groups(void **state)
+{
+    (void)state;
+    check_mx_slot(QS_SLOT_mxfp4_quant);
+}
+
+static void test_mxfp8_quant_groups(void **state)
+{
+    (void)state;
+    check_mx_slot(QS_SLOT_mxfp8_quant);
+}
+
+static void check_bnb4_dequant_slot(int32_t slot)
+{
+    const struct qs_kernel_entry *ref = ref_entry(slot);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    static const float absmax_edge[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 0x1p-149f,
+                                        0x1.fffffep127f, 1.0f, 0.37f, 3.0e-39f};
+    static const int32_t blocks[] = {64, 4096, 32};
+    static const int64_t lengths[] = {4096, 8192, 4095, 4097, 63, 65, 1, 2, 31};
+    t_rng r = {0xB17Eu + (uint64_t)slot};
+    int tested = 0;
+
+    assert_non_null(ref);
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != slot || e[i].isa == 0 || (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        tested++;
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+            for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+                const int64_t n = lengths[li], nb = (n + blocks[bi] - 1) / blocks[bi];
+                uint8_t *codes = malloc((size_t)(n + 1) / 2);
+                float *absmax = malloc((size_t)nb * sizeof(float));
+                float *o0 = malloc((size_t)(n + 1) * sizeof(float));
+                float *o1 = malloc((size_t)(n + 1) * sizeof(float));
+                for (int64_t k = 0; k < (n + 1) / 2; k++)
+                    codes[k] = (uint8_t)t_next(&r);
+                for (int64_t b = 0; b < nb; b++) {
+                    uint64_t u = t_next(&r);
+                    absmax[b] = u % 3 ? absmax_edge[(u >> 8) % (sizeof absmax_edge /
+                                                               sizeof absmax_edge[0])]
+                                      : (float)t_unif(&r) * 4.0f;
+                }
+                memset(o0, 0xCD, (size_t)(n + 1) * sizeof(float));
+                memset(o1, 0xCD, (size_t)(n + 1) * sizeof(float));
+                ((qs_nf4_dequant_fn *)ref->fn)(codes, absmax, n, blocks[bi], o0);
+                ((qs_nf4_dequant_fn *)e[i].fn)(codes, absmax, n, blocks[bi], o1);
+                if (memcmp(o0, o1, (size_t)(n + 1) * sizeof(float)) != 0)
+                    fail_msg("%s: n %lld block %d differs from %s", e[i].name, (long long)n,
+                             blocks[bi], ref->name);
+                free(codes);
+                free(absmax);
+                free(o0);
+                free(o1);
+            }
+    }
+    if (!tested)
+        skip();
+}
+
+static void test_nf4_dequant_absmax_edges(void **state)
+{
+    (void)state;
+    check_bnb4_dequant_slot(QS_SLOT_nf4_dequant);
+}
+
+static void test_fp4_dequant_absmax_edges(void **state)
+{
+    (void)state;
+    check_bnb4_dequant_slot(QS_SLOT_fp4_dequant);
+}
+
+/* All 256 codes, each at 3 positions so that the vector body and the masked tail both see it. */
+static void all_codes(uint8_t *c, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        c[i] = (uint8_t)(i * 7 + i / 256);
+}
+
+static void test_e4m3_dequant_scales(void **state)
+{
+    static const float scales[] = {1.0f, 0x1p119f, 0x1.fffffep119f, 0x1p120f, 0x1.8p125f,
+                                   0x1.fffffep127f, -0x1p120f, INFINITY, -INFINITY, NAN,
+                                   0x1p-149f, 0x1p-127f, 0.0f, -0.0f, -1.5f, 7.0f / 448.0f};
+    const struct qs_kernel_entry *ref = ref_entry(QS_SLOT_e4m3_dequant);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    const int64_t n = 256 * 3 + 5;
+    uint8_t c[256 * 3 + 5];
+    float o0[256 * 3 + 6], o1[256 * 3 + 6];
+
+    (void)state;
+    all_codes(c, n);
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != QS_SLOT_e4m3_dequant || e[i].isa == 0 ||
+            (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++) {
+            memset(o0, 0xCD, sizeof o0);
+            memset(o1, 0xCD, sizeof o1);
+            ((qs_e4m3_dequant_fn *)ref->fn)(c, n, scales[k], o0);
+            ((qs_e4m3_dequant_fn *)e[i].fn)(c, n, scales[k], o1);
+            if (memcmp(o0, o1, sizeof o0) != 0)
+                fail_msg("%s: scale %a differs from %s", e[i].name, (double)scales[k], ref->name);
+        }
+    }
+}
+
+static void test_mxfp8_dequant_all(void **state)
+{
+    const struct qs_kernel_entry *ref = ref_entry(QS_SLOT_mxfp8_dequant);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    const int64_t n = 256 * 256 + 17; /* every code in every block, a partial last block */
+    uint8_t *c = malloc((size_t)n), *s = malloc((size_t)(n + 31) / 32);
+    float *o0 = malloc((size_t)(n + 1) * sizeof(float)), *o1 = malloc((size_t)(n + 1) * sizeof(float));
+
+    (void)state;
+    for (int64_t b = 0; b < (n + 31) / 32; b++)
+        s[b] = (uint8_t)b;
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != QS_SLOT_mxfp8_dequant || e[i].isa == 0 ||
+            (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        for (int shift = 0; shift < 8; shift++) { /* each scale byte meets every code */
+            for (int64_t i2 = 0; i2 < n; i2++)
+                c[i2] = (uint8_t)(i2 % 256 + 32 * shift);
+            memset(o0, 0xCD, (size_t)(n + 1) * sizeof(float));
+            memset(o1, 0xCD, (size_t)(n + 1) * sizeof(float));
+            ((qs_mxfp4_dequant_fn *)ref->fn)(c, s, n, o0);
+            ((qs_mxfp4_dequant_fn *)e[i].fn)(c, s, n, o1);
+            if (memcmp(o0, o1, (size_t)(n + 1) * sizeof(float)) != 0)
+                fail_msg("%s differs from %s (shift %d)", e[i].name, ref->name, shift);
+        }
+    }
+    free(c);
+    free(s);
+    free(o0);
+    free(o1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_e8m0_inline_all),
+        cmocka_unit_test(test_ue4m3_table_all),
+        cmocka_unit_test(test_mxfp4_quant_groups),
+        cmocka_unit_test(test_mxfp8_quant_groups),
+        cmocka_unit_test(test_nf4_dequant_absmax_edges),
+        cmocka_unit_test(test_fp4_dequant_absmax_edges),
+        cmocka_unit_test(test_e4m3_dequant_scales),
+        cmocka_unit_test(test_mxfp8_dequant_all),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
