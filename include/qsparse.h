@@ -491,5 +491,7 @@ QS_API int64_t qs_codebook_size(int32_t which);
 #include "qsparse/calib.h"
 /* Matmul with compressed weights and LLM.int8 activations. */
 #include "qsparse/matmul.h"
+/* The device API of the CUDA backend plugin (device pointers, a CUDA stream). */
+#include "qsparse/cuda.h"
 
 #endif /* QSPARSE_H */

@@ -412,7 +412,7 @@ static void gemv_case(const qs_quant_params *p, int64_t rows, int64_t cols, uint
         }
     }
     memset(y, 0x77, (size_t)(rows > 0 ? rows : 1) * sizeof(float));
-    assert_int_equal(qs_cu_gemv(&x, &l, p, &t.q, xv, y, err, sizeof err), QS_OK);
+    assert_int_equal(qs_cu_gemv_run(&x, &l, p, &t.q, xv, y, err, sizeof err), QS_OK);
     assert_true(t_check_bytes("gemv", y, want, (size_t)rows * sizeof(float), 1));
     n_cases++;
     free(absmax);

@@ -9,6 +9,8 @@
  */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h> /* ElfW */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +30,8 @@ static const struct qs_backend_ops *plugin_ops[BACKEND_MAX + 1];
  * while another thread may read it, only replaced by a complete new one. */
 static char message[BACKEND_MAX + 1][2][512];
 static int message_idx[BACKEND_MAX + 1];
+/* The file each registered plugin came from, for messages. */
+static char plugin_file[BACKEND_MAX + 1][4096];
 static int default_tried;
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda"};
@@ -60,6 +64,40 @@ static void record(int32_t b, const char *fmt, ...)
     message_idx[b] = next;
 }
 
+/* A truncated or damaged shared object can crash dlopen itself: glibc maps the segments that the
+ * program headers name, and touching a page beyond the end of the file raises SIGBUS. So the
+ * file's ELF header, program headers and section header table are checked against its size
+ * first. Returns NULL when they fit, else what is wrong. */
+static const char *elf_problem(const char *path, off_t size)
+{
+    ElfW(Ehdr) eh;
+    ElfW(Phdr) ph;
+    FILE *f = fopen(path, "rb");
+    const char *why = NULL;
+
+    if (!f)
+        return "cannot be opened";
+    if (fread(&eh, sizeof eh, 1, f) != 1 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+        why = "not an ELF file";
+    } else if (eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+               eh.e_type != ET_DYN || eh.e_phentsize != sizeof ph) {
+        why = "not a shared object of this architecture's ELF class";
+    } else if ((uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * sizeof ph > (uint64_t)size ||
+               (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > (uint64_t)size) {
+        why = "truncated (its headers point past the end of the file)";
+    } else {
+        for (int i = 0; i < eh.e_phnum && !why; i++) {
+            if (fseeko(f, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph), SEEK_SET) != 0 ||
+                fread(&ph, sizeof ph, 1, f) != 1)
+                why = "unreadable program headers";
+            else if (ph.p_type == PT_LOAD && (uint64_t)ph.p_offset + ph.p_filesz > (uint64_t)size)
+                why = "truncated (a segment extends past the end of the file)";
+        }
+    }
+    fclose(f);
+    return why;
+}
+
 /* Load one plugin file and register its operations (lock held). */
 static qs_status load_locked(const char *path)
 {
@@ -68,9 +106,14 @@ static qs_status load_locked(const char *path)
     void *sym;
     qs_backend_init_fn *init;
     const struct qs_backend_ops *ops;
+    const char *problem;
 
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         record(QS_BACKEND_CUDA, "backend plugin %s: no such file", path);
+        return QS_ERR_BACKEND;
+    }
+    if ((problem = elf_problem(path, sb.st_size)) != NULL) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: cannot be loaded: %s", path, problem);
         return QS_ERR_BACKEND;
     }
     handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -111,6 +154,7 @@ static qs_status load_locked(const char *path)
     }
     /* Registered for the life of the process: contexts keep pointers into the module. */
     plugin_ops[ops->backend] = ops;
+    snprintf(plugin_file[ops->backend], sizeof plugin_file[ops->backend], "%s", path);
     record(ops->backend, "%s", "");
     return QS_OK;
 }
@@ -171,7 +215,8 @@ static const struct qs_backend_ops *usable_locked(int32_t b)
     if (!plugin_ops[b])
         return NULL;
     if (!plugin_ops[b]->available(why, sizeof why)) {
-        record(b, "%s backend: not available: %s", plugin_ops[b]->name, why);
+        record(b, "backend plugin %s: %s backend not available: %s", plugin_file[b],
+               plugin_ops[b]->name, why);
         return NULL;
     }
     return plugin_ops[b];

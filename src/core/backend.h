@@ -19,7 +19,7 @@
 
 /* Raised whenever struct qs_backend_ops, struct qs_layout, struct qs_ctx or the meaning of an
  * operation changes: a plugin built for another version is refused, never called. */
-#define QS_BACKEND_ABI_VERSION 1
+#define QS_BACKEND_ABI_VERSION 2
 
 /* The one symbol a plugin exports, of type qs_backend_init_fn. */
 #define QS_BACKEND_INIT_SYMBOL "qs_backend_plugin_init"
@@ -34,6 +34,15 @@ struct qs_backend_ops {
                           const void *src, int32_t src_dtype, qs_qtensor *q);
     qs_status (*dequantize)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
                             const qs_qtensor *q, void *dst, int32_t dst_dtype);
+    /* ABI 2: the device-pointer entry points (qs_cuda_*). Every pointer is in device memory,
+     * aligned for its element type; `stream` is the caller's cudaStream_t (NULL: the default
+     * stream). May be NULL in a plugin without them. */
+    qs_status (*quantize_dev)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                              const void *src, int32_t src_dtype, qs_qtensor *q, void *stream);
+    qs_status (*dequantize_dev)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                                const qs_qtensor *q, void *dst, int32_t dst_dtype, void *stream);
+    qs_status (*gemv_dev)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                          const qs_qtensor *w, const float *x, float *y, void *stream);
 };
 
 /* A plugin's init: given the host's ABI version, return its operations (static storage) or

@@ -65,7 +65,7 @@ static void release_all(struct run *r)
 #define NEED(r, ptr)                                                                               \
     do {                                                                                           \
         if (!(ptr))                                                                                \
-            return fail((r), QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory for scratch"); \
+            return fail((r), QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory for scratch");  \
     } while (0)
 
 /* Reduce `units` units of unit_len f32 elements; *partial gets units * *chunks results. */
@@ -267,8 +267,10 @@ qs_status qs_cu_quantize(const struct qs_cu_exec *x, const struct qs_layout *l,
         struct qs_cu_cvt_in c = {src, NULL, dtype == QS_DTYPE_BF16};
         c.dst = scratch(&r, (size_t)l->n * sizeof(float));
         if (!c.dst) {
-            st = fail(&r, QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory to stage %lld "
-                      "elements", (long long)l->n);
+            st = fail(&r, QS_ERR_OUT_OF_MEMORY,
+                      "cuda backend: no device memory to stage %lld "
+                      "elements",
+                      (long long)l->n);
             goto done;
         }
         if (x->launch(x->user, QS_CU_K_CVT_IN, &c, l->n)) {
@@ -382,8 +384,10 @@ qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const struct qs_layout *l
     if (dtype != QS_DTYPE_F32 && l->n > 0) {
         f = scratch(&r, (size_t)l->n * sizeof(float));
         if (!f) {
-            st = fail(&r, QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory to stage %lld "
-                      "elements", (long long)l->n);
+            st = fail(&r, QS_ERR_OUT_OF_MEMORY,
+                      "cuda backend: no device memory to stage %lld "
+                      "elements",
+                      (long long)l->n);
             goto done;
         }
     }
@@ -415,9 +419,9 @@ done:
 
 /* ---- GEMV ----------------------------------------------------------------------------------- */
 
-qs_status qs_cu_gemv(const struct qs_cu_exec *x, const struct qs_layout *l,
-                     const qs_quant_params *p, const qs_qtensor *q, const float *xv, float *y,
-                     char *err, size_t err_len)
+qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,
+                         const qs_quant_params *p, const qs_qtensor *q, const float *xv, float *y,
+                         char *err, size_t err_len)
 {
     struct run r = {.x = x, .err = err, .err_len = err_len};
     struct qs_cu_gemv g;
@@ -448,8 +452,7 @@ qs_status qs_cu_gemv(const struct qs_cu_exec *x, const struct qs_layout *l,
             d.map = x->tables.dyn8;
             d.absmax = tmp;
             if (l->units > 0 && x->launch(x->user, QS_CU_K_DQ_DEQUANT, &d, l->units)) {
-                st = fail(&r, QS_ERR_BACKEND, "cuda backend: kernel %d failed",
-                          QS_CU_K_DQ_DEQUANT);
+                st = fail(&r, QS_ERR_BACKEND, "cuda backend: kernel %d failed", QS_CU_K_DQ_DEQUANT);
                 goto done;
             }
             g.absmax = tmp;

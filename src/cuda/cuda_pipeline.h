@@ -63,8 +63,8 @@ QS_INTERNAL qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const struct 
                                        const qs_quant_params *p, const qs_qtensor *q, void *dst,
                                        int32_t dtype, char *err, size_t err_len);
 /* y (rows f32) = W x (cols f32) for an NF4 or INT8 weight in the planes of q. */
-QS_INTERNAL qs_status qs_cu_gemv(const struct qs_cu_exec *x, const struct qs_layout *l,
-                                 const qs_quant_params *p, const qs_qtensor *q, const float *xv,
-                                 float *y, char *err, size_t err_len);
+QS_INTERNAL qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,
+                                     const qs_quant_params *p, const qs_qtensor *q, const float *xv,
+                                     float *y, char *err, size_t err_len);
 
 #endif /* QS_CUDA_PIPELINE_H */
