@@ -21,6 +21,7 @@ from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
 from .observer import Observer
 from .sparse import compress, decompress, prune
 from .matmul import int8_vectorwise_quant, matmul, matmul_info
+from . import cuda  # the device API: arrays already on the GPU (qsparse.cuda)
 
 
 # ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA

@@ -9,6 +9,7 @@
 // division and square root, never --use_fast_math, so every float operation rounds as in
 // src/ref. Nothing here prints or aborts: every CUDA error becomes a status and a message.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -281,8 +282,19 @@ static int32_t cuda_available(char *why, size_t why_len)
     int count = 0, major = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
 
+    if (e == cudaErrorInsufficientDriver) {
+        // Either no driver at all or one older than this runtime: say which.
+        void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (drv)
+            dlclose(drv);
+        snprintf(why, why_len, drv ? "the NVIDIA driver is older than CUDA runtime %d.%d needs"
+                                   : "no NVIDIA driver (libcuda.so.1 not found; CUDA runtime %d.%d)",
+                 CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+        return 0;
+    }
     if (e != cudaSuccess) {
-        snprintf(why, why_len, "%s (CUDA runtime %d)", cudaGetErrorString(e), CUDART_VERSION);
+        snprintf(why, why_len, "%s (CUDA runtime %d.%d)", cudaGetErrorString(e),
+                 CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
         return 0;
     }
     if (count == 0) {
