@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The backend registry: which backends a context may run on, and the loading of plugin backends
- * (backend.h). The CPU backend is always there. A plugin is looked for once per process, when a
- * context first asks for AUTO or CUDA (or when qs_backend_load asks explicitly): the file named
+ * (backend.h). The CPU backend is always there, and AUTO is the CPU. A plugin is looked for once
+ * per process, when CUDA is first asked for (a context, qs_backend_available, a qs_cuda_* call)
+ * or when qs_backend_load asks explicitly: the file named
  * by QS_PLUGIN_PATH, else libqsparse-cuda.so beside the loaded library. Every failure (no file,
  * not loadable, no init symbol, another ABI version, incomplete operations) leaves the CPU
  * backend working and keeps a message naming the cause and the file.
@@ -226,18 +227,14 @@ const struct qs_backend_ops *qs_backend_select(int32_t backend)
 {
     const struct qs_backend_ops *ops = NULL;
 
-    if (backend == QS_BACKEND_CPU)
+    /* AUTO is the CPU for host arrays: a GPU is used for device pointers (qs_cuda_*, which ask
+     * for CUDA themselves) or when a context asks for CUDA; never behind a caller's back. */
+    if (backend == QS_BACKEND_CPU || backend == QS_BACKEND_AUTO)
         return qs_backend_cpu();
     pthread_mutex_lock(&lock);
-    if (backend == QS_BACKEND_AUTO) {
-        for (int32_t b = QS_BACKEND_CPU + 1; b <= BACKEND_MAX && !ops; b++)
-            ops = usable_locked(b);
-    } else if (backend > QS_BACKEND_CPU && backend <= BACKEND_MAX) {
+    if (backend > QS_BACKEND_CPU && backend <= BACKEND_MAX)
         ops = usable_locked(backend);
-    }
     pthread_mutex_unlock(&lock);
-    if (!ops && backend == QS_BACKEND_AUTO)
-        ops = qs_backend_cpu();
     return ops;
 }
 
