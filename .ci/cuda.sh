@@ -26,7 +26,11 @@ ninja -C "$build" src/cuda/libqsparse-cuda.so >/dev/null
 t1=$(date +%s)
 plugin="$PWD/$build/src/cuda/libqsparse-cuda.so"
 echo "plugin built in $((t1 - t0)) s: $(stat -c %s "$plugin") bytes"
-ninja -C "$build" >/dev/null
+# Only what the checks below run (the main CI job builds and tests everything else).
+lib=$(ninja -C "$build" -t targets all | grep -oE '^libqsparse\.so(\.[0-9]+)*:' | tr -d : | tail -n 1)
+ninja -C "$build" "$lib" tests/test_backend tests/test_cuda_items \
+  $(for v in good no_symbol wrong_abi refuse unavailable; do
+      echo "tests/libqs-test-plugin-$v.so"; done) >/dev/null
 
 # libqsparse links no CUDA library; the plugin needs no CUDA library but the driver at run time.
 if ldd "$build/libqsparse.so" | grep -qi cuda; then
@@ -55,5 +59,6 @@ else
   echo "cuda.sh: no cuobjdump; the plugin's architectures are not listed"
 fi
 
-meson test -C "$build" --print-errorlogs --num-processes 2 test_backend test_cuda_items-scalar
+meson test -C "$build" --no-rebuild --print-errorlogs --num-processes 2 test_backend \
+  test_cuda_items-scalar
 QSPARSE_LIB="$PWD/$build/libqsparse.so" python3 tests/cuda/no_gpu_check.py "$plugin" "$build/nogpu"

@@ -15,6 +15,7 @@
 #include "../src/core/kernels.h"
 #include "../src/cuda/cuda_pipeline.h"
 #include "../src/ref/ref.h"
+#include "../src/ref/sp24_ref.h"
 
 /* ---- the host executor ----------------------------------------------------------------------- */
 
@@ -91,6 +92,17 @@ static int host_launch(void *user, int32_t kernel, const void *args, int64_t cou
     case QS_CU_K_ROWS_QUANT: GRID(struct qs_cu_rows, qs_cu_rows_quant_item);
     case QS_CU_K_ROWS_DEQUANT: GRID(struct qs_cu_rows, qs_cu_rows_dequant_item);
     case QS_CU_K_GEMV: run_gemv(args, count); break;
+    case QS_CU_K_SP24_CHECK: {
+        const struct qs_cu_sp24_check *c = args;
+        for (int64_t k = 0; k < count; k++) { /* atomicMin on the device */
+            int64_t i = scramble(k, count);
+            if (qs_cu_sp24_bad_item(&c->a, i, c->decompress) && (unsigned long long)i < *c->first)
+                *c->first = (unsigned long long)i;
+        }
+        break;
+    }
+    case QS_CU_K_SP24_COMPRESS: GRID(struct qs_cu_sp24, qs_cu_sp24_compress_item);
+    case QS_CU_K_SP24_DECOMPRESS: GRID(struct qs_cu_sp24, qs_cu_sp24_decompress_item);
     default: return 1;
     }
     return 0;
@@ -453,6 +465,140 @@ static void test_gemv(void **state)
     }
 }
 
+/* ---- 2:4 against the CPU's qs_sp24_* ------------------------------------------------------- */
+
+/* The computed nibble rule equals the reference's table for all 16 keep patterns. */
+static void test_sp24_nibble_rule(void **state)
+{
+    (void)state;
+    for (unsigned keep = 0; keep < 16; keep++)
+        assert_int_equal(qs_hd_sp24_nibble(keep), qs_sp24_nibble_of_keep[keep]);
+}
+
+static int sp24_case(int64_t rows, int64_t cols, int use_norms, int use_mask, uint64_t seed,
+                     int corrupt)
+{
+    qs_ctx *ctx = cpu_ctx(0);
+    struct host_exec h = {0, 0};
+    struct qs_cu_exec x = make_exec(&h);
+    int64_t n = rows * cols, vbytes, mcount;
+    float *w = malloc((size_t)(n ? n : 1) * 4), *norms = malloc((size_t)(cols ? cols : 1) * 4);
+    float *va = malloc((size_t)(n ? n : 2) * 2), *vb = malloc((size_t)(n ? n : 2) * 2);
+    float *da = malloc((size_t)(n ? n : 1) * 4), *db = malloc((size_t)(n ? n : 1) * 4);
+    uint8_t *mask = malloc((size_t)(n ? n : 1)), *ma = malloc((size_t)(n ? n : 1));
+    uint8_t *mb = malloc((size_t)(n ? n : 1));
+    uint16_t *meta_a, *meta_b;
+    struct qs_cu_sp24 a;
+    char err[256];
+    t_rng rng = {seed};
+    qs_status sa, sb;
+    int ok = 1;
+
+    assert_int_equal(qs_sp24_size(QS_DTYPE_F32, rows, cols, &vbytes, &mcount), QS_OK);
+    meta_a = malloc((size_t)(mcount ? mcount : 1) * 2);
+    meta_b = malloc((size_t)(mcount ? mcount : 1) * 2);
+    t_fill_mixed(&rng, w, n, 0.05);
+    for (int64_t c = 0; c < cols; c++)
+        norms[c] = (float)(t_unif(&rng) * 4.0);
+    for (int64_t i = 0; i < n; i++) /* mostly two per group, sometimes fewer or (corrupt) more */
+        mask[i] = (uint8_t)((i % 4 == (int64_t)(t_next(&rng) % 4)) || (i % 4 == 3 && corrupt &&
+                                                                         i == n - 1) ||
+                            (t_next(&rng) % 8 == 0 && i % 4 < 2));
+    if (corrupt && n >= 4)
+        mask[n - 1] = mask[n - 2] = mask[n - 3] = 1;
+    memset(&a, 0, sizeof a);
+    a.cols = cols;
+    a.words = (cols + 15) / 16;
+    a.w = w;
+    memset(va, 0x11, (size_t)vbytes);
+    memset(vb, 0x22, (size_t)vbytes);
+    memset(meta_a, 0x33, (size_t)mcount * 2);
+    memset(meta_b, 0x44, (size_t)mcount * 2);
+    if (use_mask >= 0) { /* compress with the mask (1) or by non-zero values (0) */
+        for (int64_t i = 0; !use_mask && i < n; i++)
+            if (!mask[i])
+                w[i] = 0.0f;
+        a.op = QS_CU_SP24_COMPRESS;
+        a.mask_in = use_mask ? mask : NULL;
+        a.values = vb;
+        a.meta = meta_b;
+        sa = qs_sp24_compress(ctx, w, QS_DTYPE_F32, rows, cols, use_mask ? mask : NULL, va,
+                              vbytes, meta_a, mcount);
+    } else {
+        a.op = QS_CU_SP24_PRUNE;
+        a.norms = use_norms ? norms : NULL;
+        a.values = vb;
+        a.meta = meta_b;
+        a.mask_out = mb;
+        sa = qs_sp24_prune_compress(ctx, w, QS_DTYPE_F32, rows, cols, use_norms ? norms : NULL,
+                                    va, vbytes, meta_a, mcount, ma, n);
+    }
+    sb = qs_cu_sp24_run(&x, &a, rows, err, sizeof err);
+    n_cases++;
+    if (corrupt && use_mask >= 0 && sa != QS_ERR_BAD_DATA) {
+        print_error("2:4: the corrupt mask was accepted (%d)\n", sa);
+        ok = 0;
+    }
+    if (sa != sb) {
+        print_error("2:4 %lldx%lld: status cpu %d, cuda %d (%s)\n", (long long)rows,
+                    (long long)cols, sa, sb, err);
+        ok = 0;
+    } else if (sa == QS_OK) {
+        ok = t_check_bytes("2:4 values", vb, va, (size_t)vbytes, 1) &&
+             t_check_bytes("2:4 meta", meta_b, meta_a, (size_t)mcount * 2, 1) &&
+             (use_mask >= 0 || t_check_bytes("2:4 mask", mb, ma, (size_t)n, 1));
+    } else {
+        /* nothing written on error */
+        for (int64_t i = 0; i < vbytes; i++)
+            ok &= ((uint8_t *)vb)[i] == 0x22;
+    }
+    if (ok && sa == QS_OK) { /* decompress both ways; a corrupt nibble must be refused too */
+        if (corrupt && mcount > 0)
+            meta_a[mcount - 1] ^= 0x3; /* 0x4 <-> 0x7 and friends: invalid */
+        memset(da, 0x55, (size_t)n * 4);
+        memset(db, 0x66, (size_t)n * 4);
+        sa = qs_sp24_decompress(ctx, va, QS_DTYPE_F32, meta_a, mcount, rows, cols, da, n * 4);
+        memset(&a, 0, sizeof a);
+        a.op = -1;
+        a.cols = cols;
+        a.words = (cols + 15) / 16;
+        a.cvalues = va;
+        a.cmeta = meta_a;
+        a.dst = db;
+        sb = qs_cu_sp24_run(&x, &a, rows, err, sizeof err);
+        if (corrupt && sa != QS_ERR_BAD_DATA) {
+            print_error("2:4: the corrupt meta was accepted (%d)\n", sa);
+            ok = 0;
+        }
+        if (sa != sb || (sa == QS_OK && !t_check_bytes("2:4 decompressed", db, da, (size_t)n * 4,
+                                                       1))) {
+            print_error("2:4 decompress %lldx%lld: status cpu %d, cuda %d\n", (long long)rows,
+                        (long long)cols, sa, sb);
+            ok = 0;
+        }
+    }
+    free(w), free(norms), free(va), free(vb), free(da), free(db), free(mask), free(ma), free(mb);
+    free(meta_a), free(meta_b);
+    qs_ctx_destroy(ctx);
+    return ok;
+}
+
+static void test_sp24(void **state)
+{
+    const int64_t sshapes[][2] = {{1, 4}, {1, 16}, {3, 20}, {2, 36}, {5, 64}, {7, 100},
+                                  {4, 1028}, {0, 8}, {3, 0}};
+    (void)state;
+    for (int s = 0; s < 9; s++)
+        for (int v = 0; v < 4; v++) {
+            int64_t rows = sshapes[s][0], cols = sshapes[s][1];
+            uint64_t seed = 700 + (uint64_t)(s * 4 + v);
+            /* prune |w|, prune Wanda, compress by mask, compress by non-zero values */
+            assert_true(sp24_case(rows, cols, v == 1, v < 2 ? -1 : v == 2, seed, 0));
+        }
+    assert_true(sp24_case(3, 20, 0, 1, 9, 1)); /* a group of three kept: BAD_DATA both ways */
+    assert_true(sp24_case(4, 64, 0, -1, 10, 1)); /* a corrupt meta nibble for decompress */
+}
+
 /* The comparison can fail: a flipped bit of one code is reported. */
 static void test_negative(void **state)
 {
@@ -468,7 +614,8 @@ int main(void)
         cmocka_unit_test(test_negative),     cmocka_unit_test(test_bnb4),
         cmocka_unit_test(test_int8),         cmocka_unit_test(test_fp8_mx_nvfp4),
         cmocka_unit_test(test_reject),       cmocka_unit_test(test_launch_failure),
-        cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_gemv),         cmocka_unit_test(test_sp24_nibble_rule),
+        cmocka_unit_test(test_sp24),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fprintf(stderr, "%lld cases compared\n", (long long)n_cases);

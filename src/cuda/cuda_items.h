@@ -494,4 +494,109 @@ QS_HD static inline float qs_cu_gemv_acc(float acc, float seg_sum, float scale)
     return acc + seg_sum * scale;
 }
 
+/* ---- 2:4 prune, compress, decompress (docs/sparsity.md §2.2, §3) ------------------------------ */
+
+/* Item i: meta word i % words of row i / words (up to 4 groups of 4 columns). */
+#define QS_CU_SP24_PRUNE 0    /* keep the STRIP mask of |w| or of |w| * norms[col] */
+#define QS_CU_SP24_COMPRESS 1 /* keep mask_in's non-zero bytes, or w's non-zero values */
+
+struct qs_cu_sp24 {
+    int32_t op;
+    int64_t cols, words;          /* words = ceil(cols / 16) per row */
+    const float *w, *norms;       /* prune / compress input; norms NULL: |w| */
+    const uint8_t *mask_in;       /* compress: the mask, NULL for w's non-zero values */
+    float *values;                /* rows x cols / 2 */
+    uint16_t *meta;               /* rows x words */
+    uint8_t *mask_out;            /* prune: rows x cols mask bytes, or NULL */
+    const float *cvalues;         /* decompress input */
+    const uint16_t *cmeta;        /* decompress (and check) input */
+    float *dst;                   /* decompress output, rows x cols */
+};
+
+QS_HD static inline unsigned qs_cu_sp24_group_keep(const struct qs_cu_sp24 *a, int64_t r,
+                                                   int64_t c0)
+{
+    const float *w = a->w + r * a->cols + c0;
+    unsigned keep = 0;
+
+    if (a->op == QS_CU_SP24_PRUNE) {
+        uint32_t k[4];
+        for (int i = 0; i < 4; i++) {
+            float s = fabsf(w[i]);
+            k[i] = qs_hd_sp_key_abs(a->norms ? s * a->norms[c0 + i] : s);
+        }
+        return qs_hd_sp24_keep(k);
+    }
+    for (int i = 0; i < 4; i++)
+        keep |= (a->mask_in ? a->mask_in[r * a->cols + c0 + i] != 0 : w[i] != 0.0f) << i;
+    return keep; /* NaN != 0 is true: NaN is kept */
+}
+
+/* Compress: 1 when a group of word i keeps more than two (the driver then writes nothing).
+ * Decompress: 1 when a used nibble is not one of the six codes or an unused one is not 0. */
+QS_HD static inline int qs_cu_sp24_bad_item(const struct qs_cu_sp24 *a, int64_t i, int decomp)
+{
+    int64_t r = i / a->words, wd = i % a->words;
+
+    for (int j = 0; j < 4; j++) {
+        int64_t c0 = (wd * 4 + j) * 4;
+        if (decomp) {
+            unsigned nib = (a->cmeta[i] >> (4 * j)) & 15u;
+            if (c0 >= a->cols ? nib != 0
+                              : !(nib == 0x4 || nib == 0x8 || nib == 0xC || nib == 0x9 ||
+                                  nib == 0xD || nib == 0xE))
+                return 1;
+        } else if (c0 < a->cols) {
+            unsigned keep = qs_cu_sp24_group_keep(a, r, c0);
+            if (((keep & 1u) + (keep >> 1 & 1u) + (keep >> 2 & 1u) + (keep >> 3 & 1u)) > 2)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+QS_HD static inline void qs_cu_sp24_compress_item(const struct qs_cu_sp24 *a, int64_t i)
+{
+    int64_t r = i / a->words, wd = i % a->words;
+    unsigned word = 0; /* unused nibbles stay 0 (§3.1) */
+
+    for (int j = 0; j < 4; j++) {
+        int64_t g = wd * 4 + j, c0 = g * 4;
+        const float *w = a->w + r * a->cols + c0;
+        float *v = a->values + r * (a->cols / 2) + 2 * g;
+        unsigned keep, nib, i0, i1;
+        if (c0 >= a->cols)
+            break;
+        keep = qs_cu_sp24_group_keep(a, r, c0);
+        nib = qs_hd_sp24_nibble(keep);
+        i0 = nib & 3u;
+        i1 = nib >> 2;
+        v[0] = (keep >> i0) & 1u ? w[i0] : 0.0f; /* fill positions (§3.4) are +0 */
+        v[1] = (keep >> i1) & 1u ? w[i1] : 0.0f;
+        word |= nib << (4 * j);
+        if (a->mask_out)
+            for (int k = 0; k < 4; k++)
+                a->mask_out[r * a->cols + c0 + k] = (uint8_t)((keep >> k) & 1u);
+    }
+    a->meta[i] = (uint16_t)word;
+}
+
+QS_HD static inline void qs_cu_sp24_decompress_item(const struct qs_cu_sp24 *a, int64_t i)
+{
+    int64_t r = i / a->words, wd = i % a->words;
+
+    for (int j = 0; j < 4; j++) {
+        int64_t g = wd * 4 + j, c0 = g * 4;
+        unsigned nib = (a->cmeta[i] >> (4 * j)) & 15u;
+        float *d = a->dst + r * a->cols + c0;
+        const float *v = a->cvalues + r * (a->cols / 2) + 2 * g;
+        if (c0 >= a->cols)
+            break;
+        for (int k = 0; k < 4; k++)
+            d[k] = 0.0f;
+        d[nib & 3u] = v[0];
+        d[nib >> 2] = v[1];
+    }
+}
+
 #endif /* QS_CUDA_ITEMS_H */

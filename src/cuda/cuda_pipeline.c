@@ -417,6 +417,51 @@ done:
     return st;
 }
 
+/* ---- 2:4 ------------------------------------------------------------------------------------- */
+
+qs_status qs_cu_sp24_run(const struct qs_cu_exec *x, const struct qs_cu_sp24 *a, int64_t rows,
+                         char *err, size_t err_len)
+{
+    struct run r = {.x = x, .err = err, .err_len = err_len};
+    int64_t count = rows * a->words;
+    int decompress = a->op < 0;
+    qs_status st = QS_OK;
+
+    err[0] = '\0';
+    if (count == 0)
+        return QS_OK;
+    if (a->op != QS_CU_SP24_PRUNE) {
+        struct qs_cu_sp24_check c = {*a, decompress, NULL};
+        unsigned long long first = ~0ull;
+        c.first = scratch(&r, sizeof first);
+        if (!c.first) {
+            st = fail(&r, QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory for scratch");
+            goto done;
+        }
+        if (x->to_device(x->user, c.first, &first, sizeof first) ||
+            x->launch(x->user, QS_CU_K_SP24_CHECK, &c, count) ||
+            x->to_host(x->user, &first, c.first, sizeof first)) {
+            st = fail(&r, QS_ERR_BACKEND, "cuda backend: 2:4 validation failed");
+            goto done;
+        }
+        if (first != ~0ull) {
+            int64_t row = (int64_t)first / a->words, col = (int64_t)first % a->words * 16;
+            st = fail(&r, QS_ERR_BAD_DATA,
+                      decompress ? "2:4 meta word at row %lld, column %lld holds an invalid "
+                                   "nibble"
+                                 : "a 2:4 group at row %lld, columns %lld.. keeps more than 2",
+                      (long long)row, (long long)col);
+            goto done;
+        }
+    }
+    if (x->launch(x->user, decompress ? QS_CU_K_SP24_DECOMPRESS : QS_CU_K_SP24_COMPRESS, a,
+                  count))
+        st = fail(&r, QS_ERR_BACKEND, "cuda backend: 2:4 kernel failed");
+done:
+    release_all(&r);
+    return st;
+}
+
 /* ---- GEMV ----------------------------------------------------------------------------------- */
 
 qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,

@@ -34,7 +34,17 @@ enum qs_cu_kernel {
     QS_CU_K_ROWS_QUANT,   /* qs_cu_rows, count rows * spr */
     QS_CU_K_ROWS_DEQUANT, /* qs_cu_rows, count n */
     QS_CU_K_GEMV,         /* qs_cu_gemv, count rows (one warp each) */
+    QS_CU_K_SP24_CHECK,   /* qs_cu_sp24_check, count rows * words: the first bad word */
+    QS_CU_K_SP24_COMPRESS, /* qs_cu_sp24, count rows * words */
+    QS_CU_K_SP24_DECOMPRESS, /* qs_cu_sp24, count rows * words */
     QS_CU_K_COUNT
+};
+
+/* The 2:4 validation: every bad word index i lowers *first (initially UINT64_MAX) to i. */
+struct qs_cu_sp24_check {
+    struct qs_cu_sp24 a;
+    int32_t decompress;
+    unsigned long long *first;
 };
 
 /* Device tables (device pointers in the plugin, the host tables in the test). */
@@ -66,5 +76,11 @@ QS_INTERNAL qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const struct 
 QS_INTERNAL qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,
                                      const qs_quant_params *p, const qs_qtensor *q, const float *xv,
                                      float *y, char *err, size_t err_len);
+
+/* 2:4 on f32 device arrays (rows x cols, cols % 4 == 0): op QS_CU_SP24_PRUNE or _COMPRESS fill
+ * a->values, a->meta (and a->mask_out); op -1 decompresses a->cvalues / a->cmeta into a->dst.
+ * Compress and decompress validate first (QS_ERR_BAD_DATA, nothing written). */
+QS_INTERNAL qs_status qs_cu_sp24_run(const struct qs_cu_exec *x, const struct qs_cu_sp24 *a,
+                                     int64_t rows, char *err, size_t err_len);
 
 #endif /* QS_CUDA_PIPELINE_H */

@@ -487,6 +487,50 @@ QS_HD static inline float qs_hd_nvfp4_global_scale(float amax)
     return s == 0.0f ? 1.0f : s;
 }
 
+/* ---- 2:4 sparsity (docs/sparsity.md §2.2, §3.2) ------------------------------------------------ */
+
+/* Rank key of a non-negative (or NaN) score: its magnitude bits, every NaN one key above +Inf. */
+QS_HD static inline uint32_t qs_hd_sp_key_abs(float s)
+{
+    uint32_t u = qs_hd_bits(s) & 0x7FFFFFFFu;
+    return u > 0x7F800001u ? 0x7F800001u : u;
+}
+
+/* Keep bits of a group of 4 keys: position i is kept when fewer than two others beat it, an
+ * equal key at a lower position beating it too (§2.2 rules 1-3). */
+QS_HD static inline unsigned qs_hd_sp24_keep(const uint32_t k[4])
+{
+    unsigned keep = 0;
+    for (int i = 0; i < 4; i++) {
+        int rank = 0;
+        for (int j = 0; j < 4; j++)
+            rank += k[j] > k[i] || (k[j] == k[i] && j < i);
+        if (rank < 2)
+            keep |= 1u << i;
+    }
+    return keep;
+}
+
+/* Metadata nibble i0 | i1 << 2 of a keep pattern (§3.2): its two lowest kept positions, completed
+ * by the lowest unused ones (§3.4); the table qs_sp24_nibble_of_keep in computed form. */
+QS_HD static inline unsigned qs_hd_sp24_nibble(unsigned keep)
+{
+    int idx[2], n = 0;
+
+    for (int i = 0; i < 4 && n < 2; i++)
+        if ((keep >> i) & 1u)
+            idx[n++] = i;
+    for (int i = 0; i < 4 && n < 2; i++)
+        if (!((keep >> i) & 1u))
+            idx[n++] = i;
+    if (idx[0] > idx[1]) {
+        int t = idx[0];
+        idx[0] = idx[1];
+        idx[1] = t;
+    }
+    return (unsigned)(idx[0] | idx[1] << 2);
+}
+
 /* Double quantization's mean offset (§6.1): a double sum in index order, one rounding to f32.
  * Sequential by definition, so the CUDA plugin evaluates it on the host. */
 QS_HD static inline float qs_hd_dq_offset(const float *absmax, int64_t nb)
