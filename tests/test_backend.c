@@ -310,6 +310,20 @@ static void test_device_api(void **state)
     assert_int_equal(qs_cuda_gemv(ctx, &p, &t.q, ROWS, COLS, x, y, NULL), QS_ERR_BACKEND);
     p = params(QS_FORMAT_MXFP4);
     assert_int_equal(qs_cuda_gemv(ctx, &p, &t.q, ROWS, COLS, x, y, NULL), QS_ERR_UNSUPPORTED);
+    {
+        float vals[ROWS * COLS / 2], dense[ROWS * COLS];
+        uint16_t meta[ROWS * COLS / 16];
+        assert_int_equal(qs_cuda_sp24_prune_compress(ctx, src, ROWS, 6, NULL, vals, sizeof vals,
+                                                     meta, 64, NULL, 0, NULL),
+                         QS_ERR_SHAPE); /* cols % 4 */
+        assert_int_equal(qs_cuda_sp24_compress(ctx, src, ROWS, COLS, NULL, vals, 8, meta,
+                                               ROWS * COLS / 16, NULL),
+                         QS_ERR_BUFFER_TOO_SMALL);
+        assert_int_equal(qs_cuda_sp24_decompress(ctx, vals, meta, ROWS * COLS / 16, ROWS, COLS,
+                                                 dense, sizeof dense, NULL),
+                         QS_ERR_BACKEND);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "no device entry point"));
+    }
     assert_true(t_buf_untouched(&t.plane[QS_PLANE_DATA]));
     tq_free(&t);
     qs_ctx_destroy(ctx);

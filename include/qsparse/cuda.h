@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The device API of the CUDA backend: quantize, dequantize and the NF4 / INT8 GEMV on tensors
+ * The device API of the CUDA backend: quantize, dequantize, the NF4 / INT8 GEMV and 2:4 on tensors
  * that live in GPU memory, on the caller's CUDA stream. These entry points are in libqsparse
  * itself, which links no CUDA library: they check every argument in the core, then call the
  * CUDA plugin (libqsparse-cuda.so, loaded as qs_backend_load describes). Without a usable plugin
@@ -52,6 +52,26 @@ QS_API qs_status qs_cuda_dequantize(qs_ctx *ctx, const qs_quant_params *params,
 QS_API qs_status qs_cuda_gemv(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *w,
                               int64_t rows, int64_t cols, const float *x, float *y,
                               void *stream);
+
+/*
+ * 2:4 on the GPU for f32 tensors (docs/sparsity.md), the device twins of qs_sp24_prune_compress,
+ * qs_sp24_compress and qs_sp24_decompress (qsparse/sparse.h): the same layouts (values rows x
+ * cols/2, meta rows x ceil(cols/16) uint16 words, the optional mask rows x cols bytes), the same
+ * results bit for bit, the same statuses. compress and decompress validate first (a group
+ * keeping more than two, an invalid meta nibble: QS_ERR_BAD_DATA, nothing written), which
+ * synchronizes the stream. norms (cols f32, Wanda scores) and mask may be NULL.
+ */
+QS_API qs_status qs_cuda_sp24_prune_compress(qs_ctx *ctx, const float *w, int64_t rows,
+                                             int64_t cols, const float *norms, float *values,
+                                             int64_t values_bytes, uint16_t *meta,
+                                             int64_t meta_count, uint8_t *mask,
+                                             int64_t mask_bytes, void *stream);
+QS_API qs_status qs_cuda_sp24_compress(qs_ctx *ctx, const float *w, int64_t rows, int64_t cols,
+                                       const uint8_t *mask, float *values, int64_t values_bytes,
+                                       uint16_t *meta, int64_t meta_count, void *stream);
+QS_API qs_status qs_cuda_sp24_decompress(qs_ctx *ctx, const float *values, const uint16_t *meta,
+                                         int64_t meta_count, int64_t rows, int64_t cols,
+                                         float *dst, int64_t dst_bytes, void *stream);
 
 #ifdef __cplusplus
 }

@@ -365,4 +365,10 @@ SIGNATURES.update({
                                        c.c_int64, c.c_int64, P, c.c_int32, c.c_int64, P]),
     "qs_cuda_gemv": (c.c_int32, [P, c.POINTER(QuantParams), c.POINTER(QTensorC), c.c_int64,
                                  c.c_int64, P, P, P]),
+    "qs_cuda_sp24_prune_compress": (c.c_int32, [P, P, c.c_int64, c.c_int64, P, P, c.c_int64, P,
+                                                c.c_int64, P, c.c_int64, P]),
+    "qs_cuda_sp24_compress": (c.c_int32, [P, P, c.c_int64, c.c_int64, P, P, c.c_int64, P,
+                                          c.c_int64, P]),
+    "qs_cuda_sp24_decompress": (c.c_int32, [P, P, P, c.c_int64, c.c_int64, c.c_int64, P,
+                                            c.c_int64, P]),
 })

@@ -142,3 +142,48 @@ def gemv(planes: Dict[str, Any], shape: Sequence[int], format: str, x: Any, y: A
         raise ValueError(f"x needs {cols} and y {rows} float32 values")
     _lib.check(_lib.lib().qs_cuda_gemv(_lib.ctx(), ctypes.byref(p), ctypes.byref(qt), rows, cols,
                                        ctypes.c_void_p(xp), ctypes.c_void_p(yp), _stream(stream)))
+
+
+def _ptr_or_null(a: Any, name: str):
+    return (ctypes.c_void_p(0), 0) if a is None else \
+        (lambda t: (ctypes.c_void_p(t[0]), t[1]))(_device(a, name))
+
+
+def sp24_prune_compress(w: Any, values: Any, meta: Any, *, norms: Any = None, mask: Any = None,
+                        stream: Optional[int] = None) -> None:
+    """2:4 prune and compress a rows x cols float32 device array w (|w|, or Wanda scores with
+    norms: cols float32 on the device) into device arrays values (rows x cols/2 float32), meta
+    (rows x ceil(cols/16) uint16) and optionally mask (rows x cols uint8), as
+    qsparse.prune / compress do on the CPU, bit for bit."""
+    rows, cols = _rows_cols(w.__cuda_array_interface__["shape"])
+    wp, _, _ = _device(w, "w")
+    vp, vb = _ptr_or_null(values, "values")
+    mp, mb = _ptr_or_null(meta, "meta")
+    kp, kb = _ptr_or_null(mask, "mask")
+    np_, _ = _ptr_or_null(norms, "norms")
+    _lib.check(_lib.lib().qs_cuda_sp24_prune_compress(_lib.ctx(), ctypes.c_void_p(wp), rows, cols,
+                                                      np_, vp, vb, mp, mb // 2, kp, kb,
+                                                      _stream(stream)))
+
+
+def sp24_compress(w: Any, values: Any, meta: Any, *, mask: Any = None,
+                  stream: Optional[int] = None) -> None:
+    """Compress a 2:4 float32 device array (the kept positions: mask's non-zero bytes, or w's
+    non-zero values); QsparseError (QS_ERR_BAD_DATA) if a group keeps more than two."""
+    rows, cols = _rows_cols(w.__cuda_array_interface__["shape"])
+    wp, _, _ = _device(w, "w")
+    vp, vb = _ptr_or_null(values, "values")
+    mp, mb = _ptr_or_null(meta, "meta")
+    kp, _ = _ptr_or_null(mask, "mask")
+    _lib.check(_lib.lib().qs_cuda_sp24_compress(_lib.ctx(), ctypes.c_void_p(wp), rows, cols, kp,
+                                                vp, vb, mp, mb // 2, _stream(stream)))
+
+
+def sp24_decompress(values: Any, meta: Any, out: Any, *, stream: Optional[int] = None) -> None:
+    """Decompress device values and meta into the rows x cols float32 device array out."""
+    rows, cols = _rows_cols(out.__cuda_array_interface__["shape"])
+    vp, _ = _ptr_or_null(values, "values")
+    mp, mb = _ptr_or_null(meta, "meta")
+    op, ob = _ptr_or_null(out, "out")
+    _lib.check(_lib.lib().qs_cuda_sp24_decompress(_lib.ctx(), vp, mp, mb // 2, rows, cols, op, ob,
+                                                  _stream(stream)))

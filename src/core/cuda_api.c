@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "format_traits.h"
 #include "quant_common.h"
+#include "qsparse/sparse.h"
 
 /* The CUDA plugin's operations, or NULL with the reason in ctx. */
 static const struct qs_backend_ops *cuda_ops(qs_ctx *ctx, const char *what)
@@ -19,7 +20,7 @@ static const struct qs_backend_ops *cuda_ops(qs_ctx *ctx, const char *what)
         qs_fail(ctx, QS_ERR_BACKEND, "%s", qs_backend_message(QS_BACKEND_CUDA));
         return NULL;
     }
-    if (!ops->quantize_dev || !ops->dequantize_dev || !ops->gemv_dev) {
+    if (!ops->quantize_dev || !ops->dequantize_dev || !ops->gemv_dev || !ops->sp24_dev) {
         qs_fail(ctx, QS_ERR_BACKEND, "%s backend: the plugin has no device entry point for %s",
                 ops->name, what);
         return NULL;
@@ -148,4 +149,98 @@ QS_API qs_status qs_cuda_gemv(qs_ctx *ctx, const qs_quant_params *params, const 
     if ((st = ops->gemv_dev(ctx, &l, params, w, x, y, stream)) != QS_OK)
         return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: gemv failed");
     return qs_ok(ctx);
+}
+
+/* ---- 2:4 ------------------------------------------------------------------------------------- */
+
+/* Shape, sizes and capacities of a 2:4 call; the pointers' alignment. */
+static qs_status sp24_check(qs_ctx *ctx, const struct qs_sp24_dev *a, int64_t values_bytes,
+                            int64_t meta_count, int64_t dense_bytes, int64_t mask_bytes)
+{
+    int64_t vb, mc;
+    qs_status st;
+
+    if ((st = qs_sp24_size(QS_DTYPE_F32, a->rows, a->cols, &vb, &mc)) != QS_OK)
+        return qs_fail(ctx, st, "2:4 needs rows, cols >= 0 and cols %% 4 == 0 (got %lld x %lld)",
+                       (long long)a->rows, (long long)a->cols);
+    if (values_bytes < vb || meta_count < mc)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
+                       "values hold %lld bytes and meta %lld words; %lld and %lld needed",
+                       (long long)values_bytes, (long long)meta_count, (long long)vb,
+                       (long long)mc);
+    if (dense_bytes < a->rows * a->cols * 4)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "the dense tensor holds %lld bytes, %lld "
+                       "needed", (long long)dense_bytes, (long long)(a->rows * a->cols * 4));
+    if (a->mask_out && mask_bytes < a->rows * a->cols)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "mask holds %lld bytes, %lld needed",
+                       (long long)mask_bytes, (long long)(a->rows * a->cols));
+    if (a->rows * a->cols > 0) {
+        int dec = a->op == QS_SP24_DEV_DECOMPRESS;
+        const void *need[3] = {dec ? (const void *)a->values_in : (const void *)a->w,
+                               dec ? (const void *)a->meta_in : (const void *)a->meta,
+                               dec ? (const void *)a->dst : (const void *)a->values};
+        for (int i = 0; i < 3; i++)
+            if (!need[i])
+                return qs_fail(ctx, QS_ERR_INVALID_ARG, "a 2:4 buffer is NULL");
+    }
+    if (misaligned(a->w, 4) || misaligned(a->norms, 4) || misaligned(a->values, 4) ||
+        misaligned(a->values_in, 4) || misaligned(a->dst, 4) || misaligned(a->meta, 2) ||
+        misaligned(a->meta_in, 2))
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "a 2:4 device pointer is not aligned");
+    return QS_OK;
+}
+
+static qs_status sp24_call(qs_ctx *ctx, const struct qs_sp24_dev *a, int64_t values_bytes,
+                           int64_t meta_count, int64_t dense_bytes, int64_t mask_bytes,
+                           void *stream)
+{
+    const struct qs_backend_ops *ops;
+    qs_status st;
+
+    if ((st = sp24_check(ctx, a, values_bytes, meta_count, dense_bytes, mask_bytes)) != QS_OK)
+        return st;
+    if (!(ops = cuda_ops(ctx, "2:4")))
+        return QS_ERR_BACKEND;
+    ctx->last_error[0] = '\0';
+    if ((st = ops->sp24_dev(ctx, a, stream)) != QS_OK)
+        return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: 2:4 failed");
+    return qs_ok(ctx);
+}
+
+QS_API qs_status qs_cuda_sp24_prune_compress(qs_ctx *ctx, const float *w, int64_t rows,
+                                             int64_t cols, const float *norms, float *values,
+                                             int64_t values_bytes, uint16_t *meta,
+                                             int64_t meta_count, uint8_t *mask,
+                                             int64_t mask_bytes, void *stream)
+{
+    struct qs_sp24_dev a = {QS_SP24_DEV_PRUNE, rows, cols, w, norms, NULL, values, meta, mask,
+                            NULL, NULL, NULL};
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    return sp24_call(ctx, &a, values_bytes, meta_count, INT64_MAX, mask_bytes, stream);
+}
+
+QS_API qs_status qs_cuda_sp24_compress(qs_ctx *ctx, const float *w, int64_t rows, int64_t cols,
+                                       const uint8_t *mask, float *values, int64_t values_bytes,
+                                       uint16_t *meta, int64_t meta_count, void *stream)
+{
+    struct qs_sp24_dev a = {QS_SP24_DEV_COMPRESS, rows, cols, w, NULL, mask, values, meta, NULL,
+                            NULL, NULL, NULL};
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    return sp24_call(ctx, &a, values_bytes, meta_count, INT64_MAX, 0, stream);
+}
+
+QS_API qs_status qs_cuda_sp24_decompress(qs_ctx *ctx, const float *values, const uint16_t *meta,
+                                         int64_t meta_count, int64_t rows, int64_t cols,
+                                         float *dst, int64_t dst_bytes, void *stream)
+{
+    struct qs_sp24_dev a = {QS_SP24_DEV_DECOMPRESS, rows, cols, NULL, NULL, NULL, NULL, NULL,
+                            NULL, values, meta, dst};
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    return sp24_call(ctx, &a, INT64_MAX, meta_count, dst_bytes, 0, stream);
 }

@@ -103,6 +103,15 @@ __global__ void __launch_bounds__(THREADS) gemv_kernel(qs_cu_gemv a, int64_t row
     }
 }
 
+// Validation of 2:4 inputs: the lowest bad word index wins, as the host emulation's minimum.
+__global__ void __launch_bounds__(THREADS) sp24_check_kernel(qs_cu_sp24_check c, int64_t count)
+{
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
+        if (qs_cu_sp24_bad_item(&c.a, i, c.decompress))
+            atomicMin(c.first, (unsigned long long)i);
+}
+
 // ---- the executor ----------------------------------------------------------------------------
 
 struct exec_state {
@@ -163,6 +172,14 @@ static int launch(void *user, int32_t kernel, const void *args, int64_t count)
     case QS_CU_K_GEMV:
         gemv_kernel<<<blocks_for(s, count, THREADS / 32), THREADS, 0, s->stream>>>(
             *(const qs_cu_gemv *)args, count);
+        break;
+    case QS_CU_K_SP24_CHECK:
+        sp24_check_kernel<<<blocks_for(s, count, THREADS), THREADS, 0, s->stream>>>(
+            *(const qs_cu_sp24_check *)args, count);
+        break;
+    case QS_CU_K_SP24_COMPRESS: grid<qs_cu_sp24, qs_cu_sp24_compress_item>(s, args, count); break;
+    case QS_CU_K_SP24_DECOMPRESS:
+        grid<qs_cu_sp24, qs_cu_sp24_decompress_item>(s, args, count);
         break;
     default: return 1;
     }
@@ -353,6 +370,34 @@ static qs_status gemv_dev(qs_ctx *ctx, const qs_layout *l, const qs_quant_params
     return finish(ctx, &s, st, err);
 }
 
+static qs_status sp24_dev(qs_ctx *ctx, const qs_sp24_dev *d, void *stream)
+{
+    exec_state s;
+    qs_cu_exec x;
+    qs_cu_sp24 a;
+    char err[256];
+    qs_status st = exec_init(ctx, &s, &x, stream);
+
+    if (st != QS_OK)
+        return st;
+    memset(&a, 0, sizeof a);
+    a.op = d->op == QS_SP24_DEV_PRUNE ? QS_CU_SP24_PRUNE
+           : d->op == QS_SP24_DEV_COMPRESS ? QS_CU_SP24_COMPRESS : -1;
+    a.cols = d->cols;
+    a.words = (d->cols + 15) / 16;
+    a.w = d->w;
+    a.norms = d->norms;
+    a.mask_in = d->mask_in;
+    a.values = d->values;
+    a.meta = d->meta;
+    a.mask_out = d->mask_out;
+    a.cvalues = d->values_in;
+    a.cmeta = d->meta_in;
+    a.dst = d->dst;
+    st = qs_cu_sp24_run(&x, &a, d->rows, err, sizeof err);
+    return finish(ctx, &s, st, err);
+}
+
 // Host-pointer calls of a context created for the CUDA backend: through device copies on the
 // default stream, then back. Planes are copied both ways (a plane's bytes come from the layout).
 struct staged {
@@ -447,7 +492,7 @@ static qs_status dequantize_host(qs_ctx *ctx, const qs_layout *l, const qs_quant
 
 static const qs_backend_ops cuda_ops = {
     QS_BACKEND_ABI_VERSION, QS_BACKEND_CUDA, "cuda", cuda_available, quantize_host,
-    dequantize_host, quantize_dev, dequantize_dev, gemv_dev,
+    dequantize_host, quantize_dev, dequantize_dev, gemv_dev, sp24_dev,
 };
 
 extern "C" __attribute__((visibility("default"))) const qs_backend_ops *

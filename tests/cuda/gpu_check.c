@@ -305,6 +305,81 @@ static void check_gemv(const char *name, const qs_quant_params *p, int64_t rows,
     free(absmax);
 }
 
+/* 2:4 prune+compress (|w| or Wanda), compress by mask, decompress: GPU against CPU. */
+static int64_t vb_dummy(int64_t n)
+{
+    return (n / 2 > 0 ? n / 2 : 1) * 4;
+}
+
+static void check_sp24(int64_t rows, int64_t cols, int wanda, qs_ctx *cpu, qs_ctx *msg)
+{
+    int64_t n = rows * cols, vb, mc;
+    float *w = malloc((size_t)n * 4), *norms = malloc((size_t)cols * 4);
+    float *vals = malloc((size_t)vb_dummy(n)), *vals_g = malloc((size_t)vb_dummy(n));
+    float *dense = malloc((size_t)n * 4), *dense_g = malloc((size_t)n * 4);
+    uint8_t *mask = malloc((size_t)n), *mask_g = malloc((size_t)n);
+    uint16_t *meta, *meta_g;
+    void *dw, *dn, *dv, *dm, *dk, *dd;
+    char label[96];
+    int ok = 1;
+
+    qs_sp24_size(QS_DTYPE_F32, rows, cols, &vb, &mc);
+    meta = malloc((size_t)mc * 2);
+    meta_g = malloc((size_t)mc * 2);
+    fill(w, n, 0.03);
+    for (int64_t c = 0; c < cols; c++)
+        norms[c] = (float)((rnd() >> 11) * 0x1p-53 * 4.0);
+    snprintf(label, sizeof label, "sp24 %s %lldx%lld", wanda ? "wanda" : "|w|", (long long)rows,
+             (long long)cols);
+    CU(cudaMalloc(&dw, (size_t)n * 4));
+    CU(cudaMalloc(&dn, (size_t)cols * 4));
+    CU(cudaMalloc(&dv, (size_t)vb));
+    CU(cudaMalloc(&dm, (size_t)mc * 2));
+    CU(cudaMalloc(&dk, (size_t)n));
+    CU(cudaMalloc(&dd, (size_t)n * 4));
+    CU(cudaMemcpy(dw, w, (size_t)n * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dn, norms, (size_t)cols * 4, cudaMemcpyHostToDevice));
+    checks++;
+    if (qs_sp24_prune_compress(cpu, w, QS_DTYPE_F32, rows, cols, wanda ? norms : NULL, vals, vb,
+                               meta, mc, mask, n) != QS_OK ||
+        qs_cuda_sp24_prune_compress(msg, dw, rows, cols, wanda ? dn : NULL, dv, vb, dm, mc, dk, n,
+                                    NULL) != QS_OK) {
+        report("FAIL %s prune: %s\n", label, qs_ctx_last_error(msg));
+        ok = 0;
+    }
+    if (ok) {
+        CU(cudaMemcpy(vals_g, dv, (size_t)vb, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(meta_g, dm, (size_t)mc * 2, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(mask_g, dk, (size_t)n, cudaMemcpyDeviceToHost));
+        ok = same("values", vals_g, vals, (size_t)vb, label) &&
+             same("meta", meta_g, meta, (size_t)mc * 2, label) &&
+             same("mask", mask_g, mask, (size_t)n, label);
+    }
+    if (ok) { /* compress by the CPU's mask, then decompress */
+        if (qs_cuda_sp24_compress(msg, dw, rows, cols, dk, dv, vb, dm, mc, NULL) != QS_OK) {
+            report("FAIL %s compress: %s\n", label, qs_ctx_last_error(msg));
+            ok = 0;
+        } else {
+            CU(cudaMemcpy(vals_g, dv, (size_t)vb, cudaMemcpyDeviceToHost));
+            ok = same("compressed values", vals_g, vals, (size_t)vb, label);
+        }
+    }
+    if (ok) {
+        qs_sp24_decompress(cpu, vals, QS_DTYPE_F32, meta, mc, rows, cols, dense, n * 4);
+        if (qs_cuda_sp24_decompress(msg, dv, dm, mc, rows, cols, dd, n * 4, NULL) != QS_OK) {
+            report("FAIL %s decompress: %s\n", label, qs_ctx_last_error(msg));
+            ok = 0;
+        } else {
+            CU(cudaMemcpy(dense_g, dd, (size_t)n * 4, cudaMemcpyDeviceToHost));
+            ok = same("decompressed", dense_g, dense, (size_t)n * 4, label);
+        }
+    }
+    failures += !ok;
+    cudaFree(dw), cudaFree(dn), cudaFree(dv), cudaFree(dm), cudaFree(dk), cudaFree(dd);
+    free(w), free(norms), free(vals), free(vals_g), free(dense), free(dense_g), free(mask);
+    free(mask_g), free(meta), free(meta_g);
+}
+
 struct fmt_case {
     const char *name;
     int32_t format, block, dq, gran, sym, rounding;
@@ -520,6 +595,15 @@ int main(int argc, char **argv)
                 check_gemv(cases[c].name, &p, gshapes[s][0], gshapes[s][1], cpu, msg);
             }
         report("%s gemv: NF4 and INT8 against the reference dot products\n",
+               failures == before ? "ok  " : "FAIL");
+    }
+    {
+        const int64_t sshapes[][2] = {{1, 4}, {3, 20}, {7, 100}, {5, 1028}, {4096, 4096}};
+        int before = failures;
+        for (size_t s = 0; s < sizeof sshapes / sizeof sshapes[0]; s++)
+            for (int wanda = 0; wanda < 2; wanda++)
+                check_sp24(sshapes[s][0], sshapes[s][1], wanda, cpu, msg);
+        report("%s sp24: prune, compress, decompress against the CPU\n",
                failures == before ? "ok  " : "FAIL");
     }
     if (do_bench)

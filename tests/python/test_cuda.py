@@ -49,6 +49,10 @@ def test_without_gpu_every_call_says_why():
     with pytest.raises(qs.QsparseError):
         qs.cuda.gemv(planes, w.shape, "nf4", FakeDevice(np.zeros(64, np.float32)),
                      FakeDevice(np.zeros(4, np.float32)))
+    with pytest.raises(qs.QsparseError) as e:
+        qs.cuda.sp24_decompress(FakeDevice(np.zeros((4, 32), np.float32)),
+                                FakeDevice(np.zeros((4, 4), np.uint16)), out)
+    assert e.value.status == _lib.QS_ERR_BACKEND
 
 
 def test_checks_come_before_the_plugin():
@@ -67,5 +71,13 @@ def test_checks_come_before_the_plugin():
         qs.cuda.gemv(planes, w.shape, "mxfp4", FakeDevice(np.zeros(64, np.float32)),
                      FakeDevice(np.zeros(4, np.float32)))
     assert e.value.status == _lib.QS_ERR_UNSUPPORTED
+    vals = FakeDevice(np.zeros((4, 32), np.float32))
+    meta = FakeDevice(np.zeros((4, 4), np.uint16))
+    with pytest.raises(qs.QsparseError) as e:  # cols % 4
+        qs.cuda.sp24_prune_compress(FakeDevice(np.zeros((4, 6), np.float32)), vals, meta)
+    assert e.value.status == _lib.QS_ERR_SHAPE
+    with pytest.raises(qs.QsparseError) as e:  # meta too short
+        qs.cuda.sp24_compress(FakeDevice(w), vals, FakeDevice(np.zeros(3, np.uint16)))
+    assert e.value.status == _lib.QS_ERR_BUFFER_TOO_SMALL
     with pytest.raises(ValueError, match="not a CUDA array"):
         qs.cuda.quantize(w, "nf4", planes)
