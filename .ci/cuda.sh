@@ -7,7 +7,7 @@
 # plugin absent, present without a GPU, truncated and corrupt, never crashing or printing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build-cuda-ci
+build="build-cuda-ci"
 nvcc=$(command -v nvcc || true)
 [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
 
@@ -28,9 +28,11 @@ plugin="$PWD/$build/src/cuda/libqsparse-cuda.so"
 echo "plugin built in $((t1 - t0)) s: $(stat -c %s "$plugin") bytes"
 # Only what the checks below run (the main CI job builds and tests everything else).
 lib=$(ninja -C "$build" -t targets all | grep -oE '^libqsparse\.so(\.[0-9]+)*:' | tr -d : | tail -n 1)
-ninja -C "$build" "$lib" tests/test_backend tests/test_cuda_items \
-  $(for v in good no_symbol wrong_abi refuse unavailable; do
-      echo "tests/libqs-test-plugin-$v.so"; done) >/dev/null
+targets=("$lib" tests/test_backend tests/test_cuda_items)
+for v in good no_symbol wrong_abi refuse unavailable; do
+  targets+=("tests/libqs-test-plugin-$v.so")
+done
+ninja -C "$build" "${targets[@]}" >/dev/null
 
 # libqsparse links no CUDA library; the plugin needs no CUDA library but the driver at run time.
 if ldd "$build/libqsparse.so" | grep -qi cuda; then

@@ -9,7 +9,7 @@
 # device.txt. Needs nvcc, a C compiler, meson and ninja; nothing is downloaded.
 #   Usage: [OUT=dir] [GPU_ARCH=90] bash tests/cuda/run.sh [--no-bench]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/run.log") 2>&1
@@ -29,7 +29,7 @@ arch=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/d
 arch=${arch:-90}
 elapsed "nvcc $nvcc, building for sm_$arch"
 
-build=build-gpu
+build="build-gpu"
 rm -rf "$build"
 "${meson[@]}" setup "$build" --buildtype=release -Dcuda=enabled -Dgpu_archs="$arch" \
   -Dtests=false -Dbench=false -Dblas=disabled || { elapsed "meson setup failed"; exit 2; }
