@@ -28,6 +28,7 @@
 #include "qsparse.h"
 #include "checkpoint_keys.h"
 #include "commands.h"
+#include "tool_ctx.h"
 #include "escape.h"
 #include "safetensors.h"
 
@@ -615,7 +616,7 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     qs_ctx_params_init(&cp);
     cp.num_threads = o.threads;
-    if (qs_ctx_create(&cp, &c.ctx) != QS_OK) {
+    if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
         goto done;
     }
@@ -722,7 +723,7 @@ int qs_cmd_quantize(int argc, char **argv)
     rc = 0;
 done_w:
     qs_st_writer_free(&w);
-    qs_ctx_destroy(c.ctx);
+    qs_tool_ctx_done(c.ctx);
 done:
     if (record)
         json_decref(record);
