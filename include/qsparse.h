@@ -160,14 +160,14 @@ typedef struct qs_allocator {
 
 /*
  * Backends: where a context's heavy calls (qs_quantize, qs_dequantize) run. The CPU backend is
- * always there. Other backends are plugins: shared modules loaded with dlopen the first time a
- * context asks for AUTO or CUDA (or by qs_backend_load), from the file named by the QS_PLUGIN_PATH
- * environment variable, else libqsparse-cuda.so in the directory of the loaded libqsparse. A
- * plugin is accepted only if it exports its init symbol and was built for this library's backend
- * ABI version; every failure leaves the CPU backend working and a message naming the cause and
+ * always there. Other backends are plugins: shared modules loaded with dlopen the first time CUDA
+ * is asked for (a context, qs_backend_available, qs_cuda_*, or qs_backend_load), from the file
+ * named by the QS_PLUGIN_PATH environment variable, else libqsparse-cuda.so in the directory of
+ * the loaded libqsparse. A plugin is accepted only if it exports its init symbol and was built
+ * for this library's backend ABI version; every failure leaves the CPU backend working and a message naming the cause and
  * the file (qs_backend_message). Arguments are validated in the core before any backend runs.
  */
-#define QS_BACKEND_AUTO 0 /* a plugin backend that can run here (CUDA), else the CPU */
+#define QS_BACKEND_AUTO 0 /* host arrays run on the CPU; device arrays go through qs_cuda_* */
 #define QS_BACKEND_CPU  1 /* CPU, best ISA allowed by isa_mask */
 #define QS_BACKEND_CUDA 2 /* the CUDA plugin; qs_ctx_create gives QS_ERR_BACKEND without it */
 
@@ -495,5 +495,7 @@ QS_API int64_t qs_codebook_size(int32_t which);
 #include "qsparse/calib.h"
 /* Matmul with compressed weights and LLM.int8 activations. */
 #include "qsparse/matmul.h"
+/* The device API of the CUDA backend plugin (device pointers, a CUDA stream). */
+#include "qsparse/cuda.h"
 
 #endif /* QSPARSE_H */

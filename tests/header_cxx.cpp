@@ -2,6 +2,7 @@
 // The public headers compile on their own as C++ and link through extern "C".
 #include "qsparse.h"
 #include "qsparse/calib.h"
+#include "qsparse/cuda.h"
 #include "qsparse/matmul.h"
 #include "qsparse/profile.h"
 #include "qsparse/sparse.h"

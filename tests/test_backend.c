@@ -4,7 +4,7 @@
  * beside the library, every way a plugin can be broken (no file, not a shared object, no init
  * symbol, another ABI version, an init that refuses, a backend without a device), each leaving
  * the named message and a working CPU path; then a good plugin through QS_PLUGIN_PATH, which
- * takes the calls of a CUDA context only after the core's checks, and AUTO choosing it.
+ * takes the calls of a CUDA context only after the core's checks, and AUTO staying on the CPU.
  * The registry is per process, so the tests run in this order and build on each other.
  */
 #define _GNU_SOURCE /* RTLD_NOLOAD */
@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "quant_helpers.h"
+#include "../src/core/backend.h"
 
 enum { ROWS = 4, COLS = 64 };
 
@@ -175,12 +176,21 @@ static void test_broken_plugins(void **state)
     expect_cpu_path_works();
 
     assert_int_equal(qs_backend_load(plugin("WRONG_ABI")), QS_ERR_BACKEND);
-    expect_message(plugin("WRONG_ABI"), "built for backend ABI version 2, this library has 1");
+    {
+        char want[96];
+        snprintf(want, sizeof want, "built for backend ABI version %d, this library has %d",
+                 QS_BACKEND_ABI_VERSION + 1, QS_BACKEND_ABI_VERSION);
+        expect_message(plugin("WRONG_ABI"), want);
+    }
     expect_no_ctx(QS_BACKEND_CUDA);
     expect_cpu_path_works();
 
     assert_int_equal(qs_backend_load(plugin("REFUSE")), QS_ERR_BACKEND);
-    expect_message(plugin("REFUSE"), "refused backend ABI version 1");
+    {
+        char want[64];
+        snprintf(want, sizeof want, "refused backend ABI version %d", QS_BACKEND_ABI_VERSION);
+        expect_message(plugin("REFUSE"), want);
+    }
     expect_no_ctx(QS_BACKEND_CUDA);
     expect_cpu_path_works();
     assert_int_equal(qs_backend_available(QS_BACKEND_CUDA), 0);
@@ -194,8 +204,7 @@ static void test_plugin_without_device(void **state)
     (void)state;
     assert_int_equal(qs_backend_load(plugin("UNAVAILABLE")), QS_OK);
     assert_int_equal(qs_backend_available(QS_BACKEND_CUDA), 0);
-    assert_string_equal(qs_backend_message(QS_BACKEND_CUDA),
-                        "test backend: not available: no device");
+    expect_message(plugin("UNAVAILABLE"), "test backend not available: no device");
     expect_no_ctx(QS_BACKEND_CUDA);
     expect_cpu_path_works();
 }
@@ -252,9 +261,10 @@ static void test_good_plugin(void **state)
     tq_free(&t);
     qs_ctx_destroy(ctx);
 
-    /* AUTO now picks the plugin; CPU stays the CPU and computes as before */
+    /* AUTO stays on the CPU even with a usable plugin (host arrays never go to a GPU behind
+     * the caller's back); CPU stays the CPU and computes as before */
     ctx = ctx_for(QS_BACKEND_AUTO);
-    assert_int_equal(qs_ctx_backend(ctx), QS_BACKEND_CUDA);
+    assert_int_equal(qs_ctx_backend(ctx), QS_BACKEND_CPU);
     qs_ctx_destroy(ctx);
     ctx = ctx_for(QS_BACKEND_CPU);
     {
@@ -267,8 +277,104 @@ static void test_good_plugin(void **state)
 
     /* a broken plugin loaded later is refused and keeps the good one registered */
     assert_int_equal(qs_backend_load(plugin("WRONG_ABI")), QS_ERR_BACKEND);
-    expect_message(plugin("WRONG_ABI"), "ABI version 2");
+    expect_message(plugin("WRONG_ABI"), "built for backend ABI version");
     dlclose(h);
+}
+
+/* The device API (include/qsparse/cuda.h): the core's checks come first, and a plugin without
+ * device entry points (the test plugin has none) is a status with a message, never a call. */
+static void test_device_api(void **state)
+{
+    qs_quant_params p = params(QS_FORMAT_NF4);
+    qs_ctx *ctx = ctx_for(QS_BACKEND_CPU);
+    float x[COLS] = {0}, y[ROWS];
+    tq t;
+    (void)state;
+
+    tq_new(&t, &p, ROWS, COLS);
+    assert_int_equal(qs_cuda_quantize(NULL, &p, src, QS_DTYPE_F32, ROWS, COLS, &t.q, NULL),
+                     QS_ERR_INVALID_ARG);
+    assert_int_equal(qs_cuda_quantize(ctx, &p, (const char *)src + 1, QS_DTYPE_F32, ROWS, COLS,
+                                      &t.q, NULL),
+                     QS_ERR_INVALID_ARG);
+    assert_non_null(strstr(qs_ctx_last_error(ctx), "not aligned"));
+    t.q.data_bytes--;
+    assert_int_equal(qs_cuda_quantize(ctx, &p, src, QS_DTYPE_F32, ROWS, COLS, &t.q, NULL),
+                     QS_ERR_BUFFER_TOO_SMALL);
+    t.q.data_bytes++;
+    assert_int_equal(qs_cuda_quantize(ctx, &p, src, QS_DTYPE_F32, ROWS, COLS, &t.q, NULL),
+                     QS_ERR_BACKEND);
+    assert_non_null(strstr(qs_ctx_last_error(ctx), "no device entry point"));
+    assert_int_equal(qs_cuda_dequantize(ctx, &p, &t.q, ROWS, COLS, y, QS_DTYPE_F32, 4, NULL),
+                     QS_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(qs_cuda_gemv(ctx, &p, &t.q, ROWS, COLS, x, y, NULL), QS_ERR_BACKEND);
+    p = params(QS_FORMAT_MXFP4);
+    assert_int_equal(qs_cuda_gemv(ctx, &p, &t.q, ROWS, COLS, x, y, NULL), QS_ERR_UNSUPPORTED);
+    {
+        float vals[ROWS * COLS / 2], dense[ROWS * COLS];
+        uint16_t meta[ROWS * COLS / 16];
+        assert_int_equal(qs_cuda_sp24_prune_compress(ctx, src, ROWS, 6, NULL, vals, sizeof vals,
+                                                     meta, 64, NULL, 0, NULL),
+                         QS_ERR_SHAPE); /* cols % 4 */
+        assert_int_equal(qs_cuda_sp24_compress(ctx, src, ROWS, COLS, NULL, vals, 8, meta,
+                                               ROWS * COLS / 16, NULL),
+                         QS_ERR_BUFFER_TOO_SMALL);
+        assert_int_equal(qs_cuda_sp24_decompress(ctx, vals, meta, ROWS * COLS / 16, ROWS, COLS,
+                                                 dense, sizeof dense, NULL),
+                         QS_ERR_BACKEND);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "no device entry point"));
+    }
+    assert_true(t_buf_untouched(&t.plane[QS_PLANE_DATA]));
+    tq_free(&t);
+    qs_ctx_destroy(ctx);
+}
+
+/* The real CUDA plugin when the build made one (QS_TEST_CUDA_PLUGIN): it loads without a GPU
+ * (its CUDA runtime is static, the driver is only opened when asked), and without a device it
+ * is not available, with a message naming the file and the cause; the device API then fails
+ * with that message and the CPU path works. A truncated copy is refused with its name. On a
+ * machine with a usable GPU only the loading is checked here (tests/cuda/run.sh does the rest). */
+static void test_cuda_plugin(void **state)
+{
+    const char *path = getenv("QS_TEST_CUDA_PLUGIN");
+    const char *scratch = getenv("QS_TEST_SCRATCH");
+    char cut[4096], buf[4096];
+    FILE *in, *out;
+    size_t got;
+    (void)state;
+
+    if (!path || !*path)
+        skip();
+    assert_int_equal(qs_backend_load(path), QS_OK);
+    if (!qs_backend_available(QS_BACKEND_CUDA)) {
+        qs_quant_params p = params(QS_FORMAT_NF4);
+        qs_ctx *ctx = ctx_for(QS_BACKEND_AUTO);
+        tq t;
+        expect_message(path, "cuda backend not available: ");
+        expect_no_ctx(QS_BACKEND_CUDA);
+        assert_int_equal(qs_ctx_backend(ctx), QS_BACKEND_CPU);
+        tq_new(&t, &p, ROWS, COLS);
+        assert_int_equal(qs_cuda_quantize(ctx, &p, src, QS_DTYPE_F32, ROWS, COLS, &t.q, NULL),
+                         QS_ERR_BACKEND);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), path));
+        assert_true(t_buf_untouched(&t.plane[QS_PLANE_DATA]));
+        tq_free(&t);
+        qs_ctx_destroy(ctx);
+        expect_cpu_path_works();
+    }
+
+    /* the first 4 KiB of the plugin: an ELF header whose sections are missing */
+    snprintf(cut, sizeof cut, "%s/libqsparse-cuda-truncated.so", scratch);
+    assert_non_null(in = fopen(path, "rb"));
+    assert_non_null(out = fopen(cut, "wb"));
+    got = fread(buf, 1, sizeof buf, in);
+    assert_int_equal(fwrite(buf, 1, got, out), got);
+    fclose(in);
+    fclose(out);
+    assert_int_equal(qs_backend_load(cut), QS_ERR_BACKEND);
+    expect_message(cut, "cannot be loaded");
+    remove(cut);
+    expect_cpu_path_works();
 }
 
 int main(void)
@@ -279,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_broken_plugins),
         cmocka_unit_test(test_plugin_without_device),
         cmocka_unit_test(test_good_plugin),
+        cmocka_unit_test(test_device_api),
+        cmocka_unit_test(test_cuda_plugin),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

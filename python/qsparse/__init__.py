@@ -23,6 +23,7 @@ from .sparse import compress, decompress, prune
 from .matmul import int8_vectorwise_quant, matmul, matmul_info
 from .profile import Profile, doctor, profile
 from .recommend import recommend
+from . import cuda  # the device API: arrays already on the GPU (qsparse.cuda)
 
 
 # ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA
@@ -61,7 +62,8 @@ def backend_message(name: str) -> str:
 
 
 def set_backend(name: str) -> None:
-    """Run on backend `name`: "auto" (CUDA when available, else the CPU), "cpu" or "cuda".
+    """Run on backend `name`: "auto" (the CPU for host arrays), "cpu" or "cuda" (host arrays
+    through the GPU; qsparse.cuda takes arrays already on it).
     QsparseError (QS_ERR_BACKEND, with the reason) if it cannot run here."""
     if not isinstance(name, str):
         raise ValueError(f"backend name must be a string, got {type(name).__name__}")

@@ -439,3 +439,19 @@ def check_layouts(cdll: ctypes.CDLL, path: str) -> None:
     if bad:
         raise OSError(f"{path}: the library's structs differ from the binding's mirrors "
                       f"(library and package versions differ?): " + "; ".join(bad))
+
+# include/qsparse/cuda.h: the device API (device pointers; the cudaStream_t as a pointer).
+SIGNATURES.update({
+    "qs_cuda_quantize": (c.c_int32, [P, c.POINTER(QuantParams), P, c.c_int32, c.c_int64,
+                                     c.c_int64, c.POINTER(QTensorC), P]),
+    "qs_cuda_dequantize": (c.c_int32, [P, c.POINTER(QuantParams), c.POINTER(QTensorC),
+                                       c.c_int64, c.c_int64, P, c.c_int32, c.c_int64, P]),
+    "qs_cuda_gemv": (c.c_int32, [P, c.POINTER(QuantParams), c.POINTER(QTensorC), c.c_int64,
+                                 c.c_int64, P, P, P]),
+    "qs_cuda_sp24_prune_compress": (c.c_int32, [P, P, c.c_int64, c.c_int64, P, P, c.c_int64, P,
+                                                c.c_int64, P, c.c_int64, P]),
+    "qs_cuda_sp24_compress": (c.c_int32, [P, P, c.c_int64, c.c_int64, P, P, c.c_int64, P,
+                                          c.c_int64, P]),
+    "qs_cuda_sp24_decompress": (c.c_int32, [P, P, P, c.c_int64, c.c_int64, c.c_int64, P,
+                                            c.c_int64, P]),
+})

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The backend registry: which backends a context may run on, and the loading of plugin backends
- * (backend.h). The CPU backend is always there. A plugin is looked for once per process, when a
- * context first asks for AUTO or CUDA (or when qs_backend_load asks explicitly): the file named
+ * (backend.h). The CPU backend is always there, and AUTO is the CPU. A plugin is looked for once
+ * per process, when CUDA is first asked for (a context, qs_backend_available, a qs_cuda_* call)
+ * or when qs_backend_load asks explicitly: the file named
  * by QS_PLUGIN_PATH, else libqsparse-cuda.so beside the loaded library. Every failure (no file,
  * not loadable, no init symbol, another ABI version, incomplete operations) leaves the CPU
  * backend working and keeps a message naming the cause and the file.
  */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h> /* ElfW */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +31,8 @@ static const struct qs_backend_ops *plugin_ops[BACKEND_MAX + 1];
  * while another thread may read it, only replaced by a complete new one. */
 static char message[BACKEND_MAX + 1][2][512];
 static int message_idx[BACKEND_MAX + 1];
+/* The file each registered plugin came from, for messages. */
+static char plugin_file[BACKEND_MAX + 1][4096];
 static int default_tried;
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda"};
@@ -60,6 +65,40 @@ static void record(int32_t b, const char *fmt, ...)
     message_idx[b] = next;
 }
 
+/* A truncated or damaged shared object can crash dlopen itself: glibc maps the segments that the
+ * program headers name, and touching a page beyond the end of the file raises SIGBUS. So the
+ * file's ELF header, program headers and section header table are checked against its size
+ * first. Returns NULL when they fit, else what is wrong. */
+static const char *elf_problem(const char *path, off_t size)
+{
+    ElfW(Ehdr) eh;
+    ElfW(Phdr) ph;
+    FILE *f = fopen(path, "rb");
+    const char *why = NULL;
+
+    if (!f)
+        return "cannot be opened";
+    if (fread(&eh, sizeof eh, 1, f) != 1 || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+        why = "not an ELF file";
+    } else if (eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+               eh.e_type != ET_DYN || eh.e_phentsize != sizeof ph) {
+        why = "not a shared object of this architecture's ELF class";
+    } else if ((uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * sizeof ph > (uint64_t)size ||
+               (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize > (uint64_t)size) {
+        why = "truncated (its headers point past the end of the file)";
+    } else {
+        for (int i = 0; i < eh.e_phnum && !why; i++) {
+            if (fseeko(f, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph), SEEK_SET) != 0 ||
+                fread(&ph, sizeof ph, 1, f) != 1)
+                why = "unreadable program headers";
+            else if (ph.p_type == PT_LOAD && (uint64_t)ph.p_offset + ph.p_filesz > (uint64_t)size)
+                why = "truncated (a segment extends past the end of the file)";
+        }
+    }
+    fclose(f);
+    return why;
+}
+
 /* Load one plugin file and register its operations (lock held). */
 static qs_status load_locked(const char *path)
 {
@@ -68,9 +107,14 @@ static qs_status load_locked(const char *path)
     void *sym;
     qs_backend_init_fn *init;
     const struct qs_backend_ops *ops;
+    const char *problem;
 
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         record(QS_BACKEND_CUDA, "backend plugin %s: no such file", path);
+        return QS_ERR_BACKEND;
+    }
+    if ((problem = elf_problem(path, sb.st_size)) != NULL) {
+        record(QS_BACKEND_CUDA, "backend plugin %s: cannot be loaded: %s", path, problem);
         return QS_ERR_BACKEND;
     }
     handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -111,6 +155,7 @@ static qs_status load_locked(const char *path)
     }
     /* Registered for the life of the process: contexts keep pointers into the module. */
     plugin_ops[ops->backend] = ops;
+    snprintf(plugin_file[ops->backend], sizeof plugin_file[ops->backend], "%s", path);
     record(ops->backend, "%s", "");
     return QS_OK;
 }
@@ -171,7 +216,8 @@ static const struct qs_backend_ops *usable_locked(int32_t b)
     if (!plugin_ops[b])
         return NULL;
     if (!plugin_ops[b]->available(why, sizeof why)) {
-        record(b, "%s backend: not available: %s", plugin_ops[b]->name, why);
+        record(b, "backend plugin %s: %s backend not available: %s", plugin_file[b],
+               plugin_ops[b]->name, why);
         return NULL;
     }
     return plugin_ops[b];
@@ -181,18 +227,14 @@ const struct qs_backend_ops *qs_backend_select(int32_t backend)
 {
     const struct qs_backend_ops *ops = NULL;
 
-    if (backend == QS_BACKEND_CPU)
+    /* AUTO is the CPU for host arrays: a GPU is used for device pointers (qs_cuda_*, which ask
+     * for CUDA themselves) or when a context asks for CUDA; never behind a caller's back. */
+    if (backend == QS_BACKEND_CPU || backend == QS_BACKEND_AUTO)
         return qs_backend_cpu();
     pthread_mutex_lock(&lock);
-    if (backend == QS_BACKEND_AUTO) {
-        for (int32_t b = QS_BACKEND_CPU + 1; b <= BACKEND_MAX && !ops; b++)
-            ops = usable_locked(b);
-    } else if (backend > QS_BACKEND_CPU && backend <= BACKEND_MAX) {
+    if (backend > QS_BACKEND_CPU && backend <= BACKEND_MAX)
         ops = usable_locked(backend);
-    }
     pthread_mutex_unlock(&lock);
-    if (!ops && backend == QS_BACKEND_AUTO)
-        ops = qs_backend_cpu();
     return ops;
 }
 

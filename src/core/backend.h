@@ -19,10 +19,30 @@
 
 /* Raised whenever struct qs_backend_ops, struct qs_layout, struct qs_ctx or the meaning of an
  * operation changes: a plugin built for another version is refused, never called. */
-#define QS_BACKEND_ABI_VERSION 1
+#define QS_BACKEND_ABI_VERSION 2
 
 /* The one symbol a plugin exports, of type qs_backend_init_fn. */
 #define QS_BACKEND_INIT_SYMBOL "qs_backend_plugin_init"
+
+/* A 2:4 call of the device API: op QS_SP24_DEV_PRUNE (w, norms -> values, meta, mask_out),
+ * _COMPRESS (w, mask_in -> values, meta) or _DECOMPRESS (values_in, meta_in -> dst); rows x
+ * cols f32 with cols % 4 == 0, every buffer large enough. */
+#define QS_SP24_DEV_PRUNE 0
+#define QS_SP24_DEV_COMPRESS 1
+#define QS_SP24_DEV_DECOMPRESS 2
+
+struct qs_sp24_dev {
+    int32_t op;
+    int64_t rows, cols;
+    const float *w, *norms;
+    const uint8_t *mask_in;
+    float *values;
+    uint16_t *meta;
+    uint8_t *mask_out;
+    const float *values_in;
+    const uint16_t *meta_in;
+    float *dst;
+};
 
 struct qs_backend_ops {
     int32_t abi_version; /* QS_BACKEND_ABI_VERSION the plugin was built with */
@@ -34,6 +54,17 @@ struct qs_backend_ops {
                           const void *src, int32_t src_dtype, qs_qtensor *q);
     qs_status (*dequantize)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
                             const qs_qtensor *q, void *dst, int32_t dst_dtype);
+    /* ABI 2: the device-pointer entry points (qs_cuda_*). Every pointer is in device memory,
+     * aligned for its element type; `stream` is the caller's cudaStream_t (NULL: the default
+     * stream). May be NULL in a plugin without them. */
+    qs_status (*quantize_dev)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                              const void *src, int32_t src_dtype, qs_qtensor *q, void *stream);
+    qs_status (*dequantize_dev)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                                const qs_qtensor *q, void *dst, int32_t dst_dtype, void *stream);
+    qs_status (*gemv_dev)(qs_ctx *ctx, const struct qs_layout *l, const qs_quant_params *p,
+                          const qs_qtensor *w, const float *x, float *y, void *stream);
+    /* 2:4 on f32 device arrays, arguments checked by the core (struct qs_sp24_dev). */
+    qs_status (*sp24_dev)(qs_ctx *ctx, const struct qs_sp24_dev *a, void *stream);
 };
 
 /* A plugin's init: given the host's ABI version, return its operations (static storage) or

@@ -5,6 +5,7 @@
  * mul = fl(1 / s), the zero point and qmin = -128.
  */
 #include "../core/kernels.h"
+#include "element_hd.h"
 #include "ref.h"
 
 void qs_int8_quant__ref(const float *src, int64_t n, float mul, int32_t zp, int32_t qmin,
@@ -18,16 +19,12 @@ void qs_int8_dequant__ref(const int8_t *src, int64_t n, float scale, int32_t zp,
 {
     for (int64_t i = 0; i < n; i++)
         /* fl((q - zp) * s), q - zp exact; a NaN scale gives the canonical NaN */
-        qs_st_f32(dst + i, qs_ref_nan_canon((float)((int32_t)src[i] - zp) * scale));
+        qs_st_f32(dst + i, qs_hd_int8_decode(src[i], scale, zp));
 }
 
 void qs_int8_dequant_rowstat__ref(const int8_t *src, int64_t n, float stat, float *dst)
 {
     /* bitsandbytes int8_vectorwise_dequant: fl(fl(q * stat) * fl(1/127)), never a division (§8) */
-    const float c = 0x1.020408p-7f; /* 3c010204 = fl(1/127) */
-
-    for (int64_t i = 0; i < n; i++) {
-        float v = (float)src[i] * stat;
-        qs_st_f32(dst + i, qs_ref_nan_canon(v * c));
-    }
+    for (int64_t i = 0; i < n; i++)
+        qs_st_f32(dst + i, qs_hd_int8_rowstat_decode(src[i], stat));
 }

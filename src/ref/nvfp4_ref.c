@@ -8,21 +8,8 @@
 #include <math.h>
 
 #include "../core/kernels.h"
+#include "element_hd.h"
 #include "ref.h"
-
-static uint8_t nvfp4_block_scale(const float *v, int64_t len, float s_global)
-{
-    float amax = 0.0f, s;
-
-    for (int64_t i = 0; i < len; i++)
-        amax = qs_ref_absmax_step(amax, qs_ld_f32(v + i)); /* NaN ignored */
-    s = amax / (6.0f * s_global);
-    if (s == 0.0f)
-        return 0x38; /* all-zero block: 1.0 */
-    if (s < 0x1p-9f)
-        s = 0x1p-9f; /* a comparison, not fmaxf, so that NaN stays NaN */
-    return (uint8_t)(qs_ref_e4m3_encode(s) & 0x7F); /* unsigned: NaN S gives 0x7F, never 0xFF */
-}
 
 void qs_nvfp4_quant__ref(const float *src, int64_t n, float s_global, uint8_t *dst,
                          uint8_t *scales)
@@ -30,7 +17,7 @@ void qs_nvfp4_quant__ref(const float *src, int64_t n, float s_global, uint8_t *d
     for (int64_t b = 0; b * 16 < n; b++) {
         const float *v = src + b * 16;
         int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
-        uint8_t s = nvfp4_block_scale(v, len, s_global);
+        uint8_t s = qs_hd_nvfp4_block_scale(v, len, s_global); /* element_hd.h */
         float den = qs_ref_e4m3_decode(s) * s_global;
 
         scales[b] = s;

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "../core/kernels.h"
+#include "element_hd.h"
 #include "ref.h"
 #include "sp24_ref.h"
 
@@ -24,15 +25,7 @@ static uint32_t score_key(const float *w, const float *norm, int64_t i)
  * equal key at a lower position beating it too (§2.2 rules 1-3). */
 static unsigned keep_of_keys(const uint32_t k[4])
 {
-    unsigned keep = 0;
-    for (int i = 0; i < 4; i++) {
-        int rank = 0;
-        for (int j = 0; j < 4; j++)
-            rank += k[j] > k[i] || (k[j] == k[i] && j < i);
-        if (rank < 2)
-            keep |= 1u << i;
-    }
-    return keep;
+    return qs_hd_sp24_keep(k); /* element_hd.h: the CUDA plugin runs this rule too */
 }
 
 static unsigned group_keep(const float *w, const float *norm, int64_t g)

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "element_hd.h"
+
 /* Above the bits of +Inf (0x7F800000): every NaN maps here, so NaNs rank first and tie. */
 #define QS_SP_KEY_NAN 0x7F800001u
 
@@ -18,10 +20,7 @@
  * order like the value for IEEE floats, with NaN clamped so that all NaNs are equal. */
 static inline uint32_t qs_sp_key_abs(float s)
 {
-    uint32_t u;
-    memcpy(&u, &s, sizeof u);
-    u &= 0x7FFFFFFFu;
-    return u > QS_SP_KEY_NAN ? QS_SP_KEY_NAN : u;
+    return qs_hd_sp_key_abs(s); /* element_hd.h, shared with the CUDA plugin */
 }
 
 /* Key of a signed score (QS_PRUNE_SCORE): the usual order-preserving map of IEEE bits to

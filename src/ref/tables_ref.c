@@ -6,6 +6,7 @@
  */
 #include <math.h>
 
+#include "element_hd.h"
 #include "ref.h"
 
 /* §2: NF4, code = table index (7 negative values, 0, 8 positive values). */
@@ -17,12 +18,7 @@ const float qs_nf4_codebook[16] = {
 };
 
 /* §3: t_k between codes k and k+1; code = #{k : x > t_k} (strict: a tie takes the lower code). */
-const float qs_nf4_thresholds[15] = {
-    -0x1.b239bp-1f, -0x1.38a4ep-1f, -0x1.d709p-2f, -0x1.5bd4ecp-2f,
-    -0x1.e079d8p-3f, -0x1.1a7178p-3f, -0x1.74f0e2p-5f, 0x1.45f5fep-5f,
-    0x1.ec90c4p-4f, 0x1.a0cfcp-3f, 0x1.2b05a8p-2f, 0x1.8ea7f2p-2f,
-    0x1.00da08p-1f, 0x1.491b5ep-1f, 0x1.b913b4p-1f,
-};
+const float qs_nf4_thresholds[15] = QS_NF4_THRESHOLDS_INIT; /* element_hd.h */
 
 /* §4: bitsandbytes FP4, bits s e1 e0 m; codes 8..15 negate 0..7 (code 8 is -0.0). */
 const float qs_fp4_codebook[16] = {
@@ -33,13 +29,10 @@ const float qs_fp4_codebook[16] = {
 };
 
 /* §4: t_1 ... t_7, the CUDA literals (five of seven are not the exact f32 midpoints). */
-const float qs_fp4_thresholds[7] = {
-    0x1.555572p-9f, 0x1.6p-4f, 0x1.aaaaaap-3f, 0x1.2aaaaap-2f,
-    0x1.aaaaacp-2f, 0x1.2aaaap-1f, 0x1.aaaaaap-1f,
-};
+const float qs_fp4_thresholds[7] = QS_FP4_THRESHOLDS_INIT; /* element_hd.h */
 
 /* §4: R[r], the low three code bits for magnitude rank r. */
-const uint8_t qs_fp4_rank_code[8] = {0x0, 0x1, 0x6, 0x7, 0x4, 0x5, 0x2, 0x3};
+const uint8_t qs_fp4_rank_code[8] = QS_FP4_RANK_CODE_INIT;
 
 /* §6.3: the signed dynamic map, index 0 ... 255 (hard-coded: numpy.linspace gives other bits). */
 const float qs_dyn8_map[256] = {
