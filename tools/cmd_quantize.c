@@ -544,11 +544,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
     ref = deq = NULL;
 
     {
-        json_t *e = json_pack("{s:s, s:s, s:[I,I], s:s, s:b}", "format",
-                              c->format ? qs_format_name(c->format) : "none", "layout",
-                              c->layout->name, "shape", (json_int_t)rows, (json_int_t)cols,
-                              "dtype", dtname, "sparsity_2_4", c->req.sparsity24 != 0);
+        /* "layout" and "sparsity" only where they are not the defaults (qsparse, dense) */
+        json_t *e = json_pack("{s:s, s:[I,I], s:s}", "format",
+                              c->format ? qs_format_name(c->format) : "none", "shape",
+                              (json_int_t)rows, (json_int_t)cols, "dtype", dtname);
         if (!e || json_object_set_new(c->record, t->name, e) != 0)
+            goto oom;
+        if (c->layout != &qs_layout_qsparse &&
+            json_object_set_new(e, "layout", json_string(c->layout->name)) != 0)
+            goto oom;
+        if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
     }
 
