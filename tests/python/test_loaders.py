@@ -294,9 +294,13 @@ CT = [  # id, tool options, library decode options, float32 forward works, min c
 
 
 @pytest.mark.parametrize("name,args,lib,f32_ok,min_cos", CT, ids=[c[0] for c in CT])
-def test_compressed_tensors(quantized, encoded, reference, weights, name, args, lib, f32_ok,
-                            min_cos):
+def test_compressed_tensors(run_tool, quantized, encoded, reference, weights, name, args, lib,
+                            f32_ok, min_cos):
     out = quantized(*args)
+    # inspect folds the renamed keys (weight_packed, weight_global_scale, ...) into their weight
+    info = json.loads(run_tool("inspect", os.path.join(out, "model.safetensors"), "--json",
+                               check=0).stdout)
+    assert sum(w["format"] == lib[0] for w in info["weights"]) == 37
     qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
     assert qc["quant_method"] == "compressed-tensors" and qc["ignore"] == SKIPPED
     w_ref = lib_decode(weights[QUERY + ".weight"], lib[0], **lib[1])
