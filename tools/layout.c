@@ -8,8 +8,9 @@
 static int qsparse_check(const struct qs_layout_req *r, char *err, size_t errlen)
 {
     if (r->sparsity24) {
-        snprintf(err, errlen, "the qsparse layout does not record 2:4 sparsity; use --layout "
-                              "compressed-tensors");
+        snprintf(err, errlen,
+                 "the qsparse layout does not record 2:4 sparsity; use --layout "
+                 "compressed-tensors");
         return -1;
     }
     if (!qs_ckpt_keys(r->format)) {
@@ -25,8 +26,8 @@ static const struct qs_ckpt_key *qsparse_keys(const struct qs_layout_req *r)
     return qs_ckpt_keys(r->format);
 }
 
-const struct qs_layout qs_layout_qsparse = {"qsparse", qsparse_check, qsparse_keys, NULL, NULL,
-                                            NULL};
+const struct qs_layout qs_layout_qsparse = {"qsparse", qsparse_check, qsparse_keys,
+                                            NULL,      NULL,          NULL};
 
 const struct qs_layout *qs_layout_find(const char *name)
 {

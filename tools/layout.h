@@ -24,11 +24,11 @@
 
 /* What the user asked for, as far as a layout cares. */
 struct qs_layout_req {
-    int32_t format;               /* QS_FORMAT_*, or QS_FORMAT_NONE for sparsity alone */
-    qs_quant_params params;       /* after the command-line options */
-    int32_t sparsity24;           /* 1: weights pruned to 2:4 (magnitude) before quantization */
-    int32_t have_act_amax;        /* 1: activation ranges were given (--act-amax) */
-    const char *weight_dtype;     /* "float32", "float16" or "bfloat16": the weights' dtype */
+    int32_t format;           /* QS_FORMAT_*, or QS_FORMAT_NONE for sparsity alone */
+    qs_quant_params params;   /* after the command-line options */
+    int32_t sparsity24;       /* 1: weights pruned to 2:4 (magnitude) before quantization */
+    int32_t have_act_amax;    /* 1: activation ranges were given (--act-amax) */
+    const char *weight_dtype; /* "float32", "float16" or "bfloat16": the weights' dtype */
 };
 
 #define QS_FORMAT_NONE 0 /* --format none: weights stay float (with --sparsity) */

@@ -15,8 +15,9 @@ static int bnb_check(const struct qs_layout_req *r, char *err, size_t errlen)
     int32_t bs = r->params.block_size;
 
     if (r->sparsity24) {
-        snprintf(err, errlen, "the bitsandbytes layout cannot hold 2:4 sparse weights; use "
-                              "--layout compressed-tensors");
+        snprintf(err, errlen,
+                 "the bitsandbytes layout cannot hold 2:4 sparse weights; use "
+                 "--layout compressed-tensors");
         return -1;
     }
     switch (r->format) {
@@ -57,16 +58,16 @@ static json_t *bnb_config(const struct qs_layout_req *r, json_t *skipped)
                           "llm_int8_enable_fp32_cpu_offload", 0);
 
     if (c && four &&
-        json_object_update_new(
-            c, json_pack("{s:s, s:b, s:s, s:s}", "bnb_4bit_quant_type", qs_format_name(r->format),
-                         "bnb_4bit_use_double_quant", r->params.double_quant != 0,
-                         "bnb_4bit_compute_dtype", r->weight_dtype, "bnb_4bit_quant_storage",
-                         "uint8")) != 0) {
+        json_object_update_new(c, json_pack("{s:s, s:b, s:s, s:s}", "bnb_4bit_quant_type",
+                                            qs_format_name(r->format), "bnb_4bit_use_double_quant",
+                                            r->params.double_quant != 0, "bnb_4bit_compute_dtype",
+                                            r->weight_dtype, "bnb_4bit_quant_storage", "uint8")) !=
+            0) {
         json_decref(c);
         return NULL;
     }
     return c;
 }
 
-const struct qs_layout qs_layout_bnb = {"bitsandbytes", bnb_check, bnb_keys, bnb_config, NULL,
-                                        NULL};
+const struct qs_layout qs_layout_bnb = {"bitsandbytes", bnb_check, bnb_keys,
+                                        bnb_config,     NULL,      NULL};

@@ -22,9 +22,14 @@
 
 #include <stdio.h>
 
-#define K(suffix, source, plane, dtype, shape, transform)                                         \
-    {suffix, 1, source, plane, 0, dtype, QS_KEY_SHAPE_##shape, 0, transform}
-#define END {NULL, 0, 0, 0, 0, NULL, 0, 0, 0}
+#define K(suffix, source, plane, dtype, shape, transform)                                          \
+    {                                                                                              \
+        suffix, 1, source, plane, 0, dtype, QS_KEY_SHAPE_##shape, 0, transform                     \
+    }
+#define END                                                                                        \
+    {                                                                                              \
+        NULL, 0, 0, 0, 0, NULL, 0, 0, 0                                                            \
+    }
 
 static const struct qs_ckpt_key fp8_keys[] = {
     K(".weight", QS_KEY_PLANE, QS_PLANE_DATA, "F8_E4M3", PLANE, QS_KEY_AS_IS),
@@ -133,8 +138,8 @@ static json_t *weight_args(const struct qs_layout_req *r, const char **ct_format
     case QS_FORMAT_NVFP4:
         *ct_format = "nvfp4-pack-quantized";
         return json_pack("{s:i, s:s, s:b, s:i, s:s, s:b, s:s}", "num_bits", 4, "type", "float",
-                         "symmetric", 1, "group_size", 16, "strategy", "tensor_group", "dynamic",
-                         0, "scale_dtype", "torch.float8_e4m3fn");
+                         "symmetric", 1, "group_size", 16, "strategy", "tensor_group", "dynamic", 0,
+                         "scale_dtype", "torch.float8_e4m3fn");
     default: *ct_format = "dense"; return NULL;
     }
 }
@@ -152,9 +157,9 @@ static json_t *ct_config(const struct qs_layout_req *r, json_t *skipped)
         return NULL;
     }
     if (w) {
-        json_t *groups = json_pack("{s:{s:[s], s:o, s:n, s:n, s:s}}", "group_0", "targets",
-                                   "Linear", "weights", w, "input_activations",
-                                   "output_activations", "format", fmt);
+        json_t *groups =
+            json_pack("{s:{s:[s], s:o, s:n, s:n, s:s}}", "group_0", "targets", "Linear", "weights",
+                      w, "input_activations", "output_activations", "format", fmt);
         if (!groups || json_object_set_new(c, "config_groups", groups) != 0)
             goto fail;
     } else if (json_object_set_new(c, "config_groups", json_object()) != 0) {
@@ -162,8 +167,8 @@ static json_t *ct_config(const struct qs_layout_req *r, json_t *skipped)
     }
     if (r->sparsity24) {
         json_t *s = json_pack("{s:s, s:s, s:[s], s:O, s:f, s:b}", "format", "dense",
-                              "sparsity_structure", "2:4", "targets", "Linear", "ignore",
-                              skipped, "global_sparsity", 0.5, "registry_requires_subclass", 0);
+                              "sparsity_structure", "2:4", "targets", "Linear", "ignore", skipped,
+                              "global_sparsity", 0.5, "registry_requires_subclass", 0);
         if (!s || json_object_set_new(c, "sparsity_config", s) != 0)
             goto fail;
     }
@@ -173,5 +178,5 @@ fail:
     return NULL;
 }
 
-const struct qs_layout qs_layout_ct = {"compressed-tensors", ct_check, ct_keys, ct_config, NULL,
-                                       NULL};
+const struct qs_layout qs_layout_ct = {
+    "compressed-tensors", ct_check, ct_keys, ct_config, NULL, NULL};

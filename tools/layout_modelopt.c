@@ -16,9 +16,14 @@
 
 #include <stdio.h>
 
-#define K(suffix, source, plane, dtype, shape)                                                    \
-    {suffix, 1, source, plane, 0, dtype, QS_KEY_SHAPE_##shape, 0, QS_KEY_AS_IS}
-#define END {NULL, 0, 0, 0, 0, NULL, 0, 0, 0}
+#define K(suffix, source, plane, dtype, shape)                                                     \
+    {                                                                                              \
+        suffix, 1, source, plane, 0, dtype, QS_KEY_SHAPE_##shape, 0, QS_KEY_AS_IS                  \
+    }
+#define END                                                                                        \
+    {                                                                                              \
+        NULL, 0, 0, 0, 0, NULL, 0, 0, 0                                                            \
+    }
 
 static const struct qs_ckpt_key fp8_keys[] = {
     K(".weight", QS_KEY_PLANE, QS_PLANE_DATA, "F8_E4M3", PLANE),
@@ -58,9 +63,9 @@ static const struct qs_ckpt_key *modelopt_keys(const struct qs_layout_req *r)
 
 static json_t *quantization(const struct qs_layout_req *r, json_t *skipped)
 {
-    json_t *q = json_pack("{s:s, s:n, s:O}", "quant_algo",
-                          r->format == QS_FORMAT_NVFP4 ? "NVFP4" : "FP8", "kv_cache_quant_algo",
-                          "exclude_modules", skipped);
+    json_t *q =
+        json_pack("{s:s, s:n, s:O}", "quant_algo", r->format == QS_FORMAT_NVFP4 ? "NVFP4" : "FP8",
+                  "kv_cache_quant_algo", "exclude_modules", skipped);
 
     if (q && r->format == QS_FORMAT_NVFP4 &&
         json_object_set_new(q, "group_size", json_integer(16)) != 0) {
@@ -92,6 +97,6 @@ static json_t *modelopt_extra(const struct qs_layout_req *r, json_t *skipped)
                      qs_version_string(), "quantization", q);
 }
 
-const struct qs_layout qs_layout_modelopt = {"modelopt",      modelopt_check,
-                                             modelopt_keys,   modelopt_config,
-                                             "hf_quant_config.json", modelopt_extra};
+const struct qs_layout qs_layout_modelopt = {
+    "modelopt",      modelopt_check,         modelopt_keys,
+    modelopt_config, "hf_quant_config.json", modelopt_extra};

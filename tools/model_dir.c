@@ -90,8 +90,10 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
     if (!(m->config = load_json(dir, "config.json", err, errlen)))
         goto bad;
     if (json_object_get(m->config, "quantization_config")) {
-        fail(err, errlen, "%s/config.json already has a quantization_config: the model is "
-                          "quantized already", dir);
+        fail(err, errlen,
+             "%s/config.json already has a quantization_config: the model is "
+             "quantized already",
+             dir);
         goto bad;
     }
     if (!(p = join(dir, INDEX_NAME)))
@@ -119,8 +121,8 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
         {
             const char *s = json_string_value(v);
             if (!s || !plain_name(s)) {
-                fail(err, errlen, "%s/" INDEX_NAME ": tensor '%s' names no file of the folder",
-                     dir, k);
+                fail(err, errlen, "%s/" INDEX_NAME ": tensor '%s' names no file of the folder", dir,
+                     k);
                 json_decref(idx);
                 goto bad;
             }
@@ -150,8 +152,9 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
             goto oom;
         if (stat(p, &sb) != 0) {
             fail(err, errlen, "%s: %s%s", p, strerror(errno),
-                 m->indexed ? "" : " (a model folder holds model.safetensors, or shards and "
-                                   INDEX_NAME ")");
+                 m->indexed ? ""
+                            : " (a model folder holds model.safetensors, or shards and " INDEX_NAME
+                              ")");
             free(p);
             goto bad;
         }
@@ -253,8 +256,7 @@ int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_
     o->final[n] = '\0';
     base = strrchr(o->final, '/');
     if (base) {
-        snprintf(dir, sizeof dir, "%.*s", base == o->final ? 1 : (int)(base - o->final),
-                 o->final);
+        snprintf(dir, sizeof dir, "%.*s", base == o->final ? 1 : (int)(base - o->final), o->final);
         base++;
     } else {
         snprintf(dir, sizeof dir, ".");
@@ -273,8 +275,8 @@ int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_
                 empty = 0;
         closedir(d);
         if (!empty)
-            return fail(err, errlen,
-                        "%s is not empty: remove it or choose another output folder", o->final),
+            return fail(err, errlen, "%s is not empty: remove it or choose another output folder",
+                        o->final),
                    -1;
     }
     snprintf(prefix, sizeof prefix, ".%.*s" TMP_TAG, 128, base);
@@ -296,9 +298,11 @@ char *qs_model_out_path(const struct qs_model_out *o, const char *name)
 /* Top-level names that are weights of the float model, or its exports: not copied. */
 static int is_weight_file(const char *name)
 {
-    static const char *const suffixes[] = {".safetensors", ".safetensors.index.json", ".bin",
-                                           ".bin.index.json", ".h5", ".msgpack", ".pt", ".pth",
-                                           ".ckpt", ".gguf"};
+    static const char *const suffixes[] = {".safetensors", ".safetensors.index.json",
+                                           ".bin",         ".bin.index.json",
+                                           ".h5",          ".msgpack",
+                                           ".pt",          ".pth",
+                                           ".ckpt",        ".gguf"};
     static const char *const skipped[] = {"config.json", "hf_quant_config.json", "onnx",
                                           "openvino"};
     size_t n = strlen(name);

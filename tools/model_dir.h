@@ -17,10 +17,10 @@
 
 struct qs_model_dir {
     char *dir;
-    json_t *config;  /* config.json (an object) */
-    char **shards;   /* safetensors file names inside dir, sorted */
+    json_t *config; /* config.json (an object) */
+    char **shards;  /* safetensors file names inside dir, sorted */
     size_t nshards;
-    int indexed;     /* 1: the shards came from model.safetensors.index.json */
+    int indexed; /* 1: the shards came from model.safetensors.index.json */
 };
 
 /* 1 when path is a directory (following symbolic links). */
