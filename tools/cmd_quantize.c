@@ -42,6 +42,8 @@
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
 #define DEFAULT_INCLUDE "\\.weight$"
 #define DEFAULT_EXCLUDE "norm|embed|lm_head|(^|\\.)(wte|wpe|ln_[a-z0-9]+)\\."
+/* Embedding tables: no loader layout replaces them (they are not linear layers). */
+#define EMBEDDING "embed|(^|\\.)(wte|wpe)\\."
 
 struct options {
     const char *in, *out, *format, *include, *exclude, *layout, *config_out, *act_amax;
@@ -330,7 +332,7 @@ struct ctx_all {
     int32_t format;
     const struct qs_layout *layout;
     struct qs_layout_req req;
-    regex_t *inc, *exc;
+    regex_t *inc, *exc, *embedding;
     struct qs_st_writer *w;
     json_t *record;     /* "qsparse.quantized" of the file being written */
     json_t *skipped;    /* modules whose 2-D weight stays float */
@@ -804,6 +806,15 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
             free(clash);
             goto done;
         }
+        if (c->layout != &qs_layout_qsparse && regexec(c->embedding, t->name, 0, NULL, 0) == 0) {
+            fputs("qsparse quantize: error: ", stderr);
+            qs_escape_print(stderr, t->name);
+            fprintf(stderr,
+                    " is an embedding: the %s loader replaces linear layers only; leave it out "
+                    "(--exclude) or use --layout qsparse\n",
+                    c->layout->name);
+            goto done;
+        }
         if (c->tty && !c->o->quiet)
             progress_bar("quantizing", done, nsel, t->name);
         memset(st, 0, sizeof *st);
@@ -985,7 +996,7 @@ int qs_cmd_quantize(int argc, char **argv)
 {
     struct options o;
     struct ctx_all c;
-    regex_t inc, exc;
+    regex_t inc, exc, emb;
     qs_ctx_params cp;
     qs_format_info fi;
     int rc = 1, have_re = 0, folder;
@@ -1069,10 +1080,17 @@ int qs_cmd_quantize(int argc, char **argv)
         regfree(&inc);
         goto done_early;
     }
+    if (regcomp(&emb, EMBEDDING, REG_EXTENDED | REG_NOSUB | REG_ICASE) != 0) {
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        regfree(&inc);
+        regfree(&exc);
+        goto done_early;
+    }
     have_re = 1;
     rc = 1;
     c.inc = &inc;
     c.exc = &exc;
+    c.embedding = &emb;
     c.tty = isatty(2);
 
     /* Before any input is mapped: a truncated input then gives a message, a signal removes the
@@ -1132,6 +1150,7 @@ done:
     if (have_re) {
         regfree(&inc);
         regfree(&exc);
+        regfree(&emb);
     }
 done_early:
     if (c.act_amax)

@@ -140,3 +140,13 @@ def test_modelopt_needs_every_module_amax(run_tool, tmp_path):
     assert "--act-amax has no positive finite amax for module" in r.stderr
     assert not (tmp_path / "o").exists()
     assert [n for n in os.listdir(tmp_path) if "qsparse-tmp" in n] == []
+
+
+def test_embeddings_are_refused_for_loader_layouts(run_tool, tmp_path):
+    """No loader layout replaces an embedding table: selecting one is an error there (and
+    allowed in the tool's own layout)."""
+    src, t = sharded(tmp_path)
+    r = run_tool("quantize", src, "-o", tmp_path / "o", "--format", "nf4", "--exclude", "LayerNorm",
+                 check=1)
+    assert "embeddings.word_embeddings.weight is an embedding" in r.stderr
+    assert not (tmp_path / "o").exists()
