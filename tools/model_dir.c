@@ -246,6 +246,7 @@ int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_
     const char *base;
     size_t n = strlen(out);
     struct stat sb;
+    int len;
 
     memset(o, 0, sizeof *o);
     while (n > 1 && out[n - 1] == '/')
@@ -281,7 +282,9 @@ int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_
     }
     snprintf(prefix, sizeof prefix, ".%.*s" TMP_TAG, 128, base);
     remove_stale(dir, prefix);
-    snprintf(o->tmp, sizeof o->tmp, "%s/%s%lld-XXXXXX", dir, prefix, (long long)getpid());
+    len = snprintf(o->tmp, sizeof o->tmp, "%s/%s%lld-XXXXXX", dir, prefix, (long long)getpid());
+    if (len < 0 || (size_t)len >= sizeof o->tmp)
+        return fail(err, errlen, "output path too long"), -1;
     if (!mkdtemp(o->tmp))
         return fail(err, errlen, "cannot create a temporary folder beside %s: %s", o->final,
                     strerror(errno)),
