@@ -236,6 +236,7 @@ QS_API int32_t qs_ctx_backend(const qs_ctx *ctx);
 #define QS_PARAM_NUM_THREADS 1 /* >= 0; 0 = OpenMP default */
 #define QS_PARAM_NONFINITE   2 /* QS_NONFINITE_* */
 #define QS_PARAM_ISA         3 /* get only: same as qs_ctx_isa */
+#define QS_PARAM_PROFILE     4 /* 0 (default) or 1: profiling counters (qsparse/profile.h) */
 
 /** Set a context parameter. QS_ERR_INVALID_ARG for an unknown key or value. */
 QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value);
@@ -456,6 +457,9 @@ QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, voi
 #define QS_STRUCT_ISA_TIER        8 /* qs_isa_tier */
 #define QS_STRUCT_MATMUL_PARAMS   9 /* qs_matmul_params (qsparse/matmul.h) */
 #define QS_STRUCT_WEIGHT          10 /* qs_weight (qsparse/matmul.h) */
+#define QS_STRUCT_PROFILE_ENTRY   11 /* qs_profile_entry (qsparse/profile.h) */
+#define QS_STRUCT_RECOMMEND_PARAMS 12 /* qs_recommend_params (qsparse/recommend.h) */
+#define QS_STRUCT_CANDIDATE       13 /* qs_candidate (qsparse/recommend.h) */
 
 /** sizeof the struct QS_STRUCT_* as compiled into the library, or -1 for an unknown kind. */
 QS_API int64_t qs_struct_size(int32_t kind);

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The public header compiles on its own as strict C99: nothing else is included. */
+/* The public headers compile on their own as strict C99: nothing else is included. */
 #include "qsparse.h"
+#include "qsparse/calib.h"
+#include "qsparse/matmul.h"
+#include "qsparse/profile.h"
+#include "qsparse/sparse.h"
 
 int main(void)
 {

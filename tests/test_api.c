@@ -11,6 +11,7 @@
  */
 #include "common.h"
 #include "quant_helpers.h"
+#include "qsparse/profile.h"
 
 /* A tensor of every format with its canary-guarded planes; rows x cols = 3 x 45. */
 enum { ROWS = 3, COLS = 45, N = ROWS * COLS };
@@ -330,7 +331,9 @@ static void test_format_info(void **state)
     assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, "no_such_field"), -1);
     assert_int_equal(qs_struct_offset(QS_STRUCT_QTENSOR, NULL), -1);
     assert_int_equal(qs_struct_size(0), -1);
-    assert_int_equal(qs_struct_size(QS_STRUCT_WEIGHT + 1), -1);
+    assert_int_equal(qs_struct_size(QS_STRUCT_PROFILE_ENTRY), sizeof(qs_profile_entry));
+    assert_int_equal(qs_struct_offset(QS_STRUCT_PROFILE_ENTRY, "ns"), offsetof(qs_profile_entry, ns));
+    assert_int_equal(qs_struct_size(QS_STRUCT_CANDIDATE + 1), -1);
 }
 
 /* ---- argument errors of qs_quantize / qs_dequantize ---------------------------------------- */

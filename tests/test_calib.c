@@ -1193,6 +1193,81 @@ static void test_search_bins_bound_deserialize(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* An observer read back from bytes whose channel 2 has counted 2^64 - 2 finite values (found by
+ * fuzz_observer): an update or merge adding two more used to wrap the counter to 0, and the
+ * serialized result was then refused ("empty channel with a range"). Now both are refused with
+ * QS_ERR_OVERFLOW and the state stays as it was; adding exactly one value less still works. */
+static uint8_t *with_total(const uint8_t *b, int64_t size, int64_t chan, uint64_t total)
+{
+    uint8_t *c = malloc((size_t)size);
+    assert_non_null(c);
+    memcpy(c, b, (size_t)size);
+    for (int i = 0; i < 8; i++) /* channel records start at 64, 56 bytes each, total first */
+        c[64 + 56 * chan + i] = (uint8_t)(total >> (8 * i));
+    uint64_t h = fnv1a(c, size - 8);
+    for (int i = 0; i < 8; i++)
+        c[size - 8 + i] = (uint8_t)(h >> (8 * i));
+    return c;
+}
+
+static void test_counter_wrap_refused(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    const float x[6] = {1.0f, -2.0f, 3.0f, 0.5f, 4.0f, -6.0f};
+    const int64_t chans[2] = {3, 1}; /* per-channel (axis 1) and per-tensor */
+
+    for (int t = 0; t < 2; t++) {
+        int32_t axis = t == 0 ? 1 : -1;
+        int64_t ch = chans[t], size, size2;
+        qs_observer *fresh = obs_new(ctx, QS_OBSERVER_MINMAX, axis, 0);
+        update(ctx, fresh, x, 2, 3);
+        uint8_t *b = state_of(ctx, fresh, &size);
+        uint8_t *near = with_total(b, size, ch - 1, UINT64_MAX - 1);
+        qs_observer *o = NULL;
+        assert_int_equal(qs_observer_deserialize(ctx, near, size, &o), QS_OK);
+
+        /* 2 more values per channel (per-tensor: 6) pass 2^64 - 1 */
+        assert_int_equal(qs_observer_update(ctx, o, x, QS_DTYPE_F32, 2, 3), QS_ERR_OVERFLOW);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "2^64"));
+        uint8_t *after = state_of(ctx, o, &size2);
+        assert_int_equal(size2, size);
+        assert_memory_equal(after, near, (size_t)size);
+        free(after);
+        assert_int_equal(qs_observer_merge(ctx, o, fresh), QS_ERR_OVERFLOW);
+        after = state_of(ctx, o, &size2);
+        assert_memory_equal(after, near, (size_t)size);
+        free(after);
+        /* the other direction overflows the same way, and leaves the fresh observer alone */
+        assert_int_equal(qs_observer_merge(ctx, fresh, o), QS_ERR_OVERFLOW);
+        after = state_of(ctx, fresh, &size2);
+        assert_memory_equal(after, b, (size_t)size);
+        free(after);
+        qs_observer_destroy(o);
+
+        /* room for exactly one more update: it lands at 2^64 - 2, the next one is refused */
+        uint8_t *edge = with_total(b, size, ch - 1, UINT64_MAX - (t == 0 ? 3 : 7));
+        o = NULL;
+        assert_int_equal(qs_observer_deserialize(ctx, edge, size, &o), QS_OK);
+        update(ctx, o, x, 2, 3);
+        uint64_t finite = 0, nan = 0, inf = 0;
+        assert_int_equal(qs_observer_counts(o, ch - 1, &finite, &nan, &inf), QS_OK);
+        assert_true(finite == UINT64_MAX - 1);
+        uint8_t *full = state_of(ctx, o, &size2);
+        qs_observer *back = NULL;
+        assert_int_equal(qs_observer_deserialize(ctx, full, size2, &back), QS_OK);
+        assert_int_equal(qs_observer_update(ctx, o, x, QS_DTYPE_F32, 2, 3), QS_ERR_OVERFLOW);
+        qs_observer_destroy(back);
+        qs_observer_destroy(o);
+        free(full);
+        free(edge);
+        free(near);
+        free(b);
+        qs_observer_destroy(fresh);
+    }
+    qs_ctx_destroy(ctx);
+}
+
 /* Per-channel searches at the bound, on the worst inputs (every bin filled, the first candidate
  * at bin 1, the FP8 E4M3 target whose fake quantizer is the slowest). They only have to finish;
  * the results are still checked. Channel 0 holds one value at the centre of each bin (k = 0):
@@ -1272,6 +1347,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_search_bins_bound_create),
         cmocka_unit_test(test_search_bins_bound_deserialize),
+        cmocka_unit_test(test_counter_wrap_refused),
         cmocka_unit_test(test_search_at_max_bins),
         cmocka_unit_test(test_allocator),
     };

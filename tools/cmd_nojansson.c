@@ -27,3 +27,9 @@ int qs_cmd_inspect(int argc, char **argv)
     (void)argc;
     return missing(argv[0]);
 }
+
+int qs_cmd_recommend(int argc, char **argv)
+{
+    (void)argc;
+    return missing(argv[0]);
+}

@@ -36,6 +36,7 @@
 #include "layout.h"
 #include "model_dir.h"
 #include "safetensors.h"
+#include "tool_ctx.h"
 
 #define ERRLEN 1024
 
@@ -1098,7 +1099,7 @@ int qs_cmd_quantize(int argc, char **argv)
     qs_st_install_signal_cleanup();
     qs_ctx_params_init(&cp);
     cp.num_threads = o.threads;
-    if (qs_ctx_create(&cp, &c.ctx) != QS_OK) {
+    if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
         goto done;
     }
@@ -1139,7 +1140,7 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     rc = 0;
 done:
-    qs_ctx_destroy(c.ctx);
+    qs_tool_ctx_done(c.ctx);
     for (size_t i = 0; i < c.nstat; i++)
         free(c.stats[i].name);
     free(c.stats);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "qsparse.h"
+#include "tool_ctx.h"
 #include "commands.h"
 
 /* splitmix64: the same seed gives the same matrix on every machine. */
@@ -170,7 +171,7 @@ int qs_cmd_demo(int argc, char **argv)
         fprintf(stderr, "qsparse demo: rows and cols must be in 1...65536\n");
         return 2;
     }
-    if (qs_ctx_create(NULL, &ctx) != QS_OK) {
+    if (qs_tool_ctx_create(NULL, &ctx) != QS_OK) {
         fprintf(stderr, "qsparse demo: cannot create a context\n");
         return 1;
     }
@@ -180,7 +181,7 @@ int qs_cmd_demo(int argc, char **argv)
         fprintf(stderr, "qsparse demo: out of memory\n");
         free(w);
         free(back);
-        qs_ctx_destroy(ctx);
+        qs_tool_ctx_done(ctx);
         return 1;
     }
     make_weights(w, rows, cols);
@@ -195,6 +196,6 @@ int qs_cmd_demo(int argc, char **argv)
            (double)(rows * cols) * 4.0 / 1024.0, "0", "0", "inf");
     free(w);
     free(back);
-    qs_ctx_destroy(ctx);
+    qs_tool_ctx_done(ctx);
     return ok ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 
 #include "qsparse.h"
 #include "commands.h"
+#include "tool_ctx.h"
 
 static const struct {
     const char *name;
@@ -17,6 +18,8 @@ static const struct {
     {"demo", qs_cmd_demo, "quantize a built-in heavy-tailed weight matrix into every format"},
     {"quantize", qs_cmd_quantize, "quantize the weights of a safetensors model (see --help)"},
     {"inspect", qs_cmd_inspect, "list a safetensors file's tensors, formats and bits per weight"},
+    {"recommend", qs_cmd_recommend, "measure every format on this machine for a model, ranked"},
+    {"doctor", qs_cmd_doctor, "what the library sees here (ISA, threads, BLAS, backends); --json"},
 };
 
 static void usage(FILE *f)
@@ -24,6 +27,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: qsparse <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\noptions before the command:\n  --profile        print the library's profiling "
+               "counters to stderr at the end\n  --profile=json   the same as JSON\n");
     fprintf(f, "\n`qsparse <command> --help` describes a command. libqsparse %s\n",
             qs_version_string());
 }
@@ -38,6 +43,19 @@ int main(int argc, char **argv)
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
         return 0;
+    }
+    /* tool-wide options before the command */
+    while (argc > 2 && strncmp(argv[1], "--profile", 9) == 0) {
+        if (strcmp(argv[1], "--profile") == 0) {
+            qs_tool_profile = 1;
+        } else if (strcmp(argv[1], "--profile=json") == 0) {
+            qs_tool_profile = 2;
+        } else {
+            fprintf(stderr, "qsparse: unknown option '%s'\n", argv[1]);
+            return 2;
+        }
+        argc--;
+        argv++;
     }
     if (strcmp(argv[1], "--version") == 0) {
         printf("qsparse %s\n", qs_version_string());

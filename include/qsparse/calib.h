@@ -123,8 +123,9 @@ QS_API qs_status qs_observer_get_params(const qs_observer *obs, qs_observer_para
  * batch leaves the average unchanged).
  *
  * Returns QS_OK, QS_ERR_INVALID_ARG (null pointer, negative size, unknown dtype), QS_ERR_SHAPE,
- * QS_ERR_OVERFLOW, QS_ERR_OUT_OF_MEMORY (first per-channel update). On error the observer is
- * unchanged.
+ * QS_ERR_OVERFLOW (size overflow, or a channel that would count more than 2^64 - 1 values: a
+ * state read back from bytes can be that close), QS_ERR_OUT_OF_MEMORY (first per-channel update).
+ * On error the observer is unchanged.
  */
 QS_API qs_status qs_observer_update(qs_ctx *ctx, qs_observer *obs, const void *src,
                                     int32_t dtype, int64_t rows, int64_t cols);
@@ -135,7 +136,8 @@ QS_API qs_status qs_observer_update(qs_ctx *ctx, qs_observer *obs, const void *s
  * The result is bit-identical to one observer fed both data sets, in any order.
  * Returns QS_ERR_UNSUPPORTED for moving-average observers (order-dependent, §2),
  * QS_ERR_INVALID_ARG for differing parameters, QS_ERR_SHAPE for differing channel counts,
- * QS_ERR_OUT_OF_MEMORY. dst is unchanged on error. dst == src doubles every count.
+ * QS_ERR_OVERFLOW when a channel would count more than 2^64 - 1 values, QS_ERR_OUT_OF_MEMORY.
+ * dst is unchanged on error. dst == src doubles every count.
  */
 QS_API qs_status qs_observer_merge(qs_ctx *ctx, qs_observer *dst, const qs_observer *src);
 

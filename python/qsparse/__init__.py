@@ -21,6 +21,8 @@ from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
 from .observer import Observer
 from .sparse import compress, decompress, prune
 from .matmul import int8_vectorwise_quant, matmul, matmul_info
+from .profile import Profile, doctor, profile
+from .recommend import recommend
 
 
 # ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA
@@ -147,7 +149,7 @@ def kernels() -> Dict[str, str]:
     return out
 
 
-__all__ = ["Observer", "QTensor", "QsparseError", "backend", "backend_message", "backends",
-           "codebook", "compress", "convert", "decompress", "dequantize", "formats",
+__all__ = ["Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message", "backends",
+           "codebook", "compress", "convert", "decompress", "dequantize", "doctor", "formats",
            "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels", "matmul",
-           "matmul_info", "prune", "quantize", "set_backend", "set_isa", "set_num_threads"]
+           "matmul_info", "profile", "prune", "quantize", "recommend", "set_backend", "set_isa", "set_num_threads"]

@@ -31,6 +31,8 @@ QS_DTYPE_F32, QS_DTYPE_F16, QS_DTYPE_BF16 = 0, 1, 2
 
 QS_PARAM_NUM_THREADS = 1
 QS_PARAM_NONFINITE = 2
+QS_PARAM_ISA = 3
+QS_PARAM_PROFILE = 4
 
 QS_ISA_AVX2 = 1 << 0
 QS_ISA_AVX512 = 1 << 1
@@ -75,6 +77,13 @@ QS_STRUCT_OBSERVER_PARAMS = 7
 QS_STRUCT_ISA_TIER = 8
 QS_STRUCT_MATMUL_PARAMS = 9
 QS_STRUCT_WEIGHT = 10
+QS_STRUCT_PROFILE_ENTRY = 11
+QS_STRUCT_RECOMMEND_PARAMS = 12
+QS_STRUCT_CANDIDATE = 13
+
+
+# include/qsparse/profile.h
+QS_RUNTIME_BLAS, QS_RUNTIME_OPENMP, QS_RUNTIME_COMPILER = 1, 2, 3
 
 # include/qsparse/matmul.h
 QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
@@ -214,8 +223,65 @@ class WeightC(c.Structure):
     ]
 
 
+class ProfileEntry(c.Structure):
+    """qs_profile_entry (include/qsparse/profile.h): one row of the profiling table."""
+    _qs_kind = QS_STRUCT_PROFILE_ENTRY
+    _fields_ = [
+        ("op", c.c_char_p),
+        ("kernel", c.c_char_p),
+        ("isa", c.c_char_p),
+        ("format", c.c_int32),
+        ("threads", c.c_int32),
+        ("calls", c.c_uint64),
+        ("elements", c.c_uint64),
+        ("bytes_in", c.c_uint64),
+        ("bytes_out", c.c_uint64),
+        ("ns", c.c_uint64),
+        ("reserved", c.c_int64 * 4),
+    ]
+
+
+class RecommendParams(c.Structure):
+    """qs_recommend_params (include/qsparse/recommend.h)."""
+    _qs_kind = QS_STRUCT_RECOMMEND_PARAMS
+    _fields_ = [
+        ("objective", c.c_int32),
+        ("max_error", c.c_float),
+        ("sparse24", c.c_int32),
+        ("gemm_rows", c.c_int32),
+        ("probe_seconds", c.c_double),
+        ("reserved", c.c_int64 * 6),
+    ]
+
+
+class Candidate(c.Structure):
+    """qs_candidate (include/qsparse/recommend.h): one measured candidate."""
+    _qs_kind = QS_STRUCT_CANDIDATE
+    _fields_ = [
+        ("label", c.c_char * 48),
+        ("format", c.c_int32),
+        ("sparse24", c.c_int32),
+        ("int8_activations", c.c_int32),
+        ("within_error", c.c_int32),
+        ("bits_per_weight", c.c_double),
+        ("bytes", c.c_int64),
+        ("error", c.c_double),
+        ("gemv_speedup", c.c_double),
+        ("gemv_speedup_mt", c.c_double),
+        ("gemm_speedup", c.c_double),
+        ("kernel", c.c_char_p),
+        ("slow", c.c_int32),
+        ("rank", c.c_int32),
+        ("reason", c.c_char * 96),
+        ("reserved", c.c_int64 * 4),
+    ]
+
+
+QS_RECOMMEND_SPEED, QS_RECOMMEND_SIZE = 0, 1
+QS_RECOMMEND_MAX_CANDIDATES = 32
+
 STRUCTS = (Allocator, CtxParams, QuantParams, QTensorC, PlaneInfo, FormatInfo, ObserverParams,
-           IsaTier, MatmulParams, WeightC)
+           IsaTier, MatmulParams, WeightC, ProfileEntry, RecommendParams, Candidate)
 
 # ---- function signatures of the whole API: name -> (restype, argtypes) ---------------------------
 
@@ -323,6 +389,23 @@ SIGNATURES.update({
     "qs_matmul_info": (c.c_uint32, []),
     "qs_int8_vectorwise_quant": (I32, [P, P, I32, I64, I64, c.c_float, P, I64, P, I64, P, I64,
                                        c.POINTER(I64)]),
+})
+
+# include/qsparse/profile.h: profiling counters and run-time facts.
+SIGNATURES.update({
+    "qs_profile_count": (I64, [P]),
+    "qs_profile_get": (I32, [P, I64, c.POINTER(ProfileEntry)]),
+    "qs_profile_dropped": (c.c_uint64, [P]),
+    "qs_profile_reset": (I32, [P]),
+    "qs_profile_json": (I32, [P, c.c_char_p, I64, c.POINTER(I64)]),
+    "qs_runtime_info": (c.c_char_p, [P, I32]),
+})
+
+# include/qsparse/recommend.h: measured format choice.
+SIGNATURES.update({
+    "qs_recommend_params_init": (None, [c.POINTER(RecommendParams)]),
+    "qs_recommend": (I32, [P, c.POINTER(RecommendParams), P, I64, I64, P, I64,
+                           c.POINTER(Candidate), I64, c.POINTER(I64)]),
 })
 
 

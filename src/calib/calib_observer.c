@@ -448,6 +448,39 @@ static void col_task(void *arg, int64_t b, float *tile)
         chan_end(j->o, &j->o->ch[c0 + c]);
 }
 
+/* Values one channel has counted: finite, NaN and Inf. Every other counter of the channel (its
+ * bins, zeros_pending) is bounded by the finite count, as the deserializer checks, so a channel
+ * whose seen count can absorb `more` values cannot wrap any counter. */
+static int chan_room(const struct qs_calib_chan *c, uint64_t more)
+{
+    uint64_t seen = c->total;
+
+    if (more == 0)
+        return 1;
+    if (seen + c->n_nan < seen)
+        return 0;
+    seen += c->n_nan;
+    if (seen + c->n_inf < seen)
+        return 0;
+    seen += c->n_inf;
+    return seen + more >= seen;
+}
+
+/* Seen count of a channel, for merging: UINT64_MAX when it is already unrepresentable. */
+static uint64_t chan_seen(const struct qs_calib_chan *c)
+{
+    return chan_room(c, 0) ? c->total + c->n_nan + c->n_inf : UINT64_MAX;
+}
+
+/* Whether every one of `channels` channels can take `per` more values. */
+static int chans_room(const qs_observer *o, int64_t channels, uint64_t per)
+{
+    for (int64_t c = 0; c < channels; c++)
+        if (!chan_room(&o->ch[c], per))
+            return 0;
+    return 1;
+}
+
 static qs_status check_dtype(qs_ctx *ctx, const char *fn, int32_t dtype)
 {
     if (dtype != QS_DTYPE_F32 && dtype != QS_DTYPE_F16 && dtype != QS_DTYPE_BF16)
@@ -476,6 +509,10 @@ QS_API qs_status qs_observer_update(qs_ctx *ctx, qs_observer *obs, const void *s
 
     struct upd_job j = {ctx, obs, src, dtype, rows, cols};
     if (obs->p.axis < 0) {
+        /* a state read back from bytes may be close to 2^64 values already */
+        if (n > 0 && !chans_room(obs, 1, (uint64_t)n))
+            return qs_fail(ctx, QS_ERR_OVERFLOW,
+                           "qs_observer_update: the observer's value count would pass 2^64");
         update_tensor(ctx, obs, src, dtype, n);
         return qs_ok(ctx);
     }
@@ -493,6 +530,9 @@ QS_API qs_status qs_observer_update(qs_ctx *ctx, qs_observer *obs, const void *s
     }
     if (n == 0)
         return qs_ok(ctx);
+    if (!chans_room(obs, channels, (uint64_t)(n / channels)))
+        return qs_fail(ctx, QS_ERR_OVERFLOW,
+                       "qs_observer_update: a channel's value count would pass 2^64");
     /* one task per channel (axis 0) or block of channels (axis 1): every channel's state is
      * touched by one task, in data order, so the bits do not depend on the thread count */
     if (obs->p.axis == 0)
@@ -566,6 +606,12 @@ QS_API qs_status qs_observer_merge(qs_ctx *ctx, qs_observer *dst, const qs_obser
     if (dst->ch && dst->channels != src->channels)
         return qs_fail(ctx, QS_ERR_SHAPE, "qs_observer_merge: %lld vs %lld channels",
                        (long long)dst->channels, (long long)src->channels);
+    /* check every channel before changing any, so a refused merge leaves dst as it was */
+    for (int64_t c = 0; dst->ch && c < src->channels; c++)
+        if (!chan_room(&dst->ch[c], chan_seen(&src->ch[c])))
+            return qs_fail(ctx, QS_ERR_OVERFLOW,
+                           "qs_observer_merge: channel %lld would count more than 2^64 values",
+                           (long long)c);
     if (!dst->ch) {
         qs_status st =
             qs_calib_alloc_state(&dst->alloc, &dst->p, src->channels, &dst->ch, &dst->counts);

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "qsparse/profile.h"
+#include "qsparse/recommend.h"
 
 struct field {
     const char *name;
@@ -63,6 +65,26 @@ static const struct field weight_fields[] = {
     F(qs_weight, meta),       F(qs_weight, meta_count), F(qs_weight, quant), F(qs_weight, q),
     F(qs_weight, reserved),   {NULL, 0}};
 
+static const struct field profile_entry_fields[] = {
+    F(qs_profile_entry, op),       F(qs_profile_entry, kernel),    F(qs_profile_entry, isa),
+    F(qs_profile_entry, format),   F(qs_profile_entry, threads),   F(qs_profile_entry, calls),
+    F(qs_profile_entry, elements), F(qs_profile_entry, bytes_in),  F(qs_profile_entry, bytes_out),
+    F(qs_profile_entry, ns),       F(qs_profile_entry, reserved),  {NULL, 0}};
+
+static const struct field recommend_params_fields[] = {
+    F(qs_recommend_params, objective), F(qs_recommend_params, max_error),
+    F(qs_recommend_params, sparse24),  F(qs_recommend_params, gemm_rows),
+    F(qs_recommend_params, probe_seconds), F(qs_recommend_params, reserved), {NULL, 0}};
+static const struct field candidate_fields[] = {
+    F(qs_candidate, label),           F(qs_candidate, format),
+    F(qs_candidate, sparse24),        F(qs_candidate, int8_activations),
+    F(qs_candidate, within_error),    F(qs_candidate, bits_per_weight),
+    F(qs_candidate, bytes),           F(qs_candidate, error),
+    F(qs_candidate, gemv_speedup),    F(qs_candidate, gemv_speedup_mt),
+    F(qs_candidate, gemm_speedup),    F(qs_candidate, kernel),
+    F(qs_candidate, slow),            F(qs_candidate, rank),
+    F(qs_candidate, reason),          F(qs_candidate, reserved), {NULL, 0}};
+
 #undef F
 
 static const struct {
@@ -79,6 +101,9 @@ static const struct {
     [QS_STRUCT_ISA_TIER] = {sizeof(qs_isa_tier), isa_tier_fields},
     [QS_STRUCT_MATMUL_PARAMS] = {sizeof(qs_matmul_params), matmul_params_fields},
     [QS_STRUCT_WEIGHT] = {sizeof(qs_weight), weight_fields},
+    [QS_STRUCT_PROFILE_ENTRY] = {sizeof(qs_profile_entry), profile_entry_fields},
+    [QS_STRUCT_RECOMMEND_PARAMS] = {sizeof(qs_recommend_params), recommend_params_fields},
+    [QS_STRUCT_CANDIDATE] = {sizeof(qs_candidate), candidate_fields},
 };
 
 #define STRUCT_MAX ((int32_t)(sizeof structs / sizeof structs[0]) - 1)

@@ -4,6 +4,7 @@
 
 #include "../ref/ref.h"
 #include "parallel.h"
+#include "profile_internal.h"
 
 struct cvt_job {
     const qs_ctx *ctx;
@@ -32,6 +33,18 @@ static void cvt_task(void *arg, int64_t i, float *tile)
         qs_unstage_f32(j->ctx, x, j->dst, j->ddt, start, len);
 }
 
+/* The kernel a conversion runs (through f32 for f16 <-> bf16: the narrowing one), -1 for a copy. */
+static int32_t convert_slot(int32_t sdt, int32_t ddt)
+{
+    if (sdt == ddt)
+        return -1;
+    if (ddt == QS_DTYPE_F16)
+        return QS_SLOT_cvt_f32_f16;
+    if (ddt == QS_DTYPE_BF16)
+        return QS_SLOT_cvt_f32_bf16;
+    return sdt == QS_DTYPE_F16 ? QS_SLOT_cvt_f16_f32 : QS_SLOT_cvt_bf16_f32;
+}
+
 QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, void *dst,
                             int32_t dst_dtype, int64_t n, int64_t dst_bytes)
 {
@@ -52,7 +65,11 @@ QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, voi
     if (dst_bytes < need)
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "dst holds %lld bytes, %lld needed",
                        (long long)dst_bytes, (long long)need);
+    uint64_t t0 = qs_prof_start(ctx);
     qs_parallel_for(ctx, qs_ceil_div(n, QS_TILE), cvt_task, &j);
+    if (t0)
+        qs_prof_record(ctx, t0, "convert", convert_slot(src_dtype, dst_dtype), 0, (uint64_t)n,
+                       (uint64_t)(n * qs_dtype_size(src_dtype)), (uint64_t)need);
     return qs_ok(ctx);
 }
 

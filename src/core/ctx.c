@@ -13,6 +13,7 @@
 #endif
 
 #include "backend.h"
+#include "profile_internal.h"
 
 static void *default_alloc(void *user, size_t size, size_t align)
 {
@@ -98,8 +99,10 @@ QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out)
 
 QS_API void qs_ctx_destroy(qs_ctx *ctx)
 {
-    if (ctx)
-        ctx->allocator.free(ctx->allocator.user, ctx);
+    if (!ctx)
+        return;
+    qs_prof_destroy(ctx);
+    ctx->allocator.free(ctx->allocator.user, ctx);
 }
 
 QS_API const char *qs_ctx_last_error(const qs_ctx *ctx)
@@ -139,6 +142,13 @@ QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value)
                            (long long)value);
         ctx->nonfinite = (int32_t)value;
         return qs_ok(ctx);
+    case QS_PARAM_PROFILE:
+        if (value != 0 && value != 1)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "profile must be 0 or 1, got %lld",
+                           (long long)value);
+        if (qs_prof_enable(ctx, (int)value) != QS_OK)
+            return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for the profiling table");
+        return qs_ok(ctx);
     default:
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown or read-only parameter key %d", key);
     }
@@ -152,6 +162,7 @@ QS_API qs_status qs_ctx_get(const qs_ctx *ctx, int32_t key, int64_t *value)
     case QS_PARAM_NUM_THREADS: *value = ctx->num_threads; return QS_OK;
     case QS_PARAM_NONFINITE: *value = ctx->nonfinite; return QS_OK;
     case QS_PARAM_ISA: *value = ctx->isa; return QS_OK;
+    case QS_PARAM_PROFILE: *value = ctx->prof != NULL; return QS_OK;
     default: return QS_ERR_INVALID_ARG;
     }
 }

@@ -7,6 +7,7 @@
 #include "parallel.h"
 #include "backend.h"
 #include "quant_common.h"
+#include "profile_internal.h"
 
 /* Decode `len` elements starting at element `start` into dst with `decode(j, out)`. */
 static void emit(const struct qs_qjob *j, int64_t start, int64_t len, float *tile,
@@ -194,9 +195,13 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
                        (long long)dst_bytes, (long long)need);
 
     ctx->last_error[0] = '\0';
+    uint64_t t0 = qs_prof_start(ctx);
     if ((st = ctx->ops->dequantize(ctx, &l, params, q, dst, dst_dtype)) != QS_OK)
         return ctx->last_error[0]
                    ? st
                    : qs_fail(ctx, st, "%s backend: dequantize failed", ctx->ops->name);
+    if (t0)
+        qs_prof_record(ctx, t0, "dequantize", l.traits->dequant_slot, l.format, (uint64_t)l.n,
+                       qs_layout_total_bytes(&l), (uint64_t)need);
     return qs_ok(ctx);
 }

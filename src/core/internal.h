@@ -30,6 +30,8 @@ struct qs_ctx {
     struct qs_kernels k;
     const char *kernel_names[QS_SLOT_COUNT];
     char last_error[256];
+    /* last, so a plugin built against the fields above still reads them where they were */
+    struct qs_prof *prof; /* profiling counters; NULL while off (profile.c) */
 };
 
 /* Record a failure in ctx (printf-style message) and return `status`. */
@@ -124,5 +126,15 @@ struct qs_layout {
 
 QS_INTERNAL qs_status qs_layout_compute(qs_ctx *ctx, const qs_quant_params *p, int64_t rows,
                                         int64_t cols, struct qs_layout *out);
+
+/* Bytes of every plane of a layout together (each was overflow-checked; so is their sum, since
+ * qs_quant_size reports it). */
+static inline uint64_t qs_layout_total_bytes(const struct qs_layout *l)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < QS_PLANE_COUNT; i++)
+        sum += (uint64_t)l->bytes[i];
+    return sum;
+}
 
 #endif /* QS_CORE_INTERNAL_H */

@@ -17,6 +17,7 @@
 #include "matmul_internal.h"
 #include "parallel.h"
 #include "quant_common.h"
+#include "profile_internal.h"
 
 QS_API void qs_matmul_params_init(qs_matmul_params *params)
 {
@@ -235,7 +236,7 @@ static void dyn8_task(void *arg, int64_t i, float *tile)
 /* ---- entry point ------------------------------------------------------------------------------
  */
 
-QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
+static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
                            const float *bias, float *y, int64_t y_bytes)
 {
@@ -358,4 +359,62 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
     qs_scratch_free(ctx, xf);
     qs_scratch_free(ctx, absmax);
     return st == QS_OK ? qs_ok(ctx) : st;
+}
+
+/* ---- profiling ------------------------------------------------------------------------------- */
+
+/* The kernel slot of a weight's inner loop, for the profiling table. */
+static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w)
+{
+    static const int32_t by_format[] = {
+        [QS_FORMAT_NF4] = QS_SLOT_mm_dot_nf4,       [QS_FORMAT_FP4] = QS_SLOT_mm_dot_fp4,
+        [QS_FORMAT_INT8] = QS_SLOT_mm_dot_int8,     [QS_FORMAT_LLM_INT8] = QS_SLOT_mm_dot_int8,
+        [QS_FORMAT_FP8_E4M3] = QS_SLOT_mm_dot_e4m3, [QS_FORMAT_FP8_E5M2] = QS_SLOT_mm_dot_e5m2,
+        [QS_FORMAT_MXFP4] = QS_SLOT_mm_dot_mxfp4,   [QS_FORMAT_MXFP8] = QS_SLOT_mm_dot_mxfp8,
+        [QS_FORMAT_NVFP4] = QS_SLOT_mm_dot_nvfp4,
+    };
+    int32_t f = w->quant ? w->quant->format : 0;
+
+    if (w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT)
+        return QS_SLOT_mm_gather_sp24;
+    if (w->kind == QS_WEIGHT_QUANT) {
+        if (p && p->activations == QS_MATMUL_ACT_INT8 &&
+            (f == QS_FORMAT_INT8 || f == QS_FORMAT_LLM_INT8))
+            return QS_SLOT_mm_dot_w8a8;
+        return f > 0 && f < (int32_t)(sizeof by_format / sizeof by_format[0]) ? by_format[f] : -1;
+    }
+    if (w->dtype == QS_DTYPE_F16)
+        return QS_SLOT_mm_dot_f16;
+    return w->dtype == QS_DTYPE_BF16 ? QS_SLOT_mm_dot_bf16 : QS_SLOT_mm_dot_f32;
+}
+
+/* Bytes of the weight a call reads: its planes for the shape (the capacities may be larger). */
+static uint64_t weight_bytes(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K)
+{
+    int64_t cols = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT ? K / 2 : K;
+    uint64_t meta = w->meta ? (uint64_t)(N * qs_ceil_div(K, 16)) * 2u : 0;
+    struct qs_layout l;
+
+    if (w->quant && qs_layout_compute(ctx, w->quant, N, cols, &l) == QS_OK)
+        return qs_layout_total_bytes(&l) + meta;
+    return (uint64_t)(N * cols * qs_dtype_size(w->dtype)) + meta;
+}
+
+QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
+                           int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
+                           const float *bias, float *y, int64_t y_bytes)
+{
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    uint64_t t0 = qs_prof_start(ctx);
+    qs_status st = matmul_checked(ctx, params, x, x_dtype, M, K, w, N, bias, y, y_bytes);
+    if (t0 && st == QS_OK)
+        qs_prof_record(ctx, t0, "matmul", profile_slot(params, w),
+                       w->quant && w->kind != QS_WEIGHT_DENSE && w->kind != QS_WEIGHT_SP24
+                           ? w->quant->format
+                           : 0,
+                       (uint64_t)M * (uint64_t)N * (uint64_t)K,
+                       (uint64_t)(M * K * qs_dtype_size(x_dtype)) + weight_bytes(ctx, w, N, K),
+                       (uint64_t)(M * N) * 4u);
+    return st;
 }

@@ -11,6 +11,7 @@
 #include "parallel.h"
 #include "backend.h"
 #include "quant_common.h"
+#include "profile_internal.h"
 
 /* ---- NF4 / FP4 (formats.md §5, §6): chunks of whole blocks over the flattened tensor --------- */
 
@@ -229,8 +230,12 @@ QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const v
                        "input holds NaN or Inf and the context rejects non-finite values");
 
     ctx->last_error[0] = '\0';
+    uint64_t t0 = qs_prof_start(ctx);
     if ((st = ctx->ops->quantize(ctx, &l, params, src, src_dtype, q)) != QS_OK)
         return ctx->last_error[0] ? st
                                   : qs_fail(ctx, st, "%s backend: quantize failed", ctx->ops->name);
+    if (t0)
+        qs_prof_record(ctx, t0, "quantize", l.traits->quant_slot, l.format, (uint64_t)l.n,
+                       (uint64_t)(l.n * qs_dtype_size(src_dtype)), qs_layout_total_bytes(&l));
     return qs_ok(ctx);
 }

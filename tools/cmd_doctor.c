@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `qsparse doctor [--json]`: what the library sees on this machine, the first thing a bug report
+ * should contain. Version, the CPU's ISA features, the tiers that can run and the one in use
+ * (and whether QS_FORCE_ISA clamps it), OpenMP and BLAS with their thread counts and OpenBLAS's
+ * core type, the compiler, and each backend with the reason it cannot run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "qsparse.h"
+#include "qsparse/matmul.h"
+#include "qsparse/profile.h"
+
+/* A JSON string: quotes, backslashes and control characters escaped; other bytes as they are
+ * (the library's messages are ASCII, except file paths, which JSON readers take as UTF-8). */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; s && *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static const char *env_or(const char *name, const char *fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : fallback;
+}
+
+struct facts {
+    char features[256], tiers[256];
+    const char *isa, *openmp, *blas, *compiler;
+};
+
+static void gather(qs_ctx *ctx, struct facts *f)
+{
+    uint32_t cpu = qs_cpu_isa();
+    size_t n = 0;
+
+    f->features[0] = f->tiers[0] = '\0';
+    for (int bit = 0; bit < 32; bit++) {
+        const char *name = (cpu >> bit) & 1u ? qs_isa_name(1u << bit) : NULL;
+        if (name && n + strlen(name) + 2 < sizeof f->features)
+            n += (size_t)snprintf(f->features + n, sizeof f->features - n, "%s%s", n ? " " : "",
+                                  name);
+    }
+    n = 0;
+    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+        qs_isa_tier t;
+        if (qs_isa_tier_info(i, &t) == QS_OK && t.available &&
+            n + strlen(t.name) + 2 < sizeof f->tiers)
+            n += (size_t)snprintf(f->tiers + n, sizeof f->tiers - n, "%s%s", n ? " " : "",
+                                  t.name);
+    }
+    f->isa = qs_ctx_isa_name(ctx);
+    f->openmp = qs_runtime_info(ctx, QS_RUNTIME_OPENMP);
+    f->blas = qs_runtime_info(ctx, QS_RUNTIME_BLAS);
+    f->compiler = qs_runtime_info(ctx, QS_RUNTIME_COMPILER);
+}
+
+static void print_words(const struct facts *f)
+{
+    printf("libqsparse %s (API %d), built with %s\n", qs_version_string(), (int)qs_api_version(),
+           f->compiler);
+    printf("CPU features:   %s\n", f->features[0] ? f->features : "(none beyond the baseline)");
+    printf("ISA tiers:      %s\n", f->tiers);
+    if (*env_or("QS_FORCE_ISA", ""))
+        printf("tier in use:    %s (QS_FORCE_ISA=%s)\n", f->isa, env_or("QS_FORCE_ISA", ""));
+    else
+        printf("tier in use:    %s\n", f->isa);
+    printf("OpenMP:         %s (OMP_NUM_THREADS=%s)\n", f->openmp,
+           env_or("OMP_NUM_THREADS", "unset"));
+    printf("BLAS:           %s (OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS=%s)\n", f->blas,
+           env_or("OPENBLAS_CORETYPE", "unset"), env_or("OPENBLAS_NUM_THREADS", "unset"));
+    printf("matmul GEMM:    %s\n",
+           qs_matmul_info() & QS_MATMUL_BLAS ? "cblas_sgemm" : "the library's own loop");
+    for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
+        const char *msg = qs_backend_message(b);
+        printf("backend %-6s  %s%s%s\n", qs_backend_name(b),
+               qs_backend_available(b) ? "available" : "not available",
+               msg && *msg ? ": " : "", msg ? msg : "");
+    }
+}
+
+static void print_json(const struct facts *f)
+{
+    printf("{\"version\": ");
+    json_str(qs_version_string());
+    printf(", \"api_version\": %d, \"compiler\": ", (int)qs_api_version());
+    json_str(f->compiler);
+    printf(", \"cpu_features\": ");
+    json_str(f->features);
+    printf(", \"tiers\": ");
+    json_str(f->tiers);
+    printf(", \"isa\": ");
+    json_str(f->isa);
+    printf(", \"force_isa\": ");
+    json_str(env_or("QS_FORCE_ISA", ""));
+    printf(", \"openmp\": ");
+    json_str(f->openmp);
+    printf(", \"blas\": ");
+    json_str(f->blas);
+    printf(", \"openblas_coretype\": ");
+    json_str(env_or("OPENBLAS_CORETYPE", ""));
+    printf(", \"matmul_blas\": %s, \"backends\": {",
+           qs_matmul_info() & QS_MATMUL_BLAS ? "true" : "false");
+    for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
+        printf("%s", b > QS_BACKEND_CPU ? ", " : "");
+        json_str(qs_backend_name(b));
+        printf(": {\"available\": %s, \"message\": ", qs_backend_available(b) ? "true" : "false");
+        json_str(qs_backend_message(b));
+        printf("}");
+    }
+    printf("}}\n");
+}
+
+int qs_cmd_doctor(int argc, char **argv)
+{
+    int json = 0;
+    qs_ctx_params p;
+    qs_ctx *ctx = NULL;
+    struct facts f;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: qsparse doctor [--json]\n\nWhat libqsparse sees here: version, CPU "
+                   "features, ISA tiers, OpenMP, BLAS,\nbackends and why one cannot run. Attach "
+                   "it to bug reports.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "qsparse doctor: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    /* the CPU backend always runs; the plugin's state is asked of the registry, not a context */
+    qs_ctx_params_init(&p);
+    p.backend = QS_BACKEND_CPU;
+    if (qs_ctx_create(&p, &ctx) != QS_OK) {
+        fprintf(stderr, "qsparse doctor: cannot create a context\n");
+        return 1;
+    }
+    gather(ctx, &f);
+    if (json)
+        print_json(&f);
+    else
+        print_words(&f);
+    qs_ctx_destroy(ctx);
+    return 0;
+}
