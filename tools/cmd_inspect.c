@@ -22,6 +22,7 @@
 #include "checkpoint_keys.h"
 #include "commands.h"
 #include "escape.h"
+#include "layout.h"
 #include "safetensors.h"
 
 struct weight {
@@ -295,7 +296,59 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
         }
     }
 
-    /* 2. Weights recorded by `qsparse quantize` and other scaled layouts. */
+    /* 2. Weights that a loader layout renamed (compressed-tensors' P.weight_packed, ...): the
+     * record names P.weight and its layout; the layout's first key is the main tensor. */
+    if (rec) {
+        const char *name;
+        json_t *r;
+        json_object_foreach(rec, name, r)
+        {
+            json_t *lay = json_object_get(r, "layout"), *fmt = json_object_get(r, "format");
+            json_t *dt = json_object_get(r, "dtype");
+            const struct qs_layout *L = json_is_string(lay)
+                                            ? qs_layout_find(json_string_value(lay))
+                                            : NULL;
+            struct qs_layout_req req;
+            const struct qs_ckpt_key *keys;
+            const struct qs_st_tensor *m;
+            char *prefix;
+            struct weight *w;
+
+            if (!L || L == &qs_layout_bnb || L == &qs_layout_qsparse || !json_is_string(fmt) ||
+                qs_st_find(f, name))
+                continue;
+            memset(&req, 0, sizeof req);
+            req.format = qs_format_from_name(json_string_value(fmt));
+            qs_quant_params_init(&req.params, req.format);
+            if (req.format <= 0 || !(keys = L->keys(&req)) || !keys->suffix)
+                continue;
+            if (!(prefix = prefix_of(name))) {
+                oom = 1;
+                goto out;
+            }
+            m = find2(f, keys->module ? prefix : name, keys->suffix, &oom);
+            if (!m || used[m - f->tensors]) {
+                free(prefix);
+                continue;
+            }
+            w = &ws[nw++];
+            plain(w, m);
+            used[m - f->tensors] = 1;
+            copy_text(w->format, sizeof w->format, json_string_value(fmt));
+            if (json_is_string(dt))
+                set_dtype(w, json_string_value(dt));
+            if (set_shape_json(w, json_object_get(r, "shape"), "qsparse.quantized metadata", err,
+                               errlen) != 0) {
+                free(prefix);
+                goto bad;
+            }
+            for (const struct qs_ckpt_key *k = keys + 1; k->suffix; k++)
+                fold(f, used, w, k->module ? prefix : name, k->suffix, &oom);
+            free(prefix);
+        }
+    }
+
+    /* 3. Weights recorded by `qsparse quantize` and other scaled layouts. */
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
         json_t *r = rec ? json_object_get(rec, t->name) : NULL;
@@ -345,7 +398,7 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
         free(prefix);
     }
 
-    /* 3. Everything else as it is. */
+    /* 4. Everything else as it is. */
     for (size_t i = 0; i < f->count; i++)
         if (!used[i]) {
             plain(&ws[nw++], &f->tensors[i]);

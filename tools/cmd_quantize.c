@@ -1,24 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `qsparse quantize IN.safetensors -o OUT.safetensors --format F`: quantizes the selected 2-D
- * weight tensors of a safetensors model with libqsparse, copies every other tensor unchanged, and
- * prints a per-layer error table. The keys it writes (the table in checkpoint_keys.c, documented
- * in tools/README.md):
+ * `qsparse quantize IN -o OUT --format F [--layout L]`: quantizes the selected 2-D weight
+ * tensors of a model with libqsparse, copies every other tensor unchanged, and prints a
+ * per-layer error table.
  *
- *   nf4, fp4   bitsandbytes checkpoint keys and JSON quant_state (docs/formats.md §7)
- *   int8       bitsandbytes LLM.int8 keys: P.weight I8, P.SCB F32 row absmax, P.weight_format
- *   fp8_*      N as F8_E4M3 / F8_E5M2 and N_scale F32 [] (per-tensor; modelopt / vLLM names)
- *   mxfp4/8    N as U8 (E2M1 pairs, low nibble first) or F8_E4M3, N_scale U8 E8M0 [rows, blocks]
- *   nvfp4      N U8 (low nibble first), N_scale F8_E4M3 [rows, blocks], N_scale_2 F32 []
+ * IN is a Hugging Face model folder (config.json plus model.safetensors, or shards named by
+ * model.safetensors.index.json) or one .safetensors file. A folder gives a folder that its
+ * loader reads as written (model_dir.c): each shard quantized into a shard of the same name, the
+ * index rewritten, config.json with the layout's quantization_config, every other file copied.
+ * A file gives a file; --config-out prints the quantization_config the folder would get.
  *
- * and a "qsparse.quantized" metadata entry (a JSON string) giving, per quantized weight, its
- * format, original shape and dtype. The input is memory-mapped and fully validated before any
- * output exists; the output is written to a temporary file and renamed.
+ * The layout (layout.h) names and shapes the keys: bitsandbytes (nf4, fp4, llm_int8),
+ * compressed-tensors (fp8_e4m3, int8, mxfp4, mxfp8, nvfp4, 2:4), modelopt (fp8_e4m3, nvfp4),
+ * or the tool's own "qsparse" keys (checkpoint_keys.c; the default for a single file). A
+ * "qsparse.quantized" metadata entry (a JSON string) gives, per quantized weight, its format,
+ * layout, original shape and dtype. Every input file is memory-mapped and fully validated
+ * before its output exists; outputs are written to temporary names and renamed.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
 #include <regex.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,20 +29,26 @@
 #include <unistd.h>
 
 #include "qsparse.h"
+#include "qsparse/sparse.h"
 #include "checkpoint_keys.h"
 #include "commands.h"
-#include "tool_ctx.h"
 #include "escape.h"
+#include "layout.h"
+#include "model_dir.h"
 #include "safetensors.h"
+#include "tool_ctx.h"
 
-#define ERRLEN 512
+#define ERRLEN 1024
 
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
 #define DEFAULT_INCLUDE "\\.weight$"
 #define DEFAULT_EXCLUDE "norm|embed|lm_head|(^|\\.)(wte|wpe|ln_[a-z0-9]+)\\."
+/* Embedding tables: no loader layout replaces them (they are not linear layers). */
+#define EMBEDDING "embed|(^|\\.)(wte|wpe)\\."
 
 struct options {
-    const char *in, *out, *format, *include, *exclude;
+    const char *in, *out, *format, *include, *exclude, *layout, *config_out, *act_amax;
+    const char *sparsity, *granularity;
     int32_t blocksize;
     int double_quant, threads, quiet;
 };
@@ -53,15 +62,29 @@ struct layer_stat {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: qsparse quantize IN.safetensors -o OUT.safetensors --format FORMAT\n"
-            "                        [--blocksize N] [--double-quant] [--include REGEX]\n"
-            "                        [--exclude REGEX] [--threads N] [--quiet]\n\n"
-            "FORMAT: nf4, fp4 (bitsandbytes keys), int8 (bitsandbytes LLM.int8 keys), fp8_e4m3,\n"
-            "        fp8_e5m2, mxfp4, mxfp8, nvfp4.\n"
+            "usage: qsparse quantize IN -o OUT --format FORMAT [--layout LAYOUT]\n"
+            "                        [--blocksize N] [--double-quant] [--granularity G]\n"
+            "                        [--sparsity 2:4] [--act-amax FILE.json]\n"
+            "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
+            "                        [--threads N] [--quiet]\n\n"
+            "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
+            "    model.safetensors.index.json): OUT is a folder its loader reads as written.\n"
+            "    Or one .safetensors file: OUT is a file.\n"
+            "FORMAT: nf4, fp4, llm_int8 (bitsandbytes LLM.int8: row absmax SCB), int8 (plain\n"
+            "        symmetric INT8, --granularity channel (default), group or tensor), fp8_e4m3,\n"
+            "        fp8_e5m2, mxfp4, mxfp8, nvfp4; none (with --sparsity: prune only).\n"
+            "LAYOUT: bitsandbytes (nf4, fp4, llm_int8; default for those in a folder),\n"
+            "        compressed-tensors (fp8_e4m3, int8, mxfp4, mxfp8, nvfp4, 2:4; default for\n"
+            "        the others), modelopt (fp8_e4m3, nvfp4; needs --act-amax), qsparse (the\n"
+            "        tool's own keys, single files only; the default for a single file).\n"
             "Quantizes the 2-D float tensors whose name matches --include (default '%s')\n"
-            "and not --exclude (default '%s', case-insensitive);\n"
-            "everything else is copied unchanged. POSIX extended regular expressions.\n"
-            "--blocksize (nf4/fp4, default 64) and --double-quant (nf4/fp4) set the block format.\n"
+            "and not --exclude (default '%s', case-insensitive):\n"
+            "the linear layers' weights. Everything else is copied unchanged. POSIX extended\n"
+            "regular expressions.\n"
+            "--blocksize: nf4/fp4 block (default 64), int8 group size with --granularity group.\n"
+            "--double-quant (nf4/fp4). --sparsity 2:4 prunes by magnitude before quantizing.\n"
+            "--act-amax: {\"module\": activation amax} for modelopt's input_scale.\n"
+            "--config-out writes the layout's quantization_config as JSON ('-': stdout).\n"
             "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n",
             DEFAULT_INCLUDE, DEFAULT_EXCLUDE);
 }
@@ -80,9 +103,34 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
     return 0;
 }
 
+/* Options that take a string value, in one table. */
+static const char **string_option(struct options *o, const char *a)
+{
+    static const struct {
+        const char *name, *alt;
+        size_t offset;
+    } opts[] = {
+        {"-o", "--output", offsetof(struct options, out)},
+        {"--format", "-f", offsetof(struct options, format)},
+        {"--include", NULL, offsetof(struct options, include)},
+        {"--exclude", NULL, offsetof(struct options, exclude)},
+        {"--layout", NULL, offsetof(struct options, layout)},
+        {"--config-out", NULL, offsetof(struct options, config_out)},
+        {"--act-amax", NULL, offsetof(struct options, act_amax)},
+        {"--sparsity", NULL, offsetof(struct options, sparsity)},
+        {"--granularity", NULL, offsetof(struct options, granularity)},
+    };
+
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if (strcmp(a, opts[i].name) == 0 || (opts[i].alt && strcmp(a, opts[i].alt) == 0))
+            return (const char **)((char *)o + opts[i].offset);
+    return NULL;
+}
+
 static int parse_args(int argc, char **argv, struct options *o)
 {
     int64_t v;
+    const char **slot;
 
     memset(o, 0, sizeof *o);
     for (int i = 1; i < argc; i++) {
@@ -91,14 +139,10 @@ static int parse_args(int argc, char **argv, struct options *o)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             exit(0);
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+        } else if ((slot = string_option(o, a)) != NULL) {
             if (!next)
                 goto missing;
-            o->out = argv[++i];
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
-            if (!next)
-                goto missing;
-            o->format = argv[++i];
+            *slot = argv[++i];
         } else if (strcmp(a, "--blocksize") == 0) {
             if (parse_int(next, 1, 1 << 30, &v) != 0) {
                 fprintf(stderr, "qsparse quantize: --blocksize needs a positive integer\n");
@@ -108,14 +152,6 @@ static int parse_args(int argc, char **argv, struct options *o)
             i++;
         } else if (strcmp(a, "--double-quant") == 0) {
             o->double_quant = 1;
-        } else if (strcmp(a, "--include") == 0) {
-            if (!next)
-                goto missing;
-            o->include = argv[++i];
-        } else if (strcmp(a, "--exclude") == 0) {
-            if (!next)
-                goto missing;
-            o->exclude = argv[++i];
         } else if (strcmp(a, "--threads") == 0) {
             if (parse_int(next, 0, 4096, &v) != 0) {
                 fprintf(stderr, "qsparse quantize: --threads needs an integer >= 0\n");
@@ -249,6 +285,15 @@ static char *module_prefix(const char *name)
     return s;
 }
 
+/* "a/b" (malloc'd, NULL without memory). */
+static char *path_join(const char *a, const char *b)
+{
+    char *d = cat(a, "/"), *s = d ? cat(d, b) : NULL;
+
+    free(d);
+    return s;
+}
+
 static void *dup_bytes(const void *p, size_t n)
 {
     void *d = malloc(n ? n : 1);
@@ -286,8 +331,20 @@ struct ctx_all {
     qs_ctx *ctx;
     const struct options *o;
     int32_t format;
+    const struct qs_layout *layout;
+    struct qs_layout_req req;
+    regex_t *inc, *exc, *embedding;
     struct qs_st_writer *w;
-    json_t *record; /* "qsparse.quantized" */
+    json_t *record;     /* "qsparse.quantized" of the file being written */
+    json_t *skipped;    /* modules whose 2-D weight stays float */
+    json_t *weight_map; /* folder output: tensor -> shard */
+    json_t *act_amax;   /* --act-amax */
+    const char *shard;  /* the shard being written (folder output) */
+    uint64_t total_size;
+    struct layer_stat *stats;
+    size_t nstat, cap_stat, nsel, ncopy;
+    double bytes_in, bytes_out;
+    int tty;
     char err[ERRLEN];
 };
 
@@ -297,25 +354,41 @@ struct ctx_all {
         if (qs_st_writer_add(c->w, (name), (dtype), (ndim), (shape), (data), (bytes), (owned),     \
                              c->err, sizeof c->err) != 0)                                          \
             goto fail;                                                                             \
+        if (add_output(c, (name), (bytes)) != 0)                                                   \
+            goto oom;                                                                              \
     } while (0)
 
-static void make_params(const struct ctx_all *c, qs_quant_params *p)
+/* Record an output tensor in the folder's index. */
+static int add_output(struct ctx_all *c, const char *name, uint64_t bytes)
 {
-    qs_quant_params_init(p, c->format);
-    if (c->o->blocksize)
-        p->block_size = c->o->blocksize;
-    p->double_quant = c->o->double_quant;
+    c->total_size += bytes;
+    if (!c->weight_map)
+        return 0;
+    return json_object_set_new(c->weight_map, name, json_string(c->shard));
+}
+
+static void make_params(const struct options *o, int32_t format, qs_quant_params *p)
+{
+    qs_quant_params_init(p, format ? format : QS_FORMAT_FP8_E4M3);
+    if (o->blocksize)
+        p->block_size = o->blocksize;
+    p->double_quant = o->double_quant;
+    if (format == QS_FORMAT_INT8 && o->granularity)
+        p->granularity = strcmp(o->granularity, "tensor") == 0  ? QS_GRAN_TENSOR
+                         : strcmp(o->granularity, "group") == 0 ? QS_GRAN_GROUP
+                                                                : QS_GRAN_ROW;
 }
 
 /* Check the format options once, before any work. Returns 0, or -1 with the library's message
  * in c->err. */
 static int check_params(struct ctx_all *c)
 {
-    qs_quant_params p;
     qs_plane_info info;
 
-    make_params(c, &p);
-    if (qs_quant_plane_info(c->ctx, &p, 1, 1, QS_PLANE_DATA, &info) == QS_OK)
+    if (!c->format)
+        return 0;
+    if (qs_quant_plane_info(c->ctx, &c->req.params, 1, c->req.params.block_size, QS_PLANE_DATA,
+                            &info) == QS_OK)
         return 0;
     snprintf(c->err, sizeof c->err, "%s", qs_ctx_last_error(c->ctx));
     return -1;
@@ -345,53 +418,115 @@ static char *bnb_quant_state(const struct ctx_all *c, const qs_quant_params *p,
     return dup_bytes(json, strlen(json) + 1);
 }
 
-/* Quantize tensor t, add its output keys (checkpoint_keys.c), fill *st. Returns 0 or -1 with
+/* The weight pruned to 2:4 by magnitude, in its own dtype (malloc'd), or NULL with c->err. */
+static void *prune24(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt)
+{
+    uint64_t n = (uint64_t)t->numel, bytes = t->end - t->begin;
+    uint8_t *mask = malloc(n ? n : 1);
+    void *out = malloc(bytes ? bytes : 1);
+
+    if (!mask || !out) {
+        snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
+    } else if (qs_nm_mask(c->ctx, t->data, sdt, t->shape[0], t->shape[1], 2, 4,
+                          QS_PRUNE_MAGNITUDE, NULL, mask, (int64_t)n) != QS_OK ||
+               qs_nm_apply_mask(c->ctx, t->data, sdt, mask, (int64_t)n, out, (int64_t)bytes) !=
+                   QS_OK) {
+        snprintf(c->err, sizeof c->err, "%s: 2:4 pruning: %s", t->name,
+                 qs_ctx_last_error(c->ctx));
+    } else {
+        free(mask);
+        return out;
+    }
+    free(mask);
+    free(out);
+    return NULL;
+}
+
+/* Shape of key k for plane info pi of a rows x cols weight; returns ndim. */
+static int key_shape(const struct qs_ckpt_key *k, const qs_plane_info *pi, int64_t rows,
+                     int64_t cols, int64_t shape[2])
+{
+    shape[0] = pi->shape[0];
+    shape[1] = pi->shape[1];
+    switch (k->shape) {
+    case QS_KEY_SHAPE_SCALAR: return 0;
+    case QS_KEY_SHAPE_ONE: shape[0] = 1; return 1;
+    case QS_KEY_SHAPE_COLUMN: return 2;
+    case QS_KEY_SHAPE_ROWS:
+        shape[0] = rows;
+        shape[1] = pi->values / rows;
+        return 2;
+    case QS_KEY_SHAPE_PACK32:
+        shape[0] = rows;
+        shape[1] = cols / 4;
+        return 2;
+    default: return pi->ndim;
+    }
+}
+
+/* Quantize tensor t, add its output keys (the layout's table), fill *st. Returns 0 or -1 with
  * c->err. */
 static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct layer_stat *st)
 {
-    qs_quant_params p;
+    qs_quant_params p = c->req.params;
     qs_qtensor q;
     qs_plane_info info[QS_PLANE_COUNT];
     int64_t rows = t->shape[0], cols = t->shape[1], n = t->numel;
     int32_t sdt;
     const char *dtname = src_dtype_name(t->dtype, &sdt);
     void *planes[QS_PLANE_COUNT] = {0};
+    void *pruned = NULL;
+    const void *src = t->data;
     float *ref = NULL, *deq = NULL;
     char *prefix = NULL, *key = NULL;
     double err2 = 0.0, ref2 = 0.0, maxabs = 0.0;
     int64_t total = 0;
 
-    make_params(c, &p);
     memset(&q, 0, sizeof q);
-    for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        if (qs_quant_plane_info(c->ctx, &p, rows, cols, i, &info[i]) != QS_OK) {
+    if (!(prefix = module_prefix(t->name)))
+        goto oom;
+    if (c->format == QS_FORMAT_INT8 && c->layout == &qs_layout_ct && cols % 4 != 0) {
+        snprintf(c->err, sizeof c->err,
+                 "%s: compressed-tensors packs int8 codes four to an int32 word: the row length "
+                 "(%lld) must be a multiple of 4",
+                 t->name, (long long)cols);
+        goto fail;
+    }
+    if (c->req.sparsity24) {
+        if (!(pruned = prune24(c, t, sdt)))
+            goto fail;
+        src = pruned;
+    }
+    if (c->format) {
+        for (int i = 0; i < QS_PLANE_COUNT; i++) {
+            if (qs_quant_plane_info(c->ctx, &p, rows, cols, i, &info[i]) != QS_OK) {
+                snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+                goto fail;
+            }
+            if (info[i].bytes > 0 && !(planes[i] = malloc((size_t)info[i].bytes)))
+                goto oom;
+            total += info[i].bytes;
+        }
+        q.data = planes[0], q.data_bytes = info[0].bytes;
+        q.scale = planes[1], q.scale_bytes = info[1].bytes;
+        q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
+        q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
+        if (qs_quantize(c->ctx, &p, src, sdt, rows, cols, &q) != QS_OK) {
             snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
             goto fail;
         }
-        if (info[i].bytes > 0 && !(planes[i] = malloc((size_t)info[i].bytes))) {
-            snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
-            goto fail;
-        }
-        total += info[i].bytes;
-    }
-    q.data = planes[0], q.data_bytes = info[0].bytes;
-    q.scale = planes[1], q.scale_bytes = info[1].bytes;
-    q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
-    q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
-    if (qs_quantize(c->ctx, &p, t->data, sdt, rows, cols, &q) != QS_OK) {
-        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
-        goto fail;
+    } else {
+        total = (int64_t)(t->end - t->begin);
     }
 
     /* The error of this layer: the library's decode against the input widened to f32. */
     ref = malloc((size_t)n * sizeof *ref);
     deq = malloc((size_t)n * sizeof *deq);
-    if (!ref || !deq) {
-        snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
-        goto fail;
-    }
+    if (!ref || !deq)
+        goto oom;
     if (qs_convert(c->ctx, t->data, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK ||
-        qs_dequantize(c->ctx, &p, &q, rows, cols, deq, QS_DTYPE_F32, n * 4) != QS_OK) {
+        (c->format ? qs_dequantize(c->ctx, &p, &q, rows, cols, deq, QS_DTYPE_F32, n * 4)
+                   : qs_convert(c->ctx, src, sdt, deq, QS_DTYPE_F32, n, n * 4)) != QS_OK) {
         snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
         goto fail;
     }
@@ -412,16 +547,28 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
     ref = deq = NULL;
 
     {
-        json_t *e = json_pack("{s:s, s:[I,I], s:s}", "format", qs_format_name(c->format), "shape",
+        /* "layout" and "sparsity" only where they are not the defaults (qsparse, dense) */
+        json_t *e = json_pack("{s:s, s:[I,I], s:s}", "format",
+                              c->format ? qs_format_name(c->format) : "none", "shape",
                               (json_int_t)rows, (json_int_t)cols, "dtype", dtname);
-        if (!e || json_object_set_new(c->record, t->name, e) != 0) {
-            snprintf(c->err, sizeof c->err, "out of memory");
-            goto fail;
-        }
+        if (!e || json_object_set_new(c->record, t->name, e) != 0)
+            goto oom;
+        if (c->layout != &qs_layout_qsparse &&
+            json_object_set_new(e, "layout", json_string(c->layout->name)) != 0)
+            goto oom;
+        if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
+            goto oom;
     }
 
-    /* Every key of the format's scheme, in table order. */
-    for (const struct qs_ckpt_key *k = qs_ckpt_keys(c->format); k->suffix; k++) {
+    if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
+        ADD(t->name, t->dtype, t->ndim, t->shape, pruned, t->end - t->begin, pruned);
+        pruned = NULL;
+        free(prefix);
+        return 0;
+    }
+
+    /* Every key of the layout's scheme, in table order. */
+    for (const struct qs_ckpt_key *k = c->layout->keys(&c->req); k->suffix; k++) {
         int64_t shape[2] = {0, 1};
         int ndim = 1;
         const char *dtype = k->dtype;
@@ -430,8 +577,8 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
 
         if (k->double_quant && !p.double_quant)
             continue;
-        if (k->module && !prefix && !(prefix = module_prefix(t->name)))
-            goto oom;
+        if (k->source == QS_KEY_PLANE && info[k->plane].bytes == 0)
+            continue; /* a plane this format and option set does not use (zero points) */
         if (!(key = cat(k->module ? prefix : t->name, k->suffix)))
             goto oom;
         switch (k->source) {
@@ -442,10 +589,10 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
             nbytes = (uint64_t)pi->bytes;
             if (!dtype)
                 dtype = qs_ckpt_elem_dtype(pi->elem);
-            ndim = k->shape == QS_KEY_SHAPE_SCALAR ? 0 : k->shape == QS_KEY_SHAPE_COLUMN ? 2
-                                                                                       : pi->ndim;
-            shape[0] = pi->shape[0];
-            shape[1] = pi->shape[1];
+            ndim = key_shape(k, pi, rows, cols, shape);
+            if (k->transform == QS_KEY_XOR80)
+                for (uint64_t i = 0; i < nbytes; i++)
+                    ((unsigned char *)bytes)[i] ^= 0x80;
             break;
         }
         case QS_KEY_CODEBOOK:
@@ -462,11 +609,38 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
             shape[0] = (int64_t)nbytes;
             break;
         case QS_KEY_GLOBAL_SCALE:
-            ndim = 0;
+        case QS_KEY_GLOBAL_SCALE_RECIP:
+        case QS_KEY_INPUT_SCALE: {
+            float v = q.global_scale;
+            if (k->source == QS_KEY_GLOBAL_SCALE_RECIP) {
+                v = 1.0f / q.global_scale;
+            } else if (k->source == QS_KEY_INPUT_SCALE) {
+                json_t *a = json_object_get(c->act_amax, prefix);
+                if (!json_is_number(a) || !(json_number_value(a) > 0) ||
+                    !isfinite(json_number_value(a))) {
+                    snprintf(c->err, sizeof c->err,
+                             "%s: --act-amax has no positive finite amax for module '%s'",
+                             t->name, prefix);
+                    goto fail;
+                }
+                v = (float)(json_number_value(a) /
+                            (c->format == QS_FORMAT_NVFP4 ? 6.0 * 448.0 : 448.0));
+            }
+            ndim = k->shape == QS_KEY_SHAPE_ONE;
+            shape[0] = 1;
             nbytes = 4;
-            if (!(bytes = dup_bytes(&q.global_scale, 4)))
+            if (!(bytes = dup_bytes(&v, 4)))
                 goto oom;
             break;
+        }
+        case QS_KEY_WEIGHT_SHAPE: {
+            int64_t rc[2] = {rows, cols};
+            shape[0] = 2;
+            nbytes = 16;
+            if (!(bytes = dup_bytes(rc, 16)))
+                goto oom;
+            break;
+        }
         default: /* QS_KEY_WEIGHT_FORMAT: 0 = "row", the only layout bitsandbytes loads */
             ndim = 0;
             nbytes = 1;
@@ -479,6 +653,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         key = NULL;
     }
     free(prefix);
+    free(pruned);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         free(planes[i]);
     return 0;
@@ -489,25 +664,26 @@ fail:
     free(deq);
     free(prefix);
     free(key);
+    free(pruned);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         free(planes[i]);
     return -1;
 }
 
 /*
- * Output keys a quantized tensor adds beside its own name (its scheme's other keys, with and
- * without double quantization, tools/checkpoint_keys.c): none may already exist. Returns the
- * first that does (from malloc, for the message), else NULL; *oom is set when memory ran out.
- * Each lookup is a binary search, so checking every tensor costs n log n.
+ * Output keys a quantized tensor adds beside its own name (its layout's other keys, with and
+ * without double quantization): none may already exist. Returns the first that does (from
+ * malloc, for the message), else NULL; *oom is set when memory ran out. Each lookup is a binary
+ * search, so checking every tensor costs n log n.
  */
-static char *collision(const struct qs_st_file *f, const char *name, int32_t format, int *oom)
+static char *collision(const struct ctx_all *c, const struct qs_st_file *f, const char *name,
+                       int *oom)
 {
+    const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
     char *prefix = NULL, *key = NULL;
 
     *oom = 0;
-    for (const struct qs_ckpt_key *k = qs_ckpt_keys(format); k && k->suffix; k++) {
-        if (!*k->suffix)
-            continue;
+    for (const struct qs_ckpt_key *k = keys; k && k->suffix; k++) {
         if (k->module && !prefix && !(prefix = module_prefix(name))) {
             *oom = 1;
             break;
@@ -516,7 +692,7 @@ static char *collision(const struct qs_st_file *f, const char *name, int32_t for
             *oom = 1;
             break;
         }
-        if (qs_st_find(f, key))
+        if (strcmp(key, name) != 0 && qs_st_find(f, key))
             break;
         free(key);
         key = NULL;
@@ -527,19 +703,36 @@ static char *collision(const struct qs_st_file *f, const char *name, int32_t for
 
 static int32_t cli_format(const char *name)
 {
-    /* "int8" on the command line is the bitsandbytes LLM.int8 layout (row-wise absmax). */
-    if (strcmp(name, "int8") == 0 || strcmp(name, "llm_int8") == 0)
-        return QS_FORMAT_LLM_INT8;
+    if (strcmp(name, "none") == 0)
+        return QS_FORMAT_NONE;
     return qs_format_from_name(name);
 }
 
 /* Quantized: 2-D, non-empty, a float dtype, named by --include and not by --exclude. */
-static int selected(const struct qs_st_tensor *t, const regex_t *inc, const regex_t *exc)
+static int selected(const struct ctx_all *c, const struct qs_st_tensor *t)
 {
     int32_t sdt;
 
     return t->ndim == 2 && t->numel > 0 && src_dtype_name(t->dtype, &sdt) &&
-           regexec(inc, t->name, 0, NULL, 0) == 0 && regexec(exc, t->name, 0, NULL, 0) != 0;
+           regexec(c->inc, t->name, 0, NULL, 0) == 0 && regexec(c->exc, t->name, 0, NULL, 0) != 0;
+}
+
+/* A 2-D float weight left unquantized: its module goes to the loader's skip list. */
+static int note_skipped(struct ctx_all *c, const struct qs_st_tensor *t)
+{
+    size_t n = strlen(t->name);
+    int32_t sdt;
+    char *m;
+    int rc;
+
+    if (t->ndim != 2 || !src_dtype_name(t->dtype, &sdt) || n <= 7 ||
+        strcmp(t->name + n - 7, ".weight") != 0)
+        return 0;
+    if (!(m = module_prefix(t->name)))
+        return -1;
+    rc = json_array_append_new(c->skipped, json_string(m));
+    free(m);
+    return rc;
 }
 
 static double file_size(const char *path)
@@ -557,102 +750,50 @@ static void print_error(const char *msg)
     fputc('\n', stderr);
 }
 
-int qs_cmd_quantize(int argc, char **argv)
+/* Quantize one safetensors file into another. Returns 0, or 1 after printing the error. */
+static int process_file(struct ctx_all *c, const char *in_path, const char *out_path)
 {
-    struct options o;
     struct qs_st_file in;
     struct qs_st_writer w;
-    struct ctx_all c;
-    struct layer_stat *stats = NULL;
-    regex_t inc, exc;
-    qs_ctx_params cp;
-    qs_format_info fi;
     char err[ERRLEN];
-    size_t nsel = 0, ncopy = 0, nstat = 0;
-    int rc = 1, tty = isatty(2), have_re = 0;
-    json_t *record = NULL;
+    size_t nsel = 0;
+    int rc = 1;
 
-    if (parse_args(argc, argv, &o) != 0)
-        return 2;
-    memset(&c, 0, sizeof c);
-    c.format = cli_format(o.format);
-    /* the formats the tool writes are those with a checkpoint-key scheme */
-    if (!qs_ckpt_keys(c.format) || qs_format_info_get(c.format, &fi) != QS_OK) {
-        fprintf(stderr,
-                "qsparse quantize: unknown format '%s' (nf4, fp4, int8, fp8_e4m3, "
-                "fp8_e5m2, mxfp4, mxfp8, nvfp4)\n",
-                o.format);
-        return 2;
-    }
-    if (o.double_quant && !(fi.options & QS_OPT_DOUBLE_QUANT)) {
-        fprintf(stderr, "qsparse quantize: --double-quant applies to nf4 and fp4 only\n");
-        return 2;
-    }
-    if (o.blocksize && fi.block_min == fi.block_max && o.blocksize != fi.block_size) {
-        fprintf(stderr, "qsparse quantize: %s has a fixed block size of %d\n", o.format,
-                fi.block_size);
-        return 2;
-    }
-    if (regcomp(&inc, o.include ? o.include : DEFAULT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0) {
-        fprintf(stderr, "qsparse quantize: bad --include regular expression\n");
-        return 2;
-    }
-    if (regcomp(&exc, o.exclude ? o.exclude : DEFAULT_EXCLUDE,
-                REG_EXTENDED | REG_NOSUB | (o.exclude ? 0 : REG_ICASE)) != 0) {
-        fprintf(stderr, "qsparse quantize: bad --exclude regular expression\n");
-        regfree(&inc);
-        return 2;
-    }
-    have_re = 1;
-
-    /* Before the input is mapped: a truncated input then gives a message, a signal removes the
-     * temporary output. */
-    qs_st_install_signal_cleanup();
-    if (qs_st_open(&in, o.in, err, sizeof err) != 0) {
+    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
         print_error(err);
-        regfree(&inc);
-        regfree(&exc);
         return 1;
     }
-    qs_ctx_params_init(&cp);
-    cp.num_threads = o.threads;
-    if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
-        fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
-        goto done;
-    }
     qs_st_writer_init(&w);
-    c.o = &o;
-    if (check_params(&c) != 0) {
-        fprintf(stderr, "qsparse quantize: %s\n", c.err);
-        rc = 2;
-        goto done_w;
-    }
-    c.w = &w;
-    c.record = record = json_object();
-    stats = calloc(in.count + 1, sizeof *stats);
-    if (!record || !stats) {
-        fprintf(stderr, "qsparse quantize: error: out of memory\n");
-        goto done_w;
-    }
-
-    for (size_t i = 0; i < in.count; i++) {
-        const struct qs_st_tensor *t = &in.tensors[i];
-        nsel += selected(t, &inc, &exc);
+    c->w = &w;
+    if (!(c->record = json_object()))
+        goto oom;
+    for (size_t i = 0; i < in.count; i++)
+        nsel += selected(c, &in.tensors[i]);
+    if (c->nstat + nsel + 1 > c->cap_stat) {
+        size_t cap = c->nstat + nsel + 1;
+        struct layer_stat *s = realloc(c->stats, cap * sizeof *s);
+        if (!s)
+            goto oom;
+        c->stats = s;
+        c->cap_stat = cap;
     }
     for (size_t i = 0, done = 0; i < in.count; i++) {
         const struct qs_st_tensor *t = &in.tensors[i];
+        struct layer_stat *st = &c->stats[c->nstat];
         char *clash;
         int oom;
-        if (!selected(t, &inc, &exc)) {
+        if (!selected(c, t)) {
             if (qs_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data,
                                  t->end - t->begin, NULL, err, sizeof err) != 0) {
                 print_error(err);
-                goto done_w;
+                goto done;
             }
-            ncopy++;
+            if (add_output(c, t->name, t->end - t->begin) != 0 || note_skipped(c, t) != 0)
+                goto oom;
+            c->ncopy++;
             continue;
         }
-        if ((clash = collision(&in, t->name, c.format, &oom)) || oom) {
+        if ((clash = collision(c, &in, t->name, &oom)) || oom) {
             fputs("qsparse quantize: error: ", stderr);
             if (oom) {
                 fputs("out of memory", stderr);
@@ -664,24 +805,38 @@ int qs_cmd_quantize(int argc, char **argv)
             }
             fputc('\n', stderr);
             free(clash);
-            goto done_w;
+            goto done;
         }
-        if (tty && !o.quiet)
+        if (c->layout != &qs_layout_qsparse && regexec(c->embedding, t->name, 0, NULL, 0) == 0) {
+            fputs("qsparse quantize: error: ", stderr);
+            qs_escape_print(stderr, t->name);
+            fprintf(stderr,
+                    " is an embedding: the %s loader replaces linear layers only; leave it out "
+                    "(--exclude) or use --layout qsparse\n",
+                    c->layout->name);
+            goto done;
+        }
+        if (c->tty && !c->o->quiet)
             progress_bar("quantizing", done, nsel, t->name);
-        stats[nstat].name = (char *)t->name;
-        if (quantize_one(&c, t, &stats[nstat]) != 0) {
-            if (tty && !o.quiet)
-                fputc('\n', stderr);
-            print_error(c.err);
-            goto done_w;
+        memset(st, 0, sizeof *st);
+        if (!c->req.weight_dtype) {
+            int32_t sdt;
+            c->req.weight_dtype = src_dtype_name(t->dtype, &sdt);
         }
-        nstat++;
+        if (quantize_one(c, t, st) != 0) {
+            if (c->tty && !c->o->quiet)
+                fputc('\n', stderr);
+            print_error(c->err);
+            goto done;
+        }
+        if (!(st->name = strdup(t->name)))
+            goto oom;
+        c->nstat++;
         done++;
-        if (tty && !o.quiet && done == nsel)
+        if (c->tty && !c->o->quiet && done == nsel)
             progress_bar("quantizing", done, nsel, "");
     }
-    if (nsel == 0)
-        fprintf(stderr, "qsparse quantize: warning: no tensor matched; copying the file\n");
+    c->nsel += nsel;
 
     /* Metadata: the input's, plus what a reader needs to decode the non-bitsandbytes keys. */
     if (in.metadata) {
@@ -690,48 +845,316 @@ int qs_cmd_quantize(int argc, char **argv)
         json_object_foreach(in.metadata, k, v) qs_st_writer_meta(&w, k, json_string_value(v));
     }
     {
-        char *rec = json_dumps(record, JSON_COMPACT);
+        char *rec = json_dumps(c->record, JSON_COMPACT);
         if (!rec || qs_st_writer_meta(&w, "qsparse.quantized", rec) != 0 ||
             qs_st_writer_meta(&w, "qsparse.version", qs_version_string()) != 0) {
             free(rec);
-            fprintf(stderr, "qsparse quantize: error: out of memory\n");
-            goto done_w;
+            goto oom;
         }
         free(rec);
     }
-    if (qs_st_writer_write(&w, o.out, tty && !o.quiet ? write_progress : NULL, NULL, err,
-                           sizeof err) != 0) {
+    if (qs_st_writer_write(&w, out_path, c->tty && !c->o->quiet ? write_progress : NULL, NULL,
+                           err, sizeof err) != 0) {
         print_error(err);
-        goto done_w;
+        goto done;
     }
+    c->bytes_in += file_size(in_path);
+    c->bytes_out += file_size(out_path);
+    rc = 0;
+    goto done;
+oom:
+    fprintf(stderr, "qsparse quantize: error: out of memory\n");
+done:
+    if (c->record)
+        json_decref(c->record);
+    c->record = NULL;
+    qs_st_writer_free(&w);
+    c->w = NULL;
+    qs_st_close(&in);
+    return rc;
+}
 
-    if (!o.quiet) {
-        double before = file_size(o.in), after = file_size(o.out);
-        printf("%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE", "max|err|");
-        for (size_t i = 0; i < nstat; i++) {
-            char shape[32], *name = qs_escape_dup(stats[i].name);
-            snprintf(shape, sizeof shape, "%lldx%lld", (long long)stats[i].rows,
-                     (long long)stats[i].cols);
-            printf("%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape, stats[i].bits,
-                   stats[i].rel_rmse, stats[i].max_abs);
-            free(name);
+/* The quantization_config block of --config-out or config.json (a new reference, or NULL). */
+static json_t *layout_config(struct ctx_all *c)
+{
+    if (!c->req.weight_dtype)
+        c->req.weight_dtype = "float32";
+    return c->layout->config ? c->layout->config(&c->req, c->skipped) : NULL;
+}
+
+static int write_config_out(struct ctx_all *c, const char *path)
+{
+    json_t *cfg = layout_config(c);
+    FILE *f;
+    int rc = 0;
+
+    if (!cfg) {
+        fprintf(stderr, "qsparse quantize: error: the %s layout has no loader config\n",
+                c->layout->name);
+        return 1;
+    }
+    f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    if (!f || json_dumpf(cfg, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF)
+        rc = 1;
+    if (f && f != stdout && fclose(f) != 0)
+        rc = 1;
+    if (rc)
+        fprintf(stderr, "qsparse quantize: error: cannot write %s\n", path);
+    json_decref(cfg);
+    return rc;
+}
+
+/* A model folder in, a model folder out. Returns the exit status. */
+static int process_folder(struct ctx_all *c, const char *in_dir, const char *out_dir)
+{
+    struct qs_model_dir m;
+    struct qs_model_out out;
+    char err[ERRLEN];
+    json_t *cfg = NULL;
+    int rc = 1;
+
+    if (qs_model_dir_open(&m, in_dir, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    if (qs_model_out_begin(&out, out_dir, err, sizeof err) != 0) {
+        print_error(err);
+        qs_model_dir_close(&m);
+        return 1;
+    }
+    if (m.indexed && !(c->weight_map = json_object()))
+        goto oom;
+    for (size_t i = 0; i < m.nshards; i++) {
+        char *src = NULL, *dst = NULL;
+        int r;
+        if (!(src = path_join(m.dir, m.shards[i])) ||
+            !(dst = qs_model_out_path(&out, m.shards[i]))) {
+            free(src);
+            goto oom;
         }
-        qs_escape_print(stdout, o.out);
-        printf(": %zu tensors quantized to %s, %zu copied; %.2f MB -> %.2f MB (%.2fx)\n", nstat,
-               o.format, ncopy, before / 1e6, after / 1e6, after > 0 ? before / after : 0.0);
+        c->shard = m.shards[i];
+        r = process_file(c, src, dst);
+        free(src);
+        free(dst);
+        if (r != 0)
+            goto done;
+    }
+    if (qs_model_out_copy_rest(&m, &out, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
+    }
+    if (!(cfg = layout_config(c)) ||
+        json_object_set_new(m.config, "quantization_config", cfg) != 0) {
+        cfg = NULL;
+        goto oom;
+    }
+    if (qs_model_out_json(&out, "config.json", m.config, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
+    }
+    if (c->layout->extra) {
+        json_t *x = c->layout->extra(&c->req, c->skipped);
+        int r = x ? qs_model_out_json(&out, c->layout->extra_name, x, err, sizeof err) : -1;
+        if (x)
+            json_decref(x);
+        if (!x)
+            goto oom;
+        if (r != 0) {
+            print_error(err);
+            goto done;
+        }
+    }
+    if (m.indexed) {
+        json_t *idx = json_pack("{s:{s:I}, s:O}", "metadata", "total_size",
+                                (json_int_t)c->total_size, "weight_map", c->weight_map);
+        int r = idx ? qs_model_out_json(&out, "model.safetensors.index.json", idx, err,
+                                        sizeof err)
+                    : -1;
+        if (idx)
+            json_decref(idx);
+        if (!idx)
+            goto oom;
+        if (r != 0) {
+            print_error(err);
+            goto done;
+        }
+    }
+    if (qs_model_out_commit(&out, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
     }
     rc = 0;
-done_w:
-    qs_st_writer_free(&w);
-    qs_tool_ctx_done(c.ctx);
+    goto done;
+oom:
+    fprintf(stderr, "qsparse quantize: error: out of memory\n");
 done:
-    if (record)
-        json_decref(record);
-    free(stats);
-    qs_st_close(&in);
+    qs_model_out_abort(&out);
+    qs_model_dir_close(&m);
+    return rc;
+}
+
+int qs_cmd_quantize(int argc, char **argv)
+{
+    struct options o;
+    struct ctx_all c;
+    regex_t inc, exc, emb;
+    qs_ctx_params cp;
+    qs_format_info fi;
+    int rc = 1, have_re = 0, folder;
+
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    memset(&c, 0, sizeof c);
+    c.o = &o;
+    c.format = cli_format(o.format);
+    if (c.format != QS_FORMAT_NONE && qs_format_info_get(c.format, &fi) != QS_OK) {
+        fprintf(stderr,
+                "qsparse quantize: unknown format '%s' (nf4, fp4, llm_int8, int8, fp8_e4m3, "
+                "fp8_e5m2, mxfp4, mxfp8, nvfp4, none)\n",
+                o.format);
+        return 2;
+    }
+    if (o.double_quant && (c.format == QS_FORMAT_NONE || !(fi.options & QS_OPT_DOUBLE_QUANT))) {
+        fprintf(stderr, "qsparse quantize: --double-quant applies to nf4 and fp4 only\n");
+        return 2;
+    }
+    if (o.blocksize && c.format != QS_FORMAT_NONE && fi.block_min == fi.block_max &&
+        o.blocksize != fi.block_size) {
+        fprintf(stderr, "qsparse quantize: %s has a fixed block size of %d\n", o.format,
+                fi.block_size);
+        return 2;
+    }
+    if (o.granularity && (c.format != QS_FORMAT_INT8 || (strcmp(o.granularity, "tensor") != 0 &&
+                                                         strcmp(o.granularity, "channel") != 0 &&
+                                                         strcmp(o.granularity, "group") != 0))) {
+        fprintf(stderr, "qsparse quantize: --granularity is tensor, channel or group, for int8\n");
+        return 2;
+    }
+    if (o.sparsity && strcmp(o.sparsity, "2:4") != 0) {
+        fprintf(stderr, "qsparse quantize: --sparsity takes 2:4\n");
+        return 2;
+    }
+    folder = qs_is_dir(o.in);
+    if (o.layout) {
+        if (!(c.layout = qs_layout_find(o.layout))) {
+            fprintf(stderr,
+                    "qsparse quantize: unknown layout '%s' (bitsandbytes, compressed-tensors, "
+                    "modelopt, qsparse)\n",
+                    o.layout);
+            return 2;
+        }
+    } else {
+        c.layout = folder ? qs_layout_default(c.format) : &qs_layout_qsparse;
+    }
+    if (folder && c.layout == &qs_layout_qsparse) {
+        fprintf(stderr, "qsparse quantize: a model folder is written for a loader: --layout "
+                        "bitsandbytes, compressed-tensors or modelopt\n");
+        return 2;
+    }
+    make_params(&o, c.format, &c.req.params);
+    c.req.format = c.format;
+    c.req.sparsity24 = o.sparsity != NULL;
+    if (o.act_amax) {
+        json_error_t je;
+        c.act_amax = json_load_file(o.act_amax, 0, &je);
+        if (!json_is_object(c.act_amax)) {
+            fprintf(stderr, "qsparse quantize: --act-amax %s: %s\n", o.act_amax,
+                    c.act_amax ? "not a JSON object" : je.text);
+            if (c.act_amax)
+                json_decref(c.act_amax);
+            return 2;
+        }
+        c.req.have_act_amax = 1;
+    }
+    rc = 2; /* usage errors until the options are all checked */
+    if (c.layout->check(&c.req, c.err, sizeof c.err) != 0) {
+        fprintf(stderr, "qsparse quantize: %s\n", c.err);
+        goto done_early;
+    }
+    if (regcomp(&inc, o.include ? o.include : DEFAULT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0) {
+        fprintf(stderr, "qsparse quantize: bad --include regular expression\n");
+        goto done_early;
+    }
+    if (regcomp(&exc, o.exclude ? o.exclude : DEFAULT_EXCLUDE,
+                REG_EXTENDED | REG_NOSUB | (o.exclude ? 0 : REG_ICASE)) != 0) {
+        fprintf(stderr, "qsparse quantize: bad --exclude regular expression\n");
+        regfree(&inc);
+        goto done_early;
+    }
+    if (regcomp(&emb, EMBEDDING, REG_EXTENDED | REG_NOSUB | REG_ICASE) != 0) {
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        regfree(&inc);
+        regfree(&exc);
+        goto done_early;
+    }
+    have_re = 1;
+    rc = 1;
+    c.inc = &inc;
+    c.exc = &exc;
+    c.embedding = &emb;
+    c.tty = isatty(2);
+
+    /* Before any input is mapped: a truncated input then gives a message, a signal removes the
+     * temporary output. */
+    qs_st_install_signal_cleanup();
+    qs_ctx_params_init(&cp);
+    cp.num_threads = o.threads;
+    if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
+        fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
+        goto done;
+    }
+    if (check_params(&c) != 0) {
+        fprintf(stderr, "qsparse quantize: %s\n", c.err);
+        rc = 2;
+        goto done;
+    }
+    if (!(c.skipped = json_array())) {
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        goto done;
+    }
+    if ((folder ? process_folder(&c, o.in, o.out) : process_file(&c, o.in, o.out)) != 0)
+        goto done;
+    if (c.nsel == 0)
+        fprintf(stderr, "qsparse quantize: warning: no tensor matched; the weights were copied\n");
+    if (o.config_out && write_config_out(&c, o.config_out) != 0)
+        goto done;
+
+    if (!o.quiet) {
+        FILE *f = o.config_out && strcmp(o.config_out, "-") == 0 ? stderr : stdout;
+        fprintf(f, "%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE",
+                "max|err|");
+        for (size_t i = 0; i < c.nstat; i++) {
+            char shape[32], *name = qs_escape_dup(c.stats[i].name);
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)c.stats[i].rows,
+                     (long long)c.stats[i].cols);
+            fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape,
+                    c.stats[i].bits, c.stats[i].rel_rmse, c.stats[i].max_abs);
+            free(name);
+        }
+        qs_escape_print(f, o.out);
+        fprintf(f, ": %zu tensors quantized to %s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
+                   "(%.2fx)\n",
+                c.nstat, o.format, c.layout->name, c.req.sparsity24 ? ", 2:4 sparse" : "",
+                c.ncopy, c.bytes_in / 1e6, c.bytes_out / 1e6,
+                c.bytes_out > 0 ? c.bytes_in / c.bytes_out : 0.0);
+    }
+    rc = 0;
+done:
+    qs_tool_ctx_done(c.ctx);
+    for (size_t i = 0; i < c.nstat; i++)
+        free(c.stats[i].name);
+    free(c.stats);
+    if (c.skipped)
+        json_decref(c.skipped);
+    if (c.weight_map)
+        json_decref(c.weight_map);
     if (have_re) {
         regfree(&inc);
         regfree(&exc);
+        regfree(&emb);
     }
+done_early:
+    if (c.act_amax)
+        json_decref(c.act_amax);
     return rc;
 }

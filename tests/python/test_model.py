@@ -41,7 +41,7 @@ def table(stdout):
     return rows
 
 
-@pytest.mark.parametrize("fmt,max_rel", [("nf4", 0.11), ("int8", 0.03), ("nvfp4", 0.13)])
+@pytest.mark.parametrize("fmt,max_rel", [("nf4", 0.11), ("llm_int8", 0.03), ("nvfp4", 0.13)])
 def test_minilm_end_to_end(run_tool, model, tmp_path, fmt, max_rel):
     out = tmp_path / f"minilm-{fmt}.safetensors"
     r = run_tool("quantize", model, "-o", out, "--format", fmt, check=0)
@@ -71,7 +71,7 @@ def test_minilm_end_to_end(run_tool, model, tmp_path, fmt, max_rel):
             q = qs.QTensor("nf4", w.shape, np.frombuffer(raw_out[name][2], np.uint8),
                            absmax=np.frombuffer(raw_out[name + ".absmax"][2], np.float32))
             ref = qs.quantize(w, "nf4")
-        elif fmt == "int8":
+        elif fmt == "llm_int8":
             prefix = name[:-len(".weight")]
             q = qs.QTensor("llm_int8", w.shape, np.frombuffer(raw_out[name][2], np.int8),
                            scale=np.frombuffer(raw_out[prefix + ".SCB"][2], np.float32))

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* The layout registry (layout.h) and the tool's own layout, "qsparse". */
+#include "layout.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int qsparse_check(const struct qs_layout_req *r, char *err, size_t errlen)
+{
+    if (r->sparsity24) {
+        snprintf(err, errlen,
+                 "the qsparse layout does not record 2:4 sparsity; use --layout "
+                 "compressed-tensors");
+        return -1;
+    }
+    if (!qs_ckpt_keys(r->format)) {
+        snprintf(err, errlen, "the qsparse layout has no keys for %s",
+                 r->format ? qs_format_name(r->format) : "--format none");
+        return -1;
+    }
+    return 0;
+}
+
+static const struct qs_ckpt_key *qsparse_keys(const struct qs_layout_req *r)
+{
+    return qs_ckpt_keys(r->format);
+}
+
+const struct qs_layout qs_layout_qsparse = {"qsparse", qsparse_check, qsparse_keys,
+                                            NULL,      NULL,          NULL};
+
+const struct qs_layout *qs_layout_find(const char *name)
+{
+    if (strcmp(name, "qsparse") == 0)
+        return &qs_layout_qsparse;
+    if (strcmp(name, "bnb") == 0 || strcmp(name, "bitsandbytes") == 0)
+        return &qs_layout_bnb;
+    if (strcmp(name, "ct") == 0 || strcmp(name, "compressed-tensors") == 0)
+        return &qs_layout_ct;
+    if (strcmp(name, "modelopt") == 0)
+        return &qs_layout_modelopt;
+    return NULL;
+}
+
+const struct qs_layout *qs_layout_default(int32_t format)
+{
+    switch (format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4:
+    case QS_FORMAT_LLM_INT8: return &qs_layout_bnb;
+    default: return &qs_layout_ct;
+    }
+}

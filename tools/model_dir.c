@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: MIT */
+/* Hugging Face model folders in and out (model_dir.h). */
+#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
+
+#include "model_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define INDEX_NAME "model.safetensors.index.json"
+#define TMP_TAG ".qsparse-tmp-"
+
+static void fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static char *join(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 2);
+
+    if (s) {
+        memcpy(s, a, la);
+        s[la] = '/';
+        memcpy(s + la + 1, b, lb + 1);
+    }
+    return s;
+}
+
+int qs_is_dir(const char *path)
+{
+    struct stat sb;
+
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A shard name from the index: a plain file name inside the folder, nothing else. */
+static int plain_name(const char *s)
+{
+    return *s && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+static json_t *load_json(const char *dir, const char *name, char *err, size_t errlen)
+{
+    char *path = join(dir, name);
+    json_error_t je;
+    json_t *j;
+
+    if (!path)
+        return fail(err, errlen, "out of memory"), NULL;
+    j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        fail(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+    else if (!json_is_object(j)) {
+        fail(err, errlen, "%s: not a JSON object", path);
+        json_decref(j);
+        j = NULL;
+    }
+    free(path);
+    return j;
+}
+
+int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t errlen)
+{
+    char *p;
+    struct stat sb;
+
+    memset(m, 0, sizeof *m);
+    if (!(m->dir = strdup(dir)))
+        return fail(err, errlen, "out of memory"), -1;
+    if (!(m->config = load_json(dir, "config.json", err, errlen)))
+        goto bad;
+    if (json_object_get(m->config, "quantization_config")) {
+        fail(err, errlen,
+             "%s/config.json already has a quantization_config: the model is "
+             "quantized already",
+             dir);
+        goto bad;
+    }
+    if (!(p = join(dir, INDEX_NAME)))
+        goto oom;
+    m->indexed = stat(p, &sb) == 0;
+    free(p);
+    if (m->indexed) {
+        json_t *idx = load_json(dir, INDEX_NAME, err, errlen), *map, *v;
+        const char *k;
+        size_t n = 0;
+        if (!idx)
+            goto bad;
+        map = json_object_get(idx, "weight_map");
+        if (!json_is_object(map) || json_object_size(map) == 0) {
+            fail(err, errlen, "%s/" INDEX_NAME ": no weight_map", dir);
+            json_decref(idx);
+            goto bad;
+        }
+        m->shards = calloc(json_object_size(map), sizeof *m->shards);
+        if (!m->shards) {
+            json_decref(idx);
+            goto oom;
+        }
+        json_object_foreach(map, k, v)
+        {
+            const char *s = json_string_value(v);
+            if (!s || !plain_name(s)) {
+                fail(err, errlen, "%s/" INDEX_NAME ": tensor '%s' names no file of the folder", dir,
+                     k);
+                json_decref(idx);
+                goto bad;
+            }
+            if (!(m->shards[n++] = strdup(s))) {
+                json_decref(idx);
+                goto oom;
+            }
+        }
+        json_decref(idx);
+        qsort(m->shards, n, sizeof *m->shards, cmp_str);
+        m->nshards = 0;
+        for (size_t i = 0; i < n; i++) { /* unique names, in order */
+            if (m->nshards && strcmp(m->shards[m->nshards - 1], m->shards[i]) == 0) {
+                free(m->shards[i]);
+                continue;
+            }
+            m->shards[m->nshards++] = m->shards[i];
+        }
+    } else {
+        if (!(m->shards = calloc(1, sizeof *m->shards)) ||
+            !(m->shards[0] = strdup("model.safetensors")))
+            goto oom;
+        m->nshards = 1;
+    }
+    for (size_t i = 0; i < m->nshards; i++) {
+        if (!(p = join(dir, m->shards[i])))
+            goto oom;
+        if (stat(p, &sb) != 0) {
+            fail(err, errlen, "%s: %s%s", p, strerror(errno),
+                 m->indexed ? ""
+                            : " (a model folder holds model.safetensors, or shards and " INDEX_NAME
+                              ")");
+            free(p);
+            goto bad;
+        }
+        free(p);
+    }
+    return 0;
+oom:
+    fail(err, errlen, "out of memory");
+bad:
+    qs_model_dir_close(m);
+    return -1;
+}
+
+void qs_model_dir_close(struct qs_model_dir *m)
+{
+    for (size_t i = 0; i < m->nshards; i++)
+        free(m->shards[i]);
+    free(m->shards);
+    if (m->config)
+        json_decref(m->config);
+    free(m->dir);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- output ------------------------------------------------------------------------------------
+ */
+
+/* rm -r of a folder this tool created (regular files and folders; links are removed, not
+ * followed). */
+static void remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+
+    if (d) {
+        while ((e = readdir(d)) != NULL) {
+            struct stat sb;
+            char *p;
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            if (!(p = join(path, e->d_name)))
+                continue;
+            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+                remove_tree(p);
+            else
+                unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* Temporary folders of earlier runs for the same output whose process is gone. */
+static void remove_stale(const char *dir, const char *prefix)
+{
+    size_t plen = strlen(prefix);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        const char *p = e->d_name + plen;
+        long long pid = 0;
+        int digits = 0;
+        char *path;
+        if (strncmp(e->d_name, prefix, plen) != 0)
+            continue;
+        while (*p >= '0' && *p <= '9' && digits < 10)
+            pid = pid * 10 + (*p++ - '0'), digits++;
+        if (!digits || *p != '-' || strlen(p + 1) != 6 || pid <= 0 || pid == (long long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if ((path = join(dir, e->d_name)) != NULL) {
+            struct stat sb;
+            if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+                remove_tree(path);
+            free(path);
+        }
+    }
+    closedir(d);
+}
+
+int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_t errlen)
+{
+    char dir[PATH_MAX], prefix[NAME_MAX + 1];
+    const char *base;
+    size_t n = strlen(out);
+    struct stat sb;
+    int len;
+
+    memset(o, 0, sizeof *o);
+    while (n > 1 && out[n - 1] == '/')
+        n--;
+    if (n + 64 >= PATH_MAX)
+        return fail(err, errlen, "output path too long"), -1;
+    memcpy(o->final, out, n);
+    o->final[n] = '\0';
+    base = strrchr(o->final, '/');
+    if (base) {
+        snprintf(dir, sizeof dir, "%.*s", base == o->final ? 1 : (int)(base - o->final), o->final);
+        base++;
+    } else {
+        snprintf(dir, sizeof dir, ".");
+        base = o->final;
+    }
+    if (lstat(o->final, &sb) == 0) {
+        DIR *d;
+        struct dirent *e;
+        int empty = 1;
+        if (!S_ISDIR(sb.st_mode))
+            return fail(err, errlen, "%s exists and is not a folder", o->final), -1;
+        if (!(d = opendir(o->final)))
+            return fail(err, errlen, "%s: %s", o->final, strerror(errno)), -1;
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                empty = 0;
+        closedir(d);
+        if (!empty)
+            return fail(err, errlen, "%s is not empty: remove it or choose another output folder",
+                        o->final),
+                   -1;
+    }
+    snprintf(prefix, sizeof prefix, ".%.*s" TMP_TAG, 128, base);
+    remove_stale(dir, prefix);
+    len = snprintf(o->tmp, sizeof o->tmp, "%s/%s%lld-XXXXXX", dir, prefix, (long long)getpid());
+    if (len < 0 || (size_t)len >= sizeof o->tmp)
+        return fail(err, errlen, "output path too long"), -1;
+    if (!mkdtemp(o->tmp))
+        return fail(err, errlen, "cannot create a temporary folder beside %s: %s", o->final,
+                    strerror(errno)),
+               -1;
+    o->active = 1;
+    return 0;
+}
+
+char *qs_model_out_path(const struct qs_model_out *o, const char *name)
+{
+    return join(o->tmp, name);
+}
+
+/* Top-level names that are weights of the float model, or its exports: not copied. */
+static int is_weight_file(const char *name)
+{
+    static const char *const suffixes[] = {".safetensors", ".safetensors.index.json",
+                                           ".bin",         ".bin.index.json",
+                                           ".h5",          ".msgpack",
+                                           ".pt",          ".pth",
+                                           ".ckpt",        ".gguf"};
+    static const char *const skipped[] = {"config.json", "hf_quant_config.json", "onnx",
+                                          "openvino"};
+    size_t n = strlen(name);
+
+    for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
+        if (strcmp(name, skipped[i]) == 0)
+            return 1;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && strcmp(name + n - k, suffixes[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int copy_file(const char *from, const char *to, char *err, size_t errlen)
+{
+    char buf[1 << 16];
+    int in = open(from, O_RDONLY | O_CLOEXEC), out;
+    ssize_t k;
+
+    if (in < 0)
+        return fail(err, errlen, "%s: %s", from, strerror(errno)), -1;
+    out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (out < 0) {
+        fail(err, errlen, "%s: %s", to, strerror(errno));
+        close(in);
+        return -1;
+    }
+    while ((k = read(in, buf, sizeof buf)) != 0) {
+        const char *p = buf;
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            goto io;
+        }
+        while (k > 0) {
+            ssize_t w = write(out, p, (size_t)k);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                goto io;
+            }
+            p += w;
+            k -= w;
+        }
+    }
+    close(in);
+    if (close(out) != 0)
+        return fail(err, errlen, "%s: %s", to, strerror(errno)), -1;
+    return 0;
+io:
+    fail(err, errlen, "copying %s: %s", from, strerror(errno));
+    close(in);
+    close(out);
+    return -1;
+}
+
+/* Copy folder `from` into the existing folder `to`; `top` skips the float weights. Symbolic
+ * links are followed (a Hugging Face cache snapshot is made of them). */
+static int copy_tree(const char *from, const char *to, int top, char *err, size_t errlen)
+{
+    DIR *d = opendir(from);
+    struct dirent *e;
+    int rc = 0;
+
+    if (!d)
+        return fail(err, errlen, "%s: %s", from, strerror(errno)), -1;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        struct stat sb;
+        char *src, *dst;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (top && is_weight_file(e->d_name))
+            continue;
+        src = join(from, e->d_name);
+        dst = join(to, e->d_name);
+        if (!src || !dst) {
+            fail(err, errlen, "out of memory");
+            rc = -1;
+        } else if (stat(src, &sb) != 0) {
+            fail(err, errlen, "%s: %s", src, strerror(errno));
+            rc = -1;
+        } else if (S_ISDIR(sb.st_mode)) {
+            if (mkdir(dst, 0777) != 0) {
+                fail(err, errlen, "%s: %s", dst, strerror(errno));
+                rc = -1;
+            } else {
+                rc = copy_tree(src, dst, 0, err, errlen);
+            }
+        } else if (S_ISREG(sb.st_mode)) {
+            rc = copy_file(src, dst, err, errlen);
+        } /* sockets, FIFOs and devices are not part of a model */
+        free(src);
+        free(dst);
+    }
+    closedir(d);
+    return rc;
+}
+
+int qs_model_out_copy_rest(const struct qs_model_dir *m, const struct qs_model_out *o, char *err,
+                           size_t errlen)
+{
+    return copy_tree(m->dir, o->tmp, 1, err, errlen);
+}
+
+int qs_model_out_json(const struct qs_model_out *o, const char *name, const json_t *j, char *err,
+                      size_t errlen)
+{
+    char *path = join(o->tmp, name);
+    FILE *f;
+    int rc = 0;
+
+    if (!path)
+        return fail(err, errlen, "out of memory"), -1;
+    f = fopen(path, "w");
+    if (!f) {
+        fail(err, errlen, "%s: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF)
+        rc = -1;
+    if (fclose(f) != 0)
+        rc = -1;
+    if (rc)
+        fail(err, errlen, "writing %s: %s", path, strerror(errno));
+    free(path);
+    return rc;
+}
+
+int qs_model_out_commit(struct qs_model_out *o, char *err, size_t errlen)
+{
+    if (rename(o->tmp, o->final) != 0) {
+        fail(err, errlen, "renaming %s to %s: %s", o->tmp, o->final, strerror(errno));
+        return -1;
+    }
+    o->active = 0;
+    return 0;
+}
+
+void qs_model_out_abort(struct qs_model_out *o)
+{
+    if (o->active)
+        remove_tree(o->tmp);
+    o->active = 0;
+}

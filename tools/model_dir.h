@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hugging Face model folders for `qsparse quantize`: reading one (config.json plus a single
+ * model.safetensors or the shards named by model.safetensors.index.json) and writing one. The
+ * output folder is built as a temporary folder beside it, ".NAME.qsparse-tmp-PID-XXXXXX", and
+ * renamed into place when complete, so OUT is either absent (or the empty folder it was) or the
+ * whole model; an error removes the temporary folder, and the next run for the same OUT removes
+ * those left by a run that was killed.
+ */
+#ifndef QS_TOOLS_MODEL_DIR_H
+#define QS_TOOLS_MODEL_DIR_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+struct qs_model_dir {
+    char *dir;
+    json_t *config; /* config.json (an object) */
+    char **shards;  /* safetensors file names inside dir, sorted */
+    size_t nshards;
+    int indexed; /* 1: the shards came from model.safetensors.index.json */
+};
+
+/* 1 when path is a directory (following symbolic links). */
+int qs_is_dir(const char *path);
+
+/* Read the folder's config.json and find its weight files. Returns 0, or -1 with a message. */
+int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t errlen);
+void qs_model_dir_close(struct qs_model_dir *m);
+
+struct qs_model_out {
+    char final[PATH_MAX];
+    char tmp[PATH_MAX];
+    int active;
+};
+
+/* Check that `out` does not exist or is an empty folder, then create the temporary folder. */
+int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_t errlen);
+/* The path of `name` inside the temporary folder (malloc'd), NULL without memory. */
+char *qs_model_out_path(const struct qs_model_out *o, const char *name);
+/* Copy every file and folder of the input except its weights (the shards, the index, any other
+ * top-level weight file or export folder), config.json and hf_quant_config.json. */
+int qs_model_out_copy_rest(const struct qs_model_dir *m, const struct qs_model_out *o, char *err,
+                           size_t errlen);
+/* Write a JSON value to `name` in the temporary folder, indented by 2, with a final newline. */
+int qs_model_out_json(const struct qs_model_out *o, const char *name, const json_t *j, char *err,
+                      size_t errlen);
+/* Rename the temporary folder to the output. */
+int qs_model_out_commit(struct qs_model_out *o, char *err, size_t errlen);
+/* Remove the temporary folder and everything in it (after an error). */
+void qs_model_out_abort(struct qs_model_out *o);
+
+#endif /* QS_TOOLS_MODEL_DIR_H */
