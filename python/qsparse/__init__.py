@@ -18,6 +18,7 @@ from typing import Dict, List
 from . import _lib
 from ._lib import QsparseError
 from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
+from .checkpoint import load, save
 from .observer import Observer
 from .sparse import compress, decompress, prune
 from .matmul import int8_vectorwise_quant, matmul, matmul_info
@@ -149,7 +150,8 @@ def kernels() -> Dict[str, str]:
     return out
 
 
-__all__ = ["Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message", "backends",
-           "codebook", "compress", "convert", "decompress", "dequantize", "doctor", "formats",
-           "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels", "matmul",
-           "matmul_info", "profile", "prune", "quantize", "recommend", "set_backend", "set_isa", "set_num_threads"]
+__all__ = ["Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
+           "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
+           "formats", "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels",
+           "load", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
+           "set_backend", "set_isa", "set_num_threads"]

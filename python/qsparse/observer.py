@@ -18,7 +18,7 @@ update.
 """
 
 import ctypes
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -36,12 +36,12 @@ _HIST_NO_WIDTH = -(2 ** 31)
 _ObserverParams = _capi.ObserverParams
 
 
-def _fn(name):
+def _fn(name: str) -> Any:
     """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
     return getattr(_lib.lib(), name)
 
 
-def _check_call(status):
+def _check_call(status: int) -> None:
     _lib.check(status)
 
 
@@ -93,7 +93,7 @@ class Observer:
         self._handle = handle
         self._axis_arg = None if axis is None else int(axis)
 
-    def __del__(self):
+    def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
         if handle is not None and handle.value:
             try:
@@ -104,7 +104,7 @@ class Observer:
 
     # ---- properties ---------------------------------------------------------------------------
 
-    def _params(self):
+    def _params(self) -> Any:
         p = _ObserverParams()
         _check_call(_fn("qs_observer_get_params")(self._handle, _c.byref(p)))
         return p
@@ -124,7 +124,7 @@ class Observer:
         _check_call(_fn("qs_observer_channels")(self._handle, _c.byref(n)))
         return n.value
 
-    def _counts(self):
+    def _counts(self) -> Tuple[int, int, int]:
         f, a, b = _c.c_uint64(), _c.c_uint64(), _c.c_uint64()
         if self.channels == 0:
             return 0, 0, 0
@@ -147,7 +147,7 @@ class Observer:
 
     # ---- collecting ---------------------------------------------------------------------------
 
-    def _as_2d(self, x):
+    def _as_2d(self, x: Any) -> Tuple[np.ndarray, int, Callable[[np.ndarray], np.ndarray]]:
         """(2-D C-contiguous view for the C observer, dtype code, undo) where undo maps a
         result of the 2-D shape back to x's shape and axis order."""
         arr, code, _ = _lib.as_float_array(x)
@@ -279,7 +279,7 @@ class Observer:
                                                    _c.byref(handle)))
         return cls(_handle=handle)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes]]:
         return (Observer.from_bytes, (self.to_bytes(),))
 
     def __repr__(self) -> str:
