@@ -214,3 +214,28 @@ def dtype_name(d: Any) -> str:
             return name
     raise ValueError(f"unknown dtype {d!r}: expected 'float32', 'float16' or 'bfloat16' (a name, "
                      f"a numpy dtype or type, ml_dtypes.bfloat16 or a torch dtype)")
+
+
+# Numeric options: a value of the wrong type or range is a ValueError (the README's promise for
+# option errors), never a TypeError from float()/int() or a silent wrap in a ctypes field.
+
+
+def option_float(name: str, value: Any) -> float:
+    """float(value) for option `name`; ValueError for a non-number (bool included)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+
+
+def option_int(name: str, value: Any, lo: int = -2**31, hi: int = 2**31 - 1) -> int:
+    """int(value) for option `name`, lo <= value <= hi (an int32 field by default); ValueError
+    for a non-integer (bool and float included) or a value out of range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    v = int(value)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} {v} is out of range [{lo}, {hi}]")
+    return v

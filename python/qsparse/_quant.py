@@ -55,7 +55,7 @@ def _f32(name: str, value: Any, *, zero_ok: bool = False) -> float:
     """value rounded to the float32 the C struct holds; ValueError when that rounding changes its
     meaning: a finite value overflowing to inf, or (unless zero_ok) a non-zero one becoming 0,
     which the library would read as "derive from the data"."""
-    v = float(value)
+    v = _arrays.option_float(name, value)
     with np.errstate(over="ignore", under="ignore"):
         f = float(np.float32(v))
     if (math.isinf(f) and math.isfinite(v)) or (f == 0.0 and v != 0.0 and not zero_ok):
@@ -261,7 +261,7 @@ def _params(fmt: str, code: int, *, blocksize: Any = None, double_quant: bool = 
     if symmetric is not None:
         p.symmetric = 1 if symmetric else 0
     if scale is not None:
-        s = float(scale)
+        s = _arrays.option_float("scale", scale)
         if not (math.isfinite(s) and s > 0.0):
             raise ValueError(f"scale must be finite and > 0, got {scale!r}")
         p.scale = _f32("scale", s)  # 1e-50 would become 0.0: "derive from the data"

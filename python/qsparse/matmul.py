@@ -99,7 +99,7 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     for the definition and the error bound."""
     if activations not in _ACTIVATIONS:
         raise ValueError(f"activations must be 'f32' or 'int8', got {activations!r}")
-    threshold = float(threshold)
+    threshold = _arrays.option_float("threshold", threshold)
     if not math.isfinite(threshold) or threshold < 0.0:
         raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
     if threshold > 0.0 and activations != "int8":
@@ -140,7 +140,7 @@ def int8_vectorwise_quant(x: Any, threshold: float = 0.0
     xa, code, _ = _lib.as_float_array(x)
     if xa.ndim != 2:
         raise ValueError(f"x must be 2-D (M, K), got shape {xa.shape}")
-    threshold = float(threshold)
+    threshold = _arrays.option_float("threshold", threshold)
     if not math.isfinite(threshold) or threshold < 0.0:
         raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
     m, k = xa.shape

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _capi, _lib
+from . import _arrays, _capi, _lib
 
 _c = ctypes
 
@@ -79,11 +79,13 @@ class Observer:
         p = _ObserverParams()
         _fn("qs_observer_params_init")(_c.byref(p), _METHODS.index(method) + 1)
         p.axis = -1 if axis is None else 1
-        p.num_bins = int(num_bins)
-        p.start_bin = int(start_bin) if start_bin is not None else min(128, int(num_bins) // 2)
-        p.num_levels = int(num_levels) if num_levels is not None else min(128, p.start_bin)
-        p.percentile = float(percentile)
-        p.averaging_constant = float(averaging_constant)
+        p.num_bins = _arrays.option_int("num_bins", num_bins)
+        p.start_bin = _arrays.option_int("start_bin", start_bin) if start_bin is not None \
+            else min(128, p.num_bins // 2)
+        p.num_levels = _arrays.option_int("num_levels", num_levels) if num_levels is not None \
+            else min(128, p.start_bin)
+        p.percentile = _arrays.option_float("percentile", percentile)
+        p.averaging_constant = _arrays.option_float("averaging_constant", averaging_constant)
         if p.averaging_constant == 0.0 and float(averaging_constant) != 0.0:
             raise ValueError(f"averaging_constant {averaging_constant!r} is outside float32's "
                              f"range (it would become 0.0)")
@@ -208,7 +210,8 @@ class Observer:
         nb = self._params().num_bins
         counts = np.zeros(nb, np.uint64)
         k = _c.c_int32()
-        _check_call(_fn("qs_observer_histogram")(self._handle, int(channel),
+        _check_call(_fn("qs_observer_histogram")(self._handle,
+                                                 _arrays.option_int("channel", channel),
                                                  counts.ctypes.data_as(_c.POINTER(_c.c_uint64)),
                                                  nb, _c.byref(k)))
         return counts, (None if k.value == _HIST_NO_WIDTH else k.value)

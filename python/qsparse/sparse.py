@@ -326,7 +326,8 @@ def meta_to_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.
     meta = np.ascontiguousarray(_arrays.as_array(meta), dtype=np.uint16)
     rows, cols = _rows(shape), shape[-1]
     out = np.empty(meta.shape, np.uint16)
-    _call("qs_sp24_meta_to_cutlass", _lib.ptr(meta), rows, cols, int(word_bits), _lib.ptr(out),
+    _call("qs_sp24_meta_to_cutlass", _lib.ptr(meta), rows, cols,
+          _arrays.option_int("word_bits", word_bits), _lib.ptr(out),
           out.size)
     return out.view(np.int32) if word_bits == 32 else out
 
@@ -334,10 +335,12 @@ def meta_to_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.
 def meta_from_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.ndarray:
     """The inverse of meta_to_cutlass: plain uint16 meta (rows x K/16)."""
     # native order first: a view of big-endian words would swap every half
-    src = np.ascontiguousarray(_native(_arrays.as_array(meta))).view(np.uint16).reshape(_rows(shape), -1)
+    src = np.ascontiguousarray(_native(_arrays.as_array(meta)))
+    src = src.view(np.uint16).reshape(_rows(shape), -1)
     rows, cols = _rows(shape), shape[-1]
     out = np.empty((rows, cols // 16), np.uint16)
-    _call("qs_sp24_meta_from_cutlass", _lib.ptr(src), rows, cols, int(word_bits), _lib.ptr(out),
+    _call("qs_sp24_meta_from_cutlass", _lib.ptr(src), rows, cols,
+          _arrays.option_int("word_bits", word_bits), _lib.ptr(out),
           out.size)
     return out
 
@@ -351,7 +354,8 @@ def srste(w: Any, grad: Any, pattern: str = "2:4",
     g, gcode, _, _, _ = _weight(grad)
     if code != _lib.QS_DTYPE_F32 or gcode != _lib.QS_DTYPE_F32 or g.shape != x.shape:
         raise ValueError("srste needs float32 weights and gradients of the same shape")
-    if math.isfinite(float(lam)) and math.isinf(_c.c_float(float(lam)).value):
+    lam = _arrays.option_float("lam", lam)
+    if math.isfinite(lam) and math.isinf(_c.c_float(lam).value):
         raise ValueError(f"lam {lam!r} is outside float32's range (it would become inf)")
     wm, go, mask = np.empty_like(x), np.empty_like(g), np.empty(x.shape, np.uint8)
     _call("qs_nm_srste", _lib.ptr(x), _lib.ptr(g), rows, cols, n, m, float(lam), _lib.ptr(wm),
@@ -412,8 +416,11 @@ def permute(w: Any, act_norm: Any = None, *, max_sweeps: int = 0, escapes: int =
     norms = None if act_norm is None else _norms(act_norm, cols)
     perm = np.empty(cols, np.int32)
     before, after = _c.c_double(), _c.c_double()
-    _call("qs_sp24_permute_search", _lib.ptr(x), rows, cols, _null_or(norms), int(max_sweeps),
-          int(escapes), int(seed) & 0xFFFFFFFFFFFFFFFF, _lib.ptr(perm), perm.size,
+    _call("qs_sp24_permute_search", _lib.ptr(x), rows, cols, _null_or(norms),
+          _arrays.option_int("max_sweeps", max_sweeps),
+          _arrays.option_int("escapes", escapes),
+          _arrays.option_int("seed", seed, -2**63, 2**64 - 1) & 0xFFFFFFFFFFFFFFFF,
+          _lib.ptr(perm), perm.size,
           _c.byref(before), _c.byref(after))
     return perm, before.value, after.value
 
