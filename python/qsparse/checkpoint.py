@@ -69,7 +69,7 @@ def _st_dtype(a: np.ndarray, bf16_bits: bool = False) -> str:
     if bf16_bits:
         return "BF16"
     for st, t in _ST_NUMPY.items():
-        if a.dtype == t:
+        if a.dtype.newbyteorder("=") == np.dtype(t).newbyteorder("="):
             return st
     name = a.dtype.name
     for st, ml in _ST_ML.items():
@@ -223,7 +223,12 @@ def save(path: Union[str, os.PathLike], tensors: Mapping[str, Any], layout: str 
             record[name] = _record(t)
         else:
             arr, bits = _arrays.read(t)
-            entries.append((name, _st_dtype(arr, bits), np.ascontiguousarray(arr)))
+            if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and
+                                              np.little_endian is False):
+                arr = arr.astype(arr.dtype.newbyteorder("<"))  # safetensors is little-endian
+            # (np.ascontiguousarray would make a 0-D array 1-D)
+            entries.append((name, _st_dtype(arr, bits),
+                            arr if arr.flags.c_contiguous else arr.copy(order="C")))
     seen: Dict[str, int] = {}
     for key, _, _ in entries:
         if key in seen:
@@ -238,6 +243,29 @@ def save(path: Union[str, os.PathLike], tensors: Mapping[str, Any], layout: str 
         meta[_RECORD] = json.dumps(record, separators=(",", ":"))
         meta["qsparse.version"] = _lib.lib().qs_version_string().decode()
     _write_safetensors(os.fspath(path), entries, meta)
+
+
+def bnb_quantization_config(tensors: Mapping[str, Any],
+                            skip_modules: Optional[List[str]] = None,
+                            compute_dtype: str = "float32") -> Dict[str, Any]:
+    """The config.json "quantization_config" under which transformers loads the bitsandbytes
+    weights of `tensors` (the dict given to save(..., layout="bnb")) as written: NF4 / FP4 with
+    or without double quantization, or LLM.int8. Every QTensor must share one of those formats
+    (and one double_quant setting); `skip_modules` names the linear modules left unquantized
+    (transformers replaces every other nn.Linear). ValueError otherwise."""
+    kinds = {(t.format, bool(t.double_quant)) for t in tensors.values() if isinstance(t, QTensor)}
+    if len(kinds) != 1:
+        raise ValueError(f"a bitsandbytes config needs one format for every quantized weight, "
+                         f"got {sorted(kinds) or 'none'}")
+    ((fmt, dq),) = kinds
+    if fmt not in _BNB_LAYOUT_FORMATS:
+        raise ValueError(f"bitsandbytes does not load {fmt!r} weights")
+    four = fmt in _bnb.BNB_FORMATS
+    return {"quant_method": "bitsandbytes", "load_in_4bit": four, "load_in_8bit": not four,
+            "bnb_4bit_quant_type": fmt if four else "fp4", "bnb_4bit_use_double_quant": dq,
+            "bnb_4bit_compute_dtype": _arrays.dtype_name(compute_dtype),
+            "bnb_4bit_quant_storage": "uint8", "llm_int8_threshold": 6.0,
+            "llm_int8_has_fp16_weight": False, "llm_int8_skip_modules": skip_modules}
 
 
 # ---- reading -----------------------------------------------------------------------------------
@@ -413,4 +441,4 @@ def load(path: Union[str, os.PathLike]) -> Dict[str, Tensor]:
     return out
 
 
-__all__ = ["LAYOUTS", "load", "save"]
+__all__ = ["LAYOUTS", "bnb_quantization_config", "load", "save"]
