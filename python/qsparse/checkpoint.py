@@ -41,7 +41,7 @@ import numpy as np
 from . import _arrays, _bnb
 from ._quant import QTensor
 
-LAYOUTS = ("qsparse", "bnb")
+LAYOUTS = ("qsparse", "bitsandbytes", "bnb")  # "bnb" is short for "bitsandbytes"
 _BNB_LAYOUT_FORMATS = ("nf4", "fp4", "llm_int8")
 _RECORD = "qsparse.quantized"
 
@@ -215,10 +215,13 @@ def save(path: Union[str, os.PathLike], tensors: Mapping[str, Any], layout: str 
         if not isinstance(name, str) or not name:
             raise ValueError(f"tensor names must be non-empty strings, got {name!r}")
         if isinstance(t, QTensor):
-            if layout == "bnb" and t.format not in _BNB_LAYOUT_FORMATS:
-                raise ValueError(f"{name}: layout 'bnb' holds {list(_BNB_LAYOUT_FORMATS)} "
+            if layout != "qsparse" and t.format not in _BNB_LAYOUT_FORMATS:
+                raise ValueError(f"{name}: layout {layout!r} holds {list(_BNB_LAYOUT_FORMATS)} "
                                  f"weights (what bitsandbytes loads), not {t.format!r}: use "
                                  f"layout='qsparse'")
+            if layout != "qsparse" and len(t.shape) != 2:
+                raise ValueError(f"{name}: layout {layout!r} holds the 2-D weights of linear "
+                                 f"layers (transformers replaces nn.Linear), got shape {t.shape}")
             entries += _quantized_keys(name, t)
             record[name] = _record(t)
         else:
@@ -384,10 +387,28 @@ def _read_quantized(raw: _Raw, used: set, name: str, r: Mapping[str, Any]) -> QT
         zp = None
         if name + "_zero_point" in raw.entries:
             zp = raw.plane(_take(raw, used, name + "_zero_point"), np.int8)
-        return QTensor(fmt, shape, data, scale=scale, zero_point=zp,
-                       granularity=r.get("granularity"), group_size=r.get("group_size"),
-                       symmetric=r.get("symmetric"), **kw)
+        granularity, group_size = r.get("granularity"), r.get("group_size")
+        if granularity is None:
+            granularity, group_size = _int8_granularity(scale.shape, shape)
+        return QTensor(fmt, shape, data, scale=scale, zero_point=zp, granularity=granularity,
+                       group_size=group_size, symmetric=zp is None, **kw)
     raise ValueError(f"{name}: unknown format {fmt!r} in the qsparse.quantized record")
+
+
+def _int8_granularity(scale_shape: Tuple[int, ...],
+                      shape: Tuple[int, ...]) -> Tuple[str, Optional[int]]:
+    """INT8 granularity from the scale plane's shape, for a record without it (the tool writes
+    format, shape and dtype only): [1] or [] per tensor, [rows] per row, [rows, g] per group of
+    the power-of-two size (else the size cols / g rounded up) that makes g groups per row."""
+    rows, cols = _rows_cols(shape)
+    if len(scale_shape) == 2 and (scale_shape[1] > 1 or rows == 1 and cols > 1):
+        g = scale_shape[1]
+        sizes = [1 << k for k in range(31) if -(-cols // (1 << k)) == g]
+        return "group", sizes[0] if sizes else -(-cols // g)
+    count = 1
+    for s in scale_shape:
+        count *= s
+    return ("tensor" if count == 1 and rows != 1 else "row"), None
 
 
 def _recognise(raw: _Raw) -> Dict[str, Dict[str, Any]]:
