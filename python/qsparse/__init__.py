@@ -6,8 +6,12 @@ The binding is thin: every number is computed by the C library; Python checks ar
 allocates the buffers the C size queries ask for and turns error codes into exceptions.
 
     import qsparse as qs, numpy as np
-    q = qs.quantize(np.ones(64, np.float32), "nf4")
+    q = qs.quantize(np.ones(64, np.float32), "nf4")   # numpy, torch tensors, buffers
     qs.dequantize(q)
+    qs.save("m.safetensors", {"l.weight": q})           # the tool's checkpoint keys
+    qs.load("m.safetensors")["l.weight"]                # a QTensor again
+
+docs/ecosystem.md says what loads where (transformers + bitsandbytes, compressed-tensors).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from typing import Dict, List
 
-from . import _lib
+from . import _lib, checkpoint  # noqa: F401  (qs.checkpoint.bnb_quantization_config)
 from ._lib import QsparseError
 from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
 from .checkpoint import load, save

@@ -44,9 +44,15 @@ class _DLTensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+try:  # CPython's capsule API (relabelling a bfloat16 DLPack tensor needs it)
+    _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    _capsule_pointer.restype = ctypes.c_void_p
+    _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    _capsule_name = ctypes.pythonapi.PyCapsule_GetName
+    _capsule_name.restype = ctypes.c_char_p
+    _capsule_name.argtypes = [ctypes.py_object]
+except AttributeError:  # pragma: no cover - PyPy: numpy's own DLPack import, no bfloat16
+    _capsule_pointer = _capsule_name = None
 
 # The device type names of DLPack, for messages.
 _DL_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
@@ -73,10 +79,6 @@ class _DLManagedVersioned(ctypes.Structure):
                 ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
                 ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
 
-
-_capsule_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_name.restype = ctypes.c_char_p
-_capsule_name.argtypes = [ctypes.py_object]
 
 try:  # bfloat16 arrays are optional
     import ml_dtypes as _ml_dtypes
@@ -108,8 +110,10 @@ def _from_dlpack(x: Any) -> Tuple[np.ndarray, bool]:
         if detach is None or "grad" not in str(e):
             raise ValueError(f"cannot read the {type(x).__name__} through DLPack: {e}") from e
         capsule = detach().__dlpack__()
-    tensor = _dl_tensor(capsule)
-    bf16 = tensor.dtype.code == _DL_BFLOAT and tensor.dtype.bits == 16
+    bf16 = False
+    if _capsule_pointer is not None:
+        tensor = _dl_tensor(capsule)
+        bf16 = tensor.dtype.code == _DL_BFLOAT and tensor.dtype.bits == 16
     if bf16:
         # numpy cannot import bfloat16: relabel the (freshly exported) tensor as uint16 bits
         tensor.dtype.code = _DL_UINT

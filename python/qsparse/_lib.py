@@ -27,7 +27,7 @@ import ctypes.util
 import glob
 import os
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 

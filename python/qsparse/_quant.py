@@ -311,13 +311,19 @@ def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_qua
              granularity: Optional[str] = None, group_size: Optional[int] = None,
              symmetric: Optional[bool] = None, scale: Optional[float] = None,
              scale_rounding: Optional[str] = None, dtype: DTypeArg = None) -> QTensor:
-    """Quantize a float32 / float16 / bfloat16 array to `format` and return a QTensor.
+    """Quantize a tensor to `format` and return a QTensor.
+
+    `a` is a numpy array of float32, float16, bfloat16 (ml_dtypes) or float64 (rounded to
+    float32, a copy; a finite value beyond float32's range is a ValueError), a PyTorch CPU
+    tensor of those types (bfloat16 included, read through DLPack without a copy), any other
+    DLPack or ``__array__`` object, or a memoryview / buffer (a plain byte buffer with dtype=).
 
     Keywords (each only for the formats it applies to, else ValueError): blocksize (NF4/FP4:
     32...4096; MX 32 and NVFP4 16 are fixed), double_quant (NF4/FP4), granularity ("tensor",
     "row" = "channel", "group") with group_size, symmetric (INT8), scale (FP8: a given float32
     scale, scale=1.0 is a plain cast; NVFP4: the per-tensor scale), scale_rounding ("floor",
-    "rceil"; MX).  dtype="float16" / "bfloat16" reads a uint16 array as those bits.
+    "rceil"; MX). dtype ("float16" / "bfloat16", a numpy, ml_dtypes or torch dtype) reads a
+    uint16 array as those bits, or says what a byte buffer holds.
     An object with a ``__qsparse_quantize__(format, **options)`` method (e.g. a 2:4-compressed
     tensor) quantizes itself through it.
     """
@@ -438,7 +444,9 @@ def _c_tensor(q: QTensor) -> Tuple[_capi.QuantParams, _capi.QTensorC, Tuple[Any,
 
 
 def dequantize(q: Any, dtype: DTypeArg = "float32") -> np.ndarray:
-    """Decode a QTensor to a float32 (or dtype="float16" / "bfloat16") array of its shape."""
+    """Decode a QTensor to a float32 (or dtype="float16" / "bfloat16", as a name, numpy,
+    ml_dtypes or torch dtype) array of its shape. A bfloat16 result needs ml_dtypes
+    (ImportError saying so otherwise)."""
     if not isinstance(q, QTensor):
         hook = getattr(q, "__qsparse_dequantize__", None)
         if hook is not None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import qsparse as qs
-from conftest import read_raw, tiny_model
+from conftest import read_raw
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
