@@ -6,8 +6,12 @@ The binding is thin: every number is computed by the C library; Python checks ar
 allocates the buffers the C size queries ask for and turns error codes into exceptions.
 
     import qsparse as qs, numpy as np
-    q = qs.quantize(np.ones(64, np.float32), "nf4")
+    q = qs.quantize(np.ones(64, np.float32), "nf4")   # numpy, torch tensors, buffers
     qs.dequantize(q)
+    qs.save("m.safetensors", {"l.weight": q})           # the tool's checkpoint keys
+    qs.load("m.safetensors")["l.weight"]                # a QTensor again
+
+docs/ecosystem.md says what loads where (transformers + bitsandbytes, compressed-tensors).
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 import ctypes
 from typing import Dict, List
 
-from . import _lib
+from . import _lib, checkpoint  # noqa: F401  (qs.checkpoint.bnb_quantization_config)
 from ._lib import QsparseError
 from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
+from .checkpoint import load, save
 from .observer import Observer
 from .sparse import compress, decompress, prune
 from .matmul import int8_vectorwise_quant, matmul, matmul_info
@@ -151,7 +156,8 @@ def kernels() -> Dict[str, str]:
     return out
 
 
-__all__ = ["Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message", "backends",
-           "codebook", "compress", "convert", "decompress", "dequantize", "doctor", "formats",
-           "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels", "matmul",
-           "matmul_info", "profile", "prune", "quantize", "recommend", "set_backend", "set_isa", "set_num_threads"]
+__all__ = ["Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
+           "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
+           "formats", "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels",
+           "load", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
+           "set_backend", "set_isa", "set_num_threads"]

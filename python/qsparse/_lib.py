@@ -20,21 +20,19 @@ No numerics live here: Python only checks arguments, allocates the buffers the C
 ask for and calls the library.
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import glob
 import os
 import threading
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-try:  # bfloat16 arrays are optional: without ml_dtypes pass uint16 bits with dtype="bfloat16"
-    import ml_dtypes as _ml_dtypes
-
-    BF16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is installed wherever the tests run
-    _ml_dtypes = None
-    BF16 = None
+from . import _arrays
+from ._arrays import BF16  # ml_dtypes' bfloat16, or None without ml_dtypes
 
 # Constants and struct mirrors live in _capi (the one place for the C API's shapes); they are
 # re-exported here because every module of the binding reaches them through _lib.
@@ -55,7 +53,7 @@ DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
 class QsparseError(RuntimeError):
     """A libqsparse call failed: ``status`` is the qs_status code, the text the library's."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
 
@@ -67,7 +65,7 @@ _load_lock = threading.Lock()
 _lib = None
 
 
-def _candidates_next_to_package():
+def _candidates_next_to_package() -> List[str]:
     names = []
     for pattern in ("libqsparse.so", "libqsparse.so.*", "libqsparse.*.dylib", "libqsparse.dylib",
                     "qsparse.dll", "libqsparse.dll"):
@@ -75,19 +73,19 @@ def _candidates_next_to_package():
     return names
 
 
-def _load(path):
+def _load(path: str) -> ctypes.CDLL:
     cdll = ctypes.CDLL(path)
     _capi.declare_all(cdll)
     _capi.check_layouts(cdll, path)
     return cdll
 
 
-def library_path():
+def library_path() -> str:
     """The path the library was loaded from (loads it if needed)."""
     return lib()._name
 
 
-def lib():
+def lib() -> Any:
     """The libqsparse ``ctypes.CDLL``: QSPARSE_LIB, then next to the package, then the system."""
     global _lib
     if _lib is not None:
@@ -123,7 +121,7 @@ def lib():
                       "install the package with `pip install .` (tried: " + "; ".join(tried) + ")")
 
 
-def declare(name, restype, argtypes):
+def declare(name: str, restype: Any, argtypes: List[Any]) -> Any:
     """Declare (once) and return the C function `name` of the library."""
     fn = getattr(lib(), name)
     fn.restype = restype
@@ -142,7 +140,7 @@ _local = threading.local()
 class _CtxHolder:
     """Owns one qs_ctx; destroys it when the thread ends or the settings change."""
 
-    def __init__(self, generation):
+    def __init__(self, generation: int) -> None:
         params = CtxParams()
         lib().qs_ctx_params_init(ctypes.byref(params))
         with _settings_lock:
@@ -161,7 +159,7 @@ class _CtxHolder:
         self.generation = generation
         self._destroy = lib().qs_ctx_destroy
 
-    def __del__(self):
+    def __del__(self) -> None:
         handle = getattr(self, "handle", None)
         if handle is not None and handle.value:
             try:
@@ -171,7 +169,7 @@ class _CtxHolder:
             self.handle = None
 
 
-def isa_tiers() -> list:
+def isa_tiers() -> List[Dict[str, Any]]:
     """The tier table of the C library, in its order: [{"name", "arch", "required", "allowed",
     "available"}, ...] ("scalar" first)."""
     cdll = lib()
@@ -184,7 +182,7 @@ def isa_tiers() -> list:
     return out
 
 
-def ctx():
+def ctx() -> ctypes.c_void_p:
     """The calling thread's qs_ctx pointer (ctypes.c_void_p), created on first use."""
     holder = getattr(_local, "holder", None)
     generation = _settings["generation"]
@@ -195,29 +193,29 @@ def ctx():
     return holder.handle
 
 
-def update_settings(**changes):
+def update_settings(**changes: int) -> None:
     """Change context settings; every thread's context is rebuilt on its next ctx() call."""
     with _settings_lock:
         _settings.update(changes)
         _settings["generation"] += 1
 
 
-def settings():
+def settings() -> Dict[str, int]:
     with _settings_lock:
         return dict(_settings)
 
 
-def status_str(status):
+def status_str(status: int) -> str:
     s = lib().qs_status_str(status)
     return s.decode() if s else f"status {status}"
 
 
-def last_error():
+def last_error() -> str:
     msg = lib().qs_ctx_last_error(ctx())
     return msg.decode("utf-8", "replace") if msg else ""
 
 
-def check(status):
+def check(status: int) -> None:
     """Raise QsparseError with the context's last message unless status is QS_OK."""
     if status == QS_OK:
         return
@@ -228,45 +226,64 @@ def check(status):
 # ---- arrays --------------------------------------------------------------------------------------
 
 
-def ptr(a):
+def ptr(a: np.ndarray) -> ctypes.c_void_p:
     """c_void_p to the first byte of a C-contiguous numpy array."""
     return ctypes.c_void_p(a.ctypes.data)
 
 
-def dtype_code(name):
-    """QS_DTYPE_* for "float32" / "float16" / "bfloat16" (ValueError otherwise)."""
-    if name not in DTYPE_CODES:
-        raise ValueError(f"unknown dtype {name!r}: expected one of {sorted(DTYPE_CODES)}")
-    return DTYPE_CODES[name]
+def dtype_code(name: Any) -> int:
+    """QS_DTYPE_* of a dtype argument ("float32", np.float16, ml_dtypes.bfloat16, torch.bfloat16,
+    ...: _arrays.dtype_name); ValueError otherwise."""
+    return DTYPE_CODES[_arrays.dtype_name(name)]
 
 
-def as_float_array(x, dtype=None):
+def _narrow_to_f32(x: np.ndarray) -> np.ndarray:
+    """float64 (or longer) values rounded to float32 (numpy's round to nearest even, a copy);
+    a finite value beyond float32's range is a ValueError, not a silent inf."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        out = x.astype(np.float32, order="C")
+    over = np.isinf(out) & np.isfinite(x)
+    if over.any():
+        i = int(np.flatnonzero(over.reshape(-1))[0])
+        raise ValueError(f"element {i} = {float(x.reshape(-1)[i])!r} of the {x.dtype} input is "
+                         f"outside float32's range (it would become inf)")
+    return out
+
+
+def as_float_array(x: Any, dtype: Any = None) -> Tuple[np.ndarray, int, str]:
     """Validate a tensor input: returns (C-contiguous array, QS_DTYPE_* code, dtype name).
 
-    Accepted: float32, float16, ml_dtypes.bfloat16 arrays, or uint16 arrays holding float16 or
-    bfloat16 bits when dtype="float16" / "bfloat16" says which, in either byte order (a
-    non-native one is converted, a copy).  Anything else is a ValueError,
-    raised before any C call.  Python numbers and lists are not converted: the element type must
-    be chosen by the caller, not guessed here.
+    x may be anything _arrays.read accepts (numpy arrays, torch and other DLPack tensors
+    including bfloat16, objects with __array__, memoryviews and buffers). Its elements may be
+    float32, float16, bfloat16 (ml_dtypes), float64 or longer (rounded to float32, a copy; a
+    finite value beyond float32's range is a ValueError), or uint16 holding float16 or bfloat16
+    bits when dtype="float16" / "bfloat16" says which, in either byte order (a non-native one is
+    converted, a copy). dtype may also be given for a float array, and must then match it
+    (float64 with dtype="float32" is converted). Anything else is a ValueError, raised before any
+    C call. Python numbers and lists are not converted: the element type must be chosen by the
+    caller, not guessed here.
     """
-    if isinstance(x, np.generic):  # a numpy scalar is a 0-D tensor of its own dtype
-        x = np.asarray(x)
-    if not isinstance(x, np.ndarray):
-        raise ValueError(f"expected a numpy array, got {type(x).__name__}")
+    want = None if dtype is None else _arrays.dtype_name(dtype)
+    x, bf16_bits = _arrays.read(x, want)
+    if bf16_bits and want is None:
+        want = "bfloat16"
     if not x.dtype.isnative:  # e.g. big-endian data read from a file: the same values, native
         x = x.astype(x.dtype.newbyteorder("="))
     dt = x.dtype
-    if dtype is not None:
-        code = dtype_code(dtype)
+    wide = dt.kind == "f" and dt.itemsize > 4  # float64, longdouble
+    if want is not None:
+        code = DTYPE_CODES[want]
         if code == QS_DTYPE_F32:
-            ok = dt == np.float32
+            ok = dt == np.float32 or wide
         elif code == QS_DTYPE_F16:
             ok = dt == np.float16 or dt == np.uint16
         else:
             ok = dt == np.uint16 or (BF16 is not None and dt == BF16)
         if not ok:
-            raise ValueError(f"array of dtype {dt} does not hold {dtype} values")
-    elif dt == np.float32:
+            raise ValueError(f"array of dtype {dt} does not hold {want} values")
+        if bf16_bits and code != QS_DTYPE_BF16:
+            raise ValueError(f"a bfloat16 tensor does not hold {want} values")
+    elif dt == np.float32 or wide:
         code = QS_DTYPE_F32
     elif dt == np.float16:
         code = QS_DTYPE_F16
@@ -275,16 +292,27 @@ def as_float_array(x, dtype=None):
     elif dt == np.uint16:
         raise ValueError("a uint16 array needs dtype='float16' or dtype='bfloat16'")
     else:
-        raise ValueError(f"unsupported dtype {dt}: expected float32, float16 or bfloat16")
+        raise ValueError(f"unsupported dtype {dt}: expected a float array (float32, float16, "
+                         f"bfloat16, float64)")
+    if wide:
+        return _narrow_to_f32(x), QS_DTYPE_F32, "float32"
     # (np.ascontiguousarray would turn a 0-D array into 1-D)
     return (x if x.flags.c_contiguous else x.copy(order="C")), code, DTYPE_NAMES[code]
 
 
-def empty_of(dtype_name, shape):
-    """An uninitialised output array of a plain dtype; bfloat16 is ml_dtypes' or uint16 bits."""
+def empty_of(dtype_name: Any, shape: Tuple[int, ...], *, bits_ok: bool = False) -> np.ndarray:
+    """An uninitialised output array of dtype float32, float16 or bfloat16 (ml_dtypes').
+    Without ml_dtypes a bfloat16 output is an error saying how to get one, unless bits_ok (the
+    caller gave bfloat16 as uint16 bits and gets bits back)."""
     code = dtype_code(dtype_name)
     if code == QS_DTYPE_F32:
         return np.empty(shape, np.float32)
     if code == QS_DTYPE_F16:
         return np.empty(shape, np.float16)
-    return np.empty(shape, BF16 if BF16 is not None else np.uint16)
+    if BF16 is not None:
+        return np.empty(shape, BF16)
+    if bits_ok:
+        return np.empty(shape, np.uint16)
+    raise ImportError("a bfloat16 output needs the ml_dtypes package (numpy has no bfloat16): "
+                      "pip install ml_dtypes (or qsparse[bfloat16]); or ask for "
+                      "dtype='float32' / 'float16'")

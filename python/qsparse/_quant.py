@@ -21,11 +21,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _capi, _lib
+from . import _arrays, _capi, _lib
+from ._arrays import DTypeArg
 
 _GRANULARITY = {"tensor": 0, "row": 1, "channel": 1, "group": 2}
 _GRANULARITY_NAMES = {0: "tensor", 1: "row", 2: "group"}
@@ -50,11 +51,11 @@ def _format_code(name: str) -> int:
     return code
 
 
-def _f32(name, value, *, zero_ok=False):
+def _f32(name: str, value: Any, *, zero_ok: bool = False) -> float:
     """value rounded to the float32 the C struct holds; ValueError when that rounding changes its
     meaning: a finite value overflowing to inf, or (unless zero_ok) a non-zero one becoming 0,
     which the library would read as "derive from the data"."""
-    v = float(value)
+    v = _arrays.option_float(name, value)
     with np.errstate(over="ignore", under="ignore"):
         f = float(np.float32(v))
     if (math.isinf(f) and math.isfinite(v)) or (f == 0.0 and v != 0.0 and not zero_ok):
@@ -94,8 +95,44 @@ def _rows_cols(shape: Sequence[int]) -> Tuple[int, int]:
 class QTensor:
     """A quantized tensor: the format's planes as numpy arrays plus the parameters that made them.
 
-    Built by quantize(); may also be built by hand from stored planes (e.g. read back from a
-    safetensors file) and passed to dequantize(), which checks every plane's dtype and size.
+    Built by quantize(), by load() from a checkpoint, by from_bnb_state() from bitsandbytes'
+    codes and QuantState, or by hand from stored planes; dequantize() and matmul() check every
+    plane's dtype and size against the library's description before reading it. The planes hold
+    exactly the bytes the C API writes (the plane table in include/qsparse.h; docs/formats.md
+    defines every format).
+
+    Attributes:
+        format: the format name ("nf4", "fp4", "int8", "llm_int8", "fp8_e4m3", "fp8_e5m2",
+            "mxfp4", "mxfp8", "nvfp4"; qs.formats() lists them).
+        shape: the shape of the original tensor (a tuple of ints). Formats with blocks along
+            rows see it as [prod(shape[:-1]), shape[-1]].
+        data: the codes. uint8 packed pairs for NF4/FP4 (1-D over the flattened tensor, element
+            2j in the high nibble) and MXFP4/NVFP4 ([*lead, ceil(cols/2)], low nibble first);
+            int8 in the tensor's shape for INT8 / LLM.int8; uint8 E4M3/E5M2 bytes in the
+            tensor's shape for FP8 and MXFP8.
+        absmax: NF4/FP4 only: the float32 absmax of each block (1-D), or with double_quant its
+            uint8 codes in bitsandbytes' 8-bit dynamic map. None for the other formats.
+        scale: the scale plane of the other formats: float32 per tensor ([1]) for FP8, per row
+            ([rows]) or [rows, groups] for INT8, the row absmax ([rows], bitsandbytes' SCB) for
+            LLM.int8, E8M0 bytes [rows, ceil(cols/32)] for MX, E4M3 bytes [rows, ceil(cols/16)]
+            for NVFP4. None for NF4/FP4.
+        zero_point: INT8 with symmetric=False: int8 zero points in the scale's shape; else None.
+        global_scale: NVFP4's float32 per-tensor scale (value = code * block scale * global
+            scale); None for the other formats.
+        nested_absmax: NF4/FP4 with double_quant: the float32 absmax of each block of 256
+            absmax codes; else None.
+        nested_offset: NF4/FP4 with double_quant: the float32 mean subtracted from the absmax
+            before their quantization (bitsandbytes' offset); else None.
+        nested_blocksize: 256 with double_quant (bitsandbytes' value), else None.
+        blocksize: elements per absmax block for NF4/FP4 (32..4096, a power of two); the fixed
+            block of MX (32) and NVFP4 (16); None for INT8 (see group_size) and FP8.
+        double_quant: whether the absmax are double-quantized (NF4/FP4).
+        granularity, group_size, symmetric: INT8's options ("tensor", "row" or "group"; the
+            group length; False with zero points). None for the other formats.
+        scale_rounding: MX only: "floor" (OCP) or "rceil".
+        dtype: the element type of the tensor that was quantized ("float32", "float16",
+            "bfloat16"): what bitsandbytes' QuantState calls dtype; dequantize() returns float32
+            unless asked otherwise.
     """
 
     def __init__(self, format: str, shape: Sequence[int], data: np.ndarray, *,
@@ -105,7 +142,7 @@ class QTensor:
                  nested_offset: Optional[float] = None, blocksize: Optional[int] = None,
                  double_quant: Optional[bool] = None, granularity: Optional[str] = None,
                  group_size: Optional[int] = None, symmetric: Optional[bool] = None,
-                 scale_rounding: Optional[str] = None, dtype: str = "float32") -> None:
+                 scale_rounding: Optional[str] = None, dtype: DTypeArg = "float32") -> None:
         self.format = format
         self.shape = tuple(int(s) for s in shape)
         self.data = data
@@ -134,7 +171,28 @@ class QTensor:
         self.group_size = group_size
         self.symmetric = symmetric
         self.scale_rounding = scale_rounding
-        self.dtype = dtype
+        self.dtype = _arrays.dtype_name(dtype)
+
+    def to_bnb_state(self, packed: bool = False) -> Dict[str, Any]:
+        """This NF4 / FP4 tensor's bitsandbytes QuantState as the dict QuantState.as_dict()
+        returns (torch tensors; needs torch): ``QuantState.from_dict(q.to_bnb_state(),
+        device="cpu")`` rebuilds it, and bitsandbytes' ``dequantize_4bit(torch.from_numpy(
+        q.data), state)`` then gives qs.dequantize(q, q.dtype) bit for bit. packed=True gives
+        the checkpoint form (the non-tensor items as the JSON tensor
+        ``quant_state.bitsandbytes__nf4``). ValueError for the other formats."""
+        from . import _bnb
+
+        return _bnb.to_bnb_state(self, packed)
+
+    @classmethod
+    def from_bnb_state(cls, data: Any, state: Any) -> "QTensor":
+        """The QTensor of bitsandbytes' packed 4-bit codes `data` (Params4bit's data, any
+        shape) and `state` (a QuantState, or its as_dict() packed or not, keys with or without
+        a "weight." prefix). The quant_map must be the format's codebook (ValueError
+        otherwise: the library decodes the standard maps only)."""
+        from . import _bnb
+
+        return _bnb.from_bnb_state(data, state)
 
     @property
     def nbytes(self) -> int:
@@ -163,7 +221,7 @@ def _params(fmt: str, code: int, *, blocksize: Any = None, double_quant: bool = 
     p = _lib.QuantParams()
     _lib.lib().qs_quant_params_init(ctypes.byref(p), code)
 
-    def reject(name, value, applies):
+    def reject(name: str, value: Any, applies: bool) -> None:
         if value is not None and not applies:
             raise ValueError(f"option {name!r} does not apply to format {fmt!r}")
 
@@ -203,7 +261,7 @@ def _params(fmt: str, code: int, *, blocksize: Any = None, double_quant: bool = 
     if symmetric is not None:
         p.symmetric = 1 if symmetric else 0
     if scale is not None:
-        s = float(scale)
+        s = _arrays.option_float("scale", scale)
         if not (math.isfinite(s) and s > 0.0):
             raise ValueError(f"scale must be finite and > 0, got {scale!r}")
         p.scale = _f32("scale", s)  # 1e-50 would become 0.0: "derive from the data"
@@ -252,14 +310,20 @@ def _plane_dtype(info: _capi.PlaneInfo) -> np.dtype:
 def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_quant: bool = False,
              granularity: Optional[str] = None, group_size: Optional[int] = None,
              symmetric: Optional[bool] = None, scale: Optional[float] = None,
-             scale_rounding: Optional[str] = None, dtype: Optional[str] = None) -> QTensor:
-    """Quantize a float32 / float16 / bfloat16 array to `format` and return a QTensor.
+             scale_rounding: Optional[str] = None, dtype: DTypeArg = None) -> QTensor:
+    """Quantize a tensor to `format` and return a QTensor.
+
+    `a` is a numpy array of float32, float16, bfloat16 (ml_dtypes) or float64 (rounded to
+    float32, a copy; a finite value beyond float32's range is a ValueError), a PyTorch CPU
+    tensor of those types (bfloat16 included, read through DLPack without a copy), any other
+    DLPack or ``__array__`` object, or a memoryview / buffer (a plain byte buffer with dtype=).
 
     Keywords (each only for the formats it applies to, else ValueError): blocksize (NF4/FP4:
     32...4096; MX 32 and NVFP4 16 are fixed), double_quant (NF4/FP4), granularity ("tensor",
     "row" = "channel", "group") with group_size, symmetric (INT8), scale (FP8: a given float32
     scale, scale=1.0 is a plain cast; NVFP4: the per-tensor scale), scale_rounding ("floor",
-    "rceil"; MX).  dtype="float16" / "bfloat16" reads a uint16 array as those bits.
+    "rceil"; MX). dtype ("float16" / "bfloat16", a numpy, ml_dtypes or torch dtype) reads a
+    uint16 array as those bits, or says what a byte buffer holds.
     An object with a ``__qsparse_quantize__(format, **options)`` method (e.g. a 2:4-compressed
     tensor) quantizes itself through it.
     """
@@ -318,6 +382,8 @@ def _plane(q: QTensor, name: str, arr: Optional[np.ndarray], dtypes: Sequence[np
         return None
     if arr is None:
         raise ValueError(f"{q.format} tensor of shape {q.shape} needs the {name} plane")
+    if not isinstance(arr, np.ndarray):  # a torch tensor, a buffer: the same bytes as numpy
+        arr = _arrays.as_array(arr)
     if isinstance(arr, np.ndarray) and not arr.dtype.isnative:  # big-endian file data: a copy
         arr = arr.astype(arr.dtype.newbyteorder("="))
     if not isinstance(arr, np.ndarray) or arr.dtype not in dtypes:
@@ -377,8 +443,10 @@ def _c_tensor(q: QTensor) -> Tuple[_capi.QuantParams, _capi.QTensorC, Tuple[Any,
     return p, qt, (data, sc, zp, nested)
 
 
-def dequantize(q: Any, dtype: str = "float32") -> np.ndarray:
-    """Decode a QTensor to a float32 (or dtype="float16" / "bfloat16") array of its shape."""
+def dequantize(q: Any, dtype: DTypeArg = "float32") -> np.ndarray:
+    """Decode a QTensor to a float32 (or dtype="float16" / "bfloat16", as a name, numpy,
+    ml_dtypes or torch dtype) array of its shape. A bfloat16 result needs ml_dtypes
+    (ImportError saying so otherwise)."""
     if not isinstance(q, QTensor):
         hook = getattr(q, "__qsparse_dequantize__", None)
         if hook is not None:
@@ -409,7 +477,7 @@ def codebook(name: str) -> np.ndarray:
     return out
 
 
-def convert(a: np.ndarray, dtype: str, *, src_dtype: Optional[str] = None) -> np.ndarray:
+def convert(a: Any, dtype: DTypeArg, *, src_dtype: DTypeArg = None) -> np.ndarray:
     """Convert a float32/float16/bfloat16 array to `dtype` with the library's rounding rules."""
     x, code, _ = _lib.as_float_array(a, src_dtype)
     dst = _lib.dtype_code(dtype)

@@ -10,13 +10,15 @@ Every number is computed by the C library; this module checks arguments, describ
 C, allocates the output and raises QsparseError on failure.
 """
 
+from __future__ import annotations
+
 import ctypes
 import math
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from . import _lib
-from . import _quant
+from . import _arrays, _lib, _quant
 
 from ._capi import (QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_BLAS, QS_WEIGHT_DENSE,
                     QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT, MatmulParams, WeightC)
@@ -26,24 +28,24 @@ _ACTIVATIONS = {"f32": QS_MATMUL_ACT_F32, "float32": QS_MATMUL_ACT_F32, "int8": 
 _I64 = ctypes.c_int64
 
 
-def _fn(name):
+def _fn(name: str) -> Any:
     """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
     return getattr(_lib.lib(), name)
 
 
-def blas():
+def blas() -> bool:
     """True when the library's GEMM path calls OpenBLAS sgemm (the build found it)."""
     return bool(_fn("qs_matmul_info")() & QS_MATMUL_BLAS)
 
 
-def matmul_info():
+def matmul_info() -> Dict[str, bool]:
     """Build facts of the matmul as a dict: {"blas": True when the GEMM path (16 or more rows of
     x) multiplies dequantized weight tiles with OpenBLAS sgemm, False when it uses the library's
     own dot products}. Exported as qsparse.matmul_info()."""
     return {"blas": blas()}
 
 
-def _weight_c(w):
+def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
     """(WeightC, (N, K), objects to keep alive) for any weight qs.matmul accepts."""
     from .sparse import Compressed24, SparseQTensor
 
@@ -57,7 +59,7 @@ def _weight_c(w):
         if len(w.q.shape) != 2 or len(shape) != 2 or w.q.shape != (shape[0], shape[1] // 2):
             raise ValueError(f"SparseQTensor of shape {shape} holds values of shape {w.q.shape}")
         p, qt, keep = _quant._c_tensor(w.q)
-        meta = np.ascontiguousarray(w.meta, dtype=np.uint16)
+        meta = np.ascontiguousarray(_arrays.as_array(w.meta), dtype=np.uint16)
         wc.kind = QS_WEIGHT_SP24_QUANT
         wc.meta, wc.meta_count = meta.ctypes.data, meta.size
         keep = keep + (meta,)
@@ -65,7 +67,7 @@ def _weight_c(w):
         shape = w.shape
         values, code, _ = _lib.as_float_array(w.values, w.dtype if w.values.dtype == np.uint16
                                               else None)
-        meta = np.ascontiguousarray(w.meta, dtype=np.uint16)
+        meta = np.ascontiguousarray(_arrays.as_array(w.meta), dtype=np.uint16)
         wc.kind, wc.dtype = QS_WEIGHT_SP24, code
         wc.data, wc.data_bytes = values.ctypes.data, values.nbytes
         wc.meta, wc.meta_count = meta.ctypes.data, meta.size
@@ -85,7 +87,8 @@ def _weight_c(w):
     return wc, (int(shape[0]), int(shape[1])), keep
 
 
-def matmul(x, w, bias=None, *, activations="f32", threshold=0.0):
+def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
+           threshold: float = 0.0) -> np.ndarray:
     """y = x . w^T (+ bias) as float32, x of shape (..., K) (float32, float16 or bfloat16),
     w of shape (N, K): a float32/float16/bfloat16 array, a QTensor of any format, a
     Compressed24 or a SparseQTensor (qs.compress / qs.quantize of one). Returns (..., N).
@@ -96,7 +99,7 @@ def matmul(x, w, bias=None, *, activations="f32", threshold=0.0):
     for the definition and the error bound."""
     if activations not in _ACTIVATIONS:
         raise ValueError(f"activations must be 'f32' or 'int8', got {activations!r}")
-    threshold = float(threshold)
+    threshold = _arrays.option_float("threshold", threshold)
     if not math.isfinite(threshold) or threshold < 0.0:
         raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
     if threshold > 0.0 and activations != "int8":
@@ -110,11 +113,13 @@ def matmul(x, w, bias=None, *, activations="f32", threshold=0.0):
     m = math.prod(xa.shape[:-1])
     b = None
     if bias is not None:
-        if not isinstance(bias, np.ndarray):
-            raise ValueError(f"bias must be a numpy array, got {type(bias).__name__}")
-        b = np.ascontiguousarray(bias, dtype=np.float32)
+        ba = _arrays.as_array(bias)
+        if ba.dtype.kind not in "fiu":
+            raise ValueError(f"bias must hold numbers, got dtype {ba.dtype}")
+        with np.errstate(over="ignore"):
+            b = np.ascontiguousarray(ba, dtype=np.float32)
         if b.shape != (n,):
-            raise ValueError(f"bias must have shape ({n},), got {bias.shape}")
+            raise ValueError(f"bias must have shape ({n},), got {ba.shape}")
     params = MatmulParams()
     params.activations = _ACTIVATIONS[activations]
     params.threshold = threshold
@@ -126,7 +131,8 @@ def matmul(x, w, bias=None, *, activations="f32", threshold=0.0):
     return y
 
 
-def int8_vectorwise_quant(x, threshold=0.0):
+def int8_vectorwise_quant(x: Any, threshold: float = 0.0
+                          ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """bitsandbytes' int8_vectorwise_quant(x, threshold) for a 2-D (M, K) x: returns (codes int8
     (M, K), row_stats float32 (M,), outlier_cols int64 ascending). Columns with any
     |x| >= threshold (threshold > 0) are outliers: their codes are 0 and the row absmax skips
@@ -134,7 +140,7 @@ def int8_vectorwise_quant(x, threshold=0.0):
     xa, code, _ = _lib.as_float_array(x)
     if xa.ndim != 2:
         raise ValueError(f"x must be 2-D (M, K), got shape {xa.shape}")
-    threshold = float(threshold)
+    threshold = _arrays.option_float("threshold", threshold)
     if not math.isfinite(threshold) or threshold < 0.0:
         raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
     m, k = xa.shape

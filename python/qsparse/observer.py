@@ -18,11 +18,11 @@ update.
 """
 
 import ctypes
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _capi, _lib
+from . import _arrays, _capi, _lib
 
 _c = ctypes
 
@@ -36,12 +36,12 @@ _HIST_NO_WIDTH = -(2 ** 31)
 _ObserverParams = _capi.ObserverParams
 
 
-def _fn(name):
+def _fn(name: str) -> Any:
     """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
     return getattr(_lib.lib(), name)
 
 
-def _check_call(status):
+def _check_call(status: int) -> None:
     _lib.check(status)
 
 
@@ -79,11 +79,13 @@ class Observer:
         p = _ObserverParams()
         _fn("qs_observer_params_init")(_c.byref(p), _METHODS.index(method) + 1)
         p.axis = -1 if axis is None else 1
-        p.num_bins = int(num_bins)
-        p.start_bin = int(start_bin) if start_bin is not None else min(128, int(num_bins) // 2)
-        p.num_levels = int(num_levels) if num_levels is not None else min(128, p.start_bin)
-        p.percentile = float(percentile)
-        p.averaging_constant = float(averaging_constant)
+        p.num_bins = _arrays.option_int("num_bins", num_bins)
+        p.start_bin = _arrays.option_int("start_bin", start_bin) if start_bin is not None \
+            else min(128, p.num_bins // 2)
+        p.num_levels = _arrays.option_int("num_levels", num_levels) if num_levels is not None \
+            else min(128, p.start_bin)
+        p.percentile = _arrays.option_float("percentile", percentile)
+        p.averaging_constant = _arrays.option_float("averaging_constant", averaging_constant)
         if p.averaging_constant == 0.0 and float(averaging_constant) != 0.0:
             raise ValueError(f"averaging_constant {averaging_constant!r} is outside float32's "
                              f"range (it would become 0.0)")
@@ -93,7 +95,7 @@ class Observer:
         self._handle = handle
         self._axis_arg = None if axis is None else int(axis)
 
-    def __del__(self):
+    def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
         if handle is not None and handle.value:
             try:
@@ -104,7 +106,7 @@ class Observer:
 
     # ---- properties ---------------------------------------------------------------------------
 
-    def _params(self):
+    def _params(self) -> Any:
         p = _ObserverParams()
         _check_call(_fn("qs_observer_get_params")(self._handle, _c.byref(p)))
         return p
@@ -124,7 +126,7 @@ class Observer:
         _check_call(_fn("qs_observer_channels")(self._handle, _c.byref(n)))
         return n.value
 
-    def _counts(self):
+    def _counts(self) -> Tuple[int, int, int]:
         f, a, b = _c.c_uint64(), _c.c_uint64(), _c.c_uint64()
         if self.channels == 0:
             return 0, 0, 0
@@ -147,7 +149,7 @@ class Observer:
 
     # ---- collecting ---------------------------------------------------------------------------
 
-    def _as_2d(self, x):
+    def _as_2d(self, x: Any) -> Tuple[np.ndarray, int, Callable[[np.ndarray], np.ndarray]]:
         """(2-D C-contiguous view for the C observer, dtype code, undo) where undo maps a
         result of the 2-D shape back to x's shape and axis order."""
         arr, code, _ = _lib.as_float_array(x)
@@ -208,7 +210,8 @@ class Observer:
         nb = self._params().num_bins
         counts = np.zeros(nb, np.uint64)
         k = _c.c_int32()
-        _check_call(_fn("qs_observer_histogram")(self._handle, int(channel),
+        _check_call(_fn("qs_observer_histogram")(self._handle,
+                                                 _arrays.option_int("channel", channel),
                                                  counts.ctypes.data_as(_c.POINTER(_c.c_uint64)),
                                                  nb, _c.byref(k)))
         return counts, (None if k.value == _HIST_NO_WIDTH else k.value)
@@ -279,7 +282,7 @@ class Observer:
                                                    _c.byref(handle)))
         return cls(_handle=handle)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes]]:
         return (Observer.from_bytes, (self.to_bytes(),))
 
     def __repr__(self) -> str:

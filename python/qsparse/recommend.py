@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _lib
+from . import _arrays, _lib
 from ._capi import (QS_RECOMMEND_MAX_CANDIDATES, QS_RECOMMEND_SIZE, QS_RECOMMEND_SPEED,
                     Candidate, RecommendParams)
 
@@ -28,12 +28,16 @@ _OBJECTIVES = {"speed": QS_RECOMMEND_SPEED, "size": QS_RECOMMEND_SIZE}
 
 
 def _f32_2d(name: str, a: Any) -> np.ndarray:
-    arr = np.asarray(a)
+    """a as a C-contiguous float32 (rows, K) array: any input qs.quantize takes (float16 and
+    bfloat16 widened by the library, float64 rounded)."""
+    arr, code, dtype = _lib.as_float_array(a)
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
         raise ValueError(f"{name} must be a non-empty 2-D array, got shape {arr.shape}")
-    if arr.dtype.kind != "f":
-        raise ValueError(f"{name} must hold floats, got {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    if code != _lib.QS_DTYPE_F32:
+        from ._quant import convert
+
+        arr = convert(arr, "float32", src_dtype=dtype)
+    return arr
 
 
 def recommend(w: Any, x: Optional[Any] = None, *, max_error: float = 0.1,
@@ -52,10 +56,10 @@ def recommend(w: Any, x: Optional[Any] = None, *, max_error: float = 0.1,
     p = RecommendParams()
     lib.qs_recommend_params_init(ctypes.byref(p))
     p.objective = _OBJECTIVES[objective]
-    p.max_error = float(max_error)
+    p.max_error = _arrays.option_float("max_error", max_error)
     p.sparse24 = 1 if sparse24 else 0
-    p.gemm_rows = int(gemm_rows)
-    p.probe_seconds = float(probe_seconds)
+    p.gemm_rows = _arrays.option_int("gemm_rows", gemm_rows)
+    p.probe_seconds = _arrays.option_float("probe_seconds", probe_seconds)
     out = (Candidate * QS_RECOMMEND_MAX_CANDIDATES)()
     count = ctypes.c_int64(0)
     status = lib.qs_recommend(_lib.ctx(), ctypes.byref(p), _lib.ptr(wf), wf.shape[0],

@@ -19,7 +19,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _lib
+from . import _arrays, _lib
+from ._arrays import DTypeArg
 
 QS_PRUNE_MAGNITUDE, QS_PRUNE_WANDA, QS_PRUNE_SCORE = 0, 1, 2
 QS_TILE_BEST, QS_TILE_GREEDY = 0, 1
@@ -29,20 +30,20 @@ _c = ctypes
 _I64 = _c.c_int64
 
 
-def _fn(name):
+def _fn(name: str) -> Any:
     """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
     return getattr(_lib.lib(), name)
 
 
-def _call(name, *args):
+def _call(name: str, *args: Any) -> None:
     _lib.check(_fn(name)(_lib.ctx(), *args))
 
 
-def _null_or(a):
+def _null_or(a: Optional[np.ndarray]) -> Optional[ctypes.c_void_p]:
     return None if a is None else _lib.ptr(a)
 
 
-def _parse_pattern(pattern):
+def _parse_pattern(pattern: Any) -> Tuple[int, int]:
     """'2:4' -> (2, 4)."""
     if isinstance(pattern, tuple) and len(pattern) == 2:
         n, m = pattern
@@ -56,7 +57,7 @@ def _parse_pattern(pattern):
     return int(n), int(m)
 
 
-def _weight(w, dtype=None):
+def _weight(w: Any, dtype: Any = None) -> Tuple[np.ndarray, int, str, int, int]:
     """(C-contiguous array, dtype code, dtype name, rows, cols) with rows = all leading axes."""
     x, code, name = _lib.as_float_array(w, dtype)
     if x.ndim == 0:
@@ -66,13 +67,13 @@ def _weight(w, dtype=None):
     return x, code, name, rows, cols
 
 
-def _native(a):
+def _native(a: np.ndarray) -> np.ndarray:
     """a in native byte order (a copy when it was not, e.g. big-endian data read from a file)."""
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-def _norms(act_norm, cols):
-    src = np.asarray(act_norm)
+def _norms(act_norm: Any, cols: int) -> np.ndarray:
+    src = _arrays.as_array(act_norm)
     with np.errstate(over="ignore", under="ignore"):
         a = np.ascontiguousarray(src, dtype=np.float32).reshape(-1)
     if src.dtype != np.float32 and src.dtype.kind == "f" and a.size:
@@ -89,7 +90,7 @@ def _norms(act_norm, cols):
 
 
 def prune(w: Any, pattern: str = "2:4", method: str = "magnitude", act_norm: Any = None, *,
-          dtype: Optional[str] = None, axis: int = -1) -> np.ndarray:
+          dtype: DTypeArg = None, axis: int = -1) -> np.ndarray:
     """Return the N:M mask of `w` (a bool array of w's shape) along `axis` (the reduction axis:
     the last one for a PyTorch Linear weight [out, in]; axis=0 for weights stored [in, out];
     axis=1 for a Conv weight (K, C, R, S), so groups run along input channels as NVIDIA ASP does).
@@ -101,9 +102,13 @@ def prune(w: Any, pattern: str = "2:4", method: str = "magnitude", act_norm: Any
     lower index; NaN ranks above +Inf (docs/sparsity.md §2.2).
     """
     n, m = _parse_pattern(pattern)
-    if isinstance(w, np.ndarray) and w.ndim > 1 and axis not in (-1, w.ndim - 1):
-        moved = np.ascontiguousarray(np.moveaxis(w, axis, -1))
-        return np.moveaxis(prune(moved, pattern, method, act_norm, dtype=dtype), -1, axis)
+    if axis != -1:
+        arr, _, name = _lib.as_float_array(w, dtype)
+        if arr.ndim > 1 and axis not in (-1, arr.ndim - 1):
+            if not -arr.ndim <= axis < arr.ndim:
+                raise ValueError(f"axis {axis} out of range for a {arr.ndim}-D weight")
+            moved = np.ascontiguousarray(np.moveaxis(arr, axis, -1))
+            return np.moveaxis(prune(moved, pattern, method, act_norm, dtype=name), -1, axis)
     x, code, _, rows, cols = _weight(w, dtype)
     mask = np.empty(x.shape, np.uint8)
     norms = None
@@ -130,13 +135,14 @@ def prune(w: Any, pattern: str = "2:4", method: str = "magnitude", act_norm: Any
 
 
 def check(x: Any, pattern: str = "2:4", *, tile: bool = False,
-          dtype: Optional[str] = None) -> Tuple[bool, int]:
+          dtype: DTypeArg = None) -> Tuple[bool, int]:
     """(ok, first_bad): whether a tensor (non-zero = kept) or a bool mask is N:M along its last
     axis (and transposable with tile=True); first_bad is the flat index of the first offending
     group's first element (or tile column's top element), -1 when ok."""
     n, m = _parse_pattern(pattern)
-    if isinstance(x, np.ndarray) and x.dtype in (np.bool_, np.uint8):
-        a = np.ascontiguousarray(x).view(np.uint8)
+    arr, bits = _arrays.read(x, None if dtype is None else _arrays.dtype_name(dtype))
+    if not bits and dtype is None and arr.dtype in (np.bool_, np.uint8):
+        a = np.ascontiguousarray(arr).view(np.uint8)
         if a.ndim == 0:
             raise ValueError("a mask needs at least one axis")
         # rows from the shape, not size / cols: a (rows, 0) mask has size 0
@@ -195,12 +201,12 @@ class Compressed24:
         bits per group of 4, else QsparseError)."""
         shape = tuple(int(s) for s in shape)
         rows, cols = _rows(shape), shape[-1]
-        bm = np.ascontiguousarray(bitmask, dtype=np.uint8)
+        bm = np.ascontiguousarray(_arrays.as_array(bitmask), dtype=np.uint8)
         meta = np.empty((rows, (cols + 15) // 16), np.uint16)
         _call("qs_sp24_meta_from_bitmask", _lib.ptr(bm), bm.nbytes, rows, cols, _lib.ptr(meta),
               meta.size)
-        _, _, name = _lib.as_float_array(values)
-        return cls(values, meta, shape, name)
+        vals, _, name = _lib.as_float_array(values)
+        return cls(vals, meta, shape, name)
 
     def __qsparse_quantize__(self, format: str, **options: Any) -> "SparseQTensor":
         return quantize_sparse(self, format, **options)
@@ -226,18 +232,18 @@ class SparseQTensor:
     def __repr__(self) -> str:
         return f"SparseQTensor(format={self.format!r}, shape={self.shape})"
 
-    def __qsparse_dequantize__(self, dtype: str = "float32") -> np.ndarray:
+    def __qsparse_dequantize__(self, dtype: DTypeArg = "float32") -> np.ndarray:
         from ._quant import dequantize
 
         values = dequantize(self.q, dtype=dtype)
         return decompress(Compressed24(values, self.meta, self.shape, dtype))
 
 
-def _rows(shape):
+def _rows(shape: Sequence[int]) -> int:
     return int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
 
 
-def compress(w: Any, mask: Any = None, *, dtype: Optional[str] = None) -> Compressed24:
+def compress(w: Any, mask: Any = None, *, dtype: DTypeArg = None) -> Compressed24:
     """Compress a 2:4 tensor: with `mask` (bool, w's shape) the kept positions are its True
     entries, otherwise the non-zero values of w (NaN counts as non-zero). A group keeping more
     than two raises QsparseError; groups keeping fewer are completed with +0 (§3.4)."""
@@ -246,11 +252,11 @@ def compress(w: Any, mask: Any = None, *, dtype: Optional[str] = None) -> Compre
     _lib.check(_fn("qs_sp24_size")(code, rows, cols, _c.byref(vb), _c.byref(mc)))
     m = None
     if mask is not None:
-        mk = np.asarray(mask)
+        mk = _arrays.as_array(mask)
         m = np.ascontiguousarray(mk if mk.dtype == np.bool_ else mk != 0).view(np.uint8)
         if m.shape != x.shape:
             raise ValueError(f"mask shape {m.shape} differs from the weight's {x.shape}")
-    values = _lib.empty_of(name, x.shape[:-1] + (cols // 2,))
+    values = _lib.empty_of(name, x.shape[:-1] + (cols // 2,), bits_ok=x.dtype == np.uint16)
     meta = np.empty((rows, (cols + 15) // 16), np.uint16)
     _call("qs_sp24_compress", _lib.ptr(x), code, rows, cols, _null_or(m), _lib.ptr(values),
           values.nbytes, _lib.ptr(meta), meta.size)
@@ -258,14 +264,14 @@ def compress(w: Any, mask: Any = None, *, dtype: Optional[str] = None) -> Compre
 
 
 def prune_compress(w: Any, act_norm: Any = None, *,
-                   dtype: Optional[str] = None) -> Tuple[Compressed24, np.ndarray]:
+                   dtype: DTypeArg = None) -> Tuple[Compressed24, np.ndarray]:
     """Magnitude (or, with act_norm, Wanda) 2:4 pruning and compression in one pass:
     (Compressed24, bool mask)."""
     x, code, name, rows, cols = _weight(w, dtype)
     vb, mc = _I64(), _I64()
     _lib.check(_fn("qs_sp24_size")(code, rows, cols, _c.byref(vb), _c.byref(mc)))
     norms = None if act_norm is None else _norms(act_norm, cols)
-    values = _lib.empty_of(name, x.shape[:-1] + (cols // 2,))
+    values = _lib.empty_of(name, x.shape[:-1] + (cols // 2,), bits_ok=x.dtype == np.uint16)
     meta = np.empty((rows, (cols + 15) // 16), np.uint16)
     mask = np.empty(x.shape, np.uint8)
     _call("qs_sp24_prune_compress", _lib.ptr(x), code, rows, cols, _null_or(norms),
@@ -273,13 +279,13 @@ def prune_compress(w: Any, act_norm: Any = None, *,
     return Compressed24(values, meta, x.shape, name), mask.view(np.bool_)
 
 
-def decompress(s: Any, dtype: Optional[str] = None) -> np.ndarray:
+def decompress(s: Any, dtype: DTypeArg = None) -> np.ndarray:
     """The dense array of a Compressed24 (pruned positions +0.0), or of a SparseQTensor."""
     if isinstance(s, SparseQTensor):
-        return s.__qsparse_dequantize__(dtype or "float32")
+        return s.__qsparse_dequantize__("float32" if dtype is None else dtype)
     if not isinstance(s, Compressed24):
         raise ValueError(f"expected a Compressed24, got {type(s).__name__}")
-    vals, code, name = _lib.as_float_array(s.values, dtype or s.dtype)
+    vals, code, name = _lib.as_float_array(s.values, s.dtype if dtype is None else dtype)
     shape = tuple(s.shape)
     if not shape:
         raise ValueError("a compressed tensor has at least one axis")
@@ -287,11 +293,11 @@ def decompress(s: Any, dtype: Optional[str] = None) -> np.ndarray:
     if vals.size * 2 != rows * cols:
         raise ValueError(f"values hold {vals.size} elements, shape {shape} needs "
                          f"{rows * cols // 2}")
-    meta = _native(np.asarray(s.meta))
+    meta = _native(_arrays.as_array(s.meta))
     if meta.dtype != np.uint16:
         raise ValueError(f"meta must be uint16, got {meta.dtype}")
     meta = np.ascontiguousarray(meta)
-    out = _lib.empty_of(name, shape)
+    out = _lib.empty_of(name, shape, bits_ok=vals.dtype == np.uint16)
     if vals.dtype == np.uint16 and out.dtype != np.uint16:
         out = out.view(np.uint16)
     _call("qs_sp24_decompress", _lib.ptr(vals), code, _lib.ptr(meta), meta.size, rows, cols,
@@ -317,10 +323,11 @@ def quantize_sparse(obj: Compressed24, fmt: str, **kw: Any) -> SparseQTensor:
 def meta_to_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.ndarray:
     """Plain meta (rows x K/16 uint16) -> the CUTLASS / PyTorch interleaved order; int32 words
     for word_bits=32 (PyTorch's int8 layout), else uint16."""
-    meta = np.ascontiguousarray(meta, dtype=np.uint16)
+    meta = np.ascontiguousarray(_arrays.as_array(meta), dtype=np.uint16)
     rows, cols = _rows(shape), shape[-1]
     out = np.empty(meta.shape, np.uint16)
-    _call("qs_sp24_meta_to_cutlass", _lib.ptr(meta), rows, cols, int(word_bits), _lib.ptr(out),
+    _call("qs_sp24_meta_to_cutlass", _lib.ptr(meta), rows, cols,
+          _arrays.option_int("word_bits", word_bits), _lib.ptr(out),
           out.size)
     return out.view(np.int32) if word_bits == 32 else out
 
@@ -328,10 +335,12 @@ def meta_to_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.
 def meta_from_cutlass(meta: Any, shape: Sequence[int], word_bits: int = 16) -> np.ndarray:
     """The inverse of meta_to_cutlass: plain uint16 meta (rows x K/16)."""
     # native order first: a view of big-endian words would swap every half
-    src = np.ascontiguousarray(_native(np.asarray(meta))).view(np.uint16).reshape(_rows(shape), -1)
+    src = np.ascontiguousarray(_native(_arrays.as_array(meta)))
+    src = src.view(np.uint16).reshape(_rows(shape), -1)
     rows, cols = _rows(shape), shape[-1]
     out = np.empty((rows, cols // 16), np.uint16)
-    _call("qs_sp24_meta_from_cutlass", _lib.ptr(src), rows, cols, int(word_bits), _lib.ptr(out),
+    _call("qs_sp24_meta_from_cutlass", _lib.ptr(src), rows, cols,
+          _arrays.option_int("word_bits", word_bits), _lib.ptr(out),
           out.size)
     return out
 
@@ -345,7 +354,8 @@ def srste(w: Any, grad: Any, pattern: str = "2:4",
     g, gcode, _, _, _ = _weight(grad)
     if code != _lib.QS_DTYPE_F32 or gcode != _lib.QS_DTYPE_F32 or g.shape != x.shape:
         raise ValueError("srste needs float32 weights and gradients of the same shape")
-    if math.isfinite(float(lam)) and math.isinf(_c.c_float(float(lam)).value):
+    lam = _arrays.option_float("lam", lam)
+    if math.isfinite(lam) and math.isinf(_c.c_float(lam).value):
         raise ValueError(f"lam {lam!r} is outside float32's range (it would become inf)")
     wm, go, mask = np.empty_like(x), np.empty_like(g), np.empty(x.shape, np.uint8)
     _call("qs_nm_srste", _lib.ptr(x), _lib.ptr(g), rows, cols, n, m, float(lam), _lib.ptr(wm),
@@ -353,10 +363,10 @@ def srste(w: Any, grad: Any, pattern: str = "2:4",
     return wm, go, mask.view(np.bool_)
 
 
-def apply_mask(x: Any, mask: Any, *, dtype: Optional[str] = None) -> np.ndarray:
+def apply_mask(x: Any, mask: Any, *, dtype: DTypeArg = None) -> np.ndarray:
     """x * mask with pruned positions +0 (kept elements copied bit for bit)."""
     a, code, name, _, _ = _weight(x, dtype)
-    m = np.ascontiguousarray(np.asarray(mask, dtype=np.bool_)).view(np.uint8)
+    m = np.ascontiguousarray(_arrays.as_array(mask), dtype=np.bool_).view(np.uint8)
     if m.shape != a.shape:
         raise ValueError(f"mask shape {m.shape} differs from {a.shape}")
     out = np.empty_like(a)
@@ -366,8 +376,8 @@ def apply_mask(x: Any, mask: Any, *, dtype: Optional[str] = None) -> np.ndarray:
 
 def mask_flips(a: Any, b: Any) -> int:
     """Number of positions where two masks disagree (SR-STE mask stability)."""
-    x = np.ascontiguousarray(np.asarray(a, dtype=np.bool_)).view(np.uint8)
-    y = np.ascontiguousarray(np.asarray(b, dtype=np.bool_)).view(np.uint8)
+    x = np.ascontiguousarray(_arrays.as_array(a), dtype=np.bool_).view(np.uint8)
+    y = np.ascontiguousarray(_arrays.as_array(b), dtype=np.bool_).view(np.uint8)
     if x.shape != y.shape:
         raise ValueError("masks of different shapes")
     out = _I64()
@@ -375,7 +385,7 @@ def mask_flips(a: Any, b: Any) -> int:
     return int(out.value)
 
 
-def activation_norms(*xs: Any, dtype: Optional[str] = None) -> np.ndarray:
+def activation_norms(*xs: Any, dtype: DTypeArg = None) -> np.ndarray:
     """Wanda's act_norm from calibration activations: ||X_j||_2 per input feature j over every
     token of the given (tokens, features) arrays (leading axes are tokens), accumulated in double
     by the library (qs_act_sumsq_update, then qs_act_norms: a double sqrt, one rounding)."""
@@ -406,8 +416,11 @@ def permute(w: Any, act_norm: Any = None, *, max_sweeps: int = 0, escapes: int =
     norms = None if act_norm is None else _norms(act_norm, cols)
     perm = np.empty(cols, np.int32)
     before, after = _c.c_double(), _c.c_double()
-    _call("qs_sp24_permute_search", _lib.ptr(x), rows, cols, _null_or(norms), int(max_sweeps),
-          int(escapes), int(seed) & 0xFFFFFFFFFFFFFFFF, _lib.ptr(perm), perm.size,
+    _call("qs_sp24_permute_search", _lib.ptr(x), rows, cols, _null_or(norms),
+          _arrays.option_int("max_sweeps", max_sweeps),
+          _arrays.option_int("escapes", escapes),
+          _arrays.option_int("seed", seed, -2**63, 2**64 - 1) & 0xFFFFFFFFFFFFFFFF,
+          _lib.ptr(perm), perm.size,
           _c.byref(before), _c.byref(after))
     return perm, before.value, after.value
 

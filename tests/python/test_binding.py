@@ -422,7 +422,7 @@ def test_value_errors_before_the_c_call():
         qs.quantize(x, "nf5")
     with pytest.raises(ValueError, match="format must be a string"):
         qs.quantize(x, 4)
-    for bad in (x.astype(np.float64), x.astype(np.int32), np.zeros(4, bool)):
+    for bad in (x.astype(np.int32), np.zeros(4, bool), x.astype(np.complex64)):
         with pytest.raises(ValueError, match="unsupported dtype"):
             qs.quantize(bad, "nf4")
     with pytest.raises(ValueError, match="needs dtype"):
@@ -431,7 +431,7 @@ def test_value_errors_before_the_c_call():
         qs.quantize(x, "nf4", dtype="bfloat16")
     with pytest.raises(ValueError, match="unknown dtype"):
         qs.quantize(x, "nf4", dtype="float8")
-    with pytest.raises(ValueError, match="numpy array"):
+    with pytest.raises(ValueError, match="expected an array"):
         qs.quantize([1.0, 2.0], "nf4")
     for kw in ({"double_quant": True}, {"granularity": "row"}, {"blocksize": 64},
                {"symmetric": False}, {"scale": 1.0}, {"scale_rounding": "floor"}):

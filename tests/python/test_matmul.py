@@ -161,7 +161,9 @@ def test_errors():
     with pytest.raises(ValueError):
         qs.matmul(x, q, np.zeros(7, np.float32))      # bias of the wrong length
     with pytest.raises(ValueError):
-        qs.matmul(x.astype(np.float64), q)
+        qs.matmul(x.astype(np.int32), q)
+    with pytest.raises(ValueError):                    # float64 beyond float32's range
+        qs.matmul(np.full_like(x, 1e300, dtype=np.float64), q)
     with pytest.raises(ValueError):
         qs.int8_vectorwise_quant(x, threshold=-1.0)
     # a QTensor whose planes were cut short: the library refuses it
