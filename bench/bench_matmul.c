@@ -1,15 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * qs_matmul against OpenBLAS on the dense float32 weights, same shapes, same run, one thread
- * (OpenBLAS is told so too): GEMV (M = 1) for NF4 with f32 and int8 activations, INT8 row
- * W8A8, 2:4 + NF4, against cblas_sgemv; NF4 GEMM at M = 512 against cblas_sgemm. The weights of
- * each case cycle over enough matrices that the working set exceeds the last-level cache, so
- * every call streams its weight from memory; the read bandwidth of one pass over the f32
- * matrices is measured in the same run. Prints time per call, the ratio to OpenBLAS (> 1: we are
- * faster), GB/s of weight bytes and OPENBLAS_CORETYPE.
+ * qs_matmul against OpenBLAS on the dense float32 weights, same shapes, same run, 1 and 2
+ * threads (OpenBLAS is told the same count): every GEMV path (M = 1: each quantized format and
+ * option, f16/bf16 weights, int8 activations, 2:4) against cblas_sgemv, a small-M GEMV against
+ * cblas_sgemm, and the GEMM path at M = 512 against cblas_sgemm. Each weight set cycles over
+ * enough copies that its working set exceeds the last-level cache (WORKING_SET bytes), so every
+ * call streams its weight from memory; the read bandwidth of a pass over f32 matrices is measured
+ * in the same run with as many threads. Columns: time per call (the minimum of REPS passes over
+ * the copies: the machine may be shared), GFLOP/s (2 M N K), GB/s of weight bytes (every plane),
+ * that rate as a fraction of the read bandwidth, and OpenBLAS's time over ours (> 1: faster),
+ * by wall time and by process CPU time (the second is steadier on a shared machine).
  *
- * Usage: bench_matmul [N=K] [copies]   (default 4096 and 8)
+ * The table of cases is `cases` below: one line per row (a weight, M, the activations).
+ *
+ * Usage: bench_matmul [N=K] [max threads]   (default 4096 and 2)
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +26,65 @@
 #ifdef QS_HAVE_BLAS
 #include <cblas.h>
 
-#define REPS 9
+#define REPS 5
+#define WORKING_SET (192ll << 20) /* bytes per weight set: several times any LLC here */
+#define GEMM_M 512
+
+/* A weight: quantized (`format` >= 0, with options), 2:4 + quantized (sparse), or dense f16/bf16
+ * (format < 0, dtype). */
+typedef struct {
+    int32_t format, dtype, sparse;
+    int32_t gran, sym, dq, block;
+} wkind;
 
 typedef struct {
     const char *name;
+    wkind w;
+    int64_t M;
+    int32_t act; /* QS_MATMUL_ACT_* */
+} bcase;
+
+/* The rows of the table. Add a row here; nothing else needs to change. */
+static const bcase cases[] = {
+    {"NF4", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_F32},
+    {"NF4 double quant", {QS_FORMAT_NF4, 0, 0, 0, 1, 1, 64}, 1, QS_MATMUL_ACT_F32},
+    {"FP4", {QS_FORMAT_FP4, 0, 0, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_F32},
+    {"INT8 row", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"INT8 group 128 asym", {QS_FORMAT_INT8, 0, 0, QS_GRAN_GROUP, 0, 0, 128}, 1,
+     QS_MATMUL_ACT_F32},
+    {"LLM.int8", {QS_FORMAT_LLM_INT8, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"FP8 E4M3", {QS_FORMAT_FP8_E4M3, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"FP8 E5M2", {QS_FORMAT_FP8_E5M2, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"MXFP4", {QS_FORMAT_MXFP4, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"MXFP8", {QS_FORMAT_MXFP8, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"NVFP4", {QS_FORMAT_NVFP4, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"f16 weights", {-1, QS_DTYPE_F16, 0, 0, 0, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"bf16 weights", {-1, QS_DTYPE_BF16, 0, 0, 0, 0, 0}, 1, QS_MATMUL_ACT_F32},
+    {"NF4, int8 activations", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_INT8},
+    {"INT8 row W8A8", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 1, QS_MATMUL_ACT_INT8},
+    {"2:4 + NF4", {QS_FORMAT_NF4, 0, 1, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_F32},
+    {"NF4 M=4", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 4, QS_MATMUL_ACT_F32},
+    {"NF4 M=8", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 8, QS_MATMUL_ACT_F32},
+    {"NF4 GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+typedef struct {
     qs_quant_params p;
     qs_qtensor q;
     qs_weight w;
-    uint16_t *meta;
+    void *planes[QS_PLANE_COUNT + 2]; /* owned buffers */
     int64_t bytes;
 } wcopy;
+
+/* Process CPU seconds (all threads): on a shared machine, wall time includes the time other
+ * processes ran; CPU time per thread count does not, so the table reports both ratios. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void *xmalloc(size_t n)
 {
@@ -41,77 +96,136 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-static void make_quant(qs_ctx *ctx, const float *w, int64_t N, int64_t K, int32_t fmt, int sparse,
-                       wcopy *c)
+static void *dup(const void *p, size_t n)
 {
+    return p ? memcpy(xmalloc(n), p, n) : NULL;
+}
+
+static void must(qs_status s, qs_ctx *ctx, const char *what)
+{
+    if (s != QS_OK) {
+        fprintf(stderr, "%s: %s\n", what, qs_ctx_last_error(ctx));
+        exit(1);
+    }
+}
+
+/* The first copy of a weight from the f32 matrix w. */
+static void make_weight(qs_ctx *ctx, const float *w, int64_t N, int64_t K, const wkind *k, wcopy *c)
+{
+    memset(c, 0, sizeof *c);
+    if (k->format < 0) {
+        int64_t b = N * K * 2;
+        c->planes[0] = xmalloc((size_t)b);
+        must(qs_convert(ctx, w, QS_DTYPE_F32, c->planes[0], k->dtype, N * K, b), ctx, "convert");
+        c->w.kind = QS_WEIGHT_DENSE;
+        c->w.dtype = k->dtype;
+        c->w.data = c->planes[0];
+        c->w.data_bytes = b;
+        c->bytes = b;
+        return;
+    }
     void **ptr[QS_PLANE_COUNT] = {&c->q.data, &c->q.scale, &c->q.zero_point, &c->q.nested_scale};
     int64_t *cap[QS_PLANE_COUNT] = {&c->q.data_bytes, &c->q.scale_bytes, &c->q.zero_point_bytes,
                                     &c->q.nested_scale_bytes};
-    int64_t cols = sparse ? K / 2 : K, mc = N * ((K + 15) / 16);
-
-    memset(c, 0, sizeof *c);
-    qs_quant_params_init(&c->p, fmt);
+    int64_t cols = k->sparse ? K / 2 : K, mc = N * ((K + 15) / 16);
+    qs_quant_params_init(&c->p, k->format);
+    if (k->format == QS_FORMAT_NF4 || k->format == QS_FORMAT_FP4) {
+        c->p.block_size = k->block;
+        c->p.double_quant = k->dq;
+    }
+    if (k->format == QS_FORMAT_INT8) {
+        c->p.granularity = k->gran;
+        c->p.symmetric = k->sym;
+        if (k->gran == QS_GRAN_GROUP)
+            c->p.block_size = k->block;
+    }
     for (int i = 0; i < QS_PLANE_COUNT; i++) {
         int64_t b = 0;
         qs_quant_size(&c->p, N, cols, i, &b);
-        *ptr[i] = b > 0 ? xmalloc((size_t)b) : NULL;
+        *ptr[i] = c->planes[i] = b > 0 ? xmalloc((size_t)b) : NULL;
         *cap[i] = b;
         c->bytes += b;
     }
     c->w.quant = &c->p;
     c->w.q = &c->q;
-    if (!sparse) {
+    if (!k->sparse) {
         c->w.kind = QS_WEIGHT_QUANT;
-        if (qs_quantize(ctx, &c->p, w, QS_DTYPE_F32, N, K, &c->q) != QS_OK)
-            exit(1);
+        must(qs_quantize(ctx, &c->p, w, QS_DTYPE_F32, N, K, &c->q), ctx, "quantize");
         return;
     }
-    c->meta = xmalloc((size_t)mc * 2);
-    c->bytes += mc * 2;
-    {
-        int64_t vb = 0;
-        float *vals, *pruned = xmalloc((size_t)(N * K) * 4);
-        qs_sp24_size(QS_DTYPE_F32, N, K, &vb, NULL);
-        vals = xmalloc((size_t)vb);
-        if (qs_sp24_prune_compress(ctx, w, QS_DTYPE_F32, N, K, NULL, vals, vb, c->meta, mc, NULL,
-                                   0) != QS_OK ||
-            qs_sp24_decompress(ctx, vals, QS_DTYPE_F32, c->meta, mc, N, K, pruned, N * K * 4) !=
-                QS_OK ||
-            qs_sp24_quantize(ctx, &c->p, pruned, QS_DTYPE_F32, N, K, NULL, &c->q, c->meta, mc) !=
-                QS_OK)
-            exit(1);
-        free(vals);
-        free(pruned);
-    }
+    int64_t vb = 0;
+    uint16_t *meta = xmalloc((size_t)mc * 2);
+    float *pruned = xmalloc((size_t)(N * K) * 4), *vals;
+    qs_sp24_size(QS_DTYPE_F32, N, K, &vb, NULL);
+    vals = xmalloc((size_t)vb);
+    must(qs_sp24_prune_compress(ctx, w, QS_DTYPE_F32, N, K, NULL, vals, vb, meta, mc, NULL, 0),
+         ctx, "prune");
+    must(qs_sp24_decompress(ctx, vals, QS_DTYPE_F32, meta, mc, N, K, pruned, N * K * 4), ctx,
+         "decompress");
+    must(qs_sp24_quantize(ctx, &c->p, pruned, QS_DTYPE_F32, N, K, NULL, &c->q, meta, mc), ctx,
+         "sp24 quantize");
+    free(vals);
+    free(pruned);
+    c->planes[QS_PLANE_COUNT] = meta;
     c->w.kind = QS_WEIGHT_SP24_QUANT;
-    c->w.meta = c->meta;
+    c->w.meta = meta;
     c->w.meta_count = mc;
+    c->bytes += mc * 2;
 }
 
-/* Median seconds per call of qs_matmul over the copies, cycling. */
-static double time_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M, int64_t K,
-                      const wcopy *c, int copies, int64_t N, float *y)
+/* Copy i > 0: the planes duplicated (so each copy is its own memory). */
+static void copy_weight(const wcopy *a, wcopy *c, int64_t N, int64_t K)
 {
-    double t[REPS];
-    for (int r = 0; r < REPS; r++) {
-        double t0 = now();
-        for (int i = 0; i < copies; i++)
-            if (qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y, M * N * 4) !=
-                QS_OK) {
-                fprintf(stderr, "qs_matmul: %s\n", qs_ctx_last_error(ctx));
-                exit(1);
-            }
-        t[r] = (now() - t0) / copies;
+    *c = *a;
+    if (a->w.kind == QS_WEIGHT_DENSE) {
+        c->planes[0] = dup(a->planes[0], (size_t)(N * K * 2));
+        c->w.data = c->planes[0];
+        return;
     }
-    return median(t, REPS);
+    void **ptr[QS_PLANE_COUNT] = {&c->q.data, &c->q.scale, &c->q.zero_point, &c->q.nested_scale};
+    const int64_t cap[QS_PLANE_COUNT] = {a->q.data_bytes, a->q.scale_bytes, a->q.zero_point_bytes,
+                                         a->q.nested_scale_bytes};
+    for (int i = 0; i < QS_PLANE_COUNT; i++)
+        *ptr[i] = c->planes[i] = dup(a->planes[i], (size_t)cap[i]);
+    c->w.quant = &c->p;
+    c->w.q = &c->q;
+    if (a->w.kind == QS_WEIGHT_SP24_QUANT) {
+        c->planes[QS_PLANE_COUNT] = dup(a->planes[QS_PLANE_COUNT], (size_t)a->w.meta_count * 2);
+        c->w.meta = c->planes[QS_PLANE_COUNT];
+    }
+}
+
+static void free_weight(wcopy *c)
+{
+    for (int i = 0; i < QS_PLANE_COUNT + 2; i++)
+        free(c->planes[i]);
+}
+
+/* Seconds per call: the minimum over REPS passes over the copies. */
+static double time_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M,
+                      int64_t K, const wcopy *c, int copies, int64_t N, float *y, double *cpu)
+{
+    double best = 1e30;
+    *cpu = 1e30;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = now(), c0 = cpu_now();
+        for (int i = 0; i < copies; i++)
+            must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y, M * N * 4), ctx,
+                 "qs_matmul");
+        double t = (now() - t0) / copies, tc = (cpu_now() - c0) / copies;
+        best = t < best ? t : best;
+        *cpu = tc < *cpu ? tc : *cpu;
+    }
+    return best;
 }
 
 static double time_blas(float *const *wf, int fcopies, const float *x, int64_t M, int64_t K,
-                        int64_t N, float *y)
+                        int64_t N, float *y, double *cpu)
 {
-    double t[REPS];
+    double best = 1e30;
+    *cpu = 1e30;
     for (int r = 0; r < REPS; r++) {
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         for (int i = 0; i < fcopies; i++) {
             if (M == 1)
                 cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, 1.0f, wf[i], (int)K, x, 1,
@@ -120,89 +234,152 @@ static double time_blas(float *const *wf, int fcopies, const float *x, int64_t M
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f,
                             x, (int)K, wf[i], (int)K, 0.0f, y, (int)N);
         }
-        t[r] = (now() - t0) / fcopies;
+        double t = (now() - t0) / fcopies, tc = (cpu_now() - c0) / fcopies;
+        best = t < best ? t : best;
+        *cpu = tc < *cpu ? tc : *cpu;
     }
-    return median(t, REPS);
+    return best;
+}
+
+typedef struct {
+    const char *p;
+    size_t bytes;
+} rd_arg;
+
+static void *rd_thread(void *a)
+{
+    const rd_arg *r = a;
+    read_pass(r->p, r->bytes);
+    return NULL;
+}
+
+/* Read bandwidth (bytes/s) of `threads` threads reading disjoint parts of each f32 copy, best of
+ * REPS passes over all of them. */
+static double read_bw(float *const *wf, int fcopies, size_t bytes, int threads)
+{
+    double best = 1e30;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = now();
+        for (int i = 0; i < fcopies; i++) {
+            pthread_t th[8];
+            rd_arg a[8];
+            size_t part = bytes / (size_t)threads & ~(size_t)63;
+            for (int t = 0; t < threads; t++) {
+                a[t].p = (const char *)wf[i] + (size_t)t * part;
+                a[t].bytes = t == threads - 1 ? bytes - (size_t)t * part : part;
+                if (t > 0)
+                    pthread_create(&th[t], NULL, rd_thread, &a[t]);
+            }
+            rd_thread(&a[0]);
+            for (int t = 1; t < threads; t++)
+                pthread_join(th[t], NULL);
+        }
+        double t = (now() - t0) / fcopies;
+        best = t < best ? t : best;
+    }
+    return (double)bytes / best;
 }
 
 int main(int argc, char **argv)
 {
-    int64_t N = argc > 1 ? atoll(argv[1]) : 4096, K = N, Mg = 512;
-    int copies = argc > 2 ? atoi(argv[2]) : 8, fcopies = 2;
+    int64_t N = argc > 1 ? atoll(argv[1]) : 4096, K = N;
+    int max_threads = argc > 2 ? atoi(argv[2]) : 2;
     const char *core = getenv("OPENBLAS_CORETYPE");
+    int64_t fbytes = N * K * 4;
+    int fcopies = (int)((WORKING_SET + fbytes - 1) / fbytes);
     char model[256];
-    qs_ctx_params cp;
-    qs_ctx *ctx = NULL;
-    float *wf[2], *x, *y;
-    wcopy *nf4, *i8, *spnf4;
+    float **wf, *x, *y;
+    qs_ctx *ctx[8] = {NULL};
+    double bw[8] = {0}, sgemv[8] = {0}, sgemm_small[8][2] = {{0}}, sgemm[8] = {0};
+    double c_sgemv[8] = {0}, c_small[8][2] = {{0}}, c_sgemm[8] = {0};
 
+    if (max_threads < 1 || max_threads > 8 || N < 64)
+        return 2;
+    fcopies = fcopies < 2 ? 2 : fcopies;
     cpu_model(model, sizeof model);
-    openblas_set_num_threads(1);
-    qs_ctx_params_init(&cp);
-    cp.num_threads = 1;
-    if (qs_ctx_create(&cp, &ctx) != QS_OK)
-        return 1;
-    printf("bench_matmul: N = K = %lld, %d quantized copies, %d f32 copies, 1 thread\n",
-           (long long)N, copies, fcopies);
-    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model, qs_ctx_isa_name(ctx),
-           core ? core : "(unset)", OPENBLAS_VERSION);
+    for (int t = 1; t <= max_threads; t++) {
+        qs_ctx_params cp;
+        qs_ctx_params_init(&cp);
+        cp.num_threads = t;
+        if (qs_ctx_create(&cp, &ctx[t - 1]) != QS_OK)
+            return 1;
+    }
+    printf("bench_matmul: N = K = %lld, weight sets of >= %lld MiB, 1...%d threads\n",
+           (long long)N, WORKING_SET >> 20, max_threads);
+    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model,
+           qs_ctx_isa_name(ctx[0]), core ? core : "(unset)", OPENBLAS_VERSION);
 
-    x = xmalloc((size_t)(Mg * K) * 4);
-    y = xmalloc((size_t)(Mg * N) * 4);
-    for (int64_t i = 0; i < Mg * K; i++)
+    x = xmalloc((size_t)(GEMM_M * K) * 4);
+    y = xmalloc((size_t)(GEMM_M * N) * 4);
+    for (int64_t i = 0; i < GEMM_M * K; i++)
         x[i] = (float)((i * 7919 % 2001) - 1000) / 1000.0f;
-    nf4 = xmalloc(sizeof(wcopy) * (size_t)copies);
-    i8 = xmalloc(sizeof(wcopy) * (size_t)copies);
-    spnf4 = xmalloc(sizeof(wcopy) * (size_t)copies);
+    wf = xmalloc(sizeof(float *) * (size_t)fcopies);
     for (int i = 0; i < fcopies; i++) {
-        wf[i] = xmalloc((size_t)(N * K) * 4);
+        wf[i] = xmalloc((size_t)fbytes);
         for (int64_t e = 0; e < N * K; e++)
             wf[i][e] = (float)(((e + i) * 2654435761u % 4001) - 2000) / 40000.0f;
     }
-    for (int i = 0; i < copies; i++) {
-        make_quant(ctx, wf[i % fcopies], N, K, QS_FORMAT_NF4, 0, &nf4[i]);
-        make_quant(ctx, wf[i % fcopies], N, K, QS_FORMAT_INT8, 0, &i8[i]);
-        make_quant(ctx, wf[i % fcopies], N, K, QS_FORMAT_NF4, 1, &spnf4[i]);
+    /* Baselines and bandwidth first, per thread count. */
+    for (int t = 1; t <= max_threads; t++) {
+        openblas_set_num_threads(t);
+        bw[t - 1] = read_bw(wf, fcopies, (size_t)fbytes, t);
+        sgemv[t - 1] = time_blas(wf, fcopies, x, 1, K, N, y, &c_sgemv[t - 1]);
+        sgemm_small[t - 1][0] = time_blas(wf, fcopies, x, 4, K, N, y, &c_small[t - 1][0]);
+        sgemm_small[t - 1][1] = time_blas(wf, fcopies, x, 8, K, N, y, &c_small[t - 1][1]);
+        sgemm[t - 1] = time_blas(wf, 2, x, GEMM_M, K, N, y, &c_sgemm[t - 1]);
+        printf("%d thread%s: read bandwidth %.1f GB/s; OpenBLAS sgemv %.3f ms (%.1f GB/s), "
+               "sgemm M=%d %.1f ms\n",
+               t, t > 1 ? "s" : "", bw[t - 1] * 1e-9, sgemv[t - 1] * 1e3,
+               (double)fbytes / sgemv[t - 1] * 1e-9, GEMM_M, sgemm[t - 1] * 1e3);
     }
-    {
-        double rd = read_pass(wf[0], (size_t)(N * K) * 4);
-        rd = read_pass(wf[1], (size_t)(N * K) * 4);
-        printf("read bandwidth (one pass over a %lld MiB f32 matrix): %.1f GB/s\n",
-               (long long)(N * K * 4 >> 20), (double)(N * K * 4) / rd * 1e-9);
-    }
+    printf("\n%-24s %4s %3s %9s %8s %11s %7s %8s %10s\n", "case", "M", "thr", "ms/call", "GFLOP/s",
+           "weight GB/s", "% read", "vs BLAS", "(cpu time)");
+    for (int c = 0; c < NCASES; c++) {
+        const bcase *bc = &cases[c];
+        wcopy first, *wc;
+        int copies;
+        qs_matmul_params mp;
 
-    qs_matmul_params f32p, i8p;
-    qs_matmul_params_init(&f32p);
-    qs_matmul_params_init(&i8p);
-    i8p.activations = QS_MATMUL_ACT_INT8;
-    double sgemv = time_blas(wf, fcopies, x, 1, K, N, y);
-    printf("\n%-28s %10s %9s %10s\n", "case (M = 1)", "ms/call", "vs sgemv", "weight GB/s");
-    printf("%-28s %10.3f %9.2f %10.1f\n", "OpenBLAS sgemv f32", sgemv * 1e3, 1.0,
-           (double)(N * K * 4) / sgemv * 1e-9);
-    struct {
-        const char *name;
-        const wcopy *c;
-        const qs_matmul_params *p;
-    } cases[] = {
-        {"NF4, f32 activations", nf4, &f32p},
-        {"NF4, int8 activations", nf4, &i8p},
-        {"INT8 row W8A8", i8, &i8p},
-        {"INT8 row, f32 activations", i8, &f32p},
-        {"2:4 + NF4, f32 activations", spnf4, &f32p},
-    };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        double t = time_qs(ctx, cases[c].p, x, 1, K, cases[c].c, copies, N, y);
-        printf("%-28s %10.3f %9.2f %10.1f\n", cases[c].name, t * 1e3, sgemv / t,
-               (double)cases[c].c[0].bytes / t * 1e-9);
+        make_weight(ctx[0], wf[0], N, K, &bc->w, &first);
+        copies = (int)((WORKING_SET + first.bytes - 1) / first.bytes);
+        copies = bc->M >= GEMM_M ? 2 : copies < 2 ? 2 : copies;
+        wc = xmalloc(sizeof(wcopy) * (size_t)copies);
+        wc[0] = first;
+        for (int i = 1; i < copies; i++)
+            copy_weight(&first, &wc[i], N, K);
+        qs_matmul_params_init(&mp);
+        mp.activations = bc->act;
+        for (int t = 1; t <= max_threads; t++) {
+            openblas_set_num_threads(t);
+            double cq, cb;
+            double tq = time_qs(ctx[t - 1], &mp, x, bc->M, K, wc, copies, N, y, &cq);
+            double base = bc->M == 1 ? sgemv[t - 1]
+                          : bc->M == 4 ? sgemm_small[t - 1][0]
+                          : bc->M == 8 ? sgemm_small[t - 1][1]
+                          : bc->M == GEMM_M ? sgemm[t - 1]
+                                            : time_blas(wf, fcopies, x, bc->M, K, N, y, &cb);
+            cb = bc->M == 1 ? c_sgemv[t - 1]
+                 : bc->M == 4 ? c_small[t - 1][0]
+                 : bc->M == 8 ? c_small[t - 1][1]
+                 : bc->M == GEMM_M ? c_sgemm[t - 1]
+                                   : cb;
+            double gbs = (double)first.bytes / tq;
+            printf("%-24s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %8.2f %10.2f\n", bc->name,
+                   (long long)bc->M, t, tq * 1e3, 2.0 * (double)(bc->M * N * K) / tq * 1e-9,
+                   gbs * 1e-9, 100.0 * gbs / bw[t - 1], base / tq, cb / cq);
+            fflush(stdout);
+        }
+        for (int i = 0; i < copies; i++)
+            free_weight(&wc[i]);
+        free(wc);
     }
-    double sgemm = time_blas(wf, fcopies, x, Mg, K, N, y);
-    double tg = time_qs(ctx, &f32p, x, Mg, K, nf4, 2, N, y);
-    printf("\n%-28s %10s %9s %10s\n", "case (M = 512)", "ms/call", "vs sgemm", "GFLOP/s");
-    printf("%-28s %10.1f %9.2f %10.1f\n", "OpenBLAS sgemm f32", sgemm * 1e3, 1.0,
-           2.0 * (double)(Mg * N * K) / sgemm * 1e-9);
-    printf("%-28s %10.1f %9.2f %10.1f\n", "NF4 GEMM (panels + sgemm)", tg * 1e3, sgemm / tg,
-           2.0 * (double)(Mg * N * K) / tg * 1e-9);
-    qs_ctx_destroy(ctx);
+    for (int t = 1; t <= max_threads; t++)
+        qs_ctx_destroy(ctx[t - 1]);
+    for (int i = 0; i < fcopies; i++)
+        free(wf[i]);
+    free(wf);
+    free(x);
+    free(y);
     return 0;
 }
 #else

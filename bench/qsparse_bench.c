@@ -769,6 +769,37 @@ static int run_kernel(k_job *j)
         ((float *)o)[0] = 0.0f;
         ((qs_mm_sp24_axpy_fn *)j->fn)(j->x, j->meta24, n, j->absmax, 1, 1, (float *)o);
         break;
+    /* Multi-row GEMV: one row of x against 4 rows of n / 4 columns (NF4/FP4 blocks of 64: the
+     * fast path where n / 4 is a multiple of 64), row scales; y is 4 floats. */
+    case QS_SLOT_mm_gemv_f16:
+    case QS_SLOT_mm_gemv_bf16:
+        ((qs_mm_gemv_f16_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->half, 4, (float *)o, 4);
+        break;
+    case QS_SLOT_mm_gemv_nf4:
+    case QS_SLOT_mm_gemv_fp4:
+        ((qs_mm_gemv_nf4_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, 0, j->absmax, 64, 4,
+                                     (float *)o, 4);
+        break;
+    case QS_SLOT_mm_gemv_int8:
+        ((qs_mm_gemv_int8_fn *)j->fn)(j->x, n / 4, 1, n / 4, (const int8_t *)j->codes, j->absmax,
+                                      NULL, n / 4 > 0 ? n / 4 : 1, 1, 4, (float *)o, 4);
+        break;
+    case QS_SLOT_mm_gemv_e4m3:
+    case QS_SLOT_mm_gemv_e5m2:
+        ((qs_mm_gemv_e4m3_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, 0.5f, 4, (float *)o, 4);
+        break;
+    case QS_SLOT_mm_gemv_mxfp4:
+        ((qs_mm_gemv_mxfp4_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, (n / 4 + 1) / 2, j->sbytes,
+                                       (n / 4 + 31) / 32, 4, (float *)o, 4);
+        break;
+    case QS_SLOT_mm_gemv_mxfp8:
+        ((qs_mm_gemv_mxfp8_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, n / 4, j->sbytes,
+                                       (n / 4 + 31) / 32, 4, (float *)o, 4);
+        break;
+    case QS_SLOT_mm_gemv_nvfp4:
+        ((qs_mm_gemv_nvfp4_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, (n / 4 + 1) / 2, j->sbytes,
+                                       (n / 4 + 15) / 16, 0.5f, 4, (float *)o, 4);
+        break;
     default: return 0;
     }
     return 1;

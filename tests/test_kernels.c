@@ -169,6 +169,136 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
     return 4;
 }
 
+
+/* Runners of the multi-row GEMV slots: m rows of x (1...8) against `rows` W rows (1...6, so the
+ * 4-row tiles and their tails run) with k = n / max(m, rows) columns, every format parameter the
+ * drivers pass (NF4/FP4 blocks that do and do not divide k, rows starting past the first block,
+ * INT8 groups of 1...40 or the row, one tensor scale or scales per row, zero points or none).
+ * The output is a header (the number of y slots), y (m x rows at a row stride of rows + 1, so a
+ * stray write between rows shows in the canary gap) and, per y slot, sum_k |x_k w_k| in double
+ * over the reference's dequantized weight: compare_gemv's error scale. */
+#define GEMV_HDR 16
+
+static int is_gemv_slot(int32_t slot)
+{
+    return slot >= QS_SLOT_mm_gemv_f16 && slot <= QS_SLOT_mm_gemv_nvfp4;
+}
+
+static size_t run_gemv_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
+{
+    static const int32_t ms[12] = {1, 2, 3, 1, 4, 1, 5, 8, 1, 2, 1, 7};
+    static const int32_t blocks[6] = {64, 32, 128, 16, 6, 2};
+    static float wv[MAX_N + 256];
+    int v = in->variant;
+    int64_t m = ms[v % 12], rows = 1 + (v * 5) % 6, d = m > rows ? m : rows, k = n / d;
+    int32_t block = blocks[v % 6];
+    int64_t ldy = rows + 1, slots = m * ldy;
+    int64_t start = (v & 4) && block <= 128 && k * rows + block <= 2 * n ? block : 0;
+    int64_t group = v % 4 == 0 ? (k > 0 ? k : 1) : 1 + (v * 7) % 40;
+    int64_t spg = k > 0 ? (k + group - 1) / group : 0, sstride = v % 3 == 0 ? 0 : spg;
+    const int8_t *zp = v & 1 ? (const int8_t *)in->half : NULL;
+    int64_t rb4 = (k + 1) / 2, spr32 = (k + 31) / 32, spr16 = (k + 15) / 16;
+    float *y = (float *)(out + GEMV_HDR), *bound = y + slots;
+    uint32_t hdr = (uint32_t)slots;
+
+    if ((v & 2) && slot != QS_SLOT_mm_gemv_int8)
+        k -= k % (slot == QS_SLOT_mm_gemv_nf4 || slot == QS_SLOT_mm_gemv_fp4 ? block : 32);
+    rb4 = (k + 1) / 2;
+    spr32 = (k + 31) / 32;
+    spr16 = (k + 15) / 16;
+    if (slot == QS_SLOT_mm_gemv_int8) { /* recompute with the final k */
+        group = v % 4 == 0 ? (k > 0 ? k : 1) : group;
+        spg = k > 0 ? (k + group - 1) / group : 0;
+        sstride = v % 3 == 0 ? 0 : spg;
+    }
+    switch (slot) {
+    case QS_SLOT_mm_gemv_f16:
+    case QS_SLOT_mm_gemv_bf16:
+        ((qs_mm_gemv_f16_fn *)fn)(in->x, k, m, k, in->half, rows, y, ldy);
+        (slot == QS_SLOT_mm_gemv_f16 ? qs_cvt_f16_f32__ref : qs_cvt_bf16_f32__ref)(in->half,
+                                                                                  rows * k, wv);
+        break;
+    case QS_SLOT_mm_gemv_nf4:
+    case QS_SLOT_mm_gemv_fp4:
+        ((qs_mm_gemv_nf4_fn *)fn)(in->x, k, m, k, in->codes, start, in->absmax, block, rows, y,
+                                  ldy);
+        (slot == QS_SLOT_mm_gemv_nf4 ? qs_nf4_dequant__ref : qs_fp4_dequant__ref)(
+            in->codes, in->absmax, start + rows * k, block, wv);
+        memmove(wv, wv + start, (size_t)(rows * k) * sizeof(float));
+        break;
+    case QS_SLOT_mm_gemv_int8: {
+        const int8_t *q = (const int8_t *)in->codes;
+        ((qs_mm_gemv_int8_fn *)fn)(in->x, k, m, k, q, in->absmax, zp, group, sstride, rows, y,
+                                   ldy);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < k; c++) {
+                int64_t u = r * sstride + c / group;
+                wv[r * k + c] = (float)(q[r * k + c] - (zp ? zp[u] : 0)) * in->absmax[u];
+            }
+        break;
+    }
+    case QS_SLOT_mm_gemv_e4m3:
+    case QS_SLOT_mm_gemv_e5m2:
+        ((qs_mm_gemv_e4m3_fn *)fn)(in->x, k, m, k, in->codes, 0.037f, rows, y, ldy);
+        (slot == QS_SLOT_mm_gemv_e4m3 ? qs_e4m3_dequant__ref : qs_e5m2_dequant__ref)(
+            in->codes, rows * k, 0.037f, wv);
+        break;
+    case QS_SLOT_mm_gemv_mxfp4:
+    case QS_SLOT_mm_gemv_mxfp8: {
+        int64_t rb = slot == QS_SLOT_mm_gemv_mxfp4 ? rb4 : k;
+        ((qs_mm_gemv_mxfp4_fn *)fn)(in->x, k, m, k, in->codes, rb, in->sbytes, spr32, rows, y,
+                                    ldy);
+        for (int64_t r = 0; r < rows; r++)
+            (slot == QS_SLOT_mm_gemv_mxfp4 ? qs_mxfp4_dequant__ref : qs_mxfp8_dequant__ref)(
+                in->codes + r * rb, in->sbytes + r * spr32, k, wv + r * k);
+        break;
+    }
+    case QS_SLOT_mm_gemv_nvfp4:
+        ((qs_mm_gemv_nvfp4_fn *)fn)(in->x, k, m, k, in->codes, rb4, in->sbytes, spr16, 0.37f, rows,
+                                    y, ldy);
+        for (int64_t r = 0; r < rows; r++)
+            qs_nvfp4_dequant__ref(in->codes + r * rb4, in->sbytes + r * spr16, k, 0.37f,
+                                  wv + r * k);
+        break;
+    default: fail_msg("slot %d has no GEMV runner", slot); return 0;
+    }
+    /* Largest unscaled element value: a segment's f32 sum before its scale can reach
+     * sum|x| * vmax even where the scaled sum is small (a tiny block scale). */
+    double vmax = slot == QS_SLOT_mm_gemv_nf4    ? 1.0
+                  : slot == QS_SLOT_mm_gemv_fp4  ? 12.0
+                  : slot == QS_SLOT_mm_gemv_int8 ? 255.0
+                  : slot == QS_SLOT_mm_gemv_e4m3 || slot == QS_SLOT_mm_gemv_mxfp8 ? 448.0
+                  : slot == QS_SLOT_mm_gemv_e5m2 ? 57344.0
+                  : slot == QS_SLOT_mm_gemv_mxfp4 || slot == QS_SLOT_mm_gemv_nvfp4 ? 6.0
+                                                 : 0.0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < ldy; r++) {
+            double b = 0.0, xs = 0.0;
+            int nonfinite = 0, overflow = 0;
+            for (int64_t c = 0; r < rows && c < k; c++) {
+                double p = fabs((double)in->x[i * k + c] * (double)wv[r * k + c]);
+                overflow |= isinf(wv[r * k + c]); /* a huge scale (or an infinite one) */
+                if (isfinite(p))
+                    b += p;
+                else
+                    nonfinite = 1;
+                if (isfinite(in->x[i * k + c]))
+                    xs += fabs((double)in->x[i * k + c]);
+            }
+            /* 2^127 marks a sum that may overflow in one order and not the other (an infinite
+             * dequantized weight: a scale near the f32 limit, or an infinite one), infinity one
+             * with a non-finite input or a NaN weight */
+            bound[i * ldy + r] = b > 0x1p126 || xs * vmax > 0x1p126 || overflow ? 0x1p127f
+                                 : nonfinite                        ? INFINITY
+                                                                    : (float)b;
+        }
+    uint32_t kk = (uint32_t)k;
+    memcpy(out, &hdr, 4);
+    memcpy(out + 4, &kk, 4);
+    memset(out + 8, 0, GEMV_HDR - 8);
+    return GEMV_HDR + (size_t)slots * 8;
+}
+
 /* Run `fn` of `slot` on `in` with length n, writing every output into out; return bytes used. */
 static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
 {
@@ -294,6 +424,16 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_dot_w8a8:
     case QS_SLOT_mm_gather_sp24:
     case QS_SLOT_mm_sp24_axpy: return run_mm_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_gemv_f16:
+    case QS_SLOT_mm_gemv_bf16:
+    case QS_SLOT_mm_gemv_nf4:
+    case QS_SLOT_mm_gemv_fp4:
+    case QS_SLOT_mm_gemv_int8:
+    case QS_SLOT_mm_gemv_e4m3:
+    case QS_SLOT_mm_gemv_e5m2:
+    case QS_SLOT_mm_gemv_mxfp4:
+    case QS_SLOT_mm_gemv_mxfp8:
+    case QS_SLOT_mm_gemv_nvfp4: return run_gemv_slot(slot, fn, in, n, out);
     case QS_SLOT_hist_scan: {
         /* calibration range scan: the caller's values are kept unless beaten (strictly) */
         float lh[2] = {in->variant & 1 ? INFINITY : -0.0f, in->variant & 1 ? -INFINITY : 0.0f};
@@ -501,6 +641,48 @@ static int64_t compare_matmul(const uint8_t *got, const uint8_t *want, size_t by
     return d < 0 ? -1 : (int64_t)i + d;
 }
 
+
+/* The GEMV slots' rule (run_gemv_slot's layout): y within its error scale of the reference,
+ * |got - want| <= (k/16 + 8) * 2^-23 * sum|x w|: both sum k products in 16 lanes of about k/16
+ * terms plus a short tree and one scale per segment, in different orders and with or without
+ * FMA, each within about (k/16 + 4) * 2^-24 of that scale. A NaN matches only a NaN and an
+ * infinity only itself; where the scale is past 2^126 (an f32 partial sum may overflow in one
+ * order and not in the other) anything passes, and where it is not finite (an infinite or NaN
+ * input) NaN must meet NaN, infinity the same infinity, and two finite results pass. The
+ * header, the scales and every byte after them must be identical (canaries included). */
+static int64_t compare_gemv(const uint8_t *got, const uint8_t *want, size_t bytes)
+{
+    uint32_t slots, k;
+    memcpy(&slots, want, 4);
+    memcpy(&k, want + 4, 4);
+    if (memcmp(got, want, GEMV_HDR) != 0)
+        return 0;
+    for (uint32_t i = 0; i < slots; i++) {
+        float g, w, b;
+        size_t at = GEMV_HDR + (size_t)i * 4;
+        memcpy(&g, got + at, 4);
+        memcpy(&w, want + at, 4);
+        memcpy(&b, want + GEMV_HDR + (size_t)slots * 4 + (size_t)i * 4, 4);
+        if (t_bits(g) == t_bits(w) || (isfinite(b) && b > 0x1p126f))
+            continue;
+        if (!isfinite(b)) {
+            if (isnan(g) != isnan(w) || ((isinf(g) || isinf(w)) && g != w)) {
+                print_message("  y slot %u: got %g, want %g (an input is not finite)\n", i, g, w);
+                return (int64_t)at;
+            }
+            continue;
+        }
+        if (!isfinite(g) || !isfinite(w) ||
+            fabs((double)g - (double)w) > ((double)k / 16.0 + 8.0) * 0x1p-23 * (double)b + 0x1p-140) {
+            print_message("  y slot %u: got %.9g, want %.9g, sum|x w| %.9g, k %u\n", i, g, w, b, k);
+            return (int64_t)at;
+        }
+    }
+    size_t tail = GEMV_HDR + (size_t)slots * 4;
+    int64_t d = t_first_diff(got + tail, want + tail, bytes - tail);
+    return d < 0 ? -1 : (int64_t)tail + d;
+}
+
 static k_compare_fn *const family_compare[QS_FAMILY_COUNT] = {
     [QS_FAMILY_QUANT] = compare_exact,  [QS_FAMILY_REDUCE] = compare_exact,
     [QS_FAMILY_HIST] = compare_exact,   [QS_FAMILY_SPARSE] = compare_exact,
@@ -517,13 +699,17 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
     const struct qs_kernel_entry *ref = ref_of(impl->slot);
     static const int64_t big[] = {2047, 2048, 4095, 4096, 4097, 8191, 12345, MAX_N};
     t_rng r = {0x5EED0000ull + (uint64_t)impl->slot};
-    k_compare_fn *compare = family_compare[impl->family];
+    k_compare_fn *compare = is_gemv_slot(impl->slot) ? compare_gemv : family_compare[impl->family];
     int64_t compared = 0;
 
     assert_non_null(ref);
     for (int64_t k = 0; k <= 1100 + (int64_t)(sizeof big / sizeof big[0]); k++) {
         int64_t n = k <= 1100 ? k : big[k - 1101];
         if (quick && !(n < 4 || n == 33 || n == 1025 || n == MAX_N))
+            continue;
+        /* a GEMV call does up to 8 x 6 dot products of n / 8 ... n: above 160, every 7th length
+         * (the tails mod 16 and 64 still all come round) and the large ones */
+        if (is_gemv_slot(impl->slot) && n > 160 && k <= 1100 && n % 7 != 0)
             continue;
         make_inputs(bufs, &r, n, (int)(k % 3 != 0));
         /* Three of the twelve parameter variants per length, rotating, and all of them for the

@@ -155,6 +155,37 @@ typedef void qs_mm_gather_sp24_fn(const float *x, const uint16_t *meta, int64_t 
 typedef void qs_mm_sp24_axpy_fn(const float *values, const uint16_t *meta, int64_t n,
                                 const float *xt, int64_t ldxt, int64_t m, float *acc);
 
+/* Multi-row GEMV: y[i * ldy + r] = the mm_dot of the same format of x + i * ldx (k values) with
+ * row r of W, for i < m and r < rows, so one call streams `rows` rows of W once for every x row
+ * and SIMD versions decode each weight block once for all m rows (within the matmul tolerance of
+ * the mm_dot definition; the reference calls the mm_dot reference). Row r of W: f16/bf16 w + r*k;
+ * bnb4 flat elements start + r*k ... (start, k and block as mm_dot_nf4); int8 q + r*k with scales
+ * scale + r*sstride and zero points zp + r*sstride (zp NULL: 0; sstride 0 for one tensor scale);
+ * fp8 q + r*k; mx / nvfp4 data + r*row_bytes and scales + r*spr. */
+typedef void qs_mm_gemv_f16_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
+                               const uint16_t *w, int64_t rows, float *y, int64_t ldy);
+typedef qs_mm_gemv_f16_fn qs_mm_gemv_bf16_fn;
+typedef void qs_mm_gemv_nf4_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
+                               const uint8_t *data, int64_t start, const float *absmax,
+                               int32_t block, int64_t rows, float *y, int64_t ldy);
+typedef qs_mm_gemv_nf4_fn qs_mm_gemv_fp4_fn;
+typedef void qs_mm_gemv_int8_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                const int8_t *q, const float *scale, const int8_t *zp,
+                                int64_t group, int64_t sstride, int64_t rows, float *y,
+                                int64_t ldy);
+typedef void qs_mm_gemv_e4m3_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                const uint8_t *q, float scale, int64_t rows, float *y,
+                                int64_t ldy);
+typedef qs_mm_gemv_e4m3_fn qs_mm_gemv_e5m2_fn;
+typedef void qs_mm_gemv_mxfp4_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                 const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
+                                 int64_t spr, int64_t rows, float *y, int64_t ldy);
+typedef qs_mm_gemv_mxfp4_fn qs_mm_gemv_mxfp8_fn;
+typedef void qs_mm_gemv_nvfp4_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                 const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
+                                 int64_t spr, float s_global, int64_t rows, float *y,
+                                 int64_t ldy);
+
 /* One member per slot; every member starts at its __ref kernel. */
 struct qs_kernels {
 #define QS_SLOT(slot) qs_##slot##_fn *slot;

@@ -126,10 +126,78 @@ static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float
     }
 }
 
+/* Rows [n0, n0 + nb) of a dense f16/bf16 or quantized W against every row of x through the
+ * multi-row GEMV kernels (each W row streams once for all M rows of x), raw sums into y; returns
+ * 0 for the weights they do not cover (plain f32, 2:4). */
+static int gemv_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+    const uint8_t *d = j->wdata;
+    const float *x = j->x;
+    int64_t K = j->K, M = j->M, ldy = j->N;
+    float *y = j->y + n0;
+
+    if (j->kind == QS_WEIGHT_DENSE) {
+        if (j->wdtype == QS_DTYPE_F32)
+            return 0;
+        (j->wdtype == QS_DTYPE_F16 ? k->mm_gemv_f16 : k->mm_gemv_bf16)(
+            x, K, M, K, (const uint16_t *)j->wdata + n0 * K, nb, y, ldy);
+        return 1;
+    }
+    if (j->kind != QS_WEIGHT_QUANT)
+        return 0;
+    switch (j->format) {
+    case QS_FORMAT_NF4:
+        k->mm_gemv_nf4(x, K, M, K, d, n0 * K, j->absmax, j->block, nb, y, ldy);
+        return 1;
+    case QS_FORMAT_FP4:
+        k->mm_gemv_fp4(x, K, M, K, d, n0 * K, j->absmax, j->block, nb, y, ldy);
+        return 1;
+    case QS_FORMAT_INT8: {
+        const int8_t *zp;
+        const float *s = int8_scale(j, n0, K, &zp);
+        int64_t ss = j->gran == QS_GRAN_TENSOR ? 0 : j->gran == QS_GRAN_ROW ? 1 : K / j->group;
+        k->mm_gemv_int8(x, K, M, K, (const int8_t *)d + n0 * K, s, zp, j->group, ss, nb, y, ldy);
+        return 1;
+    }
+    case QS_FORMAT_LLM_INT8: {
+        float rs[MM_GEMV_ROWS]; /* each row's fl(SCB * fl(1/127)), as quant_dot forms it */
+        for (int64_t r = 0; r < nb; r++)
+            rs[r] = qs_ld_f32(j->fscale + n0 + r) * QS_MM_INV127;
+        k->mm_gemv_int8(x, K, M, K, (const int8_t *)d + n0 * K, rs, NULL, K, 1, nb, y, ldy);
+        return 1;
+    }
+    case QS_FORMAT_FP8_E4M3:
+        k->mm_gemv_e4m3(x, K, M, K, d + n0 * K, qs_ld_f32(j->fscale), nb, y, ldy);
+        return 1;
+    case QS_FORMAT_FP8_E5M2:
+        k->mm_gemv_e5m2(x, K, M, K, d + n0 * K, qs_ld_f32(j->fscale), nb, y, ldy);
+        return 1;
+    case QS_FORMAT_MXFP4:
+        k->mm_gemv_mxfp4(x, K, M, K, d + n0 * j->row_bytes, j->row_bytes, j->bscale + n0 * j->spr,
+                         j->spr, nb, y, ldy);
+        return 1;
+    case QS_FORMAT_MXFP8:
+        k->mm_gemv_mxfp8(x, K, M, K, d + n0 * j->row_bytes, j->row_bytes, j->bscale + n0 * j->spr,
+                         j->spr, nb, y, ldy);
+        return 1;
+    default:
+        k->mm_gemv_nvfp4(x, K, M, K, d + n0 * j->row_bytes, j->row_bytes, j->bscale + n0 * j->spr,
+                         j->spr, j->s_global, nb, y, ldy);
+        return 1;
+    }
+}
+
 static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
 
+    if (gemv_rows(j, n0, n1 - n0)) {
+        for (int64_t m = 0; m < j->M; m++)
+            for (int64_t n = n0; n < n1; n++)
+                qs_st_f32(j->y + m * j->N + n, finish(j, qs_ld_f32(j->y + m * j->N + n), n));
+        return;
+    }
     for (int64_t m = 0; m < j->M; m++)
         for (int64_t n = n0; n < n1; n++) {
             float v = row_dot(j, j->x + m * j->K, n, scratch);

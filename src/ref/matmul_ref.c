@@ -310,3 +310,100 @@ void qs_mm_sp24_axpy__ref(const float *values, const uint16_t *meta, int64_t n, 
     for (int64_t i = 0; i < m; i++)
         qs_st_f32(acc + i, qs_ref_nan_canon(qs_ld_f32(acc + i)));
 }
+
+/* ---- multi-row GEMV: the dot products above, one per (x row, W row) ---------------------------
+ */
+
+void qs_mm_gemv_f16__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint16_t *w,
+                         int64_t rows, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_f16__ref(x + i * ldx, w + r * k, k));
+}
+
+void qs_mm_gemv_bf16__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint16_t *w,
+                          int64_t rows, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_bf16__ref(x + i * ldx, w + r * k, k));
+}
+
+void qs_mm_gemv_nf4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
+                         int64_t start, const float *absmax, int32_t block, int64_t rows, float *y,
+                         int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r,
+                      qs_mm_dot_nf4__ref(x + i * ldx, k, data, start + r * k, absmax, block));
+}
+
+void qs_mm_gemv_fp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
+                         int64_t start, const float *absmax, int32_t block, int64_t rows, float *y,
+                         int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r,
+                      qs_mm_dot_fp4__ref(x + i * ldx, k, data, start + r * k, absmax, block));
+}
+
+void qs_mm_gemv_int8__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const int8_t *q,
+                          const float *scale, const int8_t *zp, int64_t group, int64_t sstride,
+                          int64_t rows, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r,
+                      qs_mm_dot_int8__ref(x + i * ldx, k, q + r * k, scale + r * sstride,
+                                          zp ? zp + r * sstride : NULL, group));
+}
+
+void qs_mm_gemv_e4m3__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *q,
+                          float scale, int64_t rows, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_e4m3__ref(x + i * ldx, k, q + r * k, scale));
+}
+
+void qs_mm_gemv_e5m2__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *q,
+                          float scale, int64_t rows, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_e5m2__ref(x + i * ldx, k, q + r * k, scale));
+}
+
+void qs_mm_gemv_mxfp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
+                           int64_t row_bytes, const uint8_t *scales, int64_t spr, int64_t rows,
+                           float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_mxfp4__ref(x + i * ldx, k, data + r * row_bytes,
+                                                             scales + r * spr));
+}
+
+void qs_mm_gemv_mxfp8__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
+                           int64_t row_bytes, const uint8_t *scales, int64_t spr, int64_t rows,
+                           float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_mxfp8__ref(x + i * ldx, k, data + r * row_bytes,
+                                                             scales + r * spr));
+}
+
+void qs_mm_gemv_nvfp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
+                           int64_t row_bytes, const uint8_t *scales, int64_t spr, float s_global,
+                           int64_t rows, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r,
+                      qs_mm_dot_nvfp4__ref(x + i * ldx, k, data + r * row_bytes, scales + r * spr,
+                                           s_global));
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fused MXFP4, MXFP8 and NVFP4 GEMV with f32 activations for NEON (include/qsparse/matmul.h; the
+ * reference is src/ref/matmul_ref.c): E2M1 codes (element 2i in the low nibble of byte i) look
+ * up their value with byte-plane table lookups, E4M3 codes decode by one exact multiply; each
+ * block's sum gets the block scale once: the E8M0 power of two (NaN for 0xFF) for MX,
+ * fl(E4M3(S & 0x7F) * s_global) for NVFP4, as the reference forms it. Tiles and tails:
+ * mm_gemv_neon.h.
+ */
+#include <arm_neon.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+#include "mm_gemv_neon.h"
+
+typedef struct {
+    lut16_neon t;
+    float s_global;
+} e2m1_fmt_neon;
+
+static inline void e2m1_dec_neon(const uint8_t *p, int32_t aux, const void *fmt, float32x4_t v[4])
+{
+    const e2m1_fmt_neon *f = fmt;
+    (void)aux;
+    lut16_lookup_neon(&f->t, unpack_lo_first_neon(vld1_u8(p)), v);
+}
+
+static inline void e4m3_dec_neon(const uint8_t *p, int32_t aux, const void *fmt, float32x4_t v[4])
+{
+    uint32x4_t c[4];
+    (void)aux;
+    (void)fmt;
+    widen_u8_neon(vld1q_u8(p), c);
+    for (int q = 0; q < 4; q++)
+        v[q] = e4m3_decode_neon(c[q]);
+}
+
+static inline float mx_scl_neon(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                const void *fmt)
+{
+    (void)row;
+    (void)fmt;
+    *aux = 0;
+    return gemv_e8m0_neon(srow[s]);
+}
+
+static inline float nvfp4_scl_neon(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                   const void *fmt)
+{
+    (void)row;
+    *aux = 0;
+    return gemv_e4m3_pos_neon(srow[s]) * ((const e2m1_fmt_neon *)fmt)->s_global;
+}
+
+void qs_mm_gemv_mxfp4__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                   const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
+                                   int64_t spr, int64_t rows, float *y, int64_t ldy)
+{
+    e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), 1.0f};
+    gemv_rows_neon w = {data, row_bytes, scales, spr, 32};
+    gemv_neon(x, ldx, m, k, 4, &w, rows, e2m1_dec_neon, mx_scl_neon, &f, y, ldy);
+}
+
+void qs_mm_gemv_mxfp8__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                   const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
+                                   int64_t spr, int64_t rows, float *y, int64_t ldy)
+{
+    gemv_rows_neon w = {data, row_bytes, scales, spr, 32};
+    gemv_neon(x, ldx, m, k, 8, &w, rows, e4m3_dec_neon, mx_scl_neon, NULL, y, ldy);
+}
+
+void qs_mm_gemv_nvfp4__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                   const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
+                                   int64_t spr, float s_global, int64_t rows, float *y,
+                                   int64_t ldy)
+{
+    e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), s_global};
+    gemv_rows_neon w = {data, row_bytes, scales, spr, 16};
+    gemv_neon(x, ldx, m, k, 4, &w, rows, e2m1_dec_neon, nvfp4_scl_neon, &f, y, ldy);
+}

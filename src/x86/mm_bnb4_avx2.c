@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fused NF4 / FP4 GEMV for AVX2 + FMA (include/qsparse/matmul.h; the reference is
+ * src/ref/matmul_ref.c): codes (element 2i in the high nibble of byte i) widen in element order
+ * and look up the 16-entry codebook with two vpermps and a blend; each block's 8-lane sum of
+ * code value * x gets the block's absmax once. Tiles and tails: mm_gemv_avx2.h. The fast path
+ * needs rows that start on a block (start and k multiples of the block) and blocks of a multiple
+ * of 8; other shapes (odd blocks, rows that cut blocks) run the reference.
+ */
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+#include "mm_gemv_avx2.h"
+
+static inline __m256 bnb4_dec_avx2(const uint8_t *p, int32_t aux, const void *fmt)
+{
+    const float *book = fmt;
+    (void)aux;
+    return gemv_lut16_avx2(gemv_nibbles_avx2(p, 1), _mm256_loadu_ps(book),
+                           _mm256_loadu_ps(book + 8));
+}
+
+static inline float bnb4_scl_avx2(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                  const void *fmt)
+{
+    (void)row;
+    (void)fmt;
+    *aux = 0;
+    return qs_ld_f32((const float *)srow + s);
+}
+
+static inline __attribute__((always_inline)) void
+bnb4_gemv_avx2(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int64_t ldx, int64_t m,
+               int64_t k, const uint8_t *data, int64_t start, const float *absmax, int32_t block,
+               int64_t rows, float *y, int64_t ldy)
+{
+    if (block % 8 != 0 || k % block != 0 || start % block != 0) {
+        ref(x, ldx, m, k, data, start, absmax, block, rows, y, ldy);
+        return;
+    }
+    gemv_rows_avx2 w = {data + start / 2, k / 2, (const uint8_t *)(absmax + start / block),
+                        (k / block) * 4, block};
+    gemv_avx2(x, ldx, m, k, 4, &w, rows, bnb4_dec_avx2, bnb4_scl_avx2, book, y, ldy);
+}
+
+void qs_mm_gemv_nf4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                const uint8_t *data, int64_t start, const float *absmax,
+                                int32_t block, int64_t rows, float *y, int64_t ldy)
+{
+    bnb4_gemv_avx2(qs_nf4_codebook, qs_mm_gemv_nf4__ref, x, ldx, m, k, data, start, absmax, block,
+                   rows, y, ldy);
+}
+
+void qs_mm_gemv_fp4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                const uint8_t *data, int64_t start, const float *absmax,
+                                int32_t block, int64_t rows, float *y, int64_t ldy)
+{
+    bnb4_gemv_avx2(qs_fp4_codebook, qs_mm_gemv_fp4__ref, x, ldx, m, k, data, start, absmax, block,
+                   rows, y, ldy);
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fused FP8 (E4M3, E5M2) GEMV with f32 activations for AVX-512 F/BW/DQ/VL
+ * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c). The codes decode exactly
+ * in registers (E4M3 by integer field moves as the dequantize kernels do, E5M2 as the high byte
+ * of an f16), the whole row is one segment and the per-tensor scale multiplies the row's 16-lane
+ * sum once. Tiles and tails: mm_gemv_avx512.h.
+ */
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+#include "minifloat_avx512.h"
+#include "mm_gemv_avx512.h"
+
+static inline __m512 e4m3_dec_avx512(const uint8_t *row, int64_t c, int32_t aux, __mmask16 mask,
+                                     const void *fmt)
+{
+    (void)aux;
+    (void)fmt;
+    return e4m3_decode_avx512(gemv_bytes_avx512(row + c, mask));
+}
+
+/* E5M2 is the upper byte of the binary16 of the same value (NaN and Inf included). */
+static inline __m512 e5m2_dec_avx512(const uint8_t *row, int64_t c, int32_t aux, __mmask16 mask,
+                                     const void *fmt)
+{
+    __m128i b = mask == 0xFFFF ? _mm_loadu_si128((const __m128i *)(row + c))
+                               : _mm_maskz_loadu_epi8(mask, row + c);
+    (void)aux;
+    (void)fmt;
+    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+}
+
+static inline float fp8_scl_avx512(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                   const void *fmt)
+{
+    (void)srow;
+    (void)row;
+    (void)s;
+    *aux = 0;
+    return *(const float *)fmt;
+}
+
+void qs_mm_gemv_e4m3__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                    const uint8_t *q, float scale, int64_t rows, float *y,
+                                    int64_t ldy)
+{
+    gemv_rows_avx512 w = {q, k, q, 0, k > 0 ? k : 1};
+    gemv_avx512(x, ldx, m, k, &w, rows, e4m3_dec_avx512, fp8_scl_avx512, &scale, y, ldy);
+}
+
+void qs_mm_gemv_e5m2__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                    const uint8_t *q, float scale, int64_t rows, float *y,
+                                    int64_t ldy)
+{
+    gemv_rows_avx512 w = {q, k, q, 0, k > 0 ? k : 1};
+    gemv_avx512(x, ldx, m, k, &w, rows, e5m2_dec_avx512, fp8_scl_avx512, &scale, y, ldy);
+}

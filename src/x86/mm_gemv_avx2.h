@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The multi-row GEMV driver shared by the fused matmul kernels for AVX2 + FMA + F16C
+ * (mm_*_avx2.c; include/qsparse/matmul.h, src/ref/matmul_ref.c), the 8-lane counterpart of
+ * mm_gemv_avx512.h. A format supplies, as function constants (inlined per kernel file):
+ *
+ * - dec(p, aux, fmt): the unscaled values of 8 consecutive elements whose codes start at byte p
+ *   (BITS / 8 bytes each, BITS = 4, 8 or 16; reads exactly 8 * BITS / 8 bytes);
+ * - scl(srow, row, s, &aux, fmt): the scale of segment s of W row `row` and a per-segment integer
+ *   for dec (the INT8 zero point; 0 elsewhere).
+ *
+ * Segments of `seg` columns are summed as 8-lane partial sums of code value * x (FMA); each
+ * segment's sum vector gets its scale once (one FMA per segment; an infinite scale multiplies the
+ * segment's total instead, as the reference does); the lanes are added at the end. The last
+ * piece of a segment shorter than 8 is copied to a zeroed stack buffer (codes and x), so nothing
+ * outside the caller's arrays is read; code 0 is finite in every format, so the padding adds 0.
+ * Tiles: MI rows of x against R rows of W: 1 x 4 for M = 1, 2 x 2 and 4 x 1 for M > 1 (16
+ * registers). Include only from files compiled with the AVX2 flags.
+ */
+#ifndef QS_X86_MM_GEMV_AVX2_H
+#define QS_X86_MM_GEMV_AVX2_H
+
+#include <string.h>
+
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+
+typedef __m256 (*gemv_dec_avx2_fn)(const uint8_t *p, int32_t aux, const void *fmt);
+typedef float (*gemv_scl_avx2_fn)(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                  const void *fmt);
+
+/* Row r's codes at data + r * dstride, its scales at scale + r * sstride (bytes). */
+typedef struct {
+    const uint8_t *data;
+    int64_t dstride;
+    const uint8_t *scale;
+    int64_t sstride;
+    int64_t seg;
+} gemv_rows_avx2;
+
+/* 8 4-bit codes of 4 bytes in element order, one per 32-bit lane (hi_first: bitsandbytes' order,
+ * element 2i in the high nibble; else MX/NVFP4's): the two nibbles of a byte become the two
+ * 16-bit halves of a lane, which widen to 8 lanes in order. */
+static inline __m256i gemv_nibbles_avx2(const uint8_t *p, int hi_first)
+{
+    int32_t w;
+    memcpy(&w, p, 4);
+    __m128i d = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(w));
+    __m128i h = _mm_srli_epi32(d, 4), l = _mm_and_si128(d, _mm_set1_epi32(15));
+    __m128i t = hi_first ? _mm_or_si128(h, _mm_slli_epi32(l, 16))
+                         : _mm_or_si128(l, _mm_slli_epi32(h, 16));
+    return _mm256_cvtepu16_epi32(t);
+}
+
+/* 16-entry table lookup: two 8-entry permutes chosen by bit 3 of the code. */
+static inline __m256 gemv_lut16_avx2(__m256i c, __m256 lo, __m256 hi)
+{
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+}
+
+static inline __m256i gemv_bytes_avx2(const uint8_t *p)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+static inline float gemv_hsum_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* acc + sum * scale lane by lane; an infinite scale multiplies the total (lane 0), since a lane
+ * holding 0 would make 0 * Inf = NaN where the reference's nonzero total gives an infinity. */
+static inline __m256 gemv_scale_add_avx2(__m256 acc, __m256 sum, float s)
+{
+    if (__builtin_expect(s - s != 0.0f && s == s, 0))
+        return _mm256_add_ps(acc, _mm256_setr_ps(gemv_hsum_avx2(sum) * s, 0, 0, 0, 0, 0, 0, 0));
+    return _mm256_fmadd_ps(sum, _mm256_set1_ps(s), acc);
+}
+
+static inline __attribute__((always_inline)) void
+gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int BITS, int64_t k,
+               const gemv_rows_avx2 *w, int64_t r0, gemv_dec_avx2_fn dec, gemv_scl_avx2_fn scl,
+               const void *fmt, float *y, int64_t ldy)
+{
+    __m256 acc[4][4];
+    const uint8_t *drow[4], *srow[4];
+
+    for (int r = 0; r < R; r++) {
+        drow[r] = w->data + (r0 + r) * w->dstride;
+        srow[r] = w->scale + (r0 + r) * w->sstride;
+        for (int i = 0; i < MI; i++)
+            acc[i][r] = _mm256_setzero_ps();
+    }
+    for (int64_t s0 = 0, s = 0; s0 < k; s0 += w->seg, s++) {
+        int64_t s1 = k - s0 < w->seg ? k : s0 + w->seg, c = s0;
+        __m256 b[4][4];
+        float sc[4];
+        int32_t aux[4];
+
+        for (int r = 0; r < R; r++) {
+            sc[r] = scl(srow[r], r0 + r, s, &aux[r], fmt);
+            for (int i = 0; i < MI; i++)
+                b[i][r] = _mm256_setzero_ps();
+        }
+        for (; c + 8 <= s1; c += 8) {
+            __m256 v[4];
+            for (int r = 0; r < R; r++)
+                v[r] = dec(drow[r] + c * BITS / 8, aux[r], fmt);
+            for (int i = 0; i < MI; i++) {
+                __m256 xv = _mm256_loadu_ps(x + i * ldx + c);
+                for (int r = 0; r < R; r++)
+                    b[i][r] = _mm256_fmadd_ps(v[r], xv, b[i][r]);
+            }
+        }
+        if (c < s1) {
+            int64_t len = s1 - c;
+            uint8_t cb[16] = {0};
+            float xb[8] = {0};
+            __m256 v[4];
+            for (int r = 0; r < R; r++) {
+                memcpy(cb, drow[r] + c * BITS / 8, (size_t)(len * BITS + 7) / 8);
+                v[r] = dec(cb, aux[r], fmt);
+            }
+            for (int i = 0; i < MI; i++) {
+                memcpy(xb, x + i * ldx + c, (size_t)len * sizeof(float));
+                __m256 xv = _mm256_loadu_ps(xb);
+                for (int r = 0; r < R; r++)
+                    b[i][r] = _mm256_fmadd_ps(v[r], xv, b[i][r]);
+            }
+        }
+        for (int i = 0; i < MI; i++)
+            for (int r = 0; r < R; r++)
+                acc[i][r] = gemv_scale_add_avx2(acc[i][r], b[i][r], sc[r]);
+    }
+    for (int i = 0; i < MI; i++)
+        for (int r = 0; r < R; r++)
+            qs_st_f32(y + i * ldy + r0 + r, qs_ref_nan_canon(gemv_hsum_avx2(acc[i][r])));
+}
+
+static inline __attribute__((always_inline)) void
+gemv_rows_run_avx2(const float *x, int64_t ldx, const int MI, const int R, const int BITS,
+                   int64_t k, const gemv_rows_avx2 *w, int64_t rows, gemv_dec_avx2_fn dec,
+                   gemv_scl_avx2_fn scl, const void *fmt, float *y, int64_t ldy)
+{
+    int64_t r = 0;
+    for (; r + R <= rows; r += R)
+        gemv_tile_avx2(x, ldx, MI, R, BITS, k, w, r, dec, scl, fmt, y, ldy);
+    for (; r < rows; r++)
+        gemv_tile_avx2(x, ldx, MI, 1, BITS, k, w, r, dec, scl, fmt, y, ldy);
+}
+
+/* The whole call: x rows in groups of 4, 2, 1. */
+static inline __attribute__((always_inline)) void
+gemv_avx2(const float *x, int64_t ldx, int64_t m, int64_t k, const int BITS,
+          const gemv_rows_avx2 *w, int64_t rows, gemv_dec_avx2_fn dec, gemv_scl_avx2_fn scl,
+          const void *fmt, float *y, int64_t ldy)
+{
+    for (int64_t i0 = 0; i0 < m;) {
+        int64_t left = m - i0;
+        const float *xi = x + i0 * ldx;
+        float *yi = y + i0 * ldy;
+        if (left >= 4) {
+            gemv_rows_run_avx2(xi, ldx, 4, 1, BITS, k, w, rows, dec, scl, fmt, yi, ldy);
+            i0 += 4;
+        } else if (left >= 2) {
+            gemv_rows_run_avx2(xi, ldx, 2, 2, BITS, k, w, rows, dec, scl, fmt, yi, ldy);
+            i0 += 2;
+        } else {
+            gemv_rows_run_avx2(xi, ldx, 1, 4, BITS, k, w, rows, dec, scl, fmt, yi, ldy);
+            i0 += 1;
+        }
+    }
+}
+
+/* E8M0 2^(e - 127) (NaN for 0xFF, 2^-127 a denormal), exact. */
+static inline float gemv_e8m0_avx2(uint8_t e)
+{
+    uint32_t b = e == 0xFF ? 0x7FC00000u : e == 0 ? 0x00400000u : (uint32_t)e << 23;
+    return qs_f32_from_bits(b);
+}
+
+/* E4M3 value of a scale byte with the sign cleared (NVFP4 block scales), exact. */
+static inline float gemv_e4m3_pos_avx2(uint8_t c)
+{
+    unsigned e = (c >> 3) & 15u, mm = c & 7u;
+    if ((c & 0x7Fu) == 0x7Fu)
+        return qs_f32_from_bits(0x7FC00000u);
+    if (e == 0)
+        return (float)mm * 0x1p-9f;
+    return qs_f32_from_bits(((e + 120u) << 23) | (mm << 20));
+}
+
+#endif /* QS_X86_MM_GEMV_AVX2_H */

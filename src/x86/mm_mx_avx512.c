@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fused MXFP4, MXFP8 and NVFP4 GEMV with f32 activations for AVX-512 F/BW/DQ/VL
+ * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c). E2M1 codes (element 2i in
+ * the low nibble of byte i) look up their value in a 16-entry register table with vpermps, E4M3
+ * codes decode by integer field moves; each block's 16-lane sum gets the block scale once: the
+ * E8M0 power of two (NaN for 0xFF) for MX, fl(E4M3(S & 0x7F) * s_global) for NVFP4, as the
+ * reference forms it. Tiles and tails: mm_gemv_avx512.h.
+ */
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+#include "minifloat_avx512.h"
+#include "mm_gemv_avx512.h"
+
+static inline __m512 e2m1_dec_avx512(const uint8_t *row, int64_t c, int32_t aux, __mmask16 mask,
+                                     const void *fmt)
+{
+    (void)aux;
+    (void)fmt;
+    return _mm512_permutexvar_ps(gemv_nibbles_avx512(row + c / 2, mask, 0),
+                                 _mm512_loadu_ps(qs_e2m1_values));
+}
+
+static inline __m512 e4m3_dec_avx512(const uint8_t *row, int64_t c, int32_t aux, __mmask16 mask,
+                                     const void *fmt)
+{
+    (void)aux;
+    (void)fmt;
+    return e4m3_decode_avx512(gemv_bytes_avx512(row + c, mask));
+}
+
+static inline float mx_scl_avx512(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                  const void *fmt)
+{
+    (void)row;
+    (void)fmt;
+    *aux = 0;
+    return gemv_e8m0_avx512(srow[s]);
+}
+
+static inline float nvfp4_scl_avx512(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                     const void *fmt)
+{
+    (void)row;
+    *aux = 0;
+    return gemv_e4m3_pos_avx512(srow[s]) * *(const float *)fmt;
+}
+
+void qs_mm_gemv_mxfp4__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                     const uint8_t *data, int64_t row_bytes,
+                                     const uint8_t *scales, int64_t spr, int64_t rows, float *y,
+                                     int64_t ldy)
+{
+    gemv_rows_avx512 w = {data, row_bytes, scales, spr, 32};
+    gemv_avx512(x, ldx, m, k, &w, rows, e2m1_dec_avx512, mx_scl_avx512, NULL, y, ldy);
+}
+
+void qs_mm_gemv_mxfp8__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                     const uint8_t *data, int64_t row_bytes,
+                                     const uint8_t *scales, int64_t spr, int64_t rows, float *y,
+                                     int64_t ldy)
+{
+    gemv_rows_avx512 w = {data, row_bytes, scales, spr, 32};
+    gemv_avx512(x, ldx, m, k, &w, rows, e4m3_dec_avx512, mx_scl_avx512, NULL, y, ldy);
+}
+
+void qs_mm_gemv_nvfp4__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
+                                     const uint8_t *data, int64_t row_bytes,
+                                     const uint8_t *scales, int64_t spr, float s_global,
+                                     int64_t rows, float *y, int64_t ldy)
+{
+    gemv_rows_avx512 w = {data, row_bytes, scales, spr, 16};
+    gemv_avx512(x, ldx, m, k, &w, rows, e2m1_dec_avx512, nvfp4_scl_avx512, &s_global, y, ldy);
+}
