@@ -88,6 +88,42 @@ static void make_quant(qs_ctx *ctx, const float *w, int64_t N, int64_t K, int32_
     c->w.meta_count = mc;
 }
 
+
+static void free_quant(wcopy *c)
+{
+    free(c->q.data);
+    free(c->q.scale);
+    free(c->q.zero_point);
+    free(c->q.nested_scale);
+    free(c->meta);
+    memset(&c->q, 0, sizeof c->q);
+    c->meta = NULL;
+}
+
+/* A dense weight quantized with the parameters already in c->p. */
+static void make_quant_p(qs_ctx *ctx, const float *w, int64_t N, int64_t K, wcopy *c)
+{
+    void **ptr[QS_PLANE_COUNT] = {&c->q.data, &c->q.scale, &c->q.zero_point, &c->q.nested_scale};
+    int64_t *cap[QS_PLANE_COUNT] = {&c->q.data_bytes, &c->q.scale_bytes, &c->q.zero_point_bytes,
+                                    &c->q.nested_scale_bytes};
+
+    c->bytes = 0;
+    for (int i = 0; i < QS_PLANE_COUNT; i++) {
+        int64_t b = 0;
+        qs_quant_size(&c->p, N, K, i, &b);
+        *ptr[i] = b > 0 ? xmalloc((size_t)b) : NULL;
+        *cap[i] = b;
+        c->bytes += b;
+    }
+    c->w.quant = &c->p;
+    c->w.q = &c->q;
+    c->w.kind = QS_WEIGHT_QUANT;
+    if (qs_quantize(ctx, &c->p, w, QS_DTYPE_F32, N, K, &c->q) != QS_OK) {
+        fprintf(stderr, "qs_quantize: %s\n", qs_ctx_last_error(ctx));
+        exit(1);
+    }
+}
+
 /* Median seconds per call of qs_matmul over the copies, cycling. */
 static double time_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M, int64_t K,
                       const wcopy *c, int copies, int64_t N, float *y)
@@ -123,6 +159,66 @@ static double time_blas(float *const *wf, int fcopies, const float *x, int64_t M
         t[r] = (now() - t0) / fcopies;
     }
     return median(t, REPS);
+}
+
+
+/* int8-activation cases (matmul_act8.c): every integer weight kind as a GEMV against sgemv, and
+ * W8A8 GEMM at M = Mg against sgemm, each ratio measured in this run. */
+static void bench_int8(qs_ctx *ctx, float *const *wf, int fcopies, int copies, const float *x,
+                       int64_t Mg, int64_t N, int64_t K, float *y)
+{
+    static const struct {
+        const char *name;
+        int32_t fmt, gran, sym, block;
+        float threshold;
+    } kinds[] = {
+        {"NF4 x int8", QS_FORMAT_NF4, 0, 0, 64, 0.0f},
+        {"FP4 x int8", QS_FORMAT_FP4, 0, 0, 64, 0.0f},
+        {"INT8 row W8A8", QS_FORMAT_INT8, QS_GRAN_ROW, 1, 0, 0.0f},
+        {"INT8 row asym W8A8", QS_FORMAT_INT8, QS_GRAN_ROW, 0, 0, 0.0f},
+        {"INT8 tensor W8A8", QS_FORMAT_INT8, QS_GRAN_TENSOR, 1, 0, 0.0f},
+        {"INT8 group128 W8A8", QS_FORMAT_INT8, QS_GRAN_GROUP, 1, 128, 0.0f},
+        {"LLM.int8 (no outliers)", QS_FORMAT_LLM_INT8, 0, 0, 0, 0.0f},
+        {"LLM.int8 threshold 0.99", QS_FORMAT_LLM_INT8, 0, 0, 0, 0.99f},
+    };
+    wcopy *c = xmalloc(sizeof(wcopy) * (size_t)copies);
+    qs_matmul_params p;
+    double sgemv = time_blas(wf, fcopies, x, 1, K, N, y), sgemm;
+
+    qs_matmul_params_init(&p);
+    p.activations = QS_MATMUL_ACT_INT8;
+    printf("\n%-28s %10s %9s %10s\n", "int8 activations (M = 1)", "ms/call", "vs sgemv",
+           "weight GB/s");
+    printf("%-28s %10.3f %9.2f %10.1f\n", "OpenBLAS sgemv f32", sgemv * 1e3, 1.0,
+           (double)(N * K * 4) / sgemv * 1e-9);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        for (int i = 0; i < copies; i++) {
+            memset(&c[i], 0, sizeof c[i]);
+            qs_quant_params_init(&c[i].p, kinds[k].fmt);
+            if (kinds[k].gran)
+                c[i].p.granularity = kinds[k].gran;
+            if (kinds[k].fmt == QS_FORMAT_INT8)
+                c[i].p.symmetric = kinds[k].sym;
+            if (kinds[k].block)
+                c[i].p.block_size = kinds[k].block;
+            make_quant_p(ctx, wf[i % fcopies], N, K, &c[i]);
+        }
+        p.threshold = kinds[k].threshold;
+        double t = time_qs(ctx, &p, x, 1, K, c, copies, N, y);
+        printf("%-28s %10.3f %9.2f %10.1f\n", kinds[k].name, t * 1e3, sgemv / t,
+               (double)c[0].bytes / t * 1e-9);
+        if (kinds[k].fmt == QS_FORMAT_INT8 && kinds[k].gran == QS_GRAN_ROW && kinds[k].sym) {
+            p.threshold = 0.0f;
+            sgemm = time_blas(wf, fcopies, x, Mg, K, N, y);
+            double tg = time_qs(ctx, &p, x, Mg, K, c, 2, N, y);
+            printf("  %-26s %10.1f %9.2f %10.1f   (M = %lld: sgemm %.1f ms)\n", "W8A8 GEMM",
+                   tg * 1e3, sgemm / tg, 2.0 * (double)(Mg * N * K) / tg * 1e-9, (long long)Mg,
+                   sgemm * 1e3);
+        }
+        for (int i = 0; i < copies; i++)
+            free_quant(&c[i]);
+    }
+    free(c);
 }
 
 int main(int argc, char **argv)
@@ -202,6 +298,8 @@ int main(int argc, char **argv)
            2.0 * (double)(Mg * N * K) / sgemm * 1e-9);
     printf("%-28s %10.1f %9.2f %10.1f\n", "NF4 GEMM (panels + sgemm)", tg * 1e3, sgemm / tg,
            2.0 * (double)(Mg * N * K) / tg * 1e-9);
+    if (!getenv("QS_BENCH_NO_INT8"))
+        bench_int8(ctx, wf, fcopies, copies, x, Mg, N, K, y);
     qs_ctx_destroy(ctx);
     return 0;
 }
