@@ -208,13 +208,14 @@ static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
     for (int64_t m0 = 0; m0 < j->M; m0 += xr) {
         int64_t mc = j->M - m0 < xr ? j->M - m0 : xr;
         if (mm8_bnb4(j)) {
-            qs_mm_nf4a8_fn *fn = j->format == QS_FORMAT_NF4 ? j->ctx->k.mm_nf4a8
-                                                            : j->ctx->k.mm_fp4a8;
+            qs_mm_nf4a8_fn *fn =
+                j->format == QS_FORMAT_NF4 ? j->ctx->k.mm_nf4a8 : j->ctx->k.mm_fp4a8;
             fn(j->xq + m0 * K, j->xsum + m0 * qs_ceil_div(K, 64), mc, K, j->wdata, n0 * K, rows,
                j->absmax, j->block, scratch, rows);
         } else if (j->format == QS_FORMAT_LLM_INT8) {
-            j->ctx->k.mm_w8a8(j->xq + m0 * K, j->xsum + m0, mc, K, (const int8_t *)j->wdata + n0 * K,
-                              rows, &one, NULL, K, 0, scratch, rows);
+            j->ctx->k.mm_w8a8(j->xq + m0 * K, j->xsum + m0, mc, K,
+                              (const int8_t *)j->wdata + n0 * K, rows, &one, NULL, K, 0, scratch,
+                              rows);
         } else {
             int64_t ss = j->gran == QS_GRAN_TENSOR ? 0 : j->gran == QS_GRAN_ROW ? 1 : K / j->group;
             j->ctx->k.mm_w8a8(j->xq + m0 * K, j->xsum + m0 * qs_ceil_div(K, j->group), mc, K,

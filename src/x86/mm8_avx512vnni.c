@@ -191,9 +191,9 @@ INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, in
         store_rows(out + i * ldo, t[i], nr);
 }
 
-INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq,
-                    const int32_t *xsum, int64_t m, int64_t n, const uint8_t *data, int64_t start,
-                    int64_t rows, const float *absmax, int32_t block, float *out, int64_t ldo)
+INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, const int32_t *xsum,
+                    int64_t m, int64_t n, const uint8_t *data, int64_t start, int64_t rows,
+                    const float *absmax, int32_t block, float *out, int64_t ldo)
 {
     int64_t seg = block < n ? block : n, nc = (n + CH - 1) / CH;
     int8_t t8[16];
@@ -221,14 +221,14 @@ void qs_mm_nf4a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64
                                     const uint8_t *data, int64_t start, int64_t rows,
                                     const float *absmax, int32_t block, float *out, int64_t ldo)
 {
-    bnb4_a8(qs_mm_nf4a8__ref, qs_nf4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax,
-            block, out, ldo);
+    bnb4_a8(qs_mm_nf4a8__ref, qs_nf4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax, block,
+            out, ldo);
 }
 
 void qs_mm_fp4a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
                                     const uint8_t *data, int64_t start, int64_t rows,
                                     const float *absmax, int32_t block, float *out, int64_t ldo)
 {
-    bnb4_a8(qs_mm_fp4a8__ref, qs_fp4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax,
-            block, out, ldo);
+    bnb4_a8(qs_mm_fp4a8__ref, qs_fp4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax, block,
+            out, ldo);
 }
