@@ -128,12 +128,15 @@ void qs_mm_w8a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64_
 /* ---- NF4 / FP4 --------------------------------------------------------------------------------
  */
 
-/* 64 codes of 32 bytes as unsigned weights w8 + 128: odd elements (low nibbles), then even. */
+/* 64 codes of 32 bytes as unsigned weights w8 + 128: odd elements (low nibbles), then even. The
+ * 32 bytes go to both halves and the upper half is shifted by 4; the and clears bit 7, which would
+ * make vpshufb write 0. */
 INLINE __m512i bnb4_decode(const uint8_t *p, __m512i tab)
 {
-    __m256i b = _mm256_loadu_si256((const __m256i *)p);
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
-    return _mm512_shuffle_epi8(tab, _mm512_and_si512(z, _mm512_set1_epi8(0x0F)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    b = _mm512_srlv_epi16(b, shift);
+    return _mm512_shuffle_epi8(tab, _mm512_and_si512(b, _mm512_set1_epi8(0x0F)));
 }
 
 /* 64 x codes in the decoded order: the odd elements, then the even ones. */
@@ -191,6 +194,82 @@ INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, in
         store_rows(out + i * ldo, t[i], nr);
 }
 
+/* The sums of 16 vectors a[r][s] in one vector, lane 4r + s: pairs of lanes, then of 64-bit
+ * halves, then of 128-bit blocks (45 instructions for 16 sums). */
+INLINE __m512i hsum16(__m512i a[4][4])
+{
+    __m512i v[4];
+
+    for (int r = 0; r < 4; r++) {
+        __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][0], a[r][1]),
+                                       _mm512_unpackhi_epi32(a[r][0], a[r][1]));
+        __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][2], a[r][3]),
+                                       _mm512_unpackhi_epi32(a[r][2], a[r][3]));
+        v[r] = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
+    }
+    __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* One x row against 4 W rows with 64-element segments (block 64, the bitsandbytes default):
+ * four segments at a time, their 16 sums reduced together, scaled with one multiply by the four
+ * rows' absmax runs, and added to each row's total in ascending segment order (lane 0 of each
+ * 128-bit block holds a row's total). Segments left over go one at a time as in bnb4_tile. */
+INLINE void bnb4_gemv64(const int8_t *x, const int32_t *xs, int64_t n, const uint8_t *data,
+                        int64_t start, int64_t nr, const float *absmax, int32_t block,
+                        __m512i tab, float *out)
+{
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const uint8_t *wr[4];
+    const float *ar[4];
+    __m512 t = _mm512_setzero_ps();
+    int64_t s = 0;
+
+    for (int r = 0; r < 4; r++) {
+        int64_t f = start + (r < nr ? r : nr - 1) * n;
+        wr[r] = data + f / 2;
+        ar[r] = absmax + f / block;
+    }
+    for (; (s + 4) * CH <= n; s += 4) {
+        __m512i acc[4][4];
+        for (int q = 0; q < 4; q++) {
+            __m512i xv = x_oddeven(x + (s + q) * CH);
+            for (int r = 0; r < 4; r++)
+                acc[r][q] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                bnb4_decode(wr[r] + (s + q) * CH / 2, tab), xv);
+        }
+        __m512i a = hsum16(acc);
+        __m128i sx = _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(xs + s)), 7);
+        a = _mm512_sub_epi32(a, _mm512_broadcast_i32x4(sx));
+        __m512 am = _mm512_castps128_ps512(_mm_loadu_ps(ar[0] + s));
+        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[1] + s), 1);
+        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[2] + s), 2);
+        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[3] + s), 3);
+        __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(a), am);
+        t = _mm512_add_ps(t, p);
+        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0x55));
+        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0xAA));
+        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0xFF));
+    }
+    __m128 t4 = _mm512_castps512_ps128(_mm512_permutexvar_ps(first, t));
+    for (; s * CH < n; s++) {
+        __m512i xv = x_oddeven(x + s * CH), acc[4];
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                         bnb4_decode(wr[r] + s * CH / 2, tab), xv);
+        __m128i a = hsum4(acc[0], acc[1], acc[2], acc[3]);
+        a = _mm_sub_epi32(a, _mm_set1_epi32(128 * xs[s]));
+        __m128 sc = _mm_setr_ps(qs_ld_f32(ar[0] + s), qs_ld_f32(ar[1] + s), qs_ld_f32(ar[2] + s),
+                                qs_ld_f32(ar[3] + s));
+        t4 = _mm_add_ps(t4, _mm_mul_ps(_mm_cvtepi32_ps(a), sc));
+    }
+    store_rows(out, t4, nr);
+}
+
 INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, const int32_t *xsum,
                     int64_t m, int64_t n, const uint8_t *data, int64_t start, int64_t rows,
                     const float *absmax, int32_t block, float *out, int64_t ldo)
@@ -211,6 +290,9 @@ INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, c
         for (; i + 4 <= m; i += 4)
             bnb4_tile(4, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
                       out + i * ldo + r, ldo);
+        for (; i < m && seg == CH; i++)
+            bnb4_gemv64(xq + i * n, xsum + i * nc, n, data, f, nr, absmax, block, tab,
+                        out + i * ldo + r);
         for (; i < m; i++)
             bnb4_tile(1, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
                       out + i * ldo + r, ldo);
