@@ -169,8 +169,8 @@ typedef void qs_mm_w8a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, int
                            const int8_t *wq, int64_t rows, const float *scale, const int8_t *zp,
                            int64_t group, int64_t sstride, float *out, int64_t ldo);
 typedef void qs_mm_nf4a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                            const uint8_t *data, int64_t start, int64_t rows,
-                            const float *absmax, int32_t block, float *out, int64_t ldo);
+                            const uint8_t *data, int64_t start, int64_t rows, const float *absmax,
+                            int32_t block, float *out, int64_t ldo);
 typedef qs_mm_nf4a8_fn qs_mm_fp4a8_fn;
 
 /* One member per slot; every member starts at its __ref kernel. */
