@@ -104,9 +104,9 @@ static void test_w8a8_kernels(void **state)
     t_rng r = {11};
     int64_t maxk = 4096, maxm = 9, maxr = 9;
     int8_t *x = malloc((size_t)(maxm * maxk)), *w = malloc((size_t)(maxr * maxk));
-    int8_t *zp = malloc((size_t)(maxr * maxk));
+    int8_t *zp = malloc((size_t)(maxr * maxk + 1));
     int32_t *xs = malloc((size_t)(maxm * maxk) * 4);
-    float *sc = malloc((size_t)(maxr * maxk) * 4);
+    float *sc = malloc((size_t)(maxr * maxk + 1) * 4);
     float *want = malloc((size_t)(maxm * (maxr + LDO_PAD)) * 4);
     float *got = malloc((size_t)(maxm * (maxr + LDO_PAD)) * 4);
     int64_t checked = 0;
