@@ -61,11 +61,15 @@ static const bcase cases[] = {
     {"f16 weights", {-1, QS_DTYPE_F16, 0, 0, 0, 0, 0}, 1, QS_MATMUL_ACT_F32},
     {"bf16 weights", {-1, QS_DTYPE_BF16, 0, 0, 0, 0, 0}, 1, QS_MATMUL_ACT_F32},
     {"NF4, int8 activations", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_INT8},
+    {"FP4, int8 activations", {QS_FORMAT_FP4, 0, 0, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_INT8},
     {"INT8 row W8A8", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 1, QS_MATMUL_ACT_INT8},
+    {"LLM.int8 W8A8", {QS_FORMAT_LLM_INT8, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_INT8},
     {"2:4 + NF4", {QS_FORMAT_NF4, 0, 1, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_F32},
     {"NF4 M=4", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 4, QS_MATMUL_ACT_F32},
     {"NF4 M=8", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 8, QS_MATMUL_ACT_F32},
     {"NF4 GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"INT8 row W8A8 GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, GEMM_M,
+     QS_MATMUL_ACT_INT8},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

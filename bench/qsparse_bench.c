@@ -800,6 +800,21 @@ static int run_kernel(k_job *j)
         ((qs_mm_gemv_nvfp4_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, (n / 4 + 1) / 2, j->sbytes,
                                        (n / 4 + 15) / 16, 0.5f, 4, (float *)o, 4);
         break;
+    /* int8 activations: 4 rows of W of n / 4 against one x row (codes as given, sums of 0). */
+    case QS_SLOT_mm_w8a8:
+    case QS_SLOT_mm_nf4a8:
+    case QS_SLOT_mm_fp4a8: {
+        static const int32_t xsum[1 << 16];
+        int64_t len = n / 4 < (int64_t)(1 << 16) * 64 ? n / 4 : (int64_t)(1 << 16) * 64;
+        if (j->slot == QS_SLOT_mm_w8a8)
+            ((qs_mm_w8a8_fn *)j->fn)((const int8_t *)j->sbytes, xsum, 1, len,
+                                     (const int8_t *)j->codes, 4, j->absmax, NULL,
+                                     len > 0 ? len : 1, 1, (float *)o, 4);
+        else
+            ((qs_mm_nf4a8_fn *)j->fn)((const int8_t *)j->sbytes, xsum, 1, len, j->codes, 0, 4,
+                                      j->absmax, 64, (float *)o, 4);
+        break;
+    }
     default: return 0;
     }
     return 1;

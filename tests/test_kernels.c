@@ -104,6 +104,52 @@ static size_t run_sparse_slot(int32_t slot, void (*fn)(void), const k_in *in, in
     }
 }
 
+/* Runners of the int8-activation slots (src/ref/mm8_ref.c): m x rows outputs over rows of
+ * length kk cut from the n inputs, x codes in [-127, 127] (the quantizer's range; -128 becomes
+ * -127) with their sums per unit, INT8 groups of 1 ... kk, NF4/FP4 rows at an offset of a whole
+ * number of rows (the driver's layout) or of one element (the reference fallback). */
+static size_t run_mm8_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
+{
+    static const int32_t blocks[] = {64, 128, 32, 6, 256, 64};
+    static int8_t xq[MAX_N];
+    static int32_t xs[MAX_N];
+    int64_t m = 1 + in->variant % 5, rows = 1 + (in->variant * 5) % 7;
+    int64_t kk = n / (m > rows ? m : rows) / 2, unit;
+
+    for (int64_t i = 0; i < m * kk; i++)
+        xq[i] = (int8_t)(in->sbytes[i] == 0x80 ? 0x81 : in->sbytes[i]);
+    if (slot == QS_SLOT_mm_w8a8) {
+        int64_t group = in->variant % 3 == 0 ? (kk > 0 ? kk : 1) : 1 + (in->variant * 37) % 130;
+        int64_t ng = kk > 0 ? (kk + group - 1) / group : 0;
+        int64_t ss = in->variant % 4 == 1 ? 0 : ng;
+        unit = group;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t u = 0; u < ng; u++) {
+                int32_t a = 0;
+                for (int64_t k = u * group; k < (u + 1) * group && k < kk; k++)
+                    a += xq[i * kk + k];
+                xs[i * ng + u] = a;
+            }
+        ((qs_mm_w8a8_fn *)fn)(xq, xs, m, kk, (const int8_t *)in->codes, rows, in->absmax,
+                              in->variant & 1 ? (const int8_t *)in->half : NULL, group, ss,
+                              (float *)out, rows);
+        return (size_t)(m * rows) * 4;
+    }
+    int32_t block = blocks[in->variant % 6];
+    int64_t start = in->variant % 6 == 5 ? 1 : (in->variant % 3) * kk;
+    unit = 64;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t u = 0; u * unit < kk; u++) {
+            int32_t a = 0;
+            for (int64_t k = u * unit; k < (u + 1) * unit && k < kk; k++)
+                a += xq[i * kk + k];
+            xs[i * ((kk + unit - 1) / unit) + u] = a;
+        }
+    ((qs_mm_nf4a8_fn *)fn)(xq, xs, m, kk, in->codes, start, rows, in->absmax, block,
+                           (float *)out, rows);
+    return (size_t)(m * rows) * 4;
+}
+
 /* Runners of the matmul slots (include/qsparse/matmul.h): one f32 result per call (the int8
  * group sums stay far below 2^31 at MAX_N), NF4/FP4 rows starting on either nibble, INT8 groups
  * of 1 ... n, 2:4 meta with valid nibbles only, as the driver guarantees. */
@@ -434,6 +480,9 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_gemv_mxfp4:
     case QS_SLOT_mm_gemv_mxfp8:
     case QS_SLOT_mm_gemv_nvfp4: return run_gemv_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_w8a8:
+    case QS_SLOT_mm_nf4a8:
+    case QS_SLOT_mm_fp4a8: return run_mm8_slot(slot, fn, in, n, out);
     case QS_SLOT_hist_scan: {
         /* calibration range scan: the caller's values are kept unless beaten (strictly) */
         float lh[2] = {in->variant & 1 ? INFINITY : -0.0f, in->variant & 1 ? -INFINITY : 0.0f};

@@ -49,16 +49,26 @@
  *   integer dot products with int32 accumulation per segment, exact: a_s = sum q_x * (q_w - zp).
  *   INT8: t = sum over segments of fl(a_s * scale_s) (ascending), y = fl(t * fl(r_m / 127)).
  *   LLM_INT8: y = fl(fl(a * fl(r_m * SCB[n])) * fl(6.200124e-05)), bitsandbytes' int8_mm_dequant.
- *   K is limited to QS_MATMUL_INT8_MAX_K (the int32 sums cannot overflow); larger K returns
- *   QS_ERR_UNSUPPORTED.
- * - Every other weight (NF4, FP4, FP8, MX, NVFP4, plain, 2:4 of any kind including 2:4 + INT8):
+ * - NF4 / FP4 weights (dense, with or without double quantization): each 4-bit code stands for
+ *   its codebook entry scaled to int8, w8 = rne(127 * c) (NF4: -127 -88 -67 -50 -36 -23 -12 0 10
+ *   20 31 43 56 71 92 127; FP4: 0 1 85 127 42 64 21 32 and their negatives), so the weight gets
+ *   one more rounding, of at most absmax / 254 per element. Per segment (the block clipped to
+ *   the row) a_s = sum q_x * w8 exactly in int32; t = sum over segments of fl(a_s * absmax_b)
+ *   (ascending; absmax decoded as for f32 activations), y = fl(t * fl(r_m / 16129)).
+ *   Outlier columns are multiplied with the weight as qs_dequantize gives it (codebook * absmax).
+ * - For these four formats K is limited to QS_MATMUL_INT8_MAX_K (the int32 sums cannot
+ *   overflow); larger K returns QS_ERR_UNSUPPORTED. The integer sums are the same on every ISA
+ *   tier and on the GEMV and GEMM paths, so these results are identical everywhere.
+ * - Every other weight (FP8, MX, NVFP4, plain, 2:4 of any kind including 2:4 + INT8):
  *   the f32 path above applied to x^ = the dequantized codes, fl(fl(q * r_m) * fl(1/127)) (the
  *   LLM.int8 row-statistic rule of qs_dequantize), with outlier columns kept exact. This defines
  *   the result; kernels may use integer arithmetic only where they reproduce it.
  * Error bound of int8 activations, against the f32-activation result y32 with the same weight:
  *   |y[m, n] - y32[m, n]| <= 1.001 * (r_m / 254) * sum_k |W[n, k]| + 1e-5 * sum_k |x[m, k] W[n, k]|
  * (W dequantized; the first term is the rounding of x to 127 steps of r_m, the second the f32
- * rounding of both paths). Outlier columns add no quantization error.
+ * rounding of both paths). NF4 and FP4 add the weight rounding:
+ *   + 1.001 * (1/254) * sum_k absmax_b(k) * (|x[m, k]| + r_m / 254)
+ * (absmax_b(k) the scale of W[n, k]'s block). Outlier columns add no quantization error.
  */
 #ifndef QSPARSE_MATMUL_H
 #define QSPARSE_MATMUL_H
@@ -99,7 +109,8 @@ typedef struct qs_weight {
 
 /* bitsandbytes' default LLM.int8 outlier threshold. */
 #define QS_LLM_INT8_THRESHOLD 6.0f
-/* Largest K for int8 activations: 65536 * 127 * 255 < 2^31, so int32 sums are exact. */
+/* Largest K for int8 activations against INT8, LLM_INT8, NF4, FP4 weights: 65536 * 127 * 255 <
+ * 2^31, so int32 sums are exact (SIMD kernels add 128 to a weight code: still 255 at most). */
 #define QS_MATMUL_INT8_MAX_K 65536
 /* Rows of x from which the GEMM (dequantized tiles) path is taken. */
 #define QS_MATMUL_GEMM_MIN_M 16

@@ -94,9 +94,10 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     Compressed24 or a SparseQTensor (qs.compress / qs.quantize of one). Returns (..., N).
 
     activations="int8" quantizes x per token on the fly (LLM.int8 vector-wise, integer dot
-    products against INT8 / LLM_INT8 weights); threshold > 0 (bitsandbytes uses 6.0) sends every
-    column of x holding an |x| >= threshold through float32 instead. See include/qsparse/matmul.h
-    for the definition and the error bound."""
+    products against INT8 / LLM_INT8 weights, and against NF4 / FP4 through their codebooks
+    scaled to int8); threshold > 0 (bitsandbytes uses 6.0) sends every column of x holding an
+    |x| >= threshold through float32 instead. See docs/int8_activations.md for the definition
+    and the error bound."""
     if activations not in _ACTIVATIONS:
         raise ValueError(f"activations must be 'f32' or 'int8', got {activations!r}")
     threshold = _arrays.option_float("threshold", threshold)

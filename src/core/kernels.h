@@ -185,6 +185,23 @@ typedef void qs_mm_gemv_nvfp4_fn(const float *x, int64_t ldx, int64_t m, int64_t
                                  const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
                                  int64_t spr, float s_global, int64_t rows, float *y,
                                  int64_t ldy);
+/* Matmul with int8 activations (src/ref/mm8_ref.c defines them): m rows of x codes (row i at
+ * xq + i * n, codes in [-127, 127]) against `rows` consecutive rows of W, out[i * ldo + r].
+ * w8a8: W row r is wq + r * n, its scales scale + r * sstride and zero points zp + r * sstride
+ * (sstride 0 for one tensor scale; zp NULL: symmetric); out = qs_mm_dot_w8a8 of the pair.
+ * xsum[i * ceil(n / group) + s] is the sum of x row i over group s (the zero-point and offset
+ * corrections of the SIMD kernels).
+ * nf4a8 / fp4a8: W row r is flat elements start + r * n of the bnb4 tensor `data` (block scales
+ * absmax); each code is the format's codebook scaled to int8 (qs_nf4_codebook_i8); per segment
+ * (block clipped to the row) an exact int32 sum a_s of x * w8, out = sum_s fl(a_s * absmax_b)
+ * ascending. xsum[i * ceil(n / 64) + c] is the sum of x row i over elements [64c, 64c + 64). */
+typedef void qs_mm_w8a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
+                           const int8_t *wq, int64_t rows, const float *scale, const int8_t *zp,
+                           int64_t group, int64_t sstride, float *out, int64_t ldo);
+typedef void qs_mm_nf4a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
+                            const uint8_t *data, int64_t start, int64_t rows, const float *absmax,
+                            int32_t block, float *out, int64_t ldo);
+typedef qs_mm_nf4a8_fn qs_mm_fp4a8_fn;
 
 /* One member per slot; every member starts at its __ref kernel. */
 struct qs_kernels {

@@ -285,7 +285,8 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
     if (params->activations == QS_MATMUL_ACT_INT8 && qs_mm_integer_weight(&j) &&
         K > QS_MATMUL_INT8_MAX_K)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED,
-                       "int8 activations with INT8 weights support K <= %d, got %lld",
+                       "int8 activations with INT8, LLM_INT8, NF4 or FP4 weights support "
+                       "K <= %d, got %lld",
                        QS_MATMUL_INT8_MAX_K, (long long)K);
     if (mn == 0)
         return qs_ok(ctx);

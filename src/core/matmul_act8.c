@@ -13,7 +13,6 @@
 #include "parallel.h"
 
 #define MM_FLAG_COLS 256 /* columns per outlier-scan task */
-#define MM_ROWS 16       /* rows of W per task */
 
 /* ---- the quantizer ----------------------------------------------------------------------------
  */
@@ -182,48 +181,83 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
 /* ---- the matmul with int8 activations ---------------------------------------------------------
  */
 
-/* INT8 / LLM_INT8 weights: exact integer sums, then the format's scaling and the outliers. */
+/* Rows of W per task: GEMV tasks are small for load balance; GEMM tasks keep a block of W rows
+ * in cache while blocks of x rows go by. */
+#define MM8_ROWS_GEMV 16
+#define MM8_ROWS_GEMM 64
+#define MM8_XROWS 64 /* x rows per kernel call on the GEMM path */
+
+static int64_t mm8_rows(const struct qs_mm_job *j)
+{
+    return j->M < QS_MATMUL_GEMM_MIN_M ? MM8_ROWS_GEMV : MM8_ROWS_GEMM;
+}
+
+static int mm8_bnb4(const struct qs_mm_job *j)
+{
+    return j->format == QS_FORMAT_NF4 || j->format == QS_FORMAT_FP4;
+}
+
+/* Integer weights: the kernel's integer sums and segment scaling into scratch, then per element
+ * the activation scale, the LLM.int8 constant, the outlier columns and the bias. */
 static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
-    int64_t n0 = t * MM_ROWS, n1 = n0 + MM_ROWS < j->N ? n0 + MM_ROWS : j->N, K = j->K;
-    const int8_t *wq = j->wdata;
+    int64_t nb = mm8_rows(j), n0 = t * nb, n1 = n0 + nb < j->N ? n0 + nb : j->N, K = j->K;
+    int64_t rows = n1 - n0, xr = j->M < MM8_XROWS ? j->M : MM8_XROWS;
     static const float one = 1.0f;
 
-    (void)scratch;
-    for (int64_t m = 0; m < j->M; m++)
-        for (int64_t n = n0; n < n1; n++) {
-            float v, o = 0.0f;
-            if (j->format == QS_FORMAT_LLM_INT8) {
-                float a = j->ctx->k.mm_dot_w8a8(j->xq + m * K, wq + n * K, K, &one, NULL, K);
-                v = (a * (j->rstat[m] * qs_ld_f32(j->fscale + n))) * QS_MM_INV127SQ;
-            } else {
-                int64_t u = j->gran == QS_GRAN_TENSOR ? 0
-                            : j->gran == QS_GRAN_ROW  ? n
-                                                      : n * (K / j->group);
-                float a = j->ctx->k.mm_dot_w8a8(j->xq + m * K, wq + n * K, K, j->fscale + u,
-                                                j->zp ? j->zp + u : NULL, j->group);
-                v = a * (j->rstat[m] / 127.0f);
-            }
-            if (j->nout > 0) {
-                for (int64_t c = 0; c < j->nout; c++)
-                    o = o + j->xo[m * j->nout + c] * j->wo[n * j->nout + c];
-                v = v + o;
-            }
-            v = j->bias ? v + qs_ld_f32(j->bias + n) : v;
-            qs_st_f32(j->y + m * j->N + n, qs_ref_nan_canon(v));
+    for (int64_t m0 = 0; m0 < j->M; m0 += xr) {
+        int64_t mc = j->M - m0 < xr ? j->M - m0 : xr;
+        if (mm8_bnb4(j)) {
+            qs_mm_nf4a8_fn *fn =
+                j->format == QS_FORMAT_NF4 ? j->ctx->k.mm_nf4a8 : j->ctx->k.mm_fp4a8;
+            fn(j->xq + m0 * K, j->xsum + m0 * qs_ceil_div(K, 64), mc, K, j->wdata, n0 * K, rows,
+               j->absmax, j->block, scratch, rows);
+        } else if (j->format == QS_FORMAT_LLM_INT8) {
+            j->ctx->k.mm_w8a8(j->xq + m0 * K, j->xsum + m0, mc, K,
+                              (const int8_t *)j->wdata + n0 * K, rows, &one, NULL, K, 0, scratch,
+                              rows);
+        } else {
+            int64_t ss = j->gran == QS_GRAN_TENSOR ? 0 : j->gran == QS_GRAN_ROW ? 1 : K / j->group;
+            j->ctx->k.mm_w8a8(j->xq + m0 * K, j->xsum + m0 * qs_ceil_div(K, j->group), mc, K,
+                              (const int8_t *)j->wdata + n0 * K, rows, j->fscale + n0 * ss,
+                              j->zp ? j->zp + n0 * ss : NULL, j->group, ss, scratch, rows);
         }
+        for (int64_t m = m0; m < m0 + mc; m++)
+            for (int64_t n = n0; n < n1; n++) {
+                float a = scratch[(m - m0) * rows + (n - n0)], v, o = 0.0f;
+                if (j->format == QS_FORMAT_LLM_INT8)
+                    v = (a * (j->rstat[m] * qs_ld_f32(j->fscale + n))) * QS_MM_INV127SQ;
+                else if (mm8_bnb4(j))
+                    v = a * (j->rstat[m] / 16129.0f);
+                else
+                    v = a * (j->rstat[m] / 127.0f);
+                if (j->nout > 0) {
+                    for (int64_t c = 0; c < j->nout; c++)
+                        o = o + j->xo[m * j->nout + c] * j->wo[n * j->nout + c];
+                    v = v + o;
+                }
+                v = j->bias ? v + qs_ld_f32(j->bias + n) : v;
+                qs_st_f32(j->y + m * j->N + n, qs_ref_nan_canon(v));
+            }
+    }
 }
 
 /* Outlier weight columns: W[n, cols[c]] dequantized by the format's rule. */
 static void wo_task(const struct qs_mm_job *j, int64_t n, float *scratch)
 {
     const int64_t *cols = j->ocols;
-    const int8_t *wq = (const int8_t *)j->wdata + n * j->K;
     float *wo = (float *)j->wo + n * j->nout;
 
     (void)scratch;
     for (int64_t c = 0; c < j->nout; c++) {
-        const int8_t *q = wq + cols[c];
+        if (mm8_bnb4(j)) {
+            const float *book = j->format == QS_FORMAT_NF4 ? qs_nf4_codebook : qs_fp4_codebook;
+            int64_t f = n * j->K + cols[c];
+            const uint8_t *d = (const uint8_t *)j->wdata + f / 2;
+            wo[c] = book[(f & 1) ? *d & 0xF : *d >> 4] * qs_ld_f32(j->absmax + f / j->block);
+            continue;
+        }
+        const int8_t *q = (const int8_t *)j->wdata + n * j->K + cols[c];
         if (j->format == QS_FORMAT_LLM_INT8) {
             j->ctx->k.int8_dequant_rowstat(q, 1, qs_ld_f32(j->fscale + n), wo + c);
         } else {
@@ -232,6 +266,24 @@ static void wo_task(const struct qs_mm_job *j, int64_t n, float *scratch)
                                                   : n * (j->K / j->group) + cols[c] / j->group;
             j->ctx->k.int8_dequant(q, 1, qs_ld_f32(j->fscale + u), j->zp ? j->zp[u] : 0, wo + c);
         }
+    }
+}
+
+/* Sums of each x row's codes over units of `unit` elements (the kernels' corrections). */
+static void xsum_task(const struct qs_mm_job *j, int64_t m, float *scratch)
+{
+    int64_t unit = mm8_bnb4(j) ? 64 : j->format == QS_FORMAT_LLM_INT8 ? j->K : j->group;
+    int64_t nu = qs_ceil_div(j->K, unit);
+    const int8_t *x = j->xq + m * j->K;
+    int32_t *xs = (int32_t *)j->xsum + m * nu;
+
+    (void)scratch;
+    for (int64_t u = 0; u < nu; u++) {
+        int64_t k1 = (u + 1) * unit < j->K ? (u + 1) * unit : j->K;
+        int32_t s = 0;
+        for (int64_t k = u * unit; k < k1; k++)
+            s += x[k];
+        xs[u] = s;
     }
 }
 
@@ -257,6 +309,7 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
     float *rstat = qs_scratch_alloc(ctx, (size_t)M * sizeof(float));
     uint8_t *flags = threshold > 0.0f ? qs_scratch_alloc(ctx, (size_t)(K > 0 ? K : 1)) : NULL;
     int64_t *cols = NULL;
+    int32_t *xsum = NULL;
     float *a = NULL, *b = NULL, *scratch = NULL, *big = NULL;
     qs_status st = QS_ERR_OUT_OF_MEMORY;
 
@@ -268,6 +321,12 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
             nout += flags[k];
     }
     if (qs_mm_integer_weight(j)) {
+        int64_t unit = mm8_bnb4(j) ? 64 : j->format == QS_FORMAT_LLM_INT8 ? K : j->group;
+        per_thread = (M < MM8_XROWS ? M : MM8_XROWS) * mm8_rows(j);
+        xsum = qs_scratch_alloc(ctx, (size_t)(M * qs_ceil_div(K, unit)) * sizeof(int32_t));
+        scratch = qs_scratch_alloc(ctx, (size_t)(threads * per_thread) * sizeof(float));
+        if (!xsum || !scratch)
+            goto done;
         if (nout > 0) {
             cols = qs_scratch_alloc(ctx, (size_t)nout * sizeof(int64_t));
             a = qs_scratch_alloc(ctx, (size_t)(M * nout) * sizeof(float));
@@ -306,7 +365,11 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
             j->ocols = cols;
             qs_mm_parallel(j, N, wo_task);
         }
-        qs_mm_parallel(j, qs_ceil_div(N, MM_ROWS), w8a8_task);
+        j->xsum = xsum;
+        qs_mm_parallel(j, M, xsum_task);
+        j->scratch = scratch;
+        j->per_thread = per_thread;
+        qs_mm_parallel(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
     } else {
         j->xhat = a;
         j->oflags = flags;
@@ -323,6 +386,7 @@ done:
     qs_scratch_free(ctx, rstat);
     qs_scratch_free(ctx, flags);
     qs_scratch_free(ctx, cols);
+    qs_scratch_free(ctx, xsum);
     qs_scratch_free(ctx, a);
     qs_scratch_free(ctx, b);
     qs_scratch_free(ctx, scratch);

@@ -29,6 +29,7 @@ struct qs_mm_job {
     /* int8 activations against INT8 weights */
     const int8_t *xq;      /* M x K codes */
     const float *rstat;    /* M row statistics */
+    const int32_t *xsum;   /* sums of each row's codes per group / 64 elements (kernels.h) */
     int64_t nout;          /* outlier columns */
     const float *xo, *wo;  /* M x nout activations, N x nout dequantized weight columns */
     const int64_t *ocols;  /* the nout outlier column indices, ascending */
@@ -73,11 +74,13 @@ QS_INTERNAL void qs_mm_quantize_rows(const qs_ctx *ctx, const float *x, int64_t 
  * written. */
 QS_INTERNAL qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold);
 
-/* Whether int8 activations use the integer path for this weight. */
+/* Whether int8 activations use the integer path for this weight (INT8, LLM_INT8, and NF4 / FP4
+ * through their int8 codebooks). */
 static inline int qs_mm_integer_weight(const struct qs_mm_job *j)
 {
     return j->kind == QS_WEIGHT_QUANT &&
-           (j->format == QS_FORMAT_INT8 || j->format == QS_FORMAT_LLM_INT8);
+           (j->format == QS_FORMAT_INT8 || j->format == QS_FORMAT_LLM_INT8 ||
+            j->format == QS_FORMAT_NF4 || j->format == QS_FORMAT_FP4);
 }
 
 /* fl(1/127), the LLM.int8 dequantize constant, and bitsandbytes' fl(1/(127*127)). */

@@ -63,7 +63,7 @@ def test_int8_activations_bound():
     n, k, m = 16, 128, 6
     w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
     x = RNG.standard_normal((m, k)).astype(np.float32)
-    for fmt in ("int8", "llm_int8", "nf4"):
+    for fmt in ("int8", "llm_int8", "nf4", "fp4"):
         q = qs.quantize(w, fmt)
         dense = qs.dequantize(q).astype(np.float64)
         y8 = qs.matmul(x, q, activations="int8")
@@ -71,6 +71,9 @@ def test_int8_activations_bound():
         r = np.abs(x).max(axis=1, keepdims=True).astype(np.float64)
         bound = 1.001 * r / 254.0 * np.abs(dense).sum(axis=1) + \
             1e-5 * (np.abs(x).astype(np.float64) @ np.abs(dense).T)
+        if fmt in ("nf4", "fp4"):  # the int8 codebook's rounding (docs/int8_activations.md)
+            am = np.repeat(np.asarray(q.absmax, np.float64), 64).reshape(n, k)
+            bound = bound + 1.001 / 254.0 * ((np.abs(x) + r / 254.0) @ am.T)
         assert np.all(np.abs(y8 - y32) <= bound), fmt
         assert np.mean(y8 == y32) < 0.5, fmt  # the int8 path really ran
 
@@ -191,3 +194,42 @@ def test_matmul_info_and_mirrors():
     assert _capi.layout_mismatches(_lib.lib()) == []
     for name in ("qs_matmul", "qs_matmul_info", "qs_int8_vectorwise_quant"):
         assert name in _capi.SIGNATURES
+
+
+NF4_I8 = np.array([-127, -88, -67, -50, -36, -23, -12, 0, 10, 20, 31, 43, 56, 71, 92, 127])
+FP4_I8 = np.array([0, 1, 85, 127, 42, 64, 21, 32, 0, -1, -85, -127, -42, -64, -21, -32])
+
+
+@pytest.mark.parametrize("fmt,book", [("nf4", NF4_I8), ("fp4", FP4_I8)])
+@pytest.mark.parametrize("m", [2, 24])
+def test_bnb4_int8_activations_match_numpy_model(fmt, book, m):
+    """NF4 / FP4 with int8 activations as docs/int8_activations.md defines it: exact int32 block
+    sums of the codes against the int8 codebook, t = sum fl(a_b * absmax_b), y = fl(t * fl(r /
+    16129)), the outlier columns in f32 against the dequantized weight, then the bias."""
+    n, k = 20, 256
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    x[0, 3] = 7.0
+    bias = RNG.standard_normal(n).astype(np.float32)
+    q = qs.quantize(w, fmt)
+    y = qs.matmul(x, q, bias, activations="int8", threshold=6.0)
+    ca, sca, cols = _bnb_vectorwise(x, 6.0)
+    packed = np.asarray(q.data).reshape(-1)
+    codes = np.empty(packed.size * 2, np.int64)
+    codes[0::2], codes[1::2] = packed >> 4, packed & 0xF
+    w8 = book[codes[:n * k]].reshape(n, k)
+    absmax = np.asarray(q.absmax, np.float32)
+    a = np.einsum("mbk,nbk->mnb", ca.reshape(m, k // 64, 64).astype(np.int64),
+                  w8.reshape(n, k // 64, 64))
+    t = np.zeros((m, n), np.float32)
+    for b in range(k // 64):  # ascending blocks, f32 steps
+        t = (t + a[:, :, b].astype(np.float32) * absmax.reshape(n, k // 64)[None, :, b]) \
+            .astype(np.float32)
+    inner = (t * (sca / np.float32(16129.0))[:, None]).astype(np.float32)
+    wdq = qs.dequantize(q)
+    out = np.zeros((m, n), np.float32)
+    for c in cols:
+        out = (out + x[:, c][:, None] * wdq[:, c][None, :]).astype(np.float32)
+    want = ((inner + out) + bias).astype(np.float32)
+    assert list(cols) == [3]
+    np.testing.assert_array_equal(y, want)

@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Matmul with int8 activations for AVX-512 with VNNI (src/ref/mm8_ref.c defines the results; the
+ * integer sums are exact, so the results agree with the reference bit for bit).
+ *
+ * vpdpbusd multiplies unsigned by signed bytes. The weight operand is made unsigned by adding 128
+ * (an xor of the sign bit for INT8 codes; the 4-bit codebooks are stored with the 128 already
+ * added), so a lane sums x * (w + 128) and the segment sum is corrected once per segment by
+ * 128 * sum(x), which the caller passes (xsum); an INT8 zero point joins the same correction,
+ * sum x * (w - zp) = sum x * (w + 128) - (128 + zp) * sum x. All int32 arithmetic wraps, and the
+ * final value is the exact sum, which fits (K <= QS_MATMUL_INT8_MAX_K).
+ *
+ * A tile is up to 4 rows of x by 4 rows of W: 16 accumulators, each W chunk loaded once for every
+ * x row and each x chunk once for every W row. At the end of a segment the four accumulators of
+ * one x row are reduced together into one vector of four sums, then scaled and added to the row's
+ * running totals in ascending segment order, as the reference does. Missing W rows of a tail
+ * tile repeat the last row and are not stored. Chunks shorter than 64 bytes use masked loads
+ * (masked-off bytes load 0: x = 0 contributes nothing).
+ *
+ * The 4-bit kernels decode 64 codes per 32 bytes in registers: low nibbles (the odd elements)
+ * and high nibbles (the even elements) side by side, looked up with vpshufb; the x chunk is put in
+ * the same order once per tile (odd elements, then even). They need every row segment to be whole
+ * 64-element chunks at the same offsets in every row (block a multiple of 64 and either a multiple
+ * or a divisor of the row length); other layouts run the reference.
+ */
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/mm8_ref.h"
+#include "../ref/ref.h"
+
+#define CH 64
+#define INLINE static inline __attribute__((always_inline))
+
+/* The four sums of four int32 vectors, lane r holding the sum of the r-th. */
+INLINE __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d)
+{
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* Store the first nr lanes of t, NaN made canonical as the reference returns it. */
+INLINE void store_rows(float *out, __m128 t, int64_t nr)
+{
+    __mmask8 nan = _mm_cmp_ps_mask(t, t, _CMP_UNORD_Q);
+    t = _mm_mask_mov_ps(t, nan, _mm_castsi128_ps(_mm_set1_epi32((int32_t)QS_NAN_F32_BITS)));
+    _mm_mask_storeu_ps(out, (__mmask8)((1u << nr) - 1), t);
+}
+
+/* ---- W8A8 -------------------------------------------------------------------------------------
+ */
+
+INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, int64_t n,
+                      const int8_t *w, int64_t nr, const float *scale, const int8_t *zp,
+                      int64_t group, int64_t sstride, float *out, int64_t ldo)
+{
+    const __m512i sign = _mm512_set1_epi8((char)0x80);
+    const int8_t *wr[4];
+    const float *sr[4];
+    const int8_t *zr[4];
+    __m128 t[4];
+
+    for (int r = 0; r < 4; r++) {
+        int64_t rr = r < nr ? r : nr - 1;
+        wr[r] = w + rr * n;
+        sr[r] = scale + rr * sstride;
+        zr[r] = zp ? zp + rr * sstride : NULL;
+    }
+    for (int i = 0; i < mr; i++)
+        t[i] = _mm_setzero_ps();
+    for (int64_t s = 0; s < ng; s++) {
+        int64_t k = s * group, k1 = k + group < n ? k + group : n;
+        __m512i acc[4][4];
+
+        for (int i = 0; i < mr; i++)
+            for (int r = 0; r < 4; r++)
+                acc[i][r] = _mm512_setzero_si512();
+        for (; k < k1; k += CH) {
+            __mmask64 msk = k1 - k >= CH ? ~(__mmask64)0 : ((__mmask64)1 << (k1 - k)) - 1;
+            __m512i wv[4];
+            for (int r = 0; r < 4; r++)
+                wv[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(msk, wr[r] + k), sign);
+            for (int i = 0; i < mr; i++) {
+                __m512i xv = _mm512_maskz_loadu_epi8(msk, x + i * n + k);
+                for (int r = 0; r < 4; r++)
+                    acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], wv[r], xv);
+            }
+        }
+        __m128i zc = _mm_setr_epi32(128 + (zr[0] ? zr[0][s] : 0), 128 + (zr[1] ? zr[1][s] : 0),
+                                    128 + (zr[2] ? zr[2][s] : 0), 128 + (zr[3] ? zr[3][s] : 0));
+        __m128 sc = _mm_setr_ps(qs_ld_f32(sr[0] + s), qs_ld_f32(sr[1] + s), qs_ld_f32(sr[2] + s),
+                                qs_ld_f32(sr[3] + s));
+        for (int i = 0; i < mr; i++) {
+            __m128i a = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            a = _mm_sub_epi32(a, _mm_mullo_epi32(zc, _mm_set1_epi32(xs[i * ng + s])));
+            t[i] = _mm_add_ps(t[i], _mm_mul_ps(_mm_cvtepi32_ps(a), sc));
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        store_rows(out + i * ldo, t[i], nr);
+}
+
+void qs_mm_w8a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
+                                   const int8_t *wq, int64_t rows, const float *scale,
+                                   const int8_t *zp, int64_t group, int64_t sstride, float *out,
+                                   int64_t ldo)
+{
+    int64_t ng = n > 0 ? (n + group - 1) / group : 0;
+
+    /* W tile outside, x rows inside: the four W rows stay in L1 while x goes by. */
+    for (int64_t r = 0; r < rows; r += 4) {
+        int64_t nr = rows - r < 4 ? rows - r : 4;
+        const float *sc = scale + r * sstride;
+        const int8_t *z = zp ? zp + r * sstride : NULL;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4)
+            w8a8_tile(4, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
+                      out + i * ldo + r, ldo);
+        for (; i < m; i++)
+            w8a8_tile(1, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
+                      out + i * ldo + r, ldo);
+    }
+}
+
+/* ---- NF4 / FP4 --------------------------------------------------------------------------------
+ */
+
+/* 64 codes of 32 bytes as unsigned weights w8 + 128: odd elements (low nibbles), then even. The
+ * 32 bytes go to both halves and the upper half is shifted by 4; the and clears bit 7, which would
+ * make vpshufb write 0. */
+INLINE __m512i bnb4_decode(const uint8_t *p, __m512i tab)
+{
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    b = _mm512_srlv_epi16(b, shift);
+    return _mm512_shuffle_epi8(tab, _mm512_and_si512(b, _mm512_set1_epi8(0x0F)));
+}
+
+/* 64 x codes in the decoded order: the odd elements, then the even ones. */
+INLINE __m512i x_oddeven(const int8_t *x)
+{
+    const __m512i split = _mm512_set4_epi32(0x0F0D0B09, 0x07050301, 0x0E0C0A08, 0x06040200);
+    const __m512i gather = _mm512_setr_epi64(1, 3, 5, 7, 0, 2, 4, 6);
+    __m512i v = _mm512_shuffle_epi8(_mm512_loadu_si512(x), split);
+    return _mm512_permutexvar_epi64(gather, v);
+}
+
+INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, int64_t n,
+                      const uint8_t *data, int64_t start, int64_t nr, const float *absmax,
+                      int32_t block, int64_t seg, __m512i tab, float *out, int64_t ldo)
+{
+    const uint8_t *wr[4];
+    const float *ar[4];
+    __m128 t[4];
+
+    for (int r = 0; r < 4; r++) {
+        int64_t f = start + (r < nr ? r : nr - 1) * n;
+        wr[r] = data + f / 2;
+        ar[r] = absmax + f / block;
+    }
+    for (int i = 0; i < mr; i++)
+        t[i] = _mm_setzero_ps();
+    for (int64_t s = 0, k = 0; k < n; s++) {
+        int64_t k1 = k + seg;
+        int32_t sx[4] = {0, 0, 0, 0};
+        __m512i acc[4][4];
+
+        for (int i = 0; i < mr; i++)
+            for (int r = 0; r < 4; r++)
+                acc[i][r] = _mm512_setzero_si512();
+        for (; k < k1; k += CH) {
+            __m512i wv[4];
+            for (int r = 0; r < 4; r++)
+                wv[r] = bnb4_decode(wr[r] + k / 2, tab);
+            for (int i = 0; i < mr; i++) {
+                __m512i xv = x_oddeven(x + i * n + k);
+                sx[i] += xs[i * nc + k / CH];
+                for (int r = 0; r < 4; r++)
+                    acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], wv[r], xv);
+            }
+        }
+        __m128 sc = _mm_setr_ps(qs_ld_f32(ar[0] + s), qs_ld_f32(ar[1] + s), qs_ld_f32(ar[2] + s),
+                                qs_ld_f32(ar[3] + s));
+        for (int i = 0; i < mr; i++) {
+            __m128i a = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            a = _mm_sub_epi32(a, _mm_set1_epi32(128 * sx[i]));
+            t[i] = _mm_add_ps(t[i], _mm_mul_ps(_mm_cvtepi32_ps(a), sc));
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        store_rows(out + i * ldo, t[i], nr);
+}
+
+/* The sums of 16 vectors a[r][s] in one vector, lane 4r + s: pairs of lanes, then of 64-bit
+ * halves, then of 128-bit blocks (45 instructions for 16 sums). */
+INLINE __m512i hsum16(__m512i a[4][4])
+{
+    __m512i v[4];
+
+    for (int r = 0; r < 4; r++) {
+        __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][0], a[r][1]),
+                                       _mm512_unpackhi_epi32(a[r][0], a[r][1]));
+        __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][2], a[r][3]),
+                                       _mm512_unpackhi_epi32(a[r][2], a[r][3]));
+        v[r] = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
+    }
+    __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* One x row against 4 W rows with 64-element segments (block 64, the bitsandbytes default):
+ * four segments at a time, their 16 sums reduced together, scaled with one multiply by the four
+ * rows' absmax runs, and added to each row's total in ascending segment order (lane 0 of each
+ * 128-bit block holds a row's total). Segments left over go one at a time as in bnb4_tile. */
+INLINE void bnb4_gemv64(const int8_t *x, const int32_t *xs, int64_t n, const uint8_t *data,
+                        int64_t start, int64_t nr, const float *absmax, int32_t block,
+                        __m512i tab, float *out)
+{
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const uint8_t *wr[4];
+    const float *ar[4];
+    __m512 t = _mm512_setzero_ps();
+    int64_t s = 0;
+
+    for (int r = 0; r < 4; r++) {
+        int64_t f = start + (r < nr ? r : nr - 1) * n;
+        wr[r] = data + f / 2;
+        ar[r] = absmax + f / block;
+    }
+    for (; (s + 4) * CH <= n; s += 4) {
+        __m512i acc[4][4];
+        for (int q = 0; q < 4; q++) {
+            __m512i xv = x_oddeven(x + (s + q) * CH);
+            for (int r = 0; r < 4; r++)
+                acc[r][q] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                bnb4_decode(wr[r] + (s + q) * CH / 2, tab), xv);
+        }
+        __m512i a = hsum16(acc);
+        __m128i sx = _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(xs + s)), 7);
+        a = _mm512_sub_epi32(a, _mm512_broadcast_i32x4(sx));
+        __m512 am = _mm512_castps128_ps512(_mm_loadu_ps(ar[0] + s));
+        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[1] + s), 1);
+        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[2] + s), 2);
+        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[3] + s), 3);
+        __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(a), am);
+        t = _mm512_add_ps(t, p);
+        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0x55));
+        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0xAA));
+        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0xFF));
+    }
+    __m128 t4 = _mm512_castps512_ps128(_mm512_permutexvar_ps(first, t));
+    for (; s * CH < n; s++) {
+        __m512i xv = x_oddeven(x + s * CH), acc[4];
+        for (int r = 0; r < 4; r++)
+            acc[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                         bnb4_decode(wr[r] + s * CH / 2, tab), xv);
+        __m128i a = hsum4(acc[0], acc[1], acc[2], acc[3]);
+        a = _mm_sub_epi32(a, _mm_set1_epi32(128 * xs[s]));
+        __m128 sc = _mm_setr_ps(qs_ld_f32(ar[0] + s), qs_ld_f32(ar[1] + s), qs_ld_f32(ar[2] + s),
+                                qs_ld_f32(ar[3] + s));
+        t4 = _mm_add_ps(t4, _mm_mul_ps(_mm_cvtepi32_ps(a), sc));
+    }
+    store_rows(out, t4, nr);
+}
+
+INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, const int32_t *xsum,
+                    int64_t m, int64_t n, const uint8_t *data, int64_t start, int64_t rows,
+                    const float *absmax, int32_t block, float *out, int64_t ldo)
+{
+    int64_t seg = block < n ? block : n, nc = (n + CH - 1) / CH;
+    int8_t t8[16];
+
+    if (n == 0 || seg % CH != 0 || (n % block != 0 && block % n != 0) || start % seg != 0) {
+        ref(xq, xsum, m, n, data, start, rows, absmax, block, out, ldo);
+        return;
+    }
+    for (int c = 0; c < 16; c++)
+        t8[c] = (int8_t)(book[c] + 128 - 256 * (book[c] >= 0));
+    __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t8));
+    for (int64_t r = 0; r < rows; r += 4) {
+        int64_t nr = rows - r < 4 ? rows - r : 4, f = start + r * n;
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4)
+            bnb4_tile(4, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
+                      out + i * ldo + r, ldo);
+        for (; i < m && seg == CH; i++)
+            bnb4_gemv64(xq + i * n, xsum + i * nc, n, data, f, nr, absmax, block, tab,
+                        out + i * ldo + r);
+        for (; i < m; i++)
+            bnb4_tile(1, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
+                      out + i * ldo + r, ldo);
+    }
+}
+
+void qs_mm_nf4a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
+                                    const uint8_t *data, int64_t start, int64_t rows,
+                                    const float *absmax, int32_t block, float *out, int64_t ldo)
+{
+    bnb4_a8(qs_mm_nf4a8__ref, qs_nf4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax, block,
+            out, ldo);
+}
+
+void qs_mm_fp4a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
+                                    const uint8_t *data, int64_t start, int64_t rows,
+                                    const float *absmax, int32_t block, float *out, int64_t ldo)
+{
+    bnb4_a8(qs_mm_fp4a8__ref, qs_fp4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax, block,
+            out, ldo);
+}
