@@ -12,6 +12,10 @@
  *   accumulator that already holds such values.
  * - mm_gather_sp24 (the GEMV gather) only moves values: bytes equal to the reference's, NaN
  *   payloads included, over the same meta patterns and lengths.
+ * - mm_dot_sp24_f32 / f16 / bf16 / nf4 (the fused GEMV) keep the reference's lanes and tree:
+ *   bytes of the reference over lengths 0 ... 520 columns, every nibble at every position, f16 and
+ *   bf16 values of every bit pattern, NF4 rows starting at and off a multiple of 16 kept values
+ *   with blocks of 2 ... 4096 (both the vector path and its fallback), NaN, Inf and large values.
  * - qs_matmul on the GEMM path (M >= QS_MATMUL_GEMM_MIN_M) for 2:4 f32/f16/bf16 and 2:4 + NF4
  *   weights: y[m, n] = canon(fl(acc + bias[n])), acc = fl(acc + fl(v_j * x[m, col_j])) over the
  *   kept values j of row n in ascending order from +0, bit for bit, over shapes with tails in M
@@ -137,6 +141,70 @@ static void test_gather_kernels(void **state)
     (void)state;
     if (for_each_impl(QS_SLOT_mm_gather_sp24, check_gather) == 0)
         print_message("  no mm_gather_sp24 implementation runs here beside the reference\n");
+}
+
+/* The fused GEMV dot products: bytes of the reference (gather + the 16-lane dot product). */
+static int32_t g_dot_slot;
+
+static void check_dot(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
+{
+    static const int32_t blocks[] = {64, 16, 32, 128, 2, 6, 4096};
+    static const int64_t starts[] = {0, 16, 64, 1, 6};
+    t_rng r = {0x7A24};
+    float x[520], w[260];
+    uint16_t h[260], meta[520 / 16 + 1];
+    uint8_t codes[200];
+    int64_t runs = 0;
+
+    for (int64_t k = 0; k <= 520; k += 4)
+        for (int v = 0; v < 6; v++) {
+            float got, want;
+            make_meta(meta, k / 4, v);
+            t_fill_mixed(&r, x, k, v % 2 ? 0.02 : 0.0);
+            t_fill_mixed(&r, w, k / 2, v % 3 == 0 ? 0.02 : 0.0);
+            for (int64_t i = 0; i < k / 2; i++)
+                h[i] = (uint16_t)t_next(&r);
+            for (size_t i = 0; i < sizeof codes; i++)
+                codes[i] = (uint8_t)t_next(&r);
+            switch (g_dot_slot) {
+            case QS_SLOT_mm_dot_sp24_f32:
+                got = ((qs_mm_dot_sp24_f32_fn *)impl->fn)(x, meta, k, w);
+                want = ((qs_mm_dot_sp24_f32_fn *)ref->fn)(x, meta, k, w);
+                break;
+            case QS_SLOT_mm_dot_sp24_f16:
+            case QS_SLOT_mm_dot_sp24_bf16:
+                got = ((qs_mm_dot_sp24_f16_fn *)impl->fn)(x, meta, k, h);
+                want = ((qs_mm_dot_sp24_f16_fn *)ref->fn)(x, meta, k, h);
+                break;
+            default: {
+                int32_t b = blocks[(k / 4 + v) % 7];
+                int64_t st = starts[(k / 4 + v) % 5];
+                float amax[300];
+                for (int i = 0; i < 300; i++)
+                    amax[i] = (float)t_unif(&r) * (i % 17 == 0 && v == 5 ? INFINITY : 1.0f);
+                got = ((qs_mm_dot_sp24_nf4_fn *)impl->fn)(x, meta, k, codes, st, amax, b);
+                want = ((qs_mm_dot_sp24_nf4_fn *)ref->fn)(x, meta, k, codes, st, amax, b);
+                break;
+            }
+            }
+            if (!T_ASSERT_BYTES(impl->name, &got, &want, 4))
+                fail_msg("%s: n = %lld, pattern %d", impl->name, (long long)k, v);
+            runs++;
+        }
+    print_message("  %-36s bit-exact vs ref: %lld runs\n", impl->name, (long long)runs);
+}
+
+static void test_dot_kernels(void **state)
+{
+    static const int32_t slots[] = {QS_SLOT_mm_dot_sp24_f32, QS_SLOT_mm_dot_sp24_f16,
+                                    QS_SLOT_mm_dot_sp24_bf16, QS_SLOT_mm_dot_sp24_nf4};
+    (void)state;
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        g_dot_slot = slots[i];
+        if (for_each_impl(slots[i], check_dot) == 0)
+            print_message("  no %s implementation runs here beside the reference\n",
+                          qs_slot_name(slots[i]));
+    }
 }
 
 /* The reference kernel itself against a hand-worked row: the example of docs/sparsity.md §3.3
@@ -312,9 +380,8 @@ static void test_gemm_definition(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_axpy_hand),
-        cmocka_unit_test(test_axpy_kernels),
-        cmocka_unit_test(test_gather_kernels),
+        cmocka_unit_test(test_axpy_hand),       cmocka_unit_test(test_axpy_kernels),
+        cmocka_unit_test(test_gather_kernels),  cmocka_unit_test(test_dot_kernels),
         cmocka_unit_test(test_gemm_definition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -119,16 +119,32 @@ static float plain_dot(const struct qs_mm_job *j, const float *x, int64_t n, int
     }
 }
 
+/* The fused 2:4 dot product of x with row n of 2:4 f32/f16/bf16 values (gather + plain_dot). */
+static float sp24_dot(const struct qs_mm_job *j, const float *x, int64_t n)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+    const uint16_t *meta = j->meta + n * j->words;
+
+    switch (j->wdtype) {
+    case QS_DTYPE_F32:
+        return k->mm_dot_sp24_f32(x, meta, j->K, (const float *)j->wdata + n * j->wcols);
+    case QS_DTYPE_F16:
+        return k->mm_dot_sp24_f16(x, meta, j->K, (const uint16_t *)j->wdata + n * j->wcols);
+    default: return k->mm_dot_sp24_bf16(x, meta, j->K, (const uint16_t *)j->wdata + n * j->wcols);
+    }
+}
+
 /* x . W[n, :] by the GEMV definition; xg holds wcols floats for 2:4 weights. */
 static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float *xg)
 {
     switch (j->kind) {
     case QS_WEIGHT_DENSE: return plain_dot(j, x, n, j->K);
     case QS_WEIGHT_QUANT: return quant_dot(j, x, n, j->K);
-    case QS_WEIGHT_SP24:
-        j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
-        return plain_dot(j, xg, n, j->wcols);
+    case QS_WEIGHT_SP24: return sp24_dot(j, x, n);
     default:
+        if (j->format == QS_FORMAT_NF4) /* fused: the gather and the dot in one pass */
+            return j->ctx->k.mm_dot_sp24_nf4(x, j->meta + n * j->words, j->K, j->wdata,
+                                             n * j->wcols, j->absmax, j->block);
         j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
         return quant_dot(j, xg, n, j->wcols);
     }
