@@ -21,6 +21,7 @@
  *   kept values j of row n in ascending order from +0, bit for bit, over shapes with tails in M
  *   (more than one group of packed panels), N (tasks of rows) and K (slices of columns), with
  *   NaN and Inf in x, for 1 and 2 threads.
+ * - the meta check of qs_matmul: every nibble value at every group, full and partial words.
  */
 #include "common.h"
 #include "core/internal.h"
@@ -377,12 +378,65 @@ static void test_gemm_definition(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* The meta check of qs_matmul (word-parallel for K % 16 == 0, nibble by nibble otherwise):
+ * every one of the 16 nibble values at every group of a middle row, for K = 32 and K = 40
+ * (a partial last word, whose unused nibbles must be 0): the ten invalid codes return
+ * QS_ERR_BAD_DATA naming the row and group, with y untouched; the six valid ones run. */
+static void test_meta_check(void **state)
+{
+    static const int64_t Ks[] = {32, 40};
+    qs_ctx *ctx = t_ctx();
+    float x[40], vals[3 * 20];
+
+    (void)state;
+    for (int i = 0; i < 40; i++)
+        x[i] = (float)i;
+    for (int i = 0; i < 60; i++)
+        vals[i] = 0.25f * (float)i;
+    for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; c++) {
+        int64_t K = Ks[c], words = (K + 15) / 16, groups = 4 * words;
+        for (int64_t g = 0; g < groups; g++)
+            for (unsigned nib = 0; nib < 16; nib++) {
+                uint16_t meta[3 * 3];
+                t_buf y = t_buf_new(3 * 4);
+                qs_weight w;
+                char want[96];
+                int valid = g < K / 4 ? (nib >> 2) > (nib & 3u) : nib == 0;
+
+                make_meta(meta, K / 4, 0);
+                make_meta(meta + words, K / 4, 1);
+                make_meta(meta + 2 * words, K / 4, 2);
+                meta[words + g / 4] = (uint16_t)((meta[words + g / 4] & ~(0xFu << (4 * (g % 4)))) |
+                                                 nib << (4 * (g % 4)));
+                memset(&w, 0, sizeof w);
+                w.kind = QS_WEIGHT_SP24;
+                w.dtype = QS_DTYPE_F32;
+                w.data = vals;
+                w.data_bytes = 3 * K / 2 * 4;
+                w.meta = meta;
+                w.meta_count = 3 * words;
+                qs_status st = qs_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, K, &w, 3, NULL, y.p, 12);
+                if (valid) {
+                    assert_int_equal(st, QS_OK);
+                } else {
+                    assert_int_equal(st, QS_ERR_BAD_DATA);
+                    assert_true(t_buf_untouched(&y));
+                    snprintf(want, sizeof want, "row 1, group %lld holds the invalid nibble 0x%X",
+                             (long long)g, nib);
+                    assert_non_null(strstr(qs_ctx_last_error(ctx), want));
+                }
+                t_buf_free(&y);
+            }
+    }
+    qs_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_axpy_hand),       cmocka_unit_test(test_axpy_kernels),
         cmocka_unit_test(test_gather_kernels),  cmocka_unit_test(test_dot_kernels),
-        cmocka_unit_test(test_gemm_definition),
+        cmocka_unit_test(test_gemm_definition), cmocka_unit_test(test_meta_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
