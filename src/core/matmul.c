@@ -83,17 +83,20 @@ static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
 static int words_valid(const uint16_t *w, int64_t n)
 {
     const uint64_t low2 = 0x3333333333333333u, b3 = 0x8888888888888888u, low3 = 0x7777777777777777u;
-    int64_t i = 0;
+    uint64_t bad = 0;
 
-    for (; i < n; i += 4) {
+    for (int64_t i = 0; i < n; i += 4) {
         uint64_t x = 0;
-        for (int k = 0; k < 4; k++) /* a short last step repeats word i, which is checked */
-            x |= (uint64_t)qs_ld_u16(w + (i + k < n ? i + k : i)) << (16 * k);
+        if (i + 4 <= n) /* nibbles stay nibbles in either byte order: one 8-byte load */
+            memcpy(&x, w + i, 8);
+        else /* a short last step repeats word i, which is checked */
+            for (int k = 0; k < 4; k++)
+                x |= (uint64_t)qs_ld_u16(w + (i + k < n ? i + k : i)) << (16 * k);
         uint64_t t = (((x >> 2) & low2) | b3) - (x & low2);
-        if ((t & b3) != b3 || (((t & low3) + low3) & b3) != b3)
-            return 0;
+        bad |= (t & b3) ^ b3;
+        bad |= (((t & low3) + low3) & b3) ^ b3;
     }
-    return 1;
+    return bad == 0;
 }
 
 /* Every nibble of the N rows' meta words: used ones one of the six codes, unused ones 0. The
