@@ -153,28 +153,27 @@ float qs_mm_dot_sp24_nf4__neon_1x1x32(const float *x, const uint16_t *meta, int6
 
     if (block % 16 != 0 || start % 16 != 0)
         return qs_mm_dot_sp24_nf4__ref(x, meta, n, data, start, absmax, block);
-    while (i < kept) {
-        int64_t b = (start + i) / block, end = (b + 1) * block - start;
+    /* block b of the tensor ends at kept value end; one division for the row */
+    for (int64_t b = start / block, end = (b + 1) * block - start; i < kept; b++, end += block) {
         float32x4_t p[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),
                             vdupq_n_f32(0.0f)};
 
-        if (end > kept)
-            end = kept;
-        for (; i + 16 <= end; i += 16) {
+        int64_t stop = end < kept ? end : kept;
+        for (; i + 16 <= stop; i += 16) {
             float32x4_t g[4], v[4];
             gather16_neon(x + 2 * i, meta + i / 8, g);
             lut16_lookup_neon(&book, unpack_hi_first_neon(vld1_u8(data + (start + i) / 2)), v);
             mac16_neon(p, g, v);
         }
-        if (i < end) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
+        if (i < stop) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
             float xg[16] = {0}, v[16] = {0};
-            for (int64_t k = 0; k < end - i; k++) {
+            for (int64_t k = 0; k < stop - i; k++) {
                 int64_t f = start + i + k;
                 v[k] = qs_nf4_codebook[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
             }
-            qs_mm_gather_sp24__ref(x + 2 * i, meta + i / 8, 2 * (end - i), xg);
-            tail_neon(p, xg, v, end - i);
-            i = end;
+            qs_mm_gather_sp24__ref(x + 2 * i, meta + i / 8, 2 * (stop - i), xg);
+            tail_neon(p, xg, v, stop - i);
+            i = stop;
         }
         acc = acc + sum16_neon(p) * qs_ld_f32(absmax + b);
     }

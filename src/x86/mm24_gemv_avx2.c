@@ -157,14 +157,13 @@ float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int6
 
     if (block % 16 != 0 || start % 16 != 0)
         return qs_mm_dot_sp24_nf4__ref(x, meta, n, data, start, absmax, block);
-    while (i < kept) {
-        int64_t b = (start + i) / block, end = (b + 1) * block - start;
+    /* block b of the tensor ends at kept value end; one division for the row */
+    for (int64_t b = start / block, end = (b + 1) * block - start; i < kept; b++, end += block) {
         __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
         uint32_t w0, w1;
 
-        if (end > kept)
-            end = kept;
-        for (; i + 16 <= end; i += 16) {
+        int64_t stop = end < kept ? end : kept;
+        for (; i + 16 <= stop; i += 16) {
             memcpy(&w0, data + (start + i) / 2, 4);
             memcpy(&w1, data + (start + i) / 2 + 4, 4);
             p0 =
@@ -172,15 +171,15 @@ float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int6
             p1 = mac_avx2(p1, gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1),
                           nf4_avx2(w1, book_lo, book_hi));
         }
-        if (i < end) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
+        if (i < stop) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
             float xg[16] = {0}, v[16] = {0};
-            for (int64_t k = 0; k < end - i; k++) {
+            for (int64_t k = 0; k < stop - i; k++) {
                 int64_t f = start + i + k;
                 v[k] = qs_nf4_codebook[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
             }
-            qs_mm_gather_sp24__ref(x + 2 * i, meta + i / 8, 2 * (end - i), xg);
-            tail_avx2(&p0, &p1, xg, v, end - i);
-            i = end;
+            qs_mm_gather_sp24__ref(x + 2 * i, meta + i / 8, 2 * (stop - i), xg);
+            tail_avx2(&p0, &p1, xg, v, stop - i);
+            i = stop;
         }
         acc = acc + sum16_avx2(p0, p1) * qs_ld_f32(absmax + b);
     }

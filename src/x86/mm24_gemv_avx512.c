@@ -150,25 +150,24 @@ float qs_mm_dot_sp24_nf4__avx512_1x1x32(const float *x, const uint16_t *meta, in
 
     if (block % 16 != 0 || start % 16 != 0)
         return qs_mm_dot_sp24_nf4__ref(x, meta, n, data, start, absmax, block);
-    while (i < kept) {
-        int64_t b = (start + i) / block, end = (b + 1) * block - start;
+    /* block b of the tensor ends at kept value end; one division for the row */
+    for (int64_t b = start / block, end = (b + 1) * block - start; i < kept; b++, end += block) {
         __m512 p = _mm512_setzero_ps();
         uint64_t bytes;
 
-        if (end > kept)
-            end = kept;
-        for (; i + 16 <= end; i += 16) {
+        int64_t stop = end < kept ? end : kept;
+        for (; i + 16 <= stop; i += 16) {
             memcpy(&bytes, data + (start + i) / 2, 8);
             p = mac_avx512(p, gather16_avx512(x + 2 * i, meta + i / 8), nf4_avx512(bytes, book));
         }
-        if (i < end) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
-            __mmask16 k = tail_mask(end - i);
+        if (i < stop) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
+            __mmask16 k = tail_mask(stop - i);
             bytes = 0;
-            memcpy(&bytes, data + (start + i) / 2, (size_t)(end - i + 1) / 2);
-            __m512 prod = _mm512_mul_ps(gather_tail_avx512(x + 2 * i, meta + i / 8, end - i),
+            memcpy(&bytes, data + (start + i) / 2, (size_t)(stop - i + 1) / 2);
+            __m512 prod = _mm512_mul_ps(gather_tail_avx512(x + 2 * i, meta + i / 8, stop - i),
                                         nf4_avx512(bytes, book));
             p = _mm512_mask_add_ps(p, k, p, prod);
-            i = end;
+            i = stop;
         }
         acc = acc + sum16_avx512(p) * qs_ld_f32(absmax + b);
     }
