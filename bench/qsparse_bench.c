@@ -815,6 +815,16 @@ static int run_kernel(k_job *j)
                                       j->absmax, 64, (float *)o, 4);
         break;
     }
+    case QS_SLOT_mm_dot_sp24_f32: /* one 2:4 row of n columns, n / 2 kept values */
+        j->sink = ((qs_mm_dot_sp24_f32_fn *)j->fn)(j->x, j->meta24, n, j->absmax);
+        break;
+    case QS_SLOT_mm_dot_sp24_f16:
+    case QS_SLOT_mm_dot_sp24_bf16:
+        j->sink = ((qs_mm_dot_sp24_f16_fn *)j->fn)(j->x, j->meta24, n, j->half);
+        break;
+    case QS_SLOT_mm_dot_sp24_nf4:
+        j->sink = ((qs_mm_dot_sp24_nf4_fn *)j->fn)(j->x, j->meta24, n, j->codes, 0, j->absmax, 64);
+        break;
     default: return 0;
     }
     return 1;

@@ -193,6 +193,10 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
         break;
     case QS_SLOT_mm_gather_sp24:
     case QS_SLOT_mm_sp24_axpy:
+    case QS_SLOT_mm_dot_sp24_f32:
+    case QS_SLOT_mm_dot_sp24_f16:
+    case QS_SLOT_mm_dot_sp24_bf16:
+    case QS_SLOT_mm_dot_sp24_nf4:
         for (int64_t g = 0; g < n4 / 4; g++) {
             if (g % 4 == 0)
                 meta[g / 4] = 0;
@@ -202,6 +206,15 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
             ((qs_mm_gather_sp24_fn *)fn)(in->x, meta, n4, (float *)out);
             return (size_t)n4 * 2;
         }
+        if (slot == QS_SLOT_mm_dot_sp24_f32)
+            r = ((qs_mm_dot_sp24_f32_fn *)fn)(in->x, meta, n4, in->absmax);
+        if (slot == QS_SLOT_mm_dot_sp24_f16 || slot == QS_SLOT_mm_dot_sp24_bf16)
+            r = ((qs_mm_dot_sp24_f16_fn *)fn)(in->x, meta, n4, in->half);
+        if (slot == QS_SLOT_mm_dot_sp24_nf4) /* rows starting on either nibble, at a block or not */
+            r = ((qs_mm_dot_sp24_nf4_fn *)fn)(in->x, meta, n4, in->codes, in->variant & 1,
+                                              in->absmax, blocks[in->variant % 4]);
+        if (slot != QS_SLOT_mm_sp24_axpy)
+            break;
         for (int64_t i = 0; i < n4; i++) {
             xt[2 * i] = in->absmax[i];
             xt[2 * i + 1] = in->x[n - 1 - i];
@@ -483,6 +496,11 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_w8a8:
     case QS_SLOT_mm_nf4a8:
     case QS_SLOT_mm_fp4a8: return run_mm8_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_sp24_axpy:
+    case QS_SLOT_mm_dot_sp24_f32:
+    case QS_SLOT_mm_dot_sp24_f16:
+    case QS_SLOT_mm_dot_sp24_bf16:
+    case QS_SLOT_mm_dot_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
     case QS_SLOT_hist_scan: {
         /* calibration range scan: the caller's values are kept unless beaten (strictly) */
         float lh[2] = {in->variant & 1 ? INFINITY : -0.0f, in->variant & 1 ? -INFINITY : 0.0f};

@@ -154,6 +154,17 @@ typedef float qs_mm_dot_w8a8_fn(const int8_t *xq, const int8_t *wq, int64_t n,
 typedef void qs_mm_gather_sp24_fn(const float *x, const uint16_t *meta, int64_t n, float *xg);
 typedef void qs_mm_sp24_axpy_fn(const float *values, const uint16_t *meta, int64_t n,
                                 const float *xt, int64_t ldxt, int64_t m, float *acc);
+/* Fused 2:4 GEMV dot products: the result of mm_gather_sp24 (x over n dense columns, meta of
+ * the row) followed by mm_dot_f32 / f16 / bf16 / nf4 over the n / 2 kept values w (NF4: kept
+ * value i is flat element start + i of the compressed tensor), bit for bit. */
+typedef float qs_mm_dot_sp24_f32_fn(const float *x, const uint16_t *meta, int64_t n,
+                                    const float *w);
+typedef float qs_mm_dot_sp24_f16_fn(const float *x, const uint16_t *meta, int64_t n,
+                                    const uint16_t *w);
+typedef qs_mm_dot_sp24_f16_fn qs_mm_dot_sp24_bf16_fn;
+typedef float qs_mm_dot_sp24_nf4_fn(const float *x, const uint16_t *meta, int64_t n,
+                                    const uint8_t *data, int64_t start, const float *absmax,
+                                    int32_t block);
 
 /* Multi-row GEMV: y[i * ldy + r] = the mm_dot of the same format of x + i * ldx (k values) with
  * row r of W, for i < m and r < rows, so one call streams `rows` rows of W once for every x row

@@ -22,7 +22,10 @@
 #define MM_GEMV_ROWS 16 /* rows of W per GEMV task */
 #define MM_PANEL 512    /* rows of W per dequantized GEMM panel (sgemm wants wide panels) */
 #define MM_GEMM_ROWS 32 /* rows of x per task of the plain blocked GEMM */
-#define MM_SP_COLS 256  /* rows of x per accumulator of the 2:4 outer product */
+#define MM_SP_MR 64     /* rows of x per packed panel of the 2:4 GEMM */
+#define MM_SP_NT 128    /* rows of W per 2:4 GEMM task */
+#define MM_SP_KC 128    /* columns of x per slice of the 2:4 GEMM (a multiple of 16: whole words) */
+#define MM_SP_GROUP 4   /* panels of x packed at a time */
 
 static int use_gemm(const struct qs_mm_job *j)
 {
@@ -51,8 +54,13 @@ void qs_mm_f32_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *
         return;
     }
     if (sparse(j)) {
-        *per_thread = j->wcols + MM_SP_COLS + QS_TILE; /* row values, accumulator, decode tile */
-        *xt = j->M * j->K;
+        /* accumulator and decode tile per thread; f32 kept values unless they are f32 already;
+         * one packed panel of x */
+        *per_thread = MM_SP_NT * MM_SP_MR + QS_TILE;
+        if (!(j->kind == QS_WEIGHT_SP24 && j->wdtype == QS_DTYPE_F32))
+            *panel = j->N * j->wcols;
+        *xt = (j->M < MM_SP_GROUP * MM_SP_MR ? qs_ceil_div(j->M, MM_SP_MR) : MM_SP_GROUP) *
+              MM_SP_MR * j->K;
         return;
     }
     *per_thread = QS_TILE; /* NF4/FP4 first partial block of a row */
@@ -111,16 +119,32 @@ static float plain_dot(const struct qs_mm_job *j, const float *x, int64_t n, int
     }
 }
 
+/* The fused 2:4 dot product of x with row n of 2:4 f32/f16/bf16 values (gather + plain_dot). */
+static float sp24_dot(const struct qs_mm_job *j, const float *x, int64_t n)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+    const uint16_t *meta = j->meta + n * j->words;
+
+    switch (j->wdtype) {
+    case QS_DTYPE_F32:
+        return k->mm_dot_sp24_f32(x, meta, j->K, (const float *)j->wdata + n * j->wcols);
+    case QS_DTYPE_F16:
+        return k->mm_dot_sp24_f16(x, meta, j->K, (const uint16_t *)j->wdata + n * j->wcols);
+    default: return k->mm_dot_sp24_bf16(x, meta, j->K, (const uint16_t *)j->wdata + n * j->wcols);
+    }
+}
+
 /* x . W[n, :] by the GEMV definition; xg holds wcols floats for 2:4 weights. */
 static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float *xg)
 {
     switch (j->kind) {
     case QS_WEIGHT_DENSE: return plain_dot(j, x, n, j->K);
     case QS_WEIGHT_QUANT: return quant_dot(j, x, n, j->K);
-    case QS_WEIGHT_SP24:
-        j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
-        return plain_dot(j, xg, n, j->wcols);
+    case QS_WEIGHT_SP24: return sp24_dot(j, x, n);
     default:
+        if (j->format == QS_FORMAT_NF4) /* fused: the gather and the dot in one pass */
+            return j->ctx->k.mm_dot_sp24_nf4(x, j->meta + n * j->words, j->K, j->wdata,
+                                             n * j->wcols, j->absmax, j->block);
         j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
         return quant_dot(j, xg, n, j->wcols);
     }
@@ -330,38 +354,93 @@ static void gemm_panels(struct qs_mm_job *j)
 }
 
 /* ---- 2:4 GEMM: outer product over rows of x^T -------------------------------------------------
- */
+ *
+ * The kept values are f32 in place, or dequantized once into j->panel (N x wcols). x is taken
+ * MM_SP_GROUP panels of MM_SP_MR rows at a time (j->n0 is the first row), each packed transposed
+ * into j->xt (K rows of MM_SP_MR floats, zero past M): one buffer of a few MiB, reused group
+ * after group, so it stays in the last-level cache and costs few fresh pages. A task of MM_SP_NT
+ * rows of W runs over every panel of the group (its kept values stay in L2); per panel it walks the
+ * K slices of MM_SP_KC columns in ascending order, every row of the task running over a slice (a
+ * small contiguous block, in L1) before the next; the kernel (mm_sp24_axpy) accumulates in
+ * ascending kept order whatever the slicing, so the bits are those of one call over the whole row,
+ * for any thread count. */
 
-static void transpose_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+static void sp24_dequant_task(const struct qs_mm_job *j, int64_t n, float *scratch)
 {
-    float *xt = (float *)j->xt;
-    int64_t k0 = t * 64, k1 = k0 + 64 < j->K ? k0 + 64 : j->K;
+    qs_mm_row_dequant(j, n, j->panel + n * j->wcols, scratch + MM_SP_NT * MM_SP_MR);
+}
+
+/* rows of x in the group starting at j->n0 */
+static int64_t group_rows(const struct qs_mm_job *j)
+{
+    return j->M - j->n0 < MM_SP_GROUP * MM_SP_MR ? j->M - j->n0 : MM_SP_GROUP * MM_SP_MR;
+}
+
+/* Panel t of the group: 16 columns at a time (MM_SP_MR lines of x in, 4 KiB out). */
+static void pack_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    float *xt = (float *)j->xt + t * MM_SP_MR * j->K;
+    int64_t m0 = j->n0 + t * MM_SP_MR;
+    int64_t mb = j->M - m0 < MM_SP_MR ? j->M - m0 : MM_SP_MR;
 
     (void)scratch;
-    for (int64_t m = 0; m < j->M; m++)
-        for (int64_t kk = k0; kk < k1; kk++)
-            xt[kk * j->M + m] = qs_ld_f32(j->x + m * j->K + kk);
+    for (int64_t k0 = 0; k0 < j->K; k0 += 16) {
+        int64_t kb = j->K - k0 < 16 ? j->K - k0 : 16;
+        for (int64_t i = 0; i < mb; i++)
+            for (int64_t kk = 0; kk < kb; kk++)
+                xt[(k0 + kk) * MM_SP_MR + i] = qs_ld_f32(j->x + (m0 + i) * j->K + k0 + kk);
+        for (int64_t i = mb; i < MM_SP_MR; i++)
+            for (int64_t kk = 0; kk < kb; kk++)
+                xt[(k0 + kk) * MM_SP_MR + i] = 0.0f;
+    }
+}
+
+/* Rows [n0, n0 + nr) of W against one packed panel of x (rows m0 ...). */
+static void sp24_panel(const struct qs_mm_job *j, const float *xt, int64_t m0, int64_t n0,
+                       int64_t nr, float *acc)
+{
+    int64_t mb = j->M - m0 < MM_SP_MR ? j->M - m0 : MM_SP_MR;
+    const float *v = (j->panel ? j->panel : (const float *)j->wdata) + n0 * j->wcols;
+
+    memset(acc, 0, (size_t)(nr * MM_SP_MR) * sizeof(float));
+    for (int64_t k0 = 0; k0 < j->K; k0 += MM_SP_KC) {
+        int64_t kc = j->K - k0 < MM_SP_KC ? j->K - k0 : MM_SP_KC;
+        int64_t knext = j->K - k0 - kc < MM_SP_KC ? j->K - k0 - kc : MM_SP_KC;
+        int64_t lines = knext * MM_SP_MR / 16, per = qs_ceil_div(lines, nr);
+        const float *next = xt + (k0 + kc) * MM_SP_MR;
+
+        for (int64_t r = 0; r < nr; r++) {
+            const float *vr = v + r * j->wcols;
+            /* A slice is read in meta order, which no hardware prefetcher follows: each row
+             * fetches its share of the next slice, and its own next kept values. */
+            for (int64_t l = r * per; l < (r + 1) * per && l < lines; l++)
+                __builtin_prefetch(next + 16 * l);
+            for (int64_t q = 0; q < knext / 2; q += 16)
+                __builtin_prefetch(vr + (k0 + kc) / 2 + q);
+            j->ctx->k.mm_sp24_axpy(vr + k0 / 2, j->meta + (n0 + r) * j->words + k0 / 16, kc,
+                                   xt + k0 * MM_SP_MR, MM_SP_MR, mb, acc + r * MM_SP_MR);
+        }
+    }
+    for (int64_t i = 0; i < mb; i++)
+        for (int64_t r = 0; r < nr; r++)
+            qs_st_f32(j->y + (m0 + i) * j->N + n0 + r, finish(j, acc[r * MM_SP_MR + i], n0 + r));
 }
 
 static void sp24_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
-    int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
-    float *vals = scratch, *acc = scratch + j->wcols, *tmp = acc + MM_SP_COLS;
+    int64_t n0 = t * MM_SP_NT, nr = j->N - n0 < MM_SP_NT ? j->N - n0 : MM_SP_NT;
 
-    for (int64_t n = n0; n < n1; n++) {
-        const float *v = vals;
-        if (j->kind == QS_WEIGHT_SP24 && j->wdtype == QS_DTYPE_F32)
-            v = (const float *)j->wdata + n * j->wcols;
-        else
-            qs_mm_row_dequant(j, n, vals, tmp);
-        for (int64_t m0 = 0; m0 < j->M; m0 += MM_SP_COLS) {
-            int64_t mb = j->M - m0 < MM_SP_COLS ? j->M - m0 : MM_SP_COLS;
-            for (int64_t i = 0; i < mb; i++)
-                acc[i] = 0.0f;
-            j->ctx->k.mm_sp24_axpy(v, j->meta + n * j->words, j->K, j->xt + m0, j->M, mb, acc);
-            for (int64_t i = 0; i < mb; i++)
-                qs_st_f32(j->y + (m0 + i) * j->N + n, finish(j, acc[i], n));
-        }
+    for (int64_t p = 0; p * MM_SP_MR < group_rows(j); p++)
+        sp24_panel(j, j->xt + p * MM_SP_MR * j->K, j->n0 + p * MM_SP_MR, n0, nr, scratch);
+}
+
+static void gemm_sp24(struct qs_mm_job *j)
+{
+    if (j->panel)
+        qs_mm_parallel(j, j->N, sp24_dequant_task);
+    for (j->n0 = 0; j->n0 < j->M; j->n0 += MM_SP_GROUP * MM_SP_MR) {
+        qs_mm_parallel(j, qs_ceil_div(group_rows(j), MM_SP_MR), pack_task);
+        qs_mm_parallel(j, qs_ceil_div(j->N, MM_SP_NT), sp24_task);
     }
 }
 
@@ -370,8 +449,7 @@ void qs_mm_run_f32(struct qs_mm_job *j)
     if (!use_gemm(j)) {
         qs_mm_parallel(j, qs_ceil_div(j->N, MM_GEMV_ROWS), gemv_task);
     } else if (sparse(j)) {
-        qs_mm_parallel(j, qs_ceil_div(j->K, 64), transpose_task);
-        qs_mm_parallel(j, qs_ceil_div(j->N, MM_GEMV_ROWS), sp24_task);
+        gemm_sp24(j);
     } else {
         gemm_panels(j);
     }

@@ -406,4 +406,80 @@ void qs_mm_gemv_nvfp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, co
             qs_st_f32(y + i * ldy + r,
                       qs_mm_dot_nvfp4__ref(x + i * ldx, k, data + r * row_bytes, scales + r * spr,
                                            s_global));
+/* ---- fused 2:4 GEMV: the gather above, then the dot product over the kept values ---------------
+ */
+
+/* xg[0 .. len) = x at the kept columns of kept values j0 ... j0 + len - 1 (kept value j is index
+ * j % 2 of group j / 2). */
+static void gather_kept(const float *x, const uint16_t *meta, int64_t j0, int64_t len, float *xg)
+{
+    for (int64_t i = 0; i < len; i++) {
+        int64_t j = j0 + i, g = j / 2;
+        unsigned nib = (qs_ld_u16(meta + g / 4) >> (4 * (g % 4))) & 15u;
+        xg[i] = qs_ld_f32(x + 4 * g + ((j & 1) ? nib >> 2 : nib & 3u));
+    }
+}
+
+static float sp24_dot_plain(const float *x, const uint16_t *meta, int64_t n, const void *w,
+                            void (*cvt)(const uint16_t *, int64_t, float *))
+{
+    struct lanes l;
+    float v[PIECE], xg[PIECE];
+
+    lanes_reset(&l);
+    for (int64_t i = 0; i < n / 2; i += PIECE) {
+        int64_t len = n / 2 - i < PIECE ? n / 2 - i : PIECE;
+        if (cvt)
+            cvt((const uint16_t *)w + i, len, v);
+        else
+            for (int64_t k = 0; k < len; k++)
+                v[k] = qs_ld_f32((const float *)w + i + k);
+        gather_kept(x, meta, i, len, xg);
+        lanes_feed(&l, xg, v, len);
+    }
+    return qs_ref_nan_canon(lanes_sum(&l));
+}
+
+float qs_mm_dot_sp24_f32__ref(const float *x, const uint16_t *meta, int64_t n, const float *w)
+{
+    return sp24_dot_plain(x, meta, n, w, NULL);
+}
+
+float qs_mm_dot_sp24_f16__ref(const float *x, const uint16_t *meta, int64_t n, const uint16_t *w)
+{
+    return sp24_dot_plain(x, meta, n, w, qs_cvt_f16_f32__ref);
+}
+
+float qs_mm_dot_sp24_bf16__ref(const float *x, const uint16_t *meta, int64_t n, const uint16_t *w)
+{
+    return sp24_dot_plain(x, meta, n, w, qs_cvt_bf16_f32__ref);
+}
+
+/* bnb4_dot over the kept values, x gathered piece by piece. */
+float qs_mm_dot_sp24_nf4__ref(const float *x, const uint16_t *meta, int64_t n, const uint8_t *data,
+                              int64_t start, const float *absmax, int32_t block)
+{
+    float acc = 0.0f, v[PIECE], xg[PIECE];
+    int64_t i = 0, kept = n / 2;
+
+    while (i < kept) {
+        int64_t b = (start + i) / block, end = (b + 1) * block - start;
+        struct lanes l;
+
+        if (end > kept)
+            end = kept;
+        lanes_reset(&l);
+        while (i < end) {
+            int64_t len = end - i < PIECE ? end - i : PIECE;
+            for (int64_t k = 0; k < len; k++) {
+                int64_t f = start + i + k;
+                v[k] = qs_nf4_codebook[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
+            }
+            gather_kept(x, meta, i, len, xg);
+            lanes_feed(&l, xg, v, len);
+            i += len;
+        }
+        acc = acc + lanes_sum(&l) * qs_ld_f32(absmax + b);
+    }
+    return qs_ref_nan_canon(acc);
 }

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * 2:4 GEMV kernels for AVX2 (+F16C): the gather (slot mm_gather_sp24) and the fused dot
+ * products of x with one 2:4 row of f32, f16, bf16 or NF4 kept values (mm_dot_sp24_*), as
+ * src/ref/matmul_ref.c defines them (gather, then the 16-lane dot product of the GEMV in
+ * include/qsparse/matmul.h; docs/sparsity.md §3.2 for the meta nibbles).
+ *
+ * One meta word (4 groups, 16 columns of x, 8 kept values) a step: the 8 two-bit indices are
+ * spread into the 8 lanes with one variable shift, offset by 4 per group inside each 8-column
+ * half, used to permute both halves, and the halves blended (groups 0-1 from the first, 2-3
+ * from the second). The 16 lanes of the reference are two registers (kept values j mod 16 in
+ * 0-7 and 8-15); every lane adds fl(x * v) in ascending j and the reference's pairwise tree
+ * ends it, so the results are the reference's bit for bit (a NaN is canonical). NF4 takes this
+ * path when its scale blocks start on a multiple of 16 kept values, and calls the reference
+ * otherwise. Tails of fewer than 16 kept values run under lane masks.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+
+/* x at the 8 kept columns of 16 columns of x (one meta word). */
+static inline __m256 gather8_avx2(const float *x, const uint16_t *meta)
+{
+    const __m256i shift = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i base = _mm256_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4);
+    __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)qs_ld_u16(meta)), shift);
+    idx = _mm256_add_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(3)), base);
+    __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x), idx);
+    __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8), idx);
+    return _mm256_blend_ps(lo, hi, 0xF0);
+}
+
+/* p0 (lanes 0-7) + p1 (lanes 8-15), then + 4, + 2, + 1: the reference's tree. */
+static inline float sum16_avx2(__m256 p0, __m256 p1)
+{
+    __m256 a = _mm256_add_ps(p0, p1);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+static inline __m256 mac_avx2(__m256 p, __m256 x, __m256 v)
+{
+    return _mm256_add_ps(p, _mm256_mul_ps(x, v));
+}
+
+/* The last len < 16 kept values: x and v gathered into lanes by the caller, added under the
+ * lane masks so the lanes past the row keep their sums (and a -0). */
+static inline void tail_avx2(__m256 *p0, __m256 *p1, const float *xg, const float *v, int64_t len)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 k0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)len), lane));
+    __m256 k1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)len - 8), lane));
+    *p0 = _mm256_blendv_ps(*p0, mac_avx2(*p0, _mm256_loadu_ps(xg), _mm256_loadu_ps(v)), k0);
+    *p1 = _mm256_blendv_ps(*p1, mac_avx2(*p1, _mm256_loadu_ps(xg + 8), _mm256_loadu_ps(v + 8)), k1);
+}
+
+void qs_mm_gather_sp24__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n, float *xg)
+{
+    int64_t i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_ps(xg + i / 2, gather8_avx2(x + i, meta + i / 16));
+    qs_mm_gather_sp24__ref(x + i, meta + i / 16, n - i, xg + i / 2);
+}
+
+/* Widened kept values [i, i + len) (len < 16) into v, zero past. */
+typedef void widen_fn(const void *w, int64_t i, int64_t len, float *v);
+
+static void widen_f32(const void *w, int64_t i, int64_t len, float *v)
+{
+    for (int64_t k = 0; k < len; k++)
+        v[k] = qs_ld_f32((const float *)w + i + k);
+}
+
+static void widen_f16(const void *w, int64_t i, int64_t len, float *v)
+{
+    qs_cvt_f16_f32__ref((const uint16_t *)w + i, len, v);
+}
+
+static void widen_bf16(const void *w, int64_t i, int64_t len, float *v)
+{
+    qs_cvt_bf16_f32__ref((const uint16_t *)w + i, len, v);
+}
+
+static inline __m256 load8_avx2(const void *w, int64_t i, int kind)
+{
+    if (kind == 0)
+        return _mm256_loadu_ps((const float *)w + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+    if (kind == 1)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* kind 0: f32, 1: f16, 2: bf16 */
+static inline float dot_plain_avx2(const float *x, const uint16_t *meta, int64_t n, const void *w,
+                                   int kind, widen_fn *widen)
+{
+    __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
+    int64_t i = 0, kept = n / 2;
+
+    for (; i + 16 <= kept; i += 16) {
+        p0 = mac_avx2(p0, gather8_avx2(x + 2 * i, meta + i / 8), load8_avx2(w, i, kind));
+        p1 = mac_avx2(p1, gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1),
+                      load8_avx2(w, i + 8, kind));
+    }
+    if (i < kept) {
+        float xg[16] = {0}, v[16] = {0};
+        qs_mm_gather_sp24__ref(x + 2 * i, meta + i / 8, 2 * (kept - i), xg);
+        widen(w, i, kept - i, v);
+        tail_avx2(&p0, &p1, xg, v, kept - i);
+    }
+    return qs_ref_nan_canon(sum16_avx2(p0, p1));
+}
+
+float qs_mm_dot_sp24_f32__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n,
+                                      const float *w)
+{
+    return dot_plain_avx2(x, meta, n, w, 0, widen_f32);
+}
+
+float qs_mm_dot_sp24_f16__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n,
+                                      const uint16_t *w)
+{
+    return dot_plain_avx2(x, meta, n, w, 1, widen_f16);
+}
+
+float qs_mm_dot_sp24_bf16__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n,
+                                       const uint16_t *w)
+{
+    return dot_plain_avx2(x, meta, n, w, 2, widen_bf16);
+}
+
+/* Codebook values of 8 NF4 codes in 4 bytes (element 2i in the high nibble of byte i): two
+ * 8-entry lookups, the upper one taken where code bit 3 is set. */
+static inline __m256 nf4_avx2(uint32_t bytes, __m256 book_lo, __m256 book_hi)
+{
+    const __m256i hi_lo = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
+    __m128i b = _mm_cvtsi32_si128((int)bytes);
+    __m256i c = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)); /* byte i in lanes 2i, 2i + 1 */
+    c = _mm256_and_si256(_mm256_srlv_epi32(c, hi_lo), _mm256_set1_epi32(15));
+    __m256 lo = _mm256_permutevar8x32_ps(book_lo, c), hi = _mm256_permutevar8x32_ps(book_hi, c);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+}
+
+float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n,
+                                      const uint8_t *data, int64_t start, const float *absmax,
+                                      int32_t block)
+{
+    const __m256 book_lo = _mm256_loadu_ps(qs_nf4_codebook);
+    const __m256 book_hi = _mm256_loadu_ps(qs_nf4_codebook + 8);
+    int64_t i = 0, kept = n / 2;
+    float acc = 0.0f;
+
+    if (block % 16 != 0 || start % 16 != 0)
+        return qs_mm_dot_sp24_nf4__ref(x, meta, n, data, start, absmax, block);
+    /* block b of the tensor ends at kept value end; one division for the row */
+    for (int64_t b = start / block, end = (b + 1) * block - start; i < kept; b++, end += block) {
+        __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
+        uint32_t w0, w1;
+
+        int64_t stop = end < kept ? end : kept;
+        for (; i + 16 <= stop; i += 16) {
+            memcpy(&w0, data + (start + i) / 2, 4);
+            memcpy(&w1, data + (start + i) / 2 + 4, 4);
+            p0 =
+                mac_avx2(p0, gather8_avx2(x + 2 * i, meta + i / 8), nf4_avx2(w0, book_lo, book_hi));
+            p1 = mac_avx2(p1, gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1),
+                          nf4_avx2(w1, book_lo, book_hi));
+        }
+        if (i < stop) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
+            float xg[16] = {0}, v[16] = {0};
+            for (int64_t k = 0; k < stop - i; k++) {
+                int64_t f = start + i + k;
+                v[k] = qs_nf4_codebook[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
+            }
+            qs_mm_gather_sp24__ref(x + 2 * i, meta + i / 8, 2 * (stop - i), xg);
+            tail_avx2(&p0, &p1, xg, v, stop - i);
+            i = stop;
+        }
+        acc = acc + sum16_avx2(p0, p1) * qs_ld_f32(absmax + b);
+    }
+    return qs_ref_nan_canon(acc);
+}
