@@ -769,6 +769,16 @@ static int run_kernel(k_job *j)
         ((float *)o)[0] = 0.0f;
         ((qs_mm_sp24_axpy_fn *)j->fn)(j->x, j->meta24, n, j->absmax, 1, 1, (float *)o);
         break;
+    case QS_SLOT_mm_dot_sp24_f32: /* one 2:4 row of n columns, n / 2 kept values */
+        j->sink = ((qs_mm_dot_sp24_f32_fn *)j->fn)(j->x, j->meta24, n, j->absmax);
+        break;
+    case QS_SLOT_mm_dot_sp24_f16:
+    case QS_SLOT_mm_dot_sp24_bf16:
+        j->sink = ((qs_mm_dot_sp24_f16_fn *)j->fn)(j->x, j->meta24, n, j->half);
+        break;
+    case QS_SLOT_mm_dot_sp24_nf4:
+        j->sink = ((qs_mm_dot_sp24_nf4_fn *)j->fn)(j->x, j->meta24, n, j->codes, 0, j->absmax, 64);
+        break;
     /* Multi-row GEMV: one row of x against 4 rows of n / 4 columns (NF4/FP4 blocks of 64: the
      * fast path where n / 4 is a multiple of 64), row scales; y is 4 floats. */
     case QS_SLOT_mm_gemv_f16:
@@ -815,16 +825,6 @@ static int run_kernel(k_job *j)
                                       j->absmax, 64, (float *)o, 4);
         break;
     }
-    case QS_SLOT_mm_dot_sp24_f32: /* one 2:4 row of n columns, n / 2 kept values */
-        j->sink = ((qs_mm_dot_sp24_f32_fn *)j->fn)(j->x, j->meta24, n, j->absmax);
-        break;
-    case QS_SLOT_mm_dot_sp24_f16:
-    case QS_SLOT_mm_dot_sp24_bf16:
-        j->sink = ((qs_mm_dot_sp24_f16_fn *)j->fn)(j->x, j->meta24, n, j->half);
-        break;
-    case QS_SLOT_mm_dot_sp24_nf4:
-        j->sink = ((qs_mm_dot_sp24_nf4_fn *)j->fn)(j->x, j->meta24, n, j->codes, 0, j->absmax, 64);
-        break;
     default: return 0;
     }
     return 1;

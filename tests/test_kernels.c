@@ -482,7 +482,11 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_dot_nvfp4:
     case QS_SLOT_mm_dot_w8a8:
     case QS_SLOT_mm_gather_sp24:
-    case QS_SLOT_mm_sp24_axpy: return run_mm_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_sp24_axpy:
+    case QS_SLOT_mm_dot_sp24_f32:
+    case QS_SLOT_mm_dot_sp24_f16:
+    case QS_SLOT_mm_dot_sp24_bf16:
+    case QS_SLOT_mm_dot_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
     case QS_SLOT_mm_gemv_f16:
     case QS_SLOT_mm_gemv_bf16:
     case QS_SLOT_mm_gemv_nf4:
@@ -496,11 +500,6 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_w8a8:
     case QS_SLOT_mm_nf4a8:
     case QS_SLOT_mm_fp4a8: return run_mm8_slot(slot, fn, in, n, out);
-    case QS_SLOT_mm_sp24_axpy:
-    case QS_SLOT_mm_dot_sp24_f32:
-    case QS_SLOT_mm_dot_sp24_f16:
-    case QS_SLOT_mm_dot_sp24_bf16:
-    case QS_SLOT_mm_dot_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
     case QS_SLOT_hist_scan: {
         /* calibration range scan: the caller's values are kept unless beaten (strictly) */
         float lh[2] = {in->variant & 1 ? INFINITY : -0.0f, in->variant & 1 ? -INFINITY : 0.0f};

@@ -406,6 +406,8 @@ void qs_mm_gemv_nvfp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, co
             qs_st_f32(y + i * ldy + r,
                       qs_mm_dot_nvfp4__ref(x + i * ldx, k, data + r * row_bytes, scales + r * spr,
                                            s_global));
+}
+
 /* ---- fused 2:4 GEMV: the gather above, then the dot product over the kept values ---------------
  */
 
