@@ -390,29 +390,52 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
 
 /* ---- profiling ------------------------------------------------------------------------------- */
 
-/* The kernel slot of a weight's inner loop, for the profiling table. */
-static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w)
+/* The kernel slot of a call's inner loop, for the profiling table: the fused GEMV kernel below
+ * QS_MATMUL_GEMM_MIN_M rows of x, the integer kernel with int8 activations, and for the GEMM
+ * path the kernel that makes its panels (the dequantize kernel; the 2:4 outer-product step). */
+static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w, int64_t M)
 {
-    static const int32_t by_format[] = {
-        [QS_FORMAT_NF4] = QS_SLOT_mm_dot_nf4,       [QS_FORMAT_FP4] = QS_SLOT_mm_dot_fp4,
-        [QS_FORMAT_INT8] = QS_SLOT_mm_dot_int8,     [QS_FORMAT_LLM_INT8] = QS_SLOT_mm_dot_int8,
-        [QS_FORMAT_FP8_E4M3] = QS_SLOT_mm_dot_e4m3, [QS_FORMAT_FP8_E5M2] = QS_SLOT_mm_dot_e5m2,
-        [QS_FORMAT_MXFP4] = QS_SLOT_mm_dot_mxfp4,   [QS_FORMAT_MXFP8] = QS_SLOT_mm_dot_mxfp8,
-        [QS_FORMAT_NVFP4] = QS_SLOT_mm_dot_nvfp4,
+    static const int32_t gemv[] = {
+        [QS_FORMAT_NF4] = QS_SLOT_mm_gemv_nf4,       [QS_FORMAT_FP4] = QS_SLOT_mm_gemv_fp4,
+        [QS_FORMAT_INT8] = QS_SLOT_mm_gemv_int8,     [QS_FORMAT_LLM_INT8] = QS_SLOT_mm_gemv_int8,
+        [QS_FORMAT_FP8_E4M3] = QS_SLOT_mm_gemv_e4m3, [QS_FORMAT_FP8_E5M2] = QS_SLOT_mm_gemv_e5m2,
+        [QS_FORMAT_MXFP4] = QS_SLOT_mm_gemv_mxfp4,   [QS_FORMAT_MXFP8] = QS_SLOT_mm_gemv_mxfp8,
+        [QS_FORMAT_NVFP4] = QS_SLOT_mm_gemv_nvfp4,
     };
     int32_t f = w->quant ? w->quant->format : 0;
+    int gemm = M >= QS_MATMUL_GEMM_MIN_M;
+    const struct qs_format_traits *t = w->quant ? qs_format_traits(f) : NULL;
 
-    if (w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT)
-        return QS_SLOT_mm_gather_sp24;
-    if (w->kind == QS_WEIGHT_QUANT) {
-        if (p && p->activations == QS_MATMUL_ACT_INT8 &&
-            (f == QS_FORMAT_INT8 || f == QS_FORMAT_LLM_INT8))
-            return QS_SLOT_mm_dot_w8a8;
-        return f > 0 && f < (int32_t)(sizeof by_format / sizeof by_format[0]) ? by_format[f] : -1;
+    if (p && p->activations == QS_MATMUL_ACT_INT8 && w->kind == QS_WEIGHT_QUANT) {
+        if (f == QS_FORMAT_INT8 || f == QS_FORMAT_LLM_INT8)
+            return QS_SLOT_mm_w8a8;
+        if (f == QS_FORMAT_NF4)
+            return QS_SLOT_mm_nf4a8;
+        if (f == QS_FORMAT_FP4)
+            return QS_SLOT_mm_fp4a8;
     }
-    if (w->dtype == QS_DTYPE_F16)
-        return QS_SLOT_mm_dot_f16;
-    return w->dtype == QS_DTYPE_BF16 ? QS_SLOT_mm_dot_bf16 : QS_SLOT_mm_dot_f32;
+    switch (w->kind) {
+    case QS_WEIGHT_SP24:
+        if (gemm)
+            return QS_SLOT_mm_sp24_axpy;
+        return w->dtype == QS_DTYPE_F16    ? QS_SLOT_mm_dot_sp24_f16
+               : w->dtype == QS_DTYPE_BF16 ? QS_SLOT_mm_dot_sp24_bf16
+                                           : QS_SLOT_mm_dot_sp24_f32;
+    case QS_WEIGHT_SP24_QUANT:
+        if (gemm)
+            return QS_SLOT_mm_sp24_axpy;
+        return f == QS_FORMAT_NF4 ? QS_SLOT_mm_dot_sp24_nf4 : QS_SLOT_mm_gather_sp24;
+    case QS_WEIGHT_QUANT:
+        if (gemm)
+            return t ? t->dequant_slot : -1;
+        return f > 0 && f < (int32_t)(sizeof gemv / sizeof gemv[0]) ? gemv[f] : -1;
+    default:
+        if (w->dtype == QS_DTYPE_F32)
+            return gemm ? -1 : QS_SLOT_mm_dot_f32; /* GEMM: sgemm on the caller's weight */
+        if (gemm)
+            return w->dtype == QS_DTYPE_F16 ? QS_SLOT_cvt_f16_f32 : QS_SLOT_cvt_bf16_f32;
+        return w->dtype == QS_DTYPE_F16 ? QS_SLOT_mm_gemv_f16 : QS_SLOT_mm_gemv_bf16;
+    }
 }
 
 /* Bytes of the weight a call reads: its planes for the shape (the capacities may be larger). */
@@ -436,7 +459,7 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
     uint64_t t0 = qs_prof_start(ctx);
     qs_status st = matmul_checked(ctx, params, x, x_dtype, M, K, w, N, bias, y, y_bytes);
     if (t0 && st == QS_OK)
-        qs_prof_record(ctx, t0, "matmul", profile_slot(params, w),
+        qs_prof_record(ctx, t0, "matmul", profile_slot(params, w, M),
                        w->quant && w->kind != QS_WEIGHT_DENSE && w->kind != QS_WEIGHT_SP24
                            ? w->quant->format
                            : 0,
