@@ -456,6 +456,8 @@ QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, voi
 #define QS_STRUCT_ISA_TIER        8 /* qs_isa_tier */
 #define QS_STRUCT_MATMUL_PARAMS   9 /* qs_matmul_params (qsparse/matmul.h) */
 #define QS_STRUCT_WEIGHT          10 /* qs_weight (qsparse/matmul.h) */
+#define QS_STRUCT_GPTQ_PARAMS     11 /* qs_gptq_params (qsparse/gptq.h) */
+#define QS_STRUCT_SPARSEGPT_PARAMS 12 /* qs_sparsegpt_params (qsparse/gptq.h) */
 
 /** sizeof the struct QS_STRUCT_* as compiled into the library, or -1 for an unknown kind. */
 QS_API int64_t qs_struct_size(int32_t kind);
@@ -491,5 +493,7 @@ QS_API int64_t qs_codebook_size(int32_t which);
 #include "qsparse/calib.h"
 /* Matmul with compressed weights and LLM.int8 activations. */
 #include "qsparse/matmul.h"
+/* Second-order calibration: Hessians, GPTQ, SparseGPT (docs/calibration.md §10-§12). */
+#include "qsparse/gptq.h"
 
 #endif /* QSPARSE_H */

@@ -21,6 +21,7 @@ from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
 from .observer import Observer
 from .sparse import compress, decompress, prune
 from .matmul import int8_vectorwise_quant, matmul, matmul_info
+from .gptq import Hessian, gptq, sparsegpt
 
 
 # ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA
@@ -147,7 +148,7 @@ def kernels() -> Dict[str, str]:
     return out
 
 
-__all__ = ["Observer", "QTensor", "QsparseError", "backend", "backend_message", "backends",
+__all__ = ["Hessian", "gptq", "sparsegpt", "Observer", "QTensor", "QsparseError", "backend", "backend_message", "backends",
            "codebook", "compress", "convert", "decompress", "dequantize", "formats",
            "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels", "matmul",
            "matmul_info", "prune", "quantize", "set_backend", "set_isa", "set_num_threads"]

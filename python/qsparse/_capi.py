@@ -75,6 +75,8 @@ QS_STRUCT_OBSERVER_PARAMS = 7
 QS_STRUCT_ISA_TIER = 8
 QS_STRUCT_MATMUL_PARAMS = 9
 QS_STRUCT_WEIGHT = 10
+QS_STRUCT_GPTQ_PARAMS = 11
+QS_STRUCT_SPARSEGPT_PARAMS = 12
 
 # include/qsparse/matmul.h
 QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
@@ -214,8 +216,24 @@ class WeightC(c.Structure):
     ]
 
 
+class GptqParams(c.Structure):
+    """qs_gptq_params (include/qsparse/gptq.h)."""
+    _qs_kind = QS_STRUCT_GPTQ_PARAMS
+    _fields_ = [("percdamp", c.c_double), ("block_size", c.c_int32), ("act_order", c.c_int32),
+                ("static_groups", c.c_int32), ("reserved0", c.c_int32),
+                ("reserved", c.c_int64 * 6)]
+
+
+class SparseGptParams(c.Structure):
+    """qs_sparsegpt_params (include/qsparse/gptq.h)."""
+    _qs_kind = QS_STRUCT_SPARSEGPT_PARAMS
+    _fields_ = [("percdamp", c.c_double), ("density", c.c_double), ("block_size", c.c_int32),
+                ("n", c.c_int32), ("m", c.c_int32), ("reserved0", c.c_int32),
+                ("reserved", c.c_int64 * 6)]
+
+
 STRUCTS = (Allocator, CtxParams, QuantParams, QTensorC, PlaneInfo, FormatInfo, ObserverParams,
-           IsaTier, MatmulParams, WeightC)
+           IsaTier, MatmulParams, WeightC, GptqParams, SparseGptParams)
 
 # ---- function signatures of the whole API: name -> (restype, argtypes) ---------------------------
 
@@ -323,6 +341,26 @@ SIGNATURES.update({
     "qs_matmul_info": (c.c_uint32, []),
     "qs_int8_vectorwise_quant": (I32, [P, P, I32, I64, I64, c.c_float, P, I64, P, I64, P, I64,
                                        c.POINTER(I64)]),
+})
+
+# include/qsparse/gptq.h: Hessian statistics, GPTQ, SparseGPT.
+SIGNATURES.update({
+    "qs_hessian_create": (I32, [P, I64, c.POINTER(P)]),
+    "qs_hessian_destroy": (None, [P]),
+    "qs_hessian_info": (I32, [P, c.POINTER(I64), c.POINTER(I64)]),
+    "qs_hessian_update": (I32, [P, P, P, I32, I64, I64]),
+    "qs_hessian_merge": (I32, [P, P, P]),
+    "qs_hessian_get": (I32, [P, P, P, I64]),
+    "qs_hessian_from_matrix": (I32, [P, P, I64, I64, c.POINTER(P)]),
+    "qs_hessian_serialized_size": (I32, [P, c.POINTER(I64)]),
+    "qs_hessian_serialize": (I32, [P, P, P, I64, c.POINTER(I64)]),
+    "qs_hessian_deserialize": (I32, [P, P, I64, c.POINTER(P)]),
+    "qs_gptq_params_init": (None, [c.POINTER(GptqParams)]),
+    "qs_gptq_quantize": (I32, [P, c.POINTER(GptqParams), c.POINTER(QuantParams), P, I64, I64, P,
+                               c.POINTER(QTensorC), c.POINTER(c.c_double)]),
+    "qs_sparsegpt_params_init": (None, [c.POINTER(SparseGptParams)]),
+    "qs_sparsegpt": (I32, [P, c.POINTER(SparseGptParams), c.POINTER(QuantParams), P, I64, I64, P,
+                           P, I64, c.POINTER(QTensorC), P, I64, c.POINTER(c.c_double)]),
 })
 
 

@@ -63,6 +63,16 @@ static const struct field weight_fields[] = {
     F(qs_weight, meta),       F(qs_weight, meta_count), F(qs_weight, quant), F(qs_weight, q),
     F(qs_weight, reserved),   {NULL, 0}};
 
+/* qsparse/gptq.h */
+static const struct field gptq_params_fields[] = {
+    F(qs_gptq_params, percdamp),      F(qs_gptq_params, block_size), F(qs_gptq_params, act_order),
+    F(qs_gptq_params, static_groups), F(qs_gptq_params, reserved0),  F(qs_gptq_params, reserved),
+    {NULL, 0}};
+static const struct field sparsegpt_params_fields[] = {
+    F(qs_sparsegpt_params, percdamp), F(qs_sparsegpt_params, density),
+    F(qs_sparsegpt_params, block_size), F(qs_sparsegpt_params, n), F(qs_sparsegpt_params, m),
+    F(qs_sparsegpt_params, reserved0), F(qs_sparsegpt_params, reserved), {NULL, 0}};
+
 #undef F
 
 static const struct {
@@ -79,6 +89,8 @@ static const struct {
     [QS_STRUCT_ISA_TIER] = {sizeof(qs_isa_tier), isa_tier_fields},
     [QS_STRUCT_MATMUL_PARAMS] = {sizeof(qs_matmul_params), matmul_params_fields},
     [QS_STRUCT_WEIGHT] = {sizeof(qs_weight), weight_fields},
+    [QS_STRUCT_GPTQ_PARAMS] = {sizeof(qs_gptq_params), gptq_params_fields},
+    [QS_STRUCT_SPARSEGPT_PARAMS] = {sizeof(qs_sparsegpt_params), sparsegpt_params_fields},
 };
 
 #define STRUCT_MAX ((int32_t)(sizeof structs / sizeof structs[0]) - 1)
