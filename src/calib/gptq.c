@@ -172,7 +172,7 @@ QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
     for (int64_t r = 0; r < rows; r++) {
         rl[r] = 0.0;
         for (int64_t t = 0; t < k; t++)
-            wp[r * k + t] = dead[t] ? 0.0f : w[r * k + (perm ? perm[t] : t)];
+            wp[r * k + t] = dead[t] ? 0.0f : w[r * k + (perm ? perm[t] : t)] + 0.0f; /* -0 -> +0 */
     }
     struct gptq_job j = {&g, wp, u, err, rl, perm, rows, k, bk, 0, 0};
     for (int64_t i1 = 0; i1 < k; i1 += bk) {

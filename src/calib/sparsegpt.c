@@ -271,7 +271,7 @@ QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sp,
     for (int64_t r = 0; r < rows; r++) {
         rl[r] = 0.0;
         for (int64_t t = 0; t < k; t++)
-            wp[r * k + t] = dead[t] ? 0.0f : w[r * k + t];
+            wp[r * k + t] = dead[t] ? 0.0f : w[r * k + t] + 0.0f; /* -0 -> +0 */
     }
     if (meta)
         memset(meta, 0, (size_t)(rows * mwords) * sizeof(uint16_t));
