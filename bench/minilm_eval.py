@@ -81,6 +81,7 @@ class MiniLM:
         self.w = load_file(os.path.join(path, "model.safetensors"))
         self.tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
         self.tok.enable_truncation(max_len)
+        self.tok.no_padding()  # the file pads to a fixed length; batches are padded here
         self.layers = 6
         self.heads = 12
         self.replaced = {}   # linear name -> a qsparse weight

@@ -259,8 +259,8 @@ QS_API qs_status qs_ctx_kernel_info(const qs_ctx *ctx, int32_t index, const char
 #define QS_FORMAT_FP4       2 /* bitsandbytes FP4 (formats.md §4, §5); not OCP E2M1 */
 #define QS_FORMAT_INT8      3 /* plain INT8, per tensor / row / group, symmetric or not (§9) */
 #define QS_FORMAT_LLM_INT8  4 /* LLM.int8 row-wise absmax, stores the row absmax (SCB) (§8) */
-#define QS_FORMAT_FP8_E4M3  5 /* OCP E4M3 "fn", saturating, per-tensor f32 scale (§10) */
-#define QS_FORMAT_FP8_E5M2  6 /* OCP E5M2, saturating, per-tensor f32 scale (§10) */
+#define QS_FORMAT_FP8_E4M3  5 /* OCP E4M3 "fn", saturating, per-tensor f32 scale (§14) */
+#define QS_FORMAT_FP8_E5M2  6 /* OCP E5M2, saturating, per-tensor f32 scale (§14) */
 #define QS_FORMAT_MXFP4     7 /* OCP MX v1.0, E2M1 elements, 32-blocks, E8M0 scale (§13) */
 #define QS_FORMAT_MXFP8     8 /* OCP MX v1.0, E4M3 elements, 32-blocks, E8M0 scale (§13) */
 #define QS_FORMAT_NVFP4     9 /* NVIDIA NVFP4: E2M1, 16-blocks, E4M3 scale, f32 tensor scale (§14) */
@@ -493,7 +493,7 @@ QS_API int64_t qs_codebook_size(int32_t which);
 #include "qsparse/calib.h"
 /* Matmul with compressed weights and LLM.int8 activations. */
 #include "qsparse/matmul.h"
-/* Second-order calibration: Hessians, GPTQ, SparseGPT (docs/calibration.md §10-§12). */
+/* Second-order calibration: Hessians, GPTQ, SparseGPT (docs/calibration.md §14-§16). */
 #include "qsparse/gptq.h"
 
 #endif /* QSPARSE_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Hessian statistics, GPTQ and SparseGPT (docs/calibration.md §10-§12): the Hessian against a
+ * Hessian statistics, GPTQ and SparseGPT (docs/calibration.md §14-§16): the Hessian against a
  * double-precision reference (exactly for small-integer activations, where every sum is exact),
  * merges against one update over the concatenation, f16/bf16 inputs against f32, the serialized
  * form round trip and every kind of corruption; GPTQ with H = I against qs_quantize bit for bit in

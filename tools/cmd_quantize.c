@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "qsparse.h"
+#include "calib_file.h"
 #include "checkpoint_keys.h"
 #include "commands.h"
 #include "escape.h"
@@ -41,6 +42,7 @@ struct options {
     const char *in, *out, *format, *include, *exclude;
     int32_t blocksize;
     int double_quant, threads, quiet;
+    struct qs_calib_opts cal; /* --method, --calib, --sparsity (calib_file.c) */
 };
 
 struct layer_stat {
@@ -54,14 +56,17 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: qsparse quantize IN.safetensors -o OUT.safetensors --format FORMAT\n"
             "                        [--blocksize N] [--double-quant] [--include REGEX]\n"
-            "                        [--exclude REGEX] [--threads N] [--quiet]\n\n"
+            "                        [--exclude REGEX] [--threads N] [--quiet]\n"
+            "                        [--method rtn|gptq|sparsegpt --calib FILE [--sparsity N:M]]\n\n"
             "FORMAT: nf4, fp4 (bitsandbytes keys), int8 (bitsandbytes LLM.int8 keys), fp8_e4m3,\n"
             "        fp8_e5m2, mxfp4, mxfp8, nvfp4.\n"
             "Quantizes the 2-D float tensors whose name matches --include (default '%s')\n"
             "and not --exclude (default '%s', case-insensitive);\n"
             "everything else is copied unchanged. POSIX extended regular expressions.\n"
             "--blocksize (nf4/fp4, default 64) and --double-quant (nf4/fp4) set the block format.\n"
-            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n",
+            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n"
+            "--method gptq (nf4, fp4, int8, mxfp4, nvfp4) or sparsegpt (with --sparsity N:M)\n"
+            "take each layer's Hessian or inputs from --calib FILE (tools/README.md).\n",
             DEFAULT_INCLUDE, DEFAULT_EXCLUDE);
 }
 
@@ -122,6 +127,20 @@ static int parse_args(int argc, char **argv, struct options *o)
             }
             o->threads = (int)v;
             i++;
+        } else if (strcmp(a, "--method") == 0) {
+            if (!next)
+                goto missing;
+            if (qs_calib_parse_method(&o->cal, argv[++i]) != 0)
+                return -1;
+        } else if (strcmp(a, "--sparsity") == 0) {
+            if (!next)
+                goto missing;
+            if (qs_calib_parse_sparsity(&o->cal, argv[++i]) != 0)
+                return -1;
+        } else if (strcmp(a, "--calib") == 0) {
+            if (!next)
+                goto missing;
+            o->cal.calib = argv[++i];
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
         } else if (a[0] == '-' && a[1] != '\0') {
@@ -377,10 +396,9 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
     q.scale = planes[1], q.scale_bytes = info[1].bytes;
     q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
     q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
-    if (qs_quantize(c->ctx, &p, t->data, sdt, rows, cols, &q) != QS_OK) {
-        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+    if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, t->data, sdt, rows, cols, &q, c->err,
+                          sizeof c->err) != 0)
         goto fail;
-    }
 
     /* The error of this layer: the library's decode against the input widened to f32. */
     ref = malloc((size_t)n * sizeof *ref);
@@ -613,6 +631,14 @@ int qs_cmd_quantize(int argc, char **argv)
         regfree(&exc);
         return 1;
     }
+    if (qs_calib_open(&o.cal, err, sizeof err) != 0) {
+        print_error(err);
+        qs_st_close(&in);
+    qs_calib_close(&o.cal);
+        regfree(&inc);
+        regfree(&exc);
+        return 1;
+    }
     qs_ctx_params_init(&cp);
     cp.num_threads = o.threads;
     if (qs_ctx_create(&cp, &c.ctx) != QS_OK) {
@@ -728,6 +754,7 @@ done:
         json_decref(record);
     free(stats);
     qs_st_close(&in);
+    qs_calib_close(&o.cal);
     if (have_re) {
         regfree(&inc);
         regfree(&exc);

@@ -4,7 +4,7 @@
  * activations, GPTQ quantization to every 4- and 8-bit grid of qsparse.h that has per-block or
  * per-row scales (NF4, FP4, INT8 by tensor, row or group, MXFP4, NVFP4), and SparseGPT pruning
  * (N:M, 2:4 and unstructured at a density), alone or jointly with a quantization format.
- * docs/calibration.md §10-§12 is the definition.
+ * docs/calibration.md §14-§16 is the definition.
  *
  * Conventions (in addition to those of qsparse.h):
  * - A weight is rows x cols row-major f32 (a PyTorch Linear weight [out, in]); cols = K, the
@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Hessian statistics (§10)
+ * Hessian statistics (§14)
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct qs_hessian qs_hessian;
@@ -98,7 +98,7 @@ QS_API qs_status qs_hessian_deserialize(qs_ctx *ctx, const void *src, int64_t by
                                         qs_hessian **out);
 
 /* ---------------------------------------------------------------------------------------------
- * GPTQ (§11)
+ * GPTQ (§15)
  * ------------------------------------------------------------------------------------------- */
 
 /** GPTQ parameters. Initialise with qs_gptq_params_init(), then change what differs. */
@@ -138,7 +138,7 @@ QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
                                   int64_t cols, const qs_hessian *h, qs_qtensor *q, double *loss);
 
 /* ---------------------------------------------------------------------------------------------
- * SparseGPT (§12)
+ * SparseGPT (§16)
  * ------------------------------------------------------------------------------------------- */
 
 /** SparseGPT parameters. Initialise with qs_sparsegpt_params_init(), then change what differs. */

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Second-order calibration over the C API of include/qsparse/gptq.h (docs/calibration.md
-§10-§12): Hessian statistics, GPTQ and SparseGPT.
+§14-§16): Hessian statistics, GPTQ and SparseGPT.
 
     H = qs.Hessian(K)
     H.update(x)                       # activations (tokens, K): float32 / float16 / bfloat16

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GPTQ (docs/calibration.md §11; Frantar et al. 2022, "GPTQ: Accurate Post-Training Quantization
+ * GPTQ (docs/calibration.md §15; Frantar et al. 2022, "GPTQ: Accurate Post-Training Quantization
  * for Generative Pre-trained Transformers"): columns are quantized one at a time in a fixed
  * order, and each column's rounding error, divided by the diagonal of the inverse Hessian's
  * Cholesky factor U, is subtracted from the columns not yet quantized along U's row. Updates

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private declarations of the second-order calibration (docs/calibration.md §10-§12): the
+ * Private declarations of the second-order calibration (docs/calibration.md §14-§16): the
  * Hessian state, the dense linear algebra GPTQ and SparseGPT share (LAPACK/BLAS when the build
  * has OpenBLAS, plain C loops otherwise), and the quantization grid with fixed scales.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A quantization format's grid with its scales held fixed (docs/calibration.md §11.1): GPTQ and
+ * A quantization format's grid with its scales held fixed (docs/calibration.md §15.1): GPTQ and
  * SparseGPT round one column at a time, after earlier columns' errors have moved the later ones,
  * so a scale cannot be recomputed from the final values. The grid chooses each (row, group)
  * scale once, by the format's own scale rule (the same reference functions qs_quantize runs),

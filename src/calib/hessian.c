@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Hessian statistics of a linear layer's inputs (docs/calibration.md §10): S = X^T X in double,
+ * Hessian statistics of a linear layer's inputs (docs/calibration.md §14): S = X^T X in double,
  * accumulated chunk by chunk (an f32 ssyrk of up to HS_CHUNK rows, then added in double), merged
  * by addition, and serialized as a versioned, checksummed little-endian byte string with the
  * conventions of the observer format (calib_serialize.c): every field written byte by byte, the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The dense linear algebra of GPTQ and SparseGPT (docs/calibration.md §11.2): the dampened
+ * The dense linear algebra of GPTQ and SparseGPT (docs/calibration.md §15.2): the dampened
  * Hessian, its inverse's upper Cholesky factor U (H^-1 = U^T U, the factor whose rows carry a
  * column's quantization error to the columns after it), and the trailing update of the lazy
  * blocks. With OpenBLAS: LAPACK dpotrf / dpotri / dpotrf in double and cblas_sgemm; without it,

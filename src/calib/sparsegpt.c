@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * SparseGPT (docs/calibration.md §12; Frantar & Alistarh 2023, "SparseGPT: Massive Language Models
+ * SparseGPT (docs/calibration.md §16; Frantar & Alistarh 2023, "SparseGPT: Massive Language Models
  * Can Be Accurately Pruned in One-Shot"): the GPTQ sweep of gptq.c where a column's "rounding" is
  * pruning (and, jointly, quantization of the kept values). The mask is chosen from the saliency
  * w^2 / U_jj^2 of the updated weights: per group of m columns (keep the n largest, ties to the
