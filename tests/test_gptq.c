@@ -315,12 +315,15 @@ static const struct fmt_case FORMATS[] = {
     {"mxfp4", QS_FORMAT_MXFP4, 0, 0, 1, QS_MX_SCALE_FLOOR},
     {"mxfp4 rceil", QS_FORMAT_MXFP4, 0, 0, 1, QS_MX_SCALE_RCEIL},
     {"nvfp4", QS_FORMAT_NVFP4, 0, 0, 1, 0},
+    {"llm_int8", QS_FORMAT_LLM_INT8, 0, 0, 1, 0},
 };
 #define NFMT (sizeof FORMATS / sizeof FORMATS[0])
 
 static void params_of(const struct fmt_case *f, qs_quant_params *p)
 {
     qs_quant_params_init(p, f->format);
+    if (f->format == QS_FORMAT_LLM_INT8)
+        return;
     if (f->format == QS_FORMAT_INT8) {
         p->granularity = f->gran;
         p->symmetric = f->symmetric;

@@ -120,7 +120,8 @@ QS_API void qs_gptq_params_init(qs_gptq_params *params);
  * Quantize w (rows x cols f32, row-major, cols = K of h) with GPTQ into the planes of *q, as
  * qs_quantize(qparams) lays them out, so qs_dequantize and qs_matmul read the result. Formats:
  * NF4 and FP4 (without double quantization; cols must be a multiple of block_size so that blocks
- * stay inside rows), INT8 (tensor, row or group; symmetric or not), MXFP4, NVFP4 (per-tensor
+ * stay inside rows), INT8 (tensor, row or group; symmetric or not), LLM_INT8 (row absmax from
+ * w), MXFP4, NVFP4 (per-tensor
  * scale: qparams->scale, or amax / 2688 of w). Scales by tensor or row are fixed from w before
  * the first column; block and group scales as gparams->static_groups says. Every element is
  * rounded with the format's own element rule to its fixed scale, so with H = c * I the result is

@@ -25,6 +25,8 @@ int64_t qs_grid_group_len(const qs_quant_params *p, int64_t lcols)
         return p->block_size;
     case QS_FORMAT_INT8:
         return p->granularity == QS_GRAN_GROUP ? p->block_size : lcols;
+    case QS_FORMAT_LLM_INT8:
+        return lcols;
     case QS_FORMAT_MXFP4:
         return 32;
     case QS_FORMAT_NVFP4:
@@ -77,6 +79,11 @@ static void fit_unit(struct qs_grid *g, int64_t u, const float *v, int64_t n)
             qs_ref_int8_asymmetric(lo, hi, &g->a[u], &g->b[u], &g->zp[u]);
         }
         break;
+    case QS_FORMAT_LLM_INT8: /* row absmax (SCB), mul = fl(127 / SCB) (formats.md §8) */
+        g->a[u] = span_amax(v, n);
+        g->b[u] = qs_ref_llm_int8_mul(g->a[u]);
+        g->zp[u] = 0;
+        break;
     case QS_FORMAT_MXFP4:
         g->sb[u] = qs_ref_mx_scale(v, n, g->rounding, 2, 6.0f);
         break;
@@ -120,6 +127,12 @@ float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, float x)
         v = (float)((int32_t)c - g->zp[u]) * g->a[u];
         break;
     }
+    case QS_FORMAT_LLM_INT8: {
+        int8_t c = qs_ref_int8_encode(x, g->b[u], 0, -127);
+        code = (uint8_t)c;
+        v = ((float)c * g->a[u]) * 0x1.020408p-7f; /* fl(fl(q * SCB) * fl(1/127)) */
+        break;
+    }
     case QS_FORMAT_MXFP4:
         code = g->sb[u] == 0xFF ? 0 : qs_ref_e2m1_encode(ldexpf(x, 127 - (int)g->sb[u]));
         v = qs_e2m1_values[code] * qs_ref_e8m0_decode(g->sb[u]);
@@ -153,9 +166,10 @@ qs_status qs_grid_init(qs_ctx *ctx, struct qs_grid *g, const qs_quant_params *p,
 
     memset(g, 0, sizeof *g);
     if (p->format != QS_FORMAT_NF4 && p->format != QS_FORMAT_FP4 && p->format != QS_FORMAT_INT8 &&
-        p->format != QS_FORMAT_MXFP4 && p->format != QS_FORMAT_NVFP4)
+        p->format != QS_FORMAT_LLM_INT8 && p->format != QS_FORMAT_MXFP4 &&
+        p->format != QS_FORMAT_NVFP4)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED, "%s: format %s has no GPTQ grid (NF4, FP4, INT8, "
-                       "MXFP4, NVFP4)", who, qs_format_name(p->format) ? qs_format_name(p->format)
+                       "LLM_INT8, MXFP4, NVFP4)", who, qs_format_name(p->format) ? qs_format_name(p->format)
                                                                         : "(unknown)");
     if ((st = qs_layout_compute(ctx, p, rows, lcols, &l)) != QS_OK)
         return st;
@@ -177,7 +191,8 @@ qs_status qs_grid_init(qs_ctx *ctx, struct qs_grid *g, const qs_quant_params *p,
     g->symmetric = p->symmetric;
     g->qmin = p->symmetric ? -127 : -128;
     g->rounding = p->scale_rounding;
-    int rowwise = p->format == QS_FORMAT_INT8 && p->granularity != QS_GRAN_GROUP;
+    int rowwise = (p->format == QS_FORMAT_INT8 && p->granularity != QS_GRAN_GROUP) ||
+                  p->format == QS_FORMAT_LLM_INT8;
     g->dynamic = !rowwise && !static_groups;
     units = rows * g->groups;
     g->a = qs_scratch_alloc(ctx, (size_t)(units ? units : 1) * sizeof(float));
@@ -192,7 +207,7 @@ qs_status qs_grid_init(qs_ctx *ctx, struct qs_grid *g, const qs_quant_params *p,
     if (p->format == QS_FORMAT_NVFP4)
         g->s_global = p->scale != 0.0f ? p->scale
                                        : qs_ref_nvfp4_global_scale(span_amax(src, rows * src_cols));
-    if (rowwise && p->granularity == QS_GRAN_TENSOR) {
+    if (rowwise && g->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR) {
         fit_unit(g, 0, src, rows * src_cols);
         for (int64_t r = 1; r < rows; r++) {
             g->a[r] = g->a[0];
@@ -229,12 +244,13 @@ qs_status qs_grid_store(qs_ctx *ctx, const struct qs_grid *g, const qs_quant_par
         for (int64_t u = 0; u < units; u++)
             qs_st_f32((float *)q->scale + u, g->a[u]);
         break;
-    case QS_FORMAT_INT8: {
-        int64_t ns = p->granularity == QS_GRAN_TENSOR ? 1 : units;
+    case QS_FORMAT_INT8:
+    case QS_FORMAT_LLM_INT8: {
+        int64_t ns = g->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR ? 1 : units;
         memcpy(data, g->codes, (size_t)(rows * cols));
         for (int64_t u = 0; u < ns; u++) {
             qs_st_f32((float *)q->scale + u, g->a[u]);
-            if (!g->symmetric)
+            if (g->format == QS_FORMAT_INT8 && !g->symmetric)
                 ((int8_t *)q->zero_point)[u] = (int8_t)g->zp[u];
         }
         break;
