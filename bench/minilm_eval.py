@@ -153,12 +153,17 @@ class MiniLM:
         e = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         return (e / np.linalg.norm(e, axis=1, keepdims=True)).astype(np.float32)
 
-    def embed(self, texts, batch=64):
-        out = []
+    def embed(self, texts, batch=32):
+        """Sentence embeddings in the order of texts; batches of similar length (less padding)."""
+        lengths = [len(e.ids) for e in self.tok.encode_batch(list(texts))]
+        order = np.argsort(lengths, kind="stable")
+        out = np.empty((len(texts), self.w["embeddings.word_embeddings.weight"].shape[1]),
+                       np.float32)
         for i in range(0, len(texts), batch):
-            ids, mask = self.encode_tokens(texts[i:i + batch])
-            out.append(self.forward(ids, mask))
-        return np.concatenate(out)
+            idx = order[i:i + batch]
+            ids, mask = self.encode_tokens([texts[j] for j in idx])
+            out[idx] = self.forward(ids, mask)
+        return out
 
     def activations(self, texts):
         """{linear name: float32 inputs (tokens, K)} of the float32 model on texts."""
@@ -288,8 +293,8 @@ DEFAULT_RUNS = [(f, m, f) for f in FORMATS for m in ("rtn", "gptq")] + [
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--calib", type=int, default=256, help="calibration sentences")
-    ap.add_argument("--eval", type=int, default=256, help="held-out sentences")
+    ap.add_argument("--calib", type=int, default=128, help="calibration sentences")
+    ap.add_argument("--eval", type=int, default=128, help="held-out sentences")
     ap.add_argument("--methods", default="", help="comma list of labels/methods to run")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     a = ap.parse_args(argv)

@@ -95,6 +95,7 @@ QS_API qs_status qs_hessian_info(const qs_hessian *h, int64_t *k, int64_t *token
 
 /* ---- update -------------------------------------------------------------------------------- */
 
+#ifdef QS_HAVE_BLAS
 struct hs_add_job {
     double *s;
     const float *part;
@@ -113,6 +114,8 @@ static void hs_add_task(void *arg, int64_t t, float *tile)
             d[c] += (double)p[c];
     }
 }
+
+#endif
 
 /* S += X^T X for n rows of f32 x (row stride k). */
 static void hs_accumulate(qs_ctx *ctx, qs_hessian *h, const float *x, int64_t n, float *part)
