@@ -198,13 +198,20 @@ FORMATS = {
     "mxfp4": ("mxfp4", {}),
     "nvfp4": ("nvfp4", {}),
 }
+# GPTQ options per format. MXFP4 keeps the round-to-nearest scales (static_groups): its E8M0
+# scale is a power of two chosen by the OCP floor rule, so a scale fitted to the updated weights
+# of a group can jump by 2x; measured on this model (128 / 128 sentences), dynamic scales lower
+# every layer's error but the embedding cosine drops to 0.957 (RTN 0.963), static ones give 0.971.
+GPTQ_OPTIONS = {"mxfp4": dict(static_groups=True)}
 
 
 def build(method, fmt, w, H, norms):
     """The qsparse weight of `method` for one layer (fmt: a FORMATS key or None for sparsity)."""
     if method in ("rtn", "gptq"):
         name, opts = FORMATS[fmt]
-        return qs.quantize(w, name, **opts) if method == "rtn" else qs.gptq(w, H, name, **opts)
+        if method == "rtn":
+            return qs.quantize(w, name, **opts)
+        return qs.gptq(w, H, name, **GPTQ_OPTIONS.get(fmt, {}), **opts)
     if method == "magnitude":
         m = qs.prune(w, "2:4")
         return qs.compress(w * m, m)

@@ -62,19 +62,20 @@ def test_gptq_beats_rtn_on_every_layer(setup):
         for fmt in ("nf4", "int8", "mxfp4", "nvfp4"):
             f, opts = me.FORMATS[fmt]
             e = [float(np.linalg.norm(y - xe[name] @ qs.dequantize(q).T))
-                 for q in (qs.quantize(w, f, **opts), qs.gptq(w, h, f, **opts))]
+                 for q in (qs.quantize(w, f, **opts),
+                           qs.gptq(w, h, f, **me.GPTQ_OPTIONS.get(fmt, {}), **opts))]
             assert e[1] < e[0], (name, fmt, e)
 
 
 def test_model_level_embeddings(setup):
     model, calib, held = setup
-    runs = [(f, m, f) for f in ("nf4", "mxfp4") for m in ("rtn", "gptq")] + [
+    runs = [(f, m, f) for f in ("nf4", "mxfp4", "nvfp4") for m in ("rtn", "gptq")] + [
         ("2:4", "magnitude", None), ("2:4", "wanda", None), ("2:4", "sparsegpt", None),
         ("2:4+nf4", "magnitude+nf4", None), ("2:4+nf4", "sparsegpt+nf4", None)]
     rows = me.evaluate(model, calib, held, runs, log=lambda s: None)
     cos = {(r[0], r[1]): r[3] for r in rows}
     bits = {(r[0], r[1]): r[2] for r in rows}
-    for f in ("nf4", "mxfp4"):
+    for f in ("nf4", "mxfp4", "nvfp4"):
         assert cos[(f, "gptq")] > cos[(f, "rtn")], (f, cos)
         assert bits[(f, "gptq")] == bits[(f, "rtn")]
     assert cos[("2:4", "sparsegpt")] > cos[("2:4", "wanda")] > cos[("2:4", "magnitude")], cos
