@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -50,12 +51,14 @@ def sentences(modules, limit):
         except ImportError:
             continue
         docs = [inspect.getdoc(mod) or ""]
-        for attr in sorted(dir(mod)):
-            if attr.startswith("_"):
-                continue
-            obj = getattr(mod, attr, None)
-            if inspect.isfunction(obj) or inspect.isclass(obj):
-                docs.append(inspect.getdoc(obj) or "")
+        with warnings.catch_warnings():  # deprecated aliases (typing.io) warn when touched
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for attr in sorted(dir(mod)):
+                if attr.startswith("_"):
+                    continue
+                obj = getattr(mod, attr, None)
+                if inspect.isfunction(obj) or inspect.isclass(obj):
+                    docs.append(inspect.getdoc(obj) or "")
         for doc in docs:
             text = " ".join(doc.split())
             for s in re.split(r"(?<=[.!?])\s+", text):
