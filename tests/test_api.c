@@ -333,7 +333,7 @@ static void test_format_info(void **state)
     assert_int_equal(qs_struct_size(0), -1);
     assert_int_equal(qs_struct_size(QS_STRUCT_PROFILE_ENTRY), sizeof(qs_profile_entry));
     assert_int_equal(qs_struct_offset(QS_STRUCT_PROFILE_ENTRY, "ns"), offsetof(qs_profile_entry, ns));
-    assert_int_equal(qs_struct_size(QS_STRUCT_CANDIDATE + 1), -1);
+    assert_int_equal(qs_struct_size(QS_STRUCT_SPARSEGPT_PARAMS + 1), -1);
 }
 
 /* ---- argument errors of qs_quantize / qs_dequantize ---------------------------------------- */

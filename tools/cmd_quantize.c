@@ -30,6 +30,7 @@
 
 #include "qsparse.h"
 #include "qsparse/sparse.h"
+#include "calib_file.h"
 #include "checkpoint_keys.h"
 #include "commands.h"
 #include "escape.h"
@@ -48,9 +49,10 @@
 
 struct options {
     const char *in, *out, *format, *include, *exclude, *layout, *config_out, *act_amax;
-    const char *sparsity, *granularity;
+    const char *sparsity, *granularity, *method, *calib;
     int32_t blocksize;
     int double_quant, threads, quiet;
+    struct qs_calib_opts cal; /* --method, --calib, N:M of --sparsity (calib_file.c) */
 };
 
 struct layer_stat {
@@ -66,7 +68,8 @@ static void usage(FILE *f)
             "                        [--blocksize N] [--double-quant] [--granularity G]\n"
             "                        [--sparsity 2:4] [--act-amax FILE.json]\n"
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
-            "                        [--threads N] [--quiet]\n\n"
+            "                        [--threads N] [--quiet]\n"
+            "                        [--method rtn|gptq|sparsegpt --calib FILE]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
             "    model.safetensors.index.json): OUT is a folder its loader reads as written.\n"
             "    Or one .safetensors file: OUT is a file.\n"
@@ -85,6 +88,9 @@ static void usage(FILE *f)
             "--double-quant (nf4/fp4). --sparsity 2:4 prunes by magnitude before quantizing.\n"
             "--act-amax: {\"module\": activation amax} for modelopt's input_scale.\n"
             "--config-out writes the layout's quantization_config as JSON ('-': stdout).\n"
+            "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
+            "--sparsity N:M) take each layer's Hessian or inputs from --calib FILE\n"
+            "(tools/README.md); rtn (the default) is plain rounding.\n"
             "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n",
             DEFAULT_INCLUDE, DEFAULT_EXCLUDE);
 }
@@ -119,6 +125,8 @@ static const char **string_option(struct options *o, const char *a)
         {"--act-amax", NULL, offsetof(struct options, act_amax)},
         {"--sparsity", NULL, offsetof(struct options, sparsity)},
         {"--granularity", NULL, offsetof(struct options, granularity)},
+        {"--method", NULL, offsetof(struct options, method)},
+        {"--calib", NULL, offsetof(struct options, calib)},
     };
 
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
@@ -492,7 +500,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
                  t->name, (long long)cols);
         goto fail;
     }
-    if (c->req.sparsity24) {
+    if (c->req.sparsity24 && c->o->cal.method != QS_METHOD_SPARSEGPT) {
         if (!(pruned = prune24(c, t, sdt)))
             goto fail;
         src = pruned;
@@ -511,10 +519,9 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         q.scale = planes[1], q.scale_bytes = info[1].bytes;
         q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
         q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
-        if (qs_quantize(c->ctx, &p, src, sdt, rows, cols, &q) != QS_OK) {
-            snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+        if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q, c->err,
+                              sizeof c->err) != 0)
             goto fail;
-        }
     } else {
         total = (int64_t)(t->end - t->begin);
     }
@@ -1030,8 +1037,22 @@ int qs_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qsparse quantize: --granularity is tensor, channel or group, for int8\n");
         return 2;
     }
-    if (o.sparsity && strcmp(o.sparsity, "2:4") != 0) {
-        fprintf(stderr, "qsparse quantize: --sparsity takes 2:4\n");
+    if (o.method && qs_calib_parse_method(&o.cal, o.method) != 0)
+        return 2;
+    o.cal.calib = o.calib;
+    if (o.cal.method == QS_METHOD_SPARSEGPT) {
+        /* SparseGPT prunes N:M itself, from the calibration data */
+        if (!o.sparsity || qs_calib_parse_sparsity(&o.cal, o.sparsity) != 0) {
+            fprintf(stderr, "qsparse quantize: --method sparsegpt needs --sparsity N:M\n");
+            return 2;
+        }
+        if (!c.format) {
+            fprintf(stderr, "qsparse quantize: --method sparsegpt writes a quantized weight: "
+                            "give --format\n");
+            return 2;
+        }
+    } else if (o.sparsity && strcmp(o.sparsity, "2:4") != 0) {
+        fprintf(stderr, "qsparse quantize: --sparsity takes 2:4 (N:M with --method sparsegpt)\n");
         return 2;
     }
     folder = qs_is_dir(o.in);
@@ -1053,7 +1074,8 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     make_params(&o, c.format, &c.req.params);
     c.req.format = c.format;
-    c.req.sparsity24 = o.sparsity != NULL;
+    c.req.sparsity24 = o.sparsity != NULL && (o.cal.method != QS_METHOD_SPARSEGPT ||
+                                              (o.cal.sp_n == 2 && o.cal.sp_m == 4));
     if (o.act_amax) {
         json_error_t je;
         c.act_amax = json_load_file(o.act_amax, 0, &je);
@@ -1097,6 +1119,11 @@ int qs_cmd_quantize(int argc, char **argv)
     /* Before any input is mapped: a truncated input then gives a message, a signal removes the
      * temporary output. */
     qs_st_install_signal_cleanup();
+    if (qs_calib_open(&o.cal, c.err, sizeof c.err) != 0) {
+        fprintf(stderr, "qsparse quantize: %s\n", c.err);
+        rc = 2;
+        goto done;
+    }
     qs_ctx_params_init(&cp);
     cp.num_threads = o.threads;
     if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
@@ -1141,6 +1168,7 @@ int qs_cmd_quantize(int argc, char **argv)
     rc = 0;
 done:
     qs_tool_ctx_done(c.ctx);
+    qs_calib_close(&o.cal);
     for (size_t i = 0; i < c.nstat; i++)
         free(c.stats[i].name);
     free(c.stats);

@@ -29,6 +29,7 @@ from .matmul import int8_vectorwise_quant, matmul, matmul_info
 from .profile import Profile, doctor, profile
 from .recommend import recommend
 from . import cuda  # the device API: arrays already on the GPU (qsparse.cuda)
+from .gptq import Hessian, gptq, sparsegpt
 
 
 # ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA
@@ -156,8 +157,8 @@ def kernels() -> Dict[str, str]:
     return out
 
 
-__all__ = ["Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
+__all__ = ["Hessian", "Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
            "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
-           "formats", "get_num_threads", "int8_vectorwise_quant", "isa", "isas", "kernels",
+           "formats", "get_num_threads", "gptq", "int8_vectorwise_quant", "isa", "isas", "kernels",
            "load", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
-           "set_backend", "set_isa", "set_num_threads"]
+           "set_backend", "sparsegpt", "set_isa", "set_num_threads"]

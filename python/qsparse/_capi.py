@@ -80,6 +80,8 @@ QS_STRUCT_WEIGHT = 10
 QS_STRUCT_PROFILE_ENTRY = 11
 QS_STRUCT_RECOMMEND_PARAMS = 12
 QS_STRUCT_CANDIDATE = 13
+QS_STRUCT_GPTQ_PARAMS = 14
+QS_STRUCT_SPARSEGPT_PARAMS = 15
 
 
 # include/qsparse/profile.h
@@ -280,8 +282,26 @@ class Candidate(c.Structure):
 QS_RECOMMEND_SPEED, QS_RECOMMEND_SIZE = 0, 1
 QS_RECOMMEND_MAX_CANDIDATES = 32
 
+
+class GptqParams(c.Structure):
+    """qs_gptq_params (include/qsparse/gptq.h)."""
+    _qs_kind = QS_STRUCT_GPTQ_PARAMS
+    _fields_ = [("percdamp", c.c_double), ("block_size", c.c_int32), ("act_order", c.c_int32),
+                ("static_groups", c.c_int32), ("reserved0", c.c_int32),
+                ("reserved", c.c_int64 * 6)]
+
+
+class SparseGptParams(c.Structure):
+    """qs_sparsegpt_params (include/qsparse/gptq.h)."""
+    _qs_kind = QS_STRUCT_SPARSEGPT_PARAMS
+    _fields_ = [("percdamp", c.c_double), ("density", c.c_double), ("block_size", c.c_int32),
+                ("n", c.c_int32), ("m", c.c_int32), ("reserved0", c.c_int32),
+                ("reserved", c.c_int64 * 6)]
+
+
 STRUCTS = (Allocator, CtxParams, QuantParams, QTensorC, PlaneInfo, FormatInfo, ObserverParams,
-           IsaTier, MatmulParams, WeightC, ProfileEntry, RecommendParams, Candidate)
+           IsaTier, MatmulParams, WeightC, ProfileEntry, RecommendParams, Candidate, GptqParams,
+           SparseGptParams)
 
 # ---- function signatures of the whole API: name -> (restype, argtypes) ---------------------------
 
@@ -406,6 +426,24 @@ SIGNATURES.update({
     "qs_recommend_params_init": (None, [c.POINTER(RecommendParams)]),
     "qs_recommend": (I32, [P, c.POINTER(RecommendParams), P, I64, I64, P, I64,
                            c.POINTER(Candidate), I64, c.POINTER(I64)]),
+# include/qsparse/gptq.h: Hessian statistics, GPTQ, SparseGPT.
+SIGNATURES.update({
+    "qs_hessian_create": (I32, [P, I64, c.POINTER(P)]),
+    "qs_hessian_destroy": (None, [P]),
+    "qs_hessian_info": (I32, [P, c.POINTER(I64), c.POINTER(I64)]),
+    "qs_hessian_update": (I32, [P, P, P, I32, I64, I64]),
+    "qs_hessian_merge": (I32, [P, P, P]),
+    "qs_hessian_get": (I32, [P, P, P, I64]),
+    "qs_hessian_from_matrix": (I32, [P, P, I64, I64, c.POINTER(P)]),
+    "qs_hessian_serialized_size": (I32, [P, c.POINTER(I64)]),
+    "qs_hessian_serialize": (I32, [P, P, P, I64, c.POINTER(I64)]),
+    "qs_hessian_deserialize": (I32, [P, P, I64, c.POINTER(P)]),
+    "qs_gptq_params_init": (None, [c.POINTER(GptqParams)]),
+    "qs_gptq_quantize": (I32, [P, c.POINTER(GptqParams), c.POINTER(QuantParams), P, I64, I64, P,
+                               c.POINTER(QTensorC), c.POINTER(c.c_double)]),
+    "qs_sparsegpt_params_init": (None, [c.POINTER(SparseGptParams)]),
+    "qs_sparsegpt": (I32, [P, c.POINTER(SparseGptParams), c.POINTER(QuantParams), P, I64, I64, P,
+                           P, I64, c.POINTER(QTensorC), P, I64, c.POINTER(c.c_double)]),
 })
 
 

@@ -84,6 +84,15 @@ static const struct field candidate_fields[] = {
     F(qs_candidate, gemm_speedup),    F(qs_candidate, kernel),
     F(qs_candidate, slow),            F(qs_candidate, rank),
     F(qs_candidate, reason),          F(qs_candidate, reserved), {NULL, 0}};
+/* qsparse/gptq.h */
+static const struct field gptq_params_fields[] = {
+    F(qs_gptq_params, percdamp),      F(qs_gptq_params, block_size), F(qs_gptq_params, act_order),
+    F(qs_gptq_params, static_groups), F(qs_gptq_params, reserved0),  F(qs_gptq_params, reserved),
+    {NULL, 0}};
+static const struct field sparsegpt_params_fields[] = {
+    F(qs_sparsegpt_params, percdamp), F(qs_sparsegpt_params, density),
+    F(qs_sparsegpt_params, block_size), F(qs_sparsegpt_params, n), F(qs_sparsegpt_params, m),
+    F(qs_sparsegpt_params, reserved0), F(qs_sparsegpt_params, reserved), {NULL, 0}};
 
 #undef F
 
@@ -104,6 +113,8 @@ static const struct {
     [QS_STRUCT_PROFILE_ENTRY] = {sizeof(qs_profile_entry), profile_entry_fields},
     [QS_STRUCT_RECOMMEND_PARAMS] = {sizeof(qs_recommend_params), recommend_params_fields},
     [QS_STRUCT_CANDIDATE] = {sizeof(qs_candidate), candidate_fields},
+    [QS_STRUCT_GPTQ_PARAMS] = {sizeof(qs_gptq_params), gptq_params_fields},
+    [QS_STRUCT_SPARSEGPT_PARAMS] = {sizeof(qs_sparsegpt_params), sparsegpt_params_fields},
 };
 
 #define STRUCT_MAX ((int32_t)(sizeof structs / sizeof structs[0]) - 1)

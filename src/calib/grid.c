@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A quantization format's grid with its scales held fixed (docs/calibration.md §15.1): GPTQ and
+ * SparseGPT round one column at a time, after earlier columns' errors have moved the later ones,
+ * so a scale cannot be recomputed from the final values. The grid chooses each (row, group)
+ * scale once, by the format's own scale rule (the same reference functions qs_quantize runs),
+ * rounds elements with the format's element rule against that scale, and finally writes the
+ * planes exactly as qs_quantize lays them out. With unchanged weights every code and scale is
+ * qs_quantize's.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "../ref/mx_ref.h"
+#include "../ref/ref.h"
+#include "../ref/scale_ref.h"
+#include "../core/quant_common.h"
+#include "gptq_internal.h"
+
+int64_t qs_grid_group_len(const qs_quant_params *p, int64_t lcols)
+{
+    switch (p->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4:
+        return p->block_size;
+    case QS_FORMAT_INT8:
+        return p->granularity == QS_GRAN_GROUP ? p->block_size : lcols;
+    case QS_FORMAT_LLM_INT8:
+        return lcols;
+    case QS_FORMAT_MXFP4:
+        return 32;
+    case QS_FORMAT_NVFP4:
+        return 16;
+    default:
+        return 0;
+    }
+}
+
+static float span_amax(const float *v, int64_t n)
+{
+    float a = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        a = qs_ref_absmax_step(a, v[i]);
+    return a;
+}
+
+/* The NVFP4 block-scale rule of formats.md §14 (as nvfp4_ref.c). */
+static uint8_t nvfp4_scale_byte(float amax, float s_global)
+{
+    float s = amax / (6.0f * s_global);
+    if (s == 0.0f)
+        return 0x38;
+    if (s < 0x1p-9f)
+        s = 0x1p-9f;
+    return (uint8_t)(qs_ref_e4m3_encode(s) & 0x7F);
+}
+
+/* Scale of one unit (g->a/b/zp/sb at index u) from the values v[0 ... n), any stride-1 span. */
+static void fit_unit(struct qs_grid *g, int64_t u, const float *v, int64_t n)
+{
+    switch (g->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4: {
+        float amax = span_amax(v, n);
+        g->a[u] = amax;
+        g->b[u] = amax == 0.0f ? 0.0f : 1.0f / amax;
+        break;
+    }
+    case QS_FORMAT_INT8:
+        if (g->symmetric) {
+            qs_ref_int8_symmetric(span_amax(v, n), &g->a[u], &g->b[u]);
+            g->zp[u] = 0;
+        } else {
+            float lo = INFINITY, hi = -INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                lo = qs_ref_min(lo, v[i]);
+                hi = qs_ref_max(hi, v[i]);
+            }
+            qs_ref_int8_asymmetric(lo, hi, &g->a[u], &g->b[u], &g->zp[u]);
+        }
+        break;
+    case QS_FORMAT_LLM_INT8: /* row absmax (SCB), mul = fl(127 / SCB) (formats.md §8) */
+        g->a[u] = span_amax(v, n);
+        g->b[u] = qs_ref_llm_int8_mul(g->a[u]);
+        g->zp[u] = 0;
+        break;
+    case QS_FORMAT_MXFP4:
+        g->sb[u] = qs_ref_mx_scale(v, n, g->rounding, 2, 6.0f);
+        break;
+    case QS_FORMAT_NVFP4:
+        g->sb[u] = nvfp4_scale_byte(span_amax(v, n), g->s_global);
+        g->a[u] = qs_ref_e4m3_decode(g->sb[u]) * g->s_global;
+        break;
+    default:
+        break;
+    }
+}
+
+void qs_grid_fit(struct qs_grid *g, int64_t row, int64_t gi, const float *v, int64_t len)
+{
+    if (g->dynamic)
+        fit_unit(g, row * g->groups + gi, v, len);
+}
+
+float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, float x)
+{
+    int64_t u = row * g->groups + col / g->group;
+    uint8_t code;
+    float v;
+
+    switch (g->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4: {
+        const float *book = g->format == QS_FORMAT_NF4 ? qs_nf4_codebook : qs_fp4_codebook;
+        if (g->a[u] == 0.0f) {
+            code = 0; /* all-zero block: codes 0 (formats.md §5.2) */
+        } else {
+            float y = x * g->b[u];
+            code = g->format == QS_FORMAT_NF4 ? qs_ref_nf4_encode(y) : qs_ref_fp4_encode(y);
+        }
+        v = book[code] * g->a[u];
+        break;
+    }
+    case QS_FORMAT_INT8: {
+        int8_t c = qs_ref_int8_encode(x, g->b[u], g->zp[u], g->qmin);
+        code = (uint8_t)c;
+        v = (float)((int32_t)c - g->zp[u]) * g->a[u];
+        break;
+    }
+    case QS_FORMAT_LLM_INT8: {
+        int8_t c = qs_ref_int8_encode(x, g->b[u], 0, -127);
+        code = (uint8_t)c;
+        v = ((float)c * g->a[u]) * 0x1.020408p-7f; /* fl(fl(q * SCB) * fl(1/127)) */
+        break;
+    }
+    case QS_FORMAT_MXFP4:
+        code = g->sb[u] == 0xFF ? 0 : qs_ref_e2m1_encode(ldexpf(x, 127 - (int)g->sb[u]));
+        v = qs_e2m1_values[code] * qs_ref_e8m0_decode(g->sb[u]);
+        break;
+    default: /* NVFP4 */
+        code = g->a[u] != 0.0f ? qs_ref_e2m1_encode(x / g->a[u]) : 0;
+        v = qs_e2m1_values[code] * g->a[u];
+        break;
+    }
+    g->codes[row * g->lcols + col] = code;
+    return v;
+}
+
+void qs_grid_free(qs_ctx *ctx, struct qs_grid *g)
+{
+    qs_scratch_free(ctx, g->a);
+    qs_scratch_free(ctx, g->b);
+    qs_scratch_free(ctx, g->zp);
+    qs_scratch_free(ctx, g->sb);
+    qs_scratch_free(ctx, g->codes);
+    memset(g, 0, sizeof *g);
+}
+
+qs_status qs_grid_init(qs_ctx *ctx, struct qs_grid *g, const qs_quant_params *p, int64_t rows,
+                       int64_t lcols, const float *src, int64_t src_cols, int32_t static_groups,
+                       const qs_qtensor *q, const char *who)
+{
+    struct qs_layout l;
+    qs_status st;
+    int64_t units;
+
+    memset(g, 0, sizeof *g);
+    if (p->format != QS_FORMAT_NF4 && p->format != QS_FORMAT_FP4 && p->format != QS_FORMAT_INT8 &&
+        p->format != QS_FORMAT_LLM_INT8 && p->format != QS_FORMAT_MXFP4 &&
+        p->format != QS_FORMAT_NVFP4)
+        return qs_fail(ctx, QS_ERR_UNSUPPORTED, "%s: format %s has no GPTQ grid (NF4, FP4, INT8, "
+                       "LLM_INT8, MXFP4, NVFP4)", who, qs_format_name(p->format) ? qs_format_name(p->format)
+                                                                        : "(unknown)");
+    if ((st = qs_layout_compute(ctx, p, rows, lcols, &l)) != QS_OK)
+        return st;
+    if ((p->format == QS_FORMAT_NF4 || p->format == QS_FORMAT_FP4) && p->double_quant)
+        return qs_fail(ctx, QS_ERR_UNSUPPORTED, "%s: double quantization is not supported", who);
+    if ((p->format == QS_FORMAT_NF4 || p->format == QS_FORMAT_FP4) && lcols % p->block_size)
+        return qs_fail(ctx, QS_ERR_SHAPE, "%s: %lld columns are not a multiple of the block %d, "
+                       "so blocks would span rows", who, (long long)lcols, p->block_size);
+    if ((st = qs_check_planes(ctx, &l, q)) != QS_OK)
+        return st;
+
+    g->format = p->format;
+    g->rows = rows;
+    g->lcols = lcols;
+    g->group = (int32_t)qs_grid_group_len(p, lcols);
+    if (g->group < 1)
+        g->group = 1;
+    g->groups = qs_ceil_div(lcols, g->group);
+    g->symmetric = p->symmetric;
+    g->qmin = p->symmetric ? -127 : -128;
+    g->rounding = p->scale_rounding;
+    int rowwise = (p->format == QS_FORMAT_INT8 && p->granularity != QS_GRAN_GROUP) ||
+                  p->format == QS_FORMAT_LLM_INT8;
+    g->dynamic = !rowwise && !static_groups;
+    units = rows * g->groups;
+    g->a = qs_scratch_alloc(ctx, (size_t)(units ? units : 1) * sizeof(float));
+    g->b = qs_scratch_alloc(ctx, (size_t)(units ? units : 1) * sizeof(float));
+    g->zp = qs_scratch_alloc(ctx, (size_t)(units ? units : 1) * sizeof(int32_t));
+    g->sb = qs_scratch_alloc(ctx, (size_t)(units ? units : 1));
+    g->codes = qs_scratch_alloc(ctx, (size_t)(rows * lcols > 0 ? rows * lcols : 1));
+    if (!g->a || !g->b || !g->zp || !g->sb || !g->codes) {
+        qs_grid_free(ctx, g);
+        return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
+    }
+    if (p->format == QS_FORMAT_NVFP4)
+        g->s_global = p->scale != 0.0f ? p->scale
+                                       : qs_ref_nvfp4_global_scale(span_amax(src, rows * src_cols));
+    if (rowwise && g->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR) {
+        fit_unit(g, 0, src, rows * src_cols);
+        for (int64_t r = 1; r < rows; r++) {
+            g->a[r] = g->a[0];
+            g->b[r] = g->b[0];
+            g->zp[r] = g->zp[0];
+        }
+    } else if (rowwise) {
+        for (int64_t r = 0; r < rows; r++)
+            fit_unit(g, r, src + r * src_cols, src_cols);
+    } else if (static_groups) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t gi = 0; gi < g->groups; gi++) {
+                int64_t c0 = gi * g->group;
+                int64_t len = lcols - c0 < g->group ? lcols - c0 : g->group;
+                fit_unit(g, r * g->groups + gi, src + r * src_cols + c0, len);
+            }
+    }
+    return QS_OK;
+}
+
+qs_status qs_grid_store(qs_ctx *ctx, const struct qs_grid *g, const qs_quant_params *p,
+                        qs_qtensor *q)
+{
+    const int64_t rows = g->rows, cols = g->lcols, units = rows * g->groups;
+    uint8_t *data = q->data;
+    (void)ctx;
+
+    switch (g->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4:
+        /* flattened, high nibble first; blocks are (row, group) since block divides cols */
+        for (int64_t i = 0; i < rows * cols; i += 2)
+            data[i / 2] = (uint8_t)(g->codes[i] << 4 | g->codes[i + 1]);
+        for (int64_t u = 0; u < units; u++)
+            qs_st_f32((float *)q->scale + u, g->a[u]);
+        break;
+    case QS_FORMAT_INT8:
+    case QS_FORMAT_LLM_INT8: {
+        int64_t ns = g->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR ? 1 : units;
+        memcpy(data, g->codes, (size_t)(rows * cols));
+        for (int64_t u = 0; u < ns; u++) {
+            qs_st_f32((float *)q->scale + u, g->a[u]);
+            if (g->format == QS_FORMAT_INT8 && !g->symmetric)
+                ((int8_t *)q->zero_point)[u] = (int8_t)g->zp[u];
+        }
+        break;
+    }
+    default: { /* MXFP4, NVFP4: per row, low nibble first, a last odd nibble pads with 0 */
+        int64_t rb = (cols + 1) / 2;
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *c = g->codes + r * cols;
+            for (int64_t i = 0; i < cols; i += 2)
+                data[r * rb + i / 2] = (uint8_t)(c[i] | (i + 1 < cols ? c[i + 1] << 4 : 0));
+        }
+        memcpy(q->scale, g->sb, (size_t)units);
+        if (g->format == QS_FORMAT_NVFP4)
+            q->global_scale = g->s_global;
+        break;
+    }
+    }
+    return QS_OK;
+}

@@ -1,0 +1,206 @@
+# SPDX-License-Identifier: MIT
+"""qs.Hessian, qs.gptq and qs.sparsegpt (docs/calibration.md §14-§16) against numpy: the Hessian
+against float64 numpy, merges against one update over the concatenation, serialization round
+trips and corrupted blobs; GPTQ with H = I equals qs.quantize exactly and lowers the output error
+||X W^T - X W'^T|| below round-to-nearest in every format; SparseGPT returns valid 2:4 weights
+(alone and with a format) with less output error than magnitude pruning and Wanda; and the tool's
+--method gptq / sparsegpt with a --calib file of inputs or Hessians."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import qsparse as qs
+from qsparse import QsparseError
+
+FORMATS = [("nf4", {}), ("fp4", {}), ("int8", {}),
+           ("int8", dict(granularity="group", group_size=32)),
+           ("int8", dict(symmetric=False)), ("llm_int8", {}), ("mxfp4", {}), ("nvfp4", {})]
+
+
+def layer(seed=0, tokens=800, k=128, rows=64):
+    """Correlated activations (a low-rank part plus noise, uneven feature scales) and a weight."""
+    rng = np.random.default_rng(seed)
+    basis = rng.standard_normal((6, k))
+    x = rng.standard_normal((tokens, 6)) @ basis + 0.3 * rng.standard_normal((tokens, k))
+    x *= 0.2 + (np.arange(k) % 7)
+    w = 0.05 * rng.standard_normal((rows, k))
+    return x.astype(np.float32), w.astype(np.float32)
+
+
+def out_err(x, w, v):
+    x64 = x.astype(np.float64)
+    return float(np.linalg.norm(x64 @ (w.astype(np.float64) - v.astype(np.float64)).T))
+
+
+def test_hessian_matches_numpy_float64():
+    x, _ = layer(1, tokens=1300, k=96)
+    h = qs.Hessian(96).update(x)
+    ref = 2.0 * x.astype(np.float64).T @ x.astype(np.float64)
+    got = h.matrix()
+    assert h.tokens == 1300 and h.k == 96
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    assert np.array_equal(got, got.T)
+    # 3-D inputs count every leading position as a token
+    h3 = qs.Hessian(96).update(x[:1200].reshape(10, 120, 96))
+    assert h3.tokens == 1200
+
+
+def test_hessian_merge_equals_concatenation():
+    rng = np.random.default_rng(2)
+    x = rng.integers(-5, 6, size=(900, 40)).astype(np.float32)  # exact sums: bit equality
+    whole = qs.Hessian(40).update(x)
+    a = qs.Hessian(40).update(x[:333])
+    b = qs.Hessian(40).update(x[333:700]).update(x[700:].astype(np.float16))
+    a.merge(b)
+    assert np.array_equal(a.matrix(), whole.matrix())
+    assert a.tokens == 900
+    xr, _ = layer(3, tokens=1000, k=40)
+    w2 = qs.Hessian(40).update(xr)
+    s = qs.Hessian(40).update(xr[:450]).merge(qs.Hessian(40).update(xr[450:]))
+    np.testing.assert_allclose(s.matrix(), w2.matrix(), rtol=1e-6,
+                               atol=1e-6 * np.abs(w2.matrix()).max())
+    with pytest.raises(QsparseError):
+        a.merge(qs.Hessian(41))
+
+
+def test_hessian_serialization_and_corruption():
+    x, _ = layer(4, tokens=100, k=16)
+    h = qs.Hessian(16).update(x)
+    b = h.to_bytes()
+    assert b[:4] == b"QSHS" and len(b) == 32 + 8 * 16 * 17 // 2 + 8
+    h2 = qs.Hessian.from_bytes(b)
+    assert np.array_equal(h2.matrix(), h.matrix()) and h2.tokens == 100
+    assert np.array_equal(pickle.loads(pickle.dumps(h)).matrix(), h.matrix())
+    for i in list(range(0, 40)) + [100, len(b) - 9, len(b) - 1]:
+        bad = bytearray(b)
+        bad[i] ^= 0x10
+        with pytest.raises(QsparseError):
+            qs.Hessian.from_bytes(bytes(bad))
+    for n in (0, 3, 31, len(b) - 1):
+        with pytest.raises(QsparseError):
+            qs.Hessian.from_bytes(b[:n])
+    with pytest.raises(QsparseError):
+        qs.Hessian.from_bytes(b + b"\0")
+    with pytest.raises(ValueError):
+        qs.Hessian.from_bytes("text")
+
+
+def test_hessian_rejects_nonfinite_and_shapes():
+    h = qs.Hessian(8)
+    x = np.ones((4, 8), np.float32)
+    x[2, 3] = np.nan
+    with pytest.raises(QsparseError, match="NaN or Inf"):
+        h.update(x)
+    assert h.tokens == 0 and not h.matrix().any()
+    with pytest.raises(QsparseError):
+        h.update(np.ones((4, 9), np.float32))
+    with pytest.raises(QsparseError):
+        qs.Hessian(0)
+    with pytest.raises(QsparseError):
+        qs.Hessian.from_matrix(-np.eye(3))
+
+
+@pytest.mark.parametrize("fmt,opts", FORMATS)
+def test_gptq_identity_hessian_is_rtn(fmt, opts):
+    _, w = layer(5, k=128, rows=24)
+    rtn = qs.quantize(w, fmt, **opts)
+    for kw in ({}, dict(act_order=True), dict(static_groups=True)):
+        g = qs.gptq(w, qs.Hessian.from_matrix(2.5 * np.eye(128)), fmt, **kw, **opts)
+        assert np.array_equal(g.data, rtn.data)
+        assert np.array_equal(qs.dequantize(g), qs.dequantize(rtn))
+
+
+@pytest.mark.parametrize("fmt,opts", FORMATS)
+def test_gptq_beats_rtn(fmt, opts):
+    x, w = layer(6)
+    h = qs.Hessian(x.shape[1]).update(x)
+    e_rtn = out_err(x, w, qs.dequantize(qs.quantize(w, fmt, **opts)))
+    g = qs.gptq(w, h, fmt, **opts)
+    assert isinstance(g, qs.QTensor) and g.bits_per_weight == qs.quantize(w, fmt, **opts) \
+        .bits_per_weight
+    e_gptq = out_err(x, w, qs.dequantize(g))
+    e_act = out_err(x, w, qs.dequantize(qs.gptq(w, h, fmt, act_order=True, **opts)))
+    assert e_gptq < 0.9 * e_rtn and e_act < 0.9 * e_rtn, (e_rtn, e_gptq, e_act)
+    # the GPTQ weight is an ordinary QTensor for qs.matmul as well
+    y = qs.matmul(x[:20], g)
+    np.testing.assert_allclose(y, x[:20] @ qs.dequantize(g).T, rtol=1e-4, atol=1e-3)
+
+
+def test_gptq_errors():
+    _, w = layer(7, k=64, rows=8)
+    h = qs.Hessian.from_matrix(np.eye(64))
+    with pytest.raises(QsparseError):
+        qs.gptq(w, h, "fp8_e4m3")
+    with pytest.raises(QsparseError):
+        qs.gptq(w, h, "nf4", double_quant=True)
+    with pytest.raises(QsparseError):
+        qs.gptq(w, qs.Hessian(32), "nf4")
+    with pytest.raises(QsparseError, match="positive definite"):
+        qs.gptq(w[:, :2].copy(), qs.Hessian.from_matrix([[1.0, 2.0], [2.0, 1.0]]), "int8",
+                percdamp=0.0)
+    with pytest.raises(ValueError):
+        qs.gptq(w.astype(np.float64), h, "nf4")
+
+
+def test_sparsegpt_24_beats_magnitude_and_wanda():
+    x, w = layer(8)
+    h = qs.Hessian(x.shape[1]).update(x)
+    mag = w * qs.prune(w, "2:4")
+    norms = np.sqrt((x.astype(np.float64) ** 2).sum(0)).astype(np.float32)
+    wanda = w * qs.prune(w, "2:4", "wanda", norms)
+    s = qs.sparsegpt(w, h, "2:4")
+    assert isinstance(s, qs.sparse.Compressed24)
+    d = qs.decompress(s)
+    assert qs.sparse.check(d, "2:4")[0]
+    e_mag, e_wanda, e_sg = out_err(x, w, mag), out_err(x, w, wanda), out_err(x, w, d)
+    assert e_sg < e_wanda < e_mag or e_sg < min(e_wanda, e_mag), (e_mag, e_wanda, e_sg)
+    assert e_sg < 0.8 * min(e_mag, e_wanda)
+    # 2:4 + NF4 jointly: an ordinary SparseQTensor; dense output identical
+    sq = qs.sparsegpt(w, h, "2:4", format="nf4", blocksize=32)
+    dq = qs.dequantize(sq)
+    assert np.array_equal(dq, qs.sparsegpt(w, h, "2:4", format="nf4", blocksize=32, dense=True))
+    assert qs.sparse.check(dq, "2:4")[0]
+    rtn = qs.dequantize(qs.quantize(qs.compress(mag, mag != 0), "nf4", blocksize=32))
+    assert out_err(x, w, dq) < out_err(x, w, rtn)
+    np.testing.assert_allclose(qs.matmul(x[:10], sq), x[:10] @ dq.T, rtol=1e-4, atol=1e-3)
+
+
+def test_sparsegpt_other_patterns():
+    x, w = layer(9)
+    h = qs.Hessian(x.shape[1]).update(x)
+    d = qs.sparsegpt(w, h, "1:4")
+    assert qs.sparse.check(d, "1:4")[0]
+    u = qs.sparsegpt(w, h, "unstructured", density=0.4)
+    assert np.count_nonzero(u) == w.size - round(0.6 * w.size)
+    with pytest.raises(ValueError):
+        qs.sparsegpt(w, h, "unstructured")
+    with pytest.raises(ValueError):
+        qs.sparsegpt(w, h, "1:4", format="nf4")
+
+
+def test_tool_gptq_and_sparsegpt(tmp_path, run_tool):
+    st = pytest.importorskip("safetensors.numpy")
+    x, w = layer(10, k=128, rows=64)
+    st.save_file({"a.weight": w, "b.weight": w.copy()}, str(tmp_path / "in.safetensors"))
+    hm = qs.Hessian(128).update(x).matrix()
+    st.save_file({"a.inputs": x, "b.hessian": hm}, str(tmp_path / "calib.safetensors"))
+    out = tmp_path / "out.safetensors"
+    run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--format", "int8", "--method",
+             "gptq", "--calib", tmp_path / "calib.safetensors", "-q", check=0)
+    got = st.load_file(str(out))
+    want = qs.gptq(w, qs.Hessian(128).update(x), "int8")
+    assert np.array_equal(got["a.weight"].view(np.int8), want.data.view(np.int8))
+    assert np.array_equal(got["b.weight"], got["a.weight"])  # .hessian and .inputs agree
+    run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--format", "int8", "--method",
+             "sparsegpt", "--sparsity", "2:4", "--calib", tmp_path / "calib.safetensors", "-q",
+             check=0)
+    codes = st.load_file(str(out))["a.weight"].view(np.int8)
+    assert qs.sparse.check(codes.astype(np.float32), "2:4")[0]
+    bad = run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--format", "nf4",
+                   "--method", "gptq")
+    assert bad.returncode != 0 and "--calib" in bad.stderr
+    bad = run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--format", "nf4",
+                   "--method", "gptq", "--calib", tmp_path / "in.safetensors")
+    assert bad.returncode != 0 and "a.hessian" in bad.stderr
