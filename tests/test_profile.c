@@ -133,7 +133,7 @@ static void test_counts_add_up(void **state)
     assert_int_equal(qs_profile_count(ctx), 3);
     assert_int_equal(qs_profile_get(ctx, 2, &e), QS_OK);
     assert_string_equal(e.op, "matmul");
-    assert_string_equal(e.kernel, kernel_of(ctx, "mm_dot_nf4"));
+    assert_string_equal(e.kernel, kernel_of(ctx, "mm_gemv_nf4")); /* the fused GEMV (M < 16) */
     assert_int_equal(e.elements, 3 * ROWS * COLS);
     assert_int_equal(e.bytes_in, 3 * COLS * 4 + planes);
     assert_int_equal(e.bytes_out, 3 * ROWS * 4);

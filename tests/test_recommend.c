@@ -121,7 +121,8 @@ static void test_errors_match_direct(void **state)
         assert_true(c->gemv_speedup > 0 && c->gemv_speedup_mt > 0 && c->gemm_speedup > 0);
         assert_non_null(c->kernel);
         if (c->sparse24) {
-            assert_string_equal(c->kernel, kernel_of(ctx, "mm_gather_sp24"));
+            assert_string_equal(c->kernel, kernel_of(ctx, c->format ? "mm_dot_sp24_nf4"
+                                                                    : "mm_dot_sp24_f32"));
             assert_true(c->error > 0.3 && c->error < 0.8); /* half the weights gone */
             continue;
         }
@@ -143,11 +144,11 @@ static void test_errors_match_direct(void **state)
         assert_true(fabs(c->bits_per_weight - (double)bytes * 8.0 / (N * K)) < 1e-12);
         if (strcmp(c->label, "nf4 b64") == 0) {
             seen++;
-            assert_string_equal(c->kernel, kernel_of(ctx, "mm_dot_nf4"));
+            assert_string_equal(c->kernel, kernel_of(ctx, "mm_gemv_nf4"));
         }
         if (c->int8_activations && c->format == QS_FORMAT_INT8) {
             seen++;
-            assert_string_equal(c->kernel, kernel_of(ctx, "mm_dot_w8a8"));
+            assert_string_equal(c->kernel, kernel_of(ctx, "mm_w8a8"));
         }
     }
     assert_int_equal(seen, 2);
