@@ -426,6 +426,8 @@ SIGNATURES.update({
     "qs_recommend_params_init": (None, [c.POINTER(RecommendParams)]),
     "qs_recommend": (I32, [P, c.POINTER(RecommendParams), P, I64, I64, P, I64,
                            c.POINTER(Candidate), I64, c.POINTER(I64)]),
+})
+
 # include/qsparse/gptq.h: Hessian statistics, GPTQ, SparseGPT.
 SIGNATURES.update({
     "qs_hessian_create": (I32, [P, I64, c.POINTER(P)]),
