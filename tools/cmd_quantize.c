@@ -1074,8 +1074,11 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     make_params(&o, c.format, &c.req.params);
     c.req.format = c.format;
-    c.req.sparsity24 = o.sparsity != NULL && (o.cal.method != QS_METHOD_SPARSEGPT ||
-                                              (o.cal.sp_n == 2 && o.cal.sp_m == 4));
+    /* SparseGPT writes its pruned weight dense (exact zeros): a loader layout records 2:4 in
+     * its config, the tool's own keys need nothing */
+    c.req.sparsity24 = o.sparsity != NULL &&
+                       (o.cal.method != QS_METHOD_SPARSEGPT ||
+                        (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &qs_layout_qsparse));
     if (o.act_amax) {
         json_error_t je;
         c.act_amax = json_load_file(o.act_amax, 0, &je);
