@@ -85,9 +85,9 @@ static void print_words(const struct facts *f)
     printf("matmul GEMM:    %s\n",
            qs_matmul_info() & QS_MATMUL_BLAS ? "cblas_sgemm" : "the library's own loop");
     for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
+        int avail = qs_backend_available(b); /* tries the plugin first: then the message says why */
         const char *msg = qs_backend_message(b);
-        printf("backend %-6s  %s%s%s\n", qs_backend_name(b),
-               qs_backend_available(b) ? "available" : "not available",
+        printf("backend %-6s  %s%s%s\n", qs_backend_name(b), avail ? "available" : "not available",
                msg && *msg ? ": " : "", msg ? msg : "");
     }
 }
@@ -117,7 +117,8 @@ static void print_json(const struct facts *f)
     for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
         printf("%s", b > QS_BACKEND_CPU ? ", " : "");
         json_str(qs_backend_name(b));
-        printf(": {\"available\": %s, \"message\": ", qs_backend_available(b) ? "true" : "false");
+        int avail = qs_backend_available(b); /* before the message, as above */
+        printf(": {\"available\": %s, \"message\": ", avail ? "true" : "false");
         json_str(qs_backend_message(b));
         printf("}");
     }

@@ -103,6 +103,10 @@ def test_tool_doctor(tool):
     assert doc["cpu_features"] in words
     for name in ("cpu", "cuda"):
         assert isinstance(doc["backends"][name]["available"], bool)
+    if not doc["backends"]["cuda"]["available"]:
+        # the plugin is tried before the reason is read: the words name it too
+        reason = doc["backends"]["cuda"]["message"]
+        assert reason and f"backend cuda    not available: {reason}" in words
     # a forced lower tier shows in the report
     env = dict(os.environ, QS_FORCE_ISA="scalar")
     forced = json.loads(subprocess.run([tool, "doctor", "--json"], capture_output=True,
