@@ -42,7 +42,7 @@ typedef struct qs_recommend_params {
     int32_t objective; /* QS_RECOMMEND_SPEED (default) or QS_RECOMMEND_SIZE */
     float max_error;   /* relative error bound (> 0); default 0.1 */
     int32_t sparse24;  /* 1 (default): also 2:4 candidates (needs cols % 4 == 0) */
-    int32_t gemm_rows; /* rows of x in the GEMM probe (>= 16), default 128; 0: no GEMM probe */
+    int32_t gemm_rows; /* rows of x in the GEMM probe (>= 16), default 64; 0: no GEMM probe */
     double probe_seconds; /* time per speed measurement (> 0), default 0.02 */
     int64_t reserved[6];  /* must be zero */
 } qs_recommend_params;

@@ -41,7 +41,7 @@ def _f32_2d(name: str, a: Any) -> np.ndarray:
 
 
 def recommend(w: Any, x: Optional[Any] = None, *, max_error: float = 0.1,
-              objective: str = "speed", sparse24: bool = True, gemm_rows: int = 128,
+              objective: str = "speed", sparse24: bool = True, gemm_rows: int = 64,
               probe_seconds: float = 0.02) -> List[Dict[str, Any]]:
     """Rank every compressed form of weight w (N x K) by measurement on this machine; x
     (tokens x K) are activations to measure the output error on. Returns one dict per candidate,

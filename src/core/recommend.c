@@ -29,7 +29,7 @@ QS_API void qs_recommend_params_init(qs_recommend_params *params)
     params->objective = QS_RECOMMEND_SPEED;
     params->max_error = 0.1f;
     params->sparse24 = 1;
-    params->gemm_rows = 128;
+    params->gemm_rows = 64;
     params->probe_seconds = 0.02;
 }
 
@@ -174,7 +174,7 @@ static double rel_error(const float *ref, const float *got, int64_t n)
     return den > 0.0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Minimum time of fn over repetitions within `seconds` (at least 3 runs after a warm-up). */
+/* Minimum time of fn over repetitions within `seconds` (at least 2 runs after a warm-up). */
 struct probe {
     qs_ctx *ctx;
     const qs_matmul_params *mp;
@@ -218,7 +218,7 @@ static qs_status time_min(const struct probe *p, double seconds, double *best)
     uint64_t start = qs_prof_now();
     double b = 1e30;
 
-    for (int r = 0; st == QS_OK && (r < 3 || (double)(qs_prof_now() - start) * 1e-9 < seconds);
+    for (int r = 0; st == QS_OK && (r < 2 || (double)(qs_prof_now() - start) * 1e-9 < seconds);
          r++) {
         uint64_t t0 = qs_prof_now();
         st = run_once(p);
