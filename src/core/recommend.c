@@ -265,31 +265,27 @@ static const char *slow_reason(const qs_ctx *ctx, const struct cand_def *d, cons
 
 /* ---- ranking --------------------------------------------------------------------------------- */
 
-static int32_t g_objective;
-
-static int cmp_cand(const void *pa, const void *pb)
+static int cmp_cand(const qs_candidate *a, const qs_candidate *b, int32_t objective)
 {
-    const qs_candidate *a = pa, *b = pb;
     if (a->within_error != b->within_error)
         return b->within_error - a->within_error;
     if (!a->within_error)
         return a->error < b->error ? -1 : a->error > b->error;
-    if (g_objective == QS_RECOMMEND_SIZE && a->bits_per_weight != b->bits_per_weight)
+    if (objective == QS_RECOMMEND_SIZE && a->bits_per_weight != b->bits_per_weight)
         return a->bits_per_weight < b->bits_per_weight ? -1 : 1;
     if (a->gemv_speedup != b->gemv_speedup)
         return a->gemv_speedup > b->gemv_speedup ? -1 : 1;
     return a->error < b->error ? -1 : a->error > b->error;
 }
 
+/* Insertion sort (n <= 32): qsort has no argument for the objective, and a file-level variable
+ * would race between contexts recommending on two threads. Stable, so ties keep table order. */
 static void sort_cands(qs_candidate *c, int64_t n, int32_t objective)
 {
-    /* insertion sort with the objective passed through a file-local: n <= 32 and qsort has
-     * no context argument; the library runs one recommendation per context at a time */
-    g_objective = objective;
     for (int64_t i = 1; i < n; i++) {
         qs_candidate v = c[i];
         int64_t j = i;
-        while (j > 0 && cmp_cand(&c[j - 1], &v) > 0) {
+        while (j > 0 && cmp_cand(&c[j - 1], &v, objective) > 0) {
             c[j] = c[j - 1];
             j--;
         }
