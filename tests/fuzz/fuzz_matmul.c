@@ -125,7 +125,8 @@ static int64_t y_diff_reordered(qs_ctx *ctx, const float *a, const float *b, con
             if (!isfinite(ya) || !isfinite(yb) || !isfinite(sx * wmax))
                 continue; /* non-finite elements: the strict check above already judged them */
             /* plus the rounding of the bias add and of the final result */
-            double tol = 2.0 * ((double)K / 16.0 + 8.0) * 0x1p-23 * sx * wmax +
+            /* |x^| <= |x| (1 + 1/254) with int8 activations: 1.01 covers it */
+            double tol = 2.02 * ((double)K / 16.0 + 8.0) * 0x1p-23 * sx * wmax +
                          0x1p-22 * fabs((double)ya);
             if (fabs((double)ya - (double)yb) > tol) {
                 bad = m * N + n;
@@ -367,11 +368,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                      qs_status_str(st));
         } else if (i > 0) {
             int64_t d = y_diff(y0.p, y1.p, (int64_t)(y0.cap / 4));
-            if (d >= 0 && st == QS_OK && mp.activations == QS_MATMUL_ACT_F32) {
+            /* int8 activations take the integer kernels (bit-exact across tiers) for INT8,
+             * LLM.int8, NF4 and FP4 weights; other weights run the f32 kernels on x^ */
+            int fmt = w.quant ? w.quant->format : 0;
+            int integer = w.kind == QS_WEIGHT_QUANT &&
+                          (fmt == QS_FORMAT_INT8 || fmt == QS_FORMAT_LLM_INT8 ||
+                           fmt == QS_FORMAT_NF4 || fmt == QS_FORMAT_FP4);
+            if (d >= 0 && st == QS_OK && (mp.activations == QS_MATMUL_ACT_F32 || !integer)) {
                 int64_t r = y_diff_reordered(t->ctx[0], (const float *)y0.p,
                                              (const float *)y1.p, x.p, x_dtype, &w, M, K, N);
                 d = r == -2 ? d : r;
             }
+            /* "reorder": an open finding of the fused GEMV kernels (tests/fuzz/README.md):
+             * finite elements beyond even the reordering bound; non-finite ones stay strict */
+            if (d >= 0 && fz_known("reorder") && isfinite(((const float *)y0.p)[d]) &&
+                isfinite(((const float *)y1.p)[d]))
+                d = -1;
             fz_check(d < 0, "y[%lld] differs beyond the tolerance: tier %s vs scalar",
                      (long long)d, fz_tier_name(t->ctx[i]));
         }
