@@ -183,12 +183,8 @@ QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
                          wp + j.i2, k);
     }
     qs_grid_store(ctx, &g, qparams, q);
-    if (loss) {
-        double s = 0.0;
-        for (int64_t r = 0; r < rows; r++)
-            s += rl[r];
-        *loss = s;
-    }
+    if (loss)
+        *loss = qs_calib_loss_sum(rl, rows);
     st = qs_ok(ctx);
 done:
     qs_scratch_free(ctx, wp);

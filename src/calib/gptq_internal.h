@@ -74,4 +74,13 @@ QS_INTERNAL qs_status qs_gptq_check_common(qs_ctx *ctx, const float *w, int64_t 
                                            int32_t block, const int64_t *reserved,
                                            int32_t reserved0, const char *who);
 
+/* The total of the per-row losses that GPTQ and SparseGPT report, summed in row order. */
+static inline double qs_calib_loss_sum(const double *rl, int64_t rows)
+{
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        s += rl[r];
+    return s;
+}
+
 #endif /* QS_GPTQ_INTERNAL_H */

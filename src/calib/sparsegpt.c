@@ -291,12 +291,8 @@ QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sp,
         qs_grid_store(ctx, gp, qparams, q);
     if (w_out)
         memcpy(w_out, wp, (size_t)(rows * k) * sizeof(float));
-    if (loss) {
-        double s = 0.0;
-        for (int64_t r = 0; r < rows; r++)
-            s += rl[r];
-        *loss = s;
-    }
+    if (loss)
+        *loss = qs_calib_loss_sum(rl, rows);
     st = qs_ok(ctx);
 done:
     qs_scratch_free(ctx, wp);
