@@ -25,4 +25,12 @@ pip_install --force-reinstall --no-deps .
 scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 cd tests/python
 # -rs: a skipped test says why (the real-loader test skips only when a package is missing)
-QSPARSE_TOOL="$scripts/qsparse" python3 -m pytest -q -rs -p no:cacheprovider .
+table=$(mktemp)
+QSPARSE_LOADER_TABLE="$table" QSPARSE_TOOL="$scripts/qsparse" \
+  python3 -m pytest -q -rs -p no:cacheprovider .
+# The loader table of test_loaders.py (format x layout x loader), for the record of this run.
+if [ -s "$table" ]; then
+  echo "python.sh: real-loader table from this run:"
+  cat "$table"
+fi
+rm -f "$table"

@@ -400,12 +400,17 @@ def test_modelopt_layout(quantized, weights, tmp_path, fmt):
 
 
 def test_zz_print_table():
-    """Prints the table of docs/layouts.md from this run (pytest -s shows it)."""
+    """Prints the table of docs/layouts.md from this run (pytest -s shows it) and, when
+    QSPARSE_LOADER_TABLE names a file, writes it there (.ci/python.sh prints that file)."""
     if not REPORT:
         pytest.skip("no loader case ran")
-    print("\n| format | layout | loader | loads as written | cosine to fp32 | "
-          "identical to the loader's own quantization |")
-    print("|---|---|---|---|---|---|")
+    lines = ["| format | layout | loader | loads as written | cosine to fp32 | "
+             "identical to the loader's own quantization |", "|---|---|---|---|---|---|"]
     for fmt, layout, loader, loads, cos, own in REPORT:
-        print(f"| {fmt} | {layout} | {loader} | {loads} | "
-              f"{'-' if cos is None else f'{cos:.4f}'} | {own} |")
+        lines.append(f"| {fmt} | {layout} | {loader} | {loads} | "
+                     f"{'-' if cos is None else f'{cos:.4f}'} | {own} |")
+    print("\n" + "\n".join(lines))
+    out = os.environ.get("QSPARSE_LOADER_TABLE")
+    if out:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
