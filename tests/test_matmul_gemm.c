@@ -43,8 +43,7 @@ static const struct qs_kernel_entry *ref_entry(int32_t slot)
 #define KMAX_ROWS 25
 #define KMAX_MP 3
 
-static void check_gemm_kernel(const struct qs_kernel_entry *impl,
-                              const struct qs_kernel_entry *ref)
+static void check_gemm_kernel(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
 {
     static const int64_t ks[] = {0, 1, 2, 15, 16, 17, 100, 255, QS_MM_GEMM_KC};
     qs_mm_gemm_f32_fn *f = (qs_mm_gemm_f32_fn *)impl->fn, *fr = (qs_mm_gemm_f32_fn *)ref->fn;
@@ -151,9 +150,9 @@ static void gobj_make(qs_ctx *ctx, const gspec *s, const float *w0, int64_t N, i
     if (s->kind == QS_WEIGHT_DENSE) {
         o->w.dtype = s->dtype;
         o->values = t_buf_new((size_t)(n * qs_dtype_size(s->dtype)));
-        assert_int_equal(qs_convert(ctx, w0, QS_DTYPE_F32, o->values.p, s->dtype, n,
-                                    (int64_t)o->values.bytes),
-                         QS_OK);
+        assert_int_equal(
+            qs_convert(ctx, w0, QS_DTYPE_F32, o->values.p, s->dtype, n, (int64_t)o->values.bytes),
+            QS_OK);
         assert_int_equal(qs_convert(ctx, o->values.p, s->dtype, o->dense, QS_DTYPE_F32, n, n * 4),
                          QS_OK);
         o->w.data = o->values.p;
@@ -226,8 +225,12 @@ static void fill(t_rng *r, float *x, int64_t n, double scale)
 /* Shapes: M at the threshold, just over it, odd, past one block of x rows; N tails of the tasks
  * (96 rows) and register tiles (12, 6); K tails of the slices. */
 static const int64_t shapes[][3] = {
-    {QS_MATMUL_GEMM_MIN_M, 13, 257}, {QS_MATMUL_GEMM_MIN_M + 1, 97, 256}, {33, 25, 600},
-    {600, 11, 255},                  {31, 200, 1},                        {47, 1, 513},
+    {QS_MATMUL_GEMM_MIN_M, 13, 257},
+    {QS_MATMUL_GEMM_MIN_M + 1, 97, 256},
+    {33, 25, 600},
+    {600, 11, 255},
+    {31, 200, 1},
+    {47, 1, 513},
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -247,8 +250,8 @@ static void check_case(qs_ctx *ctx, const gspec *s, int64_t M, int64_t N, int64_
         fill(r, x, M * K, 1.0);
     fill(r, bias, N, 0.1);
     gobj_make(ctx, s, w0, N, K, &o);
-    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, M, K, &o.w, N,
-                               with_bias ? bias : NULL, y.p, (int64_t)y.bytes),
+    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, M, K, &o.w, N, with_bias ? bias : NULL,
+                               y.p, (int64_t)y.bytes),
                      QS_OK);
     assert_true(t_buf_guards_ok(&y));
     const float *got = y.p;

@@ -23,7 +23,7 @@
 #include "matmul_internal.h"
 
 #define GM_NT 96  /* rows of W per task: a multiple of every kernel's nr (12, 6), L1 per nr rows */
-#define GM_MB 512 /* rows of x per block: its packed slice (GM_MB x KC) and y^T block stay in L2 */
+#define GM_MB 512 /* rows of x per block: its packed slice and y^T block stay in L2 */
 #define GM_KC QS_MM_GEMM_KC
 #define GM_LDW QS_MM_GEMM_LDW
 
@@ -62,12 +62,12 @@ void qs_mm_gemm_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t 
     *xt = block_rows_pad(j) * j->K;
 }
 
-/* ---- one slice of one W row ------------------------------------------------------------------ */
+/* ---- one slice of one W row ----------------------------------------------------------------- */
 
 /* Columns [c0, c0 + len) of row n of W into out, as qs_dequantize gives them; tmp holds QS_TILE
  * floats. c0 is a multiple of QS_MM_GEMM_KC, hence of every MX / NVFP4 block. */
-static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64_t len,
-                         float *out, float *tmp)
+static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64_t len, float *out,
+                         float *tmp)
 {
     const struct qs_kernels *k = &j->ctx->k;
     const uint8_t *d = j->wdata;
@@ -103,8 +103,8 @@ static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64
     }
     case QS_FORMAT_INT8:
         for (int64_t c = c0; c < c0 + len;) {
-            int64_t g = c / j->group, e = (g + 1) * j->group < c0 + len ? (g + 1) * j->group
-                                                                        : c0 + len;
+            int64_t g = c / j->group,
+                    e = (g + 1) * j->group < c0 + len ? (g + 1) * j->group : c0 + len;
             int64_t u = j->gran == QS_GRAN_TENSOR ? 0
                         : j->gran == QS_GRAN_ROW  ? n
                                                   : n * (K / j->group) + g;
@@ -114,18 +114,12 @@ static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64
         }
         break;
     case QS_FORMAT_LLM_INT8:
-        k->int8_dequant_rowstat((const int8_t *)d + n * K + c0, len, qs_ld_f32(j->fscale + n),
-                                out);
+        k->int8_dequant_rowstat((const int8_t *)d + n * K + c0, len, qs_ld_f32(j->fscale + n), out);
         break;
-    case QS_FORMAT_FP8_E4M3:
-        k->e4m3_dequant(d + n * K + c0, len, qs_ld_f32(j->fscale), out);
-        break;
-    case QS_FORMAT_FP8_E5M2:
-        k->e5m2_dequant(d + n * K + c0, len, qs_ld_f32(j->fscale), out);
-        break;
+    case QS_FORMAT_FP8_E4M3: k->e4m3_dequant(d + n * K + c0, len, qs_ld_f32(j->fscale), out); break;
+    case QS_FORMAT_FP8_E5M2: k->e5m2_dequant(d + n * K + c0, len, qs_ld_f32(j->fscale), out); break;
     case QS_FORMAT_MXFP4:
-        k->mxfp4_dequant(d + n * j->row_bytes + c0 / 2, j->bscale + n * j->spr + c0 / 32, len,
-                         out);
+        k->mxfp4_dequant(d + n * j->row_bytes + c0 / 2, j->bscale + n * j->spr + c0 / 32, len, out);
         break;
     case QS_FORMAT_MXFP8:
         k->mxfp8_dequant(d + n * j->row_bytes + c0, j->bscale + n * j->spr + c0 / 32, len, out);
@@ -137,7 +131,7 @@ static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64
     }
 }
 
-/* ---- tasks ------------------------------------------------------------------------------------ */
+/* ---- tasks ----------------------------------------------------------------------------------- */
 
 /* Panel t of the block of x rows starting at j->n0 (j->nb rows): 16 rows, column by column, zero
  * rows past the block; 16 columns at a time (16 lines of x in, 1 KiB out). */
@@ -178,8 +172,7 @@ static void gemm_task(const struct qs_mm_job *j, int64_t t, float *scratch)
         float *yr = j->y + (j->n0 + i) * j->N + n0;
         for (int64_t r = 0; r < nr; r++) {
             float v = cb[r * ldc + i];
-            qs_st_f32(yr + r,
-                      qs_ref_nan_canon(j->bias ? v + qs_ld_f32(j->bias + n0 + r) : v));
+            qs_st_f32(yr + r, qs_ref_nan_canon(j->bias ? v + qs_ld_f32(j->bias + n0 + r) : v));
         }
     }
 }

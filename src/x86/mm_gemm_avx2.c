@@ -54,8 +54,8 @@ static inline __attribute__((always_inline)) void tile_avx2(const float *xt, int
 #define TILE_CASE(n)                                                                               \
     case n: tile_avx2(x, k, wr, n, cr, ldc, acc); break;
 
-void qs_mm_gemm_f32__avx2_16x6x1(const float *xt, int64_t xs, int64_t mp, int64_t k,
-                                 const float *w, int64_t rows, float *c, int64_t ldc, int32_t acc)
+void qs_mm_gemm_f32__avx2_16x6x1(const float *xt, int64_t xs, int64_t mp, int64_t k, const float *w,
+                                 int64_t rows, float *c, int64_t ldc, int32_t acc)
 {
     for (int64_t r0 = 0; r0 < rows; r0 += NR) {
         int nr = rows - r0 < NR ? (int)(rows - r0) : NR;
