@@ -3,15 +3,15 @@
  * The tiled GEMM path of qs_matmul with f32 activations (M >= QS_MATMUL_GEMM_MIN_M) for quantized
  * and f16/bf16 weights: the table's mm_gemm_f32 kernel on tiles of dequantized W, no BLAS.
  *
- * x is taken in blocks of GM_MB rows, packed once per block into panels of 16 rows, column by
- * column (j->xt, zero rows past M). A task owns GM_NT rows of W: slice after slice of
- * QS_MM_GEMM_KC columns it dequantizes its rows of the slice into a tile in its own scratch (the
+ * x is taken in blocks of at most GM_MB rows, packed once per block into panels of 16 rows,
+ * column by column (j->xt, zero rows past M). A task owns about GM_NT rows of W: slice after slice
+ * of QS_MM_GEMM_KC columns it dequantizes its rows of the slice into a tile in its own scratch (the
  * table's dequantize kernels, qs_dequantize's values: the tile stays in L1/L2, so the
  * dequantization costs a few percent of the multiply and nothing of memory bandwidth), and runs
  * the kernel over every panel of the block, accumulating into a per-task block of y^T; the last
  * slice done, it adds the bias (NaN rule) while writing its columns of y. Each thread works on
- * its own W rows and its own scratch: no BLAS threads nested under OpenMP, nothing serial but the
- * short packing of x.
+ * its own W rows and its own scratch (the packing of x is split over the threads too): no BLAS
+ * threads nested under OpenMP, nothing serial.
  *
  * Every y element is the kernel's fused multiply-add chain per slice, slices added in ascending
  * order (src/ref/mm_gemm_ref.c): fixed by the shape, so the bits are the same for any thread
@@ -22,8 +22,9 @@
 #include "../ref/ref.h"
 #include "matmul_internal.h"
 
-#define GM_NT 96  /* rows of W per task: a multiple of every kernel's nr (12, 6), L1 per nr rows */
-#define GM_MB 512 /* rows of x per block: its packed slice and y^T block stay in L2 */
+#define GM_NT 96      /* rows of W per task, about: every kernel's nr (12, 6) divides it */
+#define GM_NT_MAX 108 /* the most a task gets (GM_NT plus a rounding to 12) */
+#define GM_MB 512     /* rows of x per block, at most: its packed slice and y^T block stay in L2 */
 #define GM_KC QS_MM_GEMM_KC
 #define GM_LDW QS_MM_GEMM_LDW
 
@@ -49,16 +50,35 @@ int qs_mm_gemm_tiled(const struct qs_mm_job *j)
 #endif
 }
 
+/* Rows of x per block: the blocks of one call are equal (a multiple of 16, the last shorter), so
+ * M = 600 runs as 304 + 296 rather than 512 + 88. */
 static int64_t block_rows_pad(const struct qs_mm_job *j)
 {
-    int64_t m = j->M < GM_MB ? j->M : GM_MB;
-    return qs_ceil_div(m, 16) * 16;
+    int64_t blocks = qs_ceil_div(j->M, GM_MB);
+    return qs_ceil_div(qs_ceil_div(j->M, blocks), 16) * 16;
+}
+
+/* The tasks over W rows: a multiple of the thread count, so that the static schedule gives every
+ * thread the same share of rows, each about GM_NT rows with bounds on multiples of 12 (whole
+ * register tiles). The bits do not depend on this split (each y element is its own fma chain),
+ * only the speed does. */
+static int64_t task_count(const struct qs_mm_job *j)
+{
+    int64_t threads = qs_threads(j->ctx), min = qs_ceil_div(j->N, GM_NT);
+    int64_t tasks = qs_ceil_div(min, threads) * threads;
+    return tasks < min ? min : tasks;
+}
+
+static int64_t task_row(const struct qs_mm_job *j, int64_t tasks, int64_t t)
+{
+    int64_t q = j->N / tasks, r = j->N % tasks; /* t * q + min(t, r): no overflow */
+    return t >= tasks ? j->N : (t * q + (t < r ? t : r)) / 12 * 12;
 }
 
 void qs_mm_gemm_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *xt)
 {
     /* W tile, y^T block, NF4/FP4 first partial block */
-    *per_thread = GM_NT * GM_LDW + GM_NT * (block_rows_pad(j) + 16) + QS_TILE;
+    *per_thread = GM_NT_MAX * GM_LDW + GM_NT_MAX * (block_rows_pad(j) + 16) + QS_TILE;
     *xt = block_rows_pad(j) * j->K;
 }
 
@@ -154,13 +174,14 @@ static void pack_task(const struct qs_mm_job *j, int64_t t, float *scratch)
     }
 }
 
-/* Rows [t * GM_NT, ...) of W against the block of x: y^T block in scratch, then y. */
+/* The W rows of task t against the block of x: y^T block in scratch, then y. */
 static void gemm_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     qs_mm_gemm_f32_fn *kern = j->ctx->k.mm_gemm_f32;
-    int64_t n0 = t * GM_NT, nr = j->N - n0 < GM_NT ? j->N - n0 : GM_NT;
+    int64_t tasks = task_count(j), n0 = task_row(j, tasks, t);
+    int64_t nr = task_row(j, tasks, t + 1) - n0;
     int64_t mp = qs_ceil_div(j->nb, 16), ldc = 16 * mp + 16; /* rows of y^T off 2^k strides */
-    float *wt = scratch, *cb = wt + GM_NT * GM_LDW, *tmp = cb + GM_NT * ldc;
+    float *wt = scratch, *cb = wt + GM_NT_MAX * GM_LDW, *tmp = cb + GM_NT_MAX * ldc;
 
     for (int64_t k0 = 0; k0 < j->K; k0 += GM_KC) {
         int64_t kc = j->K - k0 < GM_KC ? j->K - k0 : GM_KC;
@@ -179,9 +200,11 @@ static void gemm_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 
 void qs_mm_gemm_run(struct qs_mm_job *j)
 {
-    for (j->n0 = 0; j->n0 < j->M; j->n0 += GM_MB) {
-        j->nb = j->M - j->n0 < GM_MB ? j->M - j->n0 : GM_MB;
+    int64_t mb = block_rows_pad(j);
+
+    for (j->n0 = 0; j->n0 < j->M; j->n0 += mb) {
+        j->nb = j->M - j->n0 < mb ? j->M - j->n0 : mb;
         qs_mm_parallel(j, qs_ceil_div(j->nb, 16), pack_task);
-        qs_mm_parallel(j, qs_ceil_div(j->N, GM_NT), gemm_task);
+        qs_mm_parallel(j, task_count(j), gemm_task);
     }
 }
