@@ -151,6 +151,53 @@ static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64
     }
 }
 
+/* Prefetch the stored bytes of columns [c0, c0 + len) of row n of W (data plane and, where
+ * they are per block or group, its scales). A task reads ~96 rows a slice at a time: that many
+ * interleaved streams are more than the hardware prefetchers follow, so without this every line
+ * of the weight is a demand miss; issued before the kernel runs over the current slice, the next
+ * slice arrives while it computes. */
+static void prefetch_span(const struct qs_mm_job *j, int64_t n, int64_t c0, int64_t len)
+{
+    const uint8_t *d = j->wdata, *s = NULL; /* first data byte, last scale byte (or none) */
+    int64_t K = j->K, c1 = c0 + len - 1, bytes = len;
+
+    if (j->kind == QS_WEIGHT_DENSE) {
+        d += (n * K + c0) * qs_dtype_size(j->wdtype);
+        bytes = len * qs_dtype_size(j->wdtype);
+    } else {
+        switch (j->format) {
+        case QS_FORMAT_NF4:
+        case QS_FORMAT_FP4:
+            s = (const uint8_t *)(j->absmax + (n * K + c1) / j->block);
+            d += (n * K + c0) / 2;
+            bytes = (n * K + c1) / 2 - (n * K + c0) / 2 + 1;
+            break;
+        case QS_FORMAT_INT8:
+            if (j->gran == QS_GRAN_GROUP)
+                s = (const uint8_t *)(j->fscale + n * (K / j->group) + c1 / j->group);
+            d += n * K + c0;
+            break;
+        case QS_FORMAT_LLM_INT8:
+        case QS_FORMAT_FP8_E4M3:
+        case QS_FORMAT_FP8_E5M2: d += n * K + c0; break;
+        case QS_FORMAT_MXFP8:
+            s = j->bscale + n * j->spr + c1 / 32;
+            d += n * j->row_bytes + c0;
+            break;
+        default: /* MXFP4, NVFP4 */
+            s = j->bscale + n * j->spr + c1 / (j->format == QS_FORMAT_NVFP4 ? 16 : 32);
+            d += n * j->row_bytes + c0 / 2;
+            bytes = c1 / 2 - c0 / 2 + 1;
+            break;
+        }
+    }
+    for (int64_t b = 0; b < bytes; b += 64)
+        __builtin_prefetch(d + b);
+    __builtin_prefetch(d + bytes - 1);
+    if (s)
+        __builtin_prefetch(s);
+}
+
 /* ---- tasks ----------------------------------------------------------------------------------- */
 
 /* Panel t of the block of x rows starting at j->n0 (j->nb rows): 16 rows, column by column, zero
@@ -187,10 +234,19 @@ static void gemm_task(const struct qs_mm_job *j, int64_t t, float *scratch)
         int64_t kc = j->K - k0 < GM_KC ? j->K - k0 : GM_KC;
         for (int64_t r = 0; r < nr; r++)
             span_dequant(j, n0 + r, k0, kc, wt + r * GM_LDW, tmp);
+        if (k0 + GM_KC < j->K)
+            for (int64_t r = 0; r < nr; r++)
+                prefetch_span(j, n0 + r, k0 + GM_KC,
+                              j->K - k0 - GM_KC < GM_KC ? j->K - k0 - GM_KC : GM_KC);
         kern(j->xt + k0 * 16, 16 * j->K, mp, kc, wt, nr, cb, ldc, k0 > 0);
     }
     for (int64_t i = 0; i < j->nb; i++) {
         float *yr = j->y + (j->n0 + i) * j->N + n0;
+        /* y is written once, far from any cache: ask for the lines of a later row early, so the
+         * stores do not wait for each line in turn */
+        if (i + 4 < j->nb)
+            for (int64_t r = 0; r < nr; r += 16)
+                __builtin_prefetch(yr + 4 * j->N + r, 1);
         for (int64_t r = 0; r < nr; r++) {
             float v = cb[r * ldc + i];
             qs_st_f32(yr + r, qs_ref_nan_canon(j->bias ? v + qs_ld_f32(j->bias + n0 + r) : v));
