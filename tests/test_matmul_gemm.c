@@ -306,7 +306,7 @@ static void test_gemm_definition(void **state)
 static void test_gemm_threads(void **state)
 {
     static const int idx[] = {0, 5, 9, 13};
-    const int64_t M = 600, N = 200, K = 300; /* two blocks of x, three tasks, two slices */
+    const int64_t M = 530, N = 40, K = 300; /* two blocks of x, a task per thread, two slices */
     qs_ctx *ctx = t_ctx();
     t_rng r = {0x6E35};
 
