@@ -18,12 +18,14 @@
  *   the 96-row tasks and of the register tiles; K tails of the slices; with and without bias;
  *   NaN and Inf in x.
  * - the bits are the same for 1, 2 and 3 threads.
+ * - the profile names the GEMM path's kernel.
  * A build that runs OpenBLAS on this path (no SIMD GEMM kernel in its table: ARM today) is held
  * to the float64 bound of the header instead of the restated bits.
  */
 #include "common.h"
 #include "core/internal.h"
 #include "core/kernels.h"
+#include "qsparse/profile.h"
 #include "quant_helpers.h"
 #include "ref/ref.h"
 
@@ -341,12 +343,49 @@ static void test_gemm_threads(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* ---- profiling --------------------------------------------------------------------------- */
+
+/* The profile names the kernel of the GEMM path's inner loop: the context's mm_gemm_f32 entry
+ * where the tiled path runs, else the dequantize kernel that makes OpenBLAS's panels. */
+static void test_gemm_profile(void **state)
+{
+    const int64_t M = QS_MATMUL_GEMM_MIN_M, N = 20, K = 64;
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {0x6E36};
+    float w0[20 * 64], x[16 * 64], y[16 * 20];
+    const char *want = NULL;
+    qs_profile_entry e;
+    gobj o;
+
+    (void)state;
+    fill(&r, w0, N * K, 0.05);
+    fill(&r, x, M * K, 1.0);
+    gobj_make(ctx, &gspecs[0], w0, N, K, &o);
+    for (int32_t i = 0; i < qs_ctx_kernel_count(ctx); i++) {
+        const char *slot = NULL, *impl = NULL;
+        assert_int_equal(qs_ctx_kernel_info(ctx, i, &slot, &impl), QS_OK);
+        if (strcmp(slot, tiled_here(&gspecs[0]) ? "mm_gemm_f32" : "nf4_dequant") == 0)
+            want = impl;
+    }
+    assert_non_null(want);
+    assert_int_equal(qs_ctx_set(ctx, QS_PARAM_PROFILE, 1), QS_OK);
+    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, M, K, &o.w, N, NULL, y, sizeof y),
+                     QS_OK);
+    assert_int_equal(qs_profile_count(ctx), 1);
+    assert_int_equal(qs_profile_get(ctx, 0, &e), QS_OK);
+    assert_string_equal(e.op, "matmul");
+    assert_string_equal(e.kernel, want);
+    gobj_free(&o);
+    qs_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_kernels),
         cmocka_unit_test(test_gemm_definition),
         cmocka_unit_test(test_gemm_threads),
+        cmocka_unit_test(test_gemm_profile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
