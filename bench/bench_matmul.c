@@ -13,7 +13,8 @@
  *
  * The table of cases is `cases` below: one line per row (a weight, M, the activations).
  *
- * Usage: bench_matmul [N=K] [max threads]   (default 4096 and 2)
+ * Usage: bench_matmul [N=K] [max threads] [case filter]   (default 4096, 2, every case; the
+ * filter keeps the cases whose name contains it, e.g. "GEMM")
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -70,6 +71,20 @@ static const bcase cases[] = {
     {"NF4 GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
     {"INT8 row W8A8 GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, GEMM_M,
      QS_MATMUL_ACT_INT8},
+    /* The tiled f32 GEMM path (src/core/matmul_gemm.c): every format family at M = 512, NF4 at
+     * the smallest GEMM M and between. */
+    {"NF4 GEMM M=16", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 16, QS_MATMUL_ACT_F32},
+    {"NF4 GEMM M=64", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 64, QS_MATMUL_ACT_F32},
+    {"NF4 double quant GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 1, 64}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"FP4 GEMM", {QS_FORMAT_FP4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"INT8 row GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"INT8 group 128 GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_GROUP, 0, 0, 128}, GEMM_M,
+     QS_MATMUL_ACT_F32},
+    {"FP8 E4M3 GEMM", {QS_FORMAT_FP8_E4M3, 0, 0, 0, 1, 0, 0}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"MXFP4 GEMM", {QS_FORMAT_MXFP4, 0, 0, 0, 1, 0, 0}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"MXFP8 GEMM", {QS_FORMAT_MXFP8, 0, 0, 0, 1, 0, 0}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"NVFP4 GEMM", {QS_FORMAT_NVFP4, 0, 0, 0, 1, 0, 0}, GEMM_M, QS_MATMUL_ACT_F32},
+    {"bf16 weights GEMM", {-1, QS_DTYPE_BF16, 0, 0, 0, 0, 0}, GEMM_M, QS_MATMUL_ACT_F32},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -288,6 +303,7 @@ int main(int argc, char **argv)
 {
     int64_t N = argc > 1 ? atoll(argv[1]) : 4096, K = N;
     int max_threads = argc > 2 ? atoi(argv[2]) : 2;
+    const char *filter = argc > 3 ? argv[3] : NULL;
     const char *core = getenv("OPENBLAS_CORETYPE");
     int64_t fbytes = N * K * 4;
     int fcopies = (int)((WORKING_SET + fbytes - 1) / fbytes);
@@ -343,6 +359,9 @@ int main(int argc, char **argv)
         wcopy first, *wc;
         int copies;
         qs_matmul_params mp;
+
+        if (filter && !strstr(bc->name, filter))
+            continue;
 
         make_weight(ctx[0], wf[0], N, K, &bc->w, &first);
         copies = (int)((WORKING_SET + first.bytes - 1) / first.bytes);

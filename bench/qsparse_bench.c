@@ -825,6 +825,14 @@ static int run_kernel(k_job *j)
                                       j->absmax, 64, (float *)o, 4);
         break;
     }
+    case QS_SLOT_mm_gemm_f32: { /* one slice: 12 W rows against up to 32 panels of 16 x rows */
+        int64_t k = n >= 12 * QS_MM_GEMM_LDW ? QS_MM_GEMM_KC : 0;
+        int64_t mp = k > 0 ? n / (16 * QS_MM_GEMM_KC) : 0;
+        mp = mp < 32 ? mp : 32;
+        ((qs_mm_gemm_f32_fn *)j->fn)(j->x, 16 * QS_MM_GEMM_KC, mp, k, j->absmax, 12, (float *)o,
+                                     16 * mp, 0);
+        break;
+    }
     default: return 0;
     }
     return 1;

@@ -229,6 +229,31 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
 }
 
 
+/* Runner of the tiled GEMM step (mm_gemm_f32): 1...3 panels of 16 activation rows (the AVX-512
+ * pair and its single tail) at a panel stride with or without a gap, 1...14 W rows (whole
+ * register tiles of 12 and 6 and every tail), k = n mod 257 columns (0 ... QS_MM_GEMM_KC), the
+ * first slice or one accumulated onto earlier values (the canaried output, gaps between rows
+ * untouched). Inputs cycle over the salted x values, so NaN, Inf and signed zeros reach both the
+ * products and the sums. */
+static size_t run_gemm_slot(k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
+{
+    static float xt[3 * (16 * QS_MM_GEMM_KC + 16)], w[14 * QS_MM_GEMM_LDW];
+    int v = in->variant;
+    int64_t mp = 1 + v % 3, rows = 1 + (v * 5) % 14, k = n % (QS_MM_GEMM_KC + 1);
+    int64_t xs = 16 * k + (v & 1 ? 16 : 0), ldc = 16 * mp + 3;
+    int32_t acc = (v >> 1) & 1;
+    float *c = (float *)out;
+
+    for (int64_t i = 0; i < mp * xs; i++)
+        xt[i] = n > 0 ? in->x[i % n] : 0.0f;
+    for (int64_t i = 0; i < 14 * QS_MM_GEMM_LDW; i++)
+        w[i] = n > 0 ? in->x[n - 1 - (i * 7) % n] : 0.0f;
+    for (int64_t i = 0; i < rows * ldc; i++)
+        c[i] = n > 0 ? in->x[(i * 3) % n] : 1.0f;
+    ((qs_mm_gemm_f32_fn *)fn)(xt, xs, mp, k, w, rows, c, ldc, acc);
+    return (size_t)(rows * ldc) * 4;
+}
+
 /* Runners of the multi-row GEMV slots: m rows of x (1...8) against `rows` W rows (1...6, so the
  * 4-row tiles and their tails run) with k = n / max(m, rows) columns, every format parameter the
  * drivers pass (NF4/FP4 blocks that do and do not divide k, rows starting past the first block,
@@ -487,6 +512,7 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_dot_sp24_f16:
     case QS_SLOT_mm_dot_sp24_bf16:
     case QS_SLOT_mm_dot_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_gemm_f32: return run_gemm_slot(fn, in, n, out);
     case QS_SLOT_mm_gemv_f16:
     case QS_SLOT_mm_gemv_bf16:
     case QS_SLOT_mm_gemv_nf4:

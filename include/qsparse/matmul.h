@@ -12,8 +12,9 @@
  * - The context's non-finite policy does not apply: NaN and Inf propagate through the f32
  *   arithmetic (with int8 activations a NaN element gets code 0 and Inf is an outlier or sets
  *   its row's statistic); a NaN in y is the canonical quiet NaN 0x7FC00000 (docs/nan.md).
- * - The sgemm of the GEMM path runs with OpenBLAS's own threads (OPENBLAS_NUM_THREADS); the
- *   context's thread count governs everything else.
+ * - Every path runs on the context's threads. OpenBLAS (with its own threads,
+ *   OPENBLAS_NUM_THREADS) is called only for plain f32 weights on the GEMM path, and on a build
+ *   whose kernel table has no SIMD GEMM kernel (ARM for now) for every non-2:4 GEMM.
  * - Results never depend on the thread count. For a fixed build, ISA and shape they are
  *   deterministic; they may differ in the last bits between ISA tiers (within the tolerance
  *   below) and between the GEMV path (M < QS_MATMUL_GEMM_MIN_M) and the GEMM path.
@@ -28,10 +29,15 @@
  *   tree (p[i] += p[i + 8], then + 4, + 2, + 1); acc = acc + fl(segment sum * segment scale) in
  *   ascending segment order from +0. So each block scale is applied once per block. 2:4 weights
  *   sum over the kept values only (x gathered at the kept columns).
- * - GEMM path: W is dequantized (qs_dequantize's rules) into tiles of rows and multiplied with
- *   OpenBLAS sgemm where the build has it (QS_MATMUL_BLAS in qs_matmul_info), otherwise with the
- *   dot product above (one segment per row). 2:4 weights use the outer-product form: each kept
- *   value of W[n, :] is multiplied with a row of x^T and accumulated in ascending kept order.
+ * - GEMM path: W is dequantized (qs_dequantize's rules) and cut into slices of 256 columns; per
+ *   slice j, s_j is a chain of fused multiply-adds s = fma(x[m, k], W[n, k], s) over the slice's
+ *   k in ascending order from +0, and acc = s_0, then acc = fl(acc + s_j) for the next slices in
+ *   ascending order. This is the same on every ISA tier of a build with a SIMD GEMM kernel (x86;
+ *   the scalar tier runs the reference kernel) and for any thread count. Plain f32 weights in a
+ *   build with OpenBLAS (QS_MATMUL_BLAS in qs_matmul_info) are multiplied by sgemm in place; a
+ *   build without a SIMD GEMM kernel multiplies dequantized tiles with sgemm, or without OpenBLAS
+ *   uses the slice definition above. 2:4 weights use the outer-product form: each kept value of
+ *   W[n, :] is multiplied with a row of x^T and accumulated in ascending kept order.
  * - bias: y = fl(acc + bias[n]).
  * - K = 0: y = fl(+0 + bias[n]) (+0 without bias) for every weight and activation type; no
  *   element of x or W is read.
@@ -144,8 +150,10 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
                            const float *bias, float *y, int64_t y_bytes);
 
-/* Bits of qs_matmul_info. */
-#define QS_MATMUL_BLAS 1u /* the GEMM path calls cblas_sgemm (the build found OpenBLAS) */
+/* Bits of qs_matmul_info. QS_MATMUL_BLAS: the build found OpenBLAS; the GEMM path calls
+ * cblas_sgemm for plain f32 weights (and for every weight but 2:4 ones where the build has no
+ * SIMD GEMM kernel). */
+#define QS_MATMUL_BLAS 1u
 
 /** Build facts of the matmul (QS_MATMUL_* bits). */
 QS_API uint32_t qs_matmul_info(void);

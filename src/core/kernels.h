@@ -214,6 +214,20 @@ typedef void qs_mm_nf4a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, in
                             int32_t block, float *out, int64_t ldo);
 typedef qs_mm_nf4a8_fn qs_mm_fp4a8_fn;
 
+/* Tiled GEMM step of the f32-activation GEMM path (include/qsparse/matmul.h; src/ref/mm_gemm_ref.c
+ * defines it): for r < rows and i < 16 * mp,
+ *   s = +0; for p < k (ascending): s = fmaf(x_i[p], w[r * QS_MM_GEMM_LDW + p], s);
+ *   c[r * ldc + i] = acc ? fl(c[r * ldc + i] + s) : s,
+ * where x_i[p] = xt[(i / 16) * xs + 16 * p + i % 16]: the activations packed in panels of 16
+ * rows, column by column (panel q at xt + q * xs). w holds `rows` rows of f32 weights at the fixed
+ * stride QS_MM_GEMM_LDW (the driver's dequantized tile), k <= QS_MM_GEMM_KC. Every element is one
+ * chain of fused multiply-adds in ascending p, so SIMD versions equal the reference bit for bit
+ * whatever their register tile. */
+#define QS_MM_GEMM_KC 256                  /* columns of W per GEMM slice */
+#define QS_MM_GEMM_LDW (QS_MM_GEMM_KC + 16) /* row stride of the tile (off the 4 KiB stride) */
+typedef void qs_mm_gemm_f32_fn(const float *xt, int64_t xs, int64_t mp, int64_t k,
+                               const float *w, int64_t rows, float *c, int64_t ldc, int32_t acc);
+
 /* One member per slot; every member starts at its __ref kernel. */
 struct qs_kernels {
 #define QS_SLOT(slot) qs_##slot##_fn *slot;

@@ -392,7 +392,8 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
 
 /* The kernel slot of a call's inner loop, for the profiling table: the fused GEMV kernel below
  * QS_MATMUL_GEMM_MIN_M rows of x, the integer kernel with int8 activations, and for the GEMM
- * path the kernel that makes its panels (the dequantize kernel; the 2:4 outer-product step). */
+ * path its tiled kernel (mm_gemm_f32), or where OpenBLAS multiplies the kernel that makes its
+ * panels (the dequantize kernel), or the 2:4 outer-product step. */
 static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w, int64_t M)
 {
     static const int32_t gemv[] = {
@@ -405,7 +406,11 @@ static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w, int64
     int32_t f = w->quant ? w->quant->format : 0;
     int gemm = M >= QS_MATMUL_GEMM_MIN_M;
     const struct qs_format_traits *t = w->quant ? qs_format_traits(f) : NULL;
+    struct qs_mm_job tj; /* the tiled GEMM kernel, where that path takes the weight */
 
+    memset(&tj, 0, sizeof tj);
+    tj.kind = w->kind;
+    tj.wdtype = w->dtype;
     if (p && p->activations == QS_MATMUL_ACT_INT8 && w->kind == QS_WEIGHT_QUANT) {
         if (f == QS_FORMAT_INT8 || f == QS_FORMAT_LLM_INT8)
             return QS_SLOT_mm_w8a8;
@@ -414,6 +419,8 @@ static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w, int64
         if (f == QS_FORMAT_FP4)
             return QS_SLOT_mm_fp4a8;
     }
+    if (gemm && qs_mm_gemm_tiled(&tj))
+        return QS_SLOT_mm_gemm_f32;
     switch (w->kind) {
     case QS_WEIGHT_SP24:
         if (gemm)

@@ -63,6 +63,10 @@ void qs_mm_f32_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *
               MM_SP_MR * j->K;
         return;
     }
+    if (qs_mm_gemm_tiled(j)) {
+        qs_mm_gemm_scratch(j, per_thread, xt);
+        return;
+    }
     *per_thread = QS_TILE; /* NF4/FP4 first partial block of a row */
     if (!(j->kind == QS_WEIGHT_DENSE && j->wdtype == QS_DTYPE_F32))
         *panel = (j->N < MM_PANEL ? j->N : MM_PANEL) * j->K;
@@ -450,6 +454,8 @@ void qs_mm_run_f32(struct qs_mm_job *j)
         qs_mm_parallel(j, qs_ceil_div(j->N, MM_GEMV_ROWS), gemv_task);
     } else if (sparse(j)) {
         gemm_sp24(j);
+    } else if (qs_mm_gemm_tiled(j)) {
+        qs_mm_gemm_run(j);
     } else {
         gemm_panels(j);
     }

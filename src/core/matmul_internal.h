@@ -61,6 +61,13 @@ QS_INTERNAL void qs_mm_run_f32(struct qs_mm_job *j);
 QS_INTERNAL void qs_mm_f32_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *panel,
                                    int64_t *xt);
 
+/* The tiled GEMM path (matmul_gemm.c): whether it runs this job (quantized and f16/bf16 weights
+ * where the build has a SIMD mm_gemm_f32 kernel or no BLAS; plain f32 without BLAS), its scratch
+ * (per-thread floats, packed-x floats) and the run itself (M >= QS_MATMUL_GEMM_MIN_M, K > 0). */
+QS_INTERNAL int qs_mm_gemm_tiled(const struct qs_mm_job *j);
+QS_INTERNAL void qs_mm_gemm_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *xt);
+QS_INTERNAL void qs_mm_gemm_run(struct qs_mm_job *j);
+
 /* LLM.int8 quantization of M x K f32 x (matmul_act8.c): flags[k] = 1 for outlier columns,
  * row statistics and codes as qs_int8_vectorwise_quant defines them. flags NULL: threshold 0. */
 QS_INTERNAL void qs_mm_outlier_flags(const qs_ctx *ctx, const float *x, int64_t M, int64_t K,

@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tiled GEMM path of qs_matmul with f32 activations (M >= QS_MATMUL_GEMM_MIN_M) for quantized
+ * and f16/bf16 weights: the table's mm_gemm_f32 kernel on tiles of dequantized W, no BLAS.
+ *
+ * x is taken in blocks of at most GM_MB rows, packed once per block into panels of 16 rows,
+ * column by column (j->xt, zero rows past M). A task owns about GM_NT rows of W: slice after slice
+ * of QS_MM_GEMM_KC columns it dequantizes its rows of the slice into a tile in its own scratch (the
+ * table's dequantize kernels, qs_dequantize's values: the tile stays in L1/L2, so the
+ * dequantization costs a few percent of the multiply and nothing of memory bandwidth), and runs
+ * the kernel over every panel of the block, accumulating into a per-task block of y^T; the last
+ * slice done, it adds the bias (NaN rule) while writing its columns of y. Each thread works on
+ * its own W rows and its own scratch (the packing of x is split over the threads too): no BLAS
+ * threads nested under OpenMP, nothing serial.
+ *
+ * Every y element is the kernel's fused multiply-add chain per slice, slices added in ascending
+ * order (src/ref/mm_gemm_ref.c): fixed by the shape, so the bits are the same for any thread
+ * count and on every ISA tier of a build that runs this path.
+ */
+#include <string.h>
+
+#include "../ref/ref.h"
+#include "matmul_internal.h"
+
+#define GM_NT 96      /* rows of W per task, about: every kernel's nr (12, 6) divides it */
+#define GM_NT_MAX 108 /* the most a task gets (GM_NT plus a rounding to 12) */
+#define GM_MB 512     /* rows of x per block, at most: its packed slice and y^T block stay in L2 */
+#define GM_KC QS_MM_GEMM_KC
+#define GM_LDW QS_MM_GEMM_LDW
+
+int qs_mm_gemm_tiled(const struct qs_mm_job *j)
+{
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    int simd = 0;
+
+    if (j->kind != QS_WEIGHT_QUANT && j->kind != QS_WEIGHT_DENSE)
+        return 0; /* 2:4 weights have their outer-product path */
+    for (int32_t i = 0; i < count; i++)
+        simd |= e[i].slot == QS_SLOT_mm_gemm_f32 && e[i].rank > 0;
+#ifdef QS_HAVE_BLAS
+    /* sgemm reads a plain f32 weight in place; and a build without a SIMD GEMM kernel (an
+     * architecture that has none yet) keeps OpenBLAS on dequantized panels. */
+    if (j->kind == QS_WEIGHT_DENSE && j->wdtype == QS_DTYPE_F32)
+        return 0;
+    return simd;
+#else
+    (void)simd;
+    return 1;
+#endif
+}
+
+/* Rows of x per block: the blocks of one call are equal (a multiple of 16, the last shorter), so
+ * M = 600 runs as 304 + 296 rather than 512 + 88. */
+static int64_t block_rows_pad(const struct qs_mm_job *j)
+{
+    int64_t blocks = qs_ceil_div(j->M, GM_MB);
+    return qs_ceil_div(qs_ceil_div(j->M, blocks), 16) * 16;
+}
+
+/* The tasks over W rows: a multiple of the thread count, so that the static schedule gives every
+ * thread the same share of rows, each about GM_NT rows with bounds on multiples of 12 (whole
+ * register tiles). The bits do not depend on this split (each y element is its own fma chain),
+ * only the speed does. */
+static int64_t task_count(const struct qs_mm_job *j)
+{
+    int64_t threads = qs_threads(j->ctx), min = qs_ceil_div(j->N, GM_NT);
+    int64_t tasks = qs_ceil_div(min, threads) * threads;
+    return tasks < min ? min : tasks;
+}
+
+static int64_t task_row(const struct qs_mm_job *j, int64_t tasks, int64_t t)
+{
+    int64_t q = j->N / tasks, r = j->N % tasks; /* t * q + min(t, r): no overflow */
+    return t >= tasks ? j->N : (t * q + (t < r ? t : r)) / 12 * 12;
+}
+
+void qs_mm_gemm_scratch(const struct qs_mm_job *j, int64_t *per_thread, int64_t *xt)
+{
+    /* W tile, y^T block, NF4/FP4 first partial block */
+    *per_thread = GM_NT_MAX * GM_LDW + GM_NT_MAX * (block_rows_pad(j) + 16) + QS_TILE;
+    *xt = block_rows_pad(j) * j->K;
+}
+
+/* ---- one slice of one W row ----------------------------------------------------------------- */
+
+/* Columns [c0, c0 + len) of row n of W into out, as qs_dequantize gives them; tmp holds QS_TILE
+ * floats. c0 is a multiple of QS_MM_GEMM_KC, hence of every MX / NVFP4 block. */
+static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64_t len, float *out,
+                         float *tmp)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+    const uint8_t *d = j->wdata;
+    int64_t K = j->K;
+
+    if (j->kind == QS_WEIGHT_DENSE) {
+        if (j->wdtype == QS_DTYPE_F32)
+            memcpy(out, (const float *)j->wdata + n * K + c0, (size_t)len * sizeof(float));
+        else if (j->wdtype == QS_DTYPE_F16)
+            k->cvt_f16_f32((const uint16_t *)j->wdata + n * K + c0, len, out);
+        else
+            k->cvt_bf16_f32((const uint16_t *)j->wdata + n * K + c0, len, out);
+        return;
+    }
+    switch (j->format) {
+    case QS_FORMAT_NF4:
+    case QS_FORMAT_FP4: {
+        /* blocks run over the flattened tensor: a first partial block is decoded whole into tmp
+         * (the kernels start at a block), the rest straight into out */
+        qs_nf4_dequant_fn *dec = j->format == QS_FORMAT_NF4 ? k->nf4_dequant : k->fp4_dequant;
+        int64_t f = n * K + c0, a = f - f % j->block;
+        if (a < f) {
+            int64_t end = a + j->block < f + len ? a + j->block : f + len;
+            dec(d + a / 2, j->absmax + a / j->block, end - a, j->block, tmp);
+            memcpy(out, tmp + (f - a), (size_t)(end - f) * sizeof(float));
+            out += end - f;
+            len -= end - f;
+            f = end;
+        }
+        if (len > 0)
+            dec(d + f / 2, j->absmax + f / j->block, len, j->block, out);
+        break;
+    }
+    case QS_FORMAT_INT8:
+        for (int64_t c = c0; c < c0 + len;) {
+            int64_t g = c / j->group,
+                    e = (g + 1) * j->group < c0 + len ? (g + 1) * j->group : c0 + len;
+            int64_t u = j->gran == QS_GRAN_TENSOR ? 0
+                        : j->gran == QS_GRAN_ROW  ? n
+                                                  : n * (K / j->group) + g;
+            k->int8_dequant((const int8_t *)d + n * K + c, e - c, qs_ld_f32(j->fscale + u),
+                            j->zp ? j->zp[u] : 0, out + (c - c0));
+            c = e;
+        }
+        break;
+    case QS_FORMAT_LLM_INT8:
+        k->int8_dequant_rowstat((const int8_t *)d + n * K + c0, len, qs_ld_f32(j->fscale + n), out);
+        break;
+    case QS_FORMAT_FP8_E4M3: k->e4m3_dequant(d + n * K + c0, len, qs_ld_f32(j->fscale), out); break;
+    case QS_FORMAT_FP8_E5M2: k->e5m2_dequant(d + n * K + c0, len, qs_ld_f32(j->fscale), out); break;
+    case QS_FORMAT_MXFP4:
+        k->mxfp4_dequant(d + n * j->row_bytes + c0 / 2, j->bscale + n * j->spr + c0 / 32, len, out);
+        break;
+    case QS_FORMAT_MXFP8:
+        k->mxfp8_dequant(d + n * j->row_bytes + c0, j->bscale + n * j->spr + c0 / 32, len, out);
+        break;
+    default:
+        k->nvfp4_dequant(d + n * j->row_bytes + c0 / 2, j->bscale + n * j->spr + c0 / 16, len,
+                         j->s_global, out);
+        break;
+    }
+}
+
+/* Prefetch the stored bytes of columns [c0, c0 + len) of row n of W (data plane and, where
+ * they are per block or group, its scales). A task reads ~96 rows a slice at a time: that many
+ * interleaved streams are more than the hardware prefetchers follow, so without this every line
+ * of the weight is a demand miss; issued before the kernel runs over the current slice, the next
+ * slice arrives while it computes. */
+static void prefetch_span(const struct qs_mm_job *j, int64_t n, int64_t c0, int64_t len)
+{
+    const uint8_t *d = j->wdata, *s = NULL; /* first data byte, last scale byte (or none) */
+    int64_t K = j->K, c1 = c0 + len - 1, bytes = len;
+
+    if (j->kind == QS_WEIGHT_DENSE) {
+        d += (n * K + c0) * qs_dtype_size(j->wdtype);
+        bytes = len * qs_dtype_size(j->wdtype);
+    } else {
+        switch (j->format) {
+        case QS_FORMAT_NF4:
+        case QS_FORMAT_FP4:
+            s = (const uint8_t *)(j->absmax + (n * K + c1) / j->block);
+            d += (n * K + c0) / 2;
+            bytes = (n * K + c1) / 2 - (n * K + c0) / 2 + 1;
+            break;
+        case QS_FORMAT_INT8:
+            if (j->gran == QS_GRAN_GROUP)
+                s = (const uint8_t *)(j->fscale + n * (K / j->group) + c1 / j->group);
+            d += n * K + c0;
+            break;
+        case QS_FORMAT_LLM_INT8:
+        case QS_FORMAT_FP8_E4M3:
+        case QS_FORMAT_FP8_E5M2: d += n * K + c0; break;
+        case QS_FORMAT_MXFP8:
+            s = j->bscale + n * j->spr + c1 / 32;
+            d += n * j->row_bytes + c0;
+            break;
+        default: /* MXFP4, NVFP4 */
+            s = j->bscale + n * j->spr + c1 / (j->format == QS_FORMAT_NVFP4 ? 16 : 32);
+            d += n * j->row_bytes + c0 / 2;
+            bytes = c1 / 2 - c0 / 2 + 1;
+            break;
+        }
+    }
+    for (int64_t b = 0; b < bytes; b += 64)
+        __builtin_prefetch(d + b);
+    __builtin_prefetch(d + bytes - 1);
+    if (s)
+        __builtin_prefetch(s);
+}
+
+/* ---- tasks ----------------------------------------------------------------------------------- */
+
+/* Panel t of the block of x rows starting at j->n0 (j->nb rows): 16 rows, column by column, zero
+ * rows past the block; 16 columns at a time (16 lines of x in, 1 KiB out). */
+static void pack_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    float *xt = (float *)j->xt + t * 16 * j->K;
+    int64_t m0 = j->n0 + 16 * t, mb = j->nb - 16 * t < 16 ? j->nb - 16 * t : 16;
+
+    (void)scratch;
+    for (int64_t k0 = 0; k0 < j->K; k0 += 16) {
+        int64_t kb = j->K - k0 < 16 ? j->K - k0 : 16;
+        for (int64_t i = 0; i < mb; i++) {
+            const float *xr = j->x + (m0 + i) * j->K + k0;
+            for (int64_t kk = 0; kk < kb; kk++)
+                xt[(k0 + kk) * 16 + i] = qs_ld_f32(xr + kk);
+        }
+        for (int64_t i = mb; i < 16; i++)
+            for (int64_t kk = 0; kk < kb; kk++)
+                xt[(k0 + kk) * 16 + i] = 0.0f;
+    }
+}
+
+/* The W rows of task t against the block of x: y^T block in scratch, then y. */
+static void gemm_task(const struct qs_mm_job *j, int64_t t, float *scratch)
+{
+    qs_mm_gemm_f32_fn *kern = j->ctx->k.mm_gemm_f32;
+    int64_t tasks = task_count(j), n0 = task_row(j, tasks, t);
+    int64_t nr = task_row(j, tasks, t + 1) - n0;
+    int64_t mp = qs_ceil_div(j->nb, 16), ldc = 16 * mp + 16; /* rows of y^T off 2^k strides */
+    float *wt = scratch, *cb = wt + GM_NT_MAX * GM_LDW, *tmp = cb + GM_NT_MAX * ldc;
+
+    for (int64_t k0 = 0; k0 < j->K; k0 += GM_KC) {
+        int64_t kc = j->K - k0 < GM_KC ? j->K - k0 : GM_KC;
+        for (int64_t r = 0; r < nr; r++)
+            span_dequant(j, n0 + r, k0, kc, wt + r * GM_LDW, tmp);
+        if (k0 + GM_KC < j->K)
+            for (int64_t r = 0; r < nr; r++)
+                prefetch_span(j, n0 + r, k0 + GM_KC,
+                              j->K - k0 - GM_KC < GM_KC ? j->K - k0 - GM_KC : GM_KC);
+        kern(j->xt + k0 * 16, 16 * j->K, mp, kc, wt, nr, cb, ldc, k0 > 0);
+    }
+    for (int64_t i = 0; i < j->nb; i++) {
+        float *yr = j->y + (j->n0 + i) * j->N + n0;
+        /* y is written once, far from any cache: ask for the lines of a later row early, so the
+         * stores do not wait for each line in turn */
+        if (i + 4 < j->nb)
+            for (int64_t r = 0; r < nr; r += 16)
+                __builtin_prefetch(yr + 4 * j->N + r, 1);
+        for (int64_t r = 0; r < nr; r++) {
+            float v = cb[r * ldc + i];
+            qs_st_f32(yr + r, qs_ref_nan_canon(j->bias ? v + qs_ld_f32(j->bias + n0 + r) : v));
+        }
+    }
+}
+
+void qs_mm_gemm_run(struct qs_mm_job *j)
+{
+    int64_t mb = block_rows_pad(j);
+
+    for (j->n0 = 0; j->n0 < j->M; j->n0 += mb) {
+        j->nb = j->M - j->n0 < mb ? j->M - j->n0 : mb;
+        qs_mm_parallel(j, qs_ceil_div(j->nb, 16), pack_task);
+        qs_mm_parallel(j, task_count(j), gemm_task);
+    }
+}
