@@ -374,6 +374,13 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_cvt_bf16_f32: ((qs_cvt_bf16_f32_fn *)fn)(in->half, n, (float *)out); return 4 * n;
     case QS_SLOT_cvt_f32_f16: ((qs_cvt_f32_f16_fn *)fn)(in->x, n, (uint16_t *)out); return 2 * n;
     case QS_SLOT_cvt_f32_bf16: ((qs_cvt_f32_bf16_fn *)fn)(in->x, n, (uint16_t *)out); return 2 * n;
+    case QS_SLOT_copy_stream_f32: {
+        /* dst 0, 4, ..., 40 bytes into the buffer (head lengths before the first 32- or 64-byte
+         * line) and once 2 bytes in, where no float alignment exists; NaN payloads move as bits */
+        size_t off = in->variant == 11 ? 2 : (size_t)in->variant * 4;
+        ((qs_copy_stream_f32_fn *)fn)(in->x, n, (float *)(void *)(out + off), in->variant & 1);
+        return off + 4 * (size_t)n;
+    }
     case QS_SLOT_amax_f32: {
         float m = ((qs_amax_f32_fn *)fn)(in->x, n);
         memcpy(out, &m, 4);
