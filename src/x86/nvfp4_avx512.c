@@ -106,6 +106,23 @@ static inline void nvfp4_unpack32_avx512(__m128i b, __m512i *c0, __m512i *c1)
                                                           13, 29, 14, 30, 15, 31), hi);
 }
 
+/* Sixteen full blocks (256 values) with their dens, two blocks per step; canon: the NaN fix-up
+ * (a constant at each call, so the compiler keeps two loops, neither with a select). */
+static inline void nvfp4_dequant16_avx512(const uint8_t *src, const float *den, __m512 table,
+                                          float *dst, int canon)
+{
+    for (int k = 0; k < 16; k += 2) {
+        __m512i c0, c1;
+        __m512 v0, v1;
+
+        nvfp4_unpack32_avx512(_mm_loadu_si128((const __m128i *)(src + k * 8)), &c0, &c1);
+        v0 = _mm512_mul_ps(_mm512_permutexvar_ps(c0, table), _mm512_set1_ps(den[k]));
+        v1 = _mm512_mul_ps(_mm512_permutexvar_ps(c1, table), _mm512_set1_ps(den[k + 1]));
+        _mm512_storeu_ps(dst + k * 16, canon ? nan_canon_avx512(v0) : v0);
+        _mm512_storeu_ps(dst + k * 16 + 16, canon ? nan_canon_avx512(v1) : v1);
+    }
+}
+
 void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n,
                               float s_global, float *dst)
 {
@@ -114,8 +131,28 @@ void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
     const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
     int64_t b = 0;
 
-    /* two full blocks per step, unmasked; den = fl(value(scale) * s_global), the scale's value
-     * from a table (UE4M3: readers ignore the sign bit, §14) */
+    /* sixteen full blocks (256 values) per group, two per step, unmasked; den = fl(value(scale) *
+     * s_global), the scale's value from a table (UE4M3: readers ignore the sign bit, §14). When
+     * the group's 16 dens are all finite, no product can be NaN (E2M1 values are finite), so the
+     * NaN fix-up is left out; a NaN or infinite den (NaN scale byte, NaN or huge s_global) keeps
+     * it, since Inf * 0 and a NaN s_global's payload must come out as the canonical NaN */
+    for (; (b + 16) * 16 <= n; b += 16) {
+        /* the 16 dens in one vector: the integer E4M3 decode is exact, so each is the table's
+         * value times s_global, the reference's one rounding */
+        __m512i sc = _mm512_and_si512(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scales + b))),
+            _mm512_set1_epi32(0x7F));
+        __m512 dv = _mm512_mul_ps(e4m3_decode_avx512(sc), _mm512_set1_ps(s_global));
+        int finite = _mm512_cmp_ps_mask(_mm512_abs_ps(dv), _mm512_set1_ps(0x1.fffffep127f),
+                                        _CMP_LE_OQ) == 0xFFFF;
+        float den[16];
+
+        _mm512_storeu_ps(den, dv);
+        if (finite)
+            nvfp4_dequant16_avx512(src + b * 8, den, table, dst + b * 16, 0);
+        else
+            nvfp4_dequant16_avx512(src + b * 8, den, table, dst + b * 16, 1);
+    }
     for (; (b + 2) * 16 <= n; b += 2) {
         __m512i c0, c1;
         __m512 d0 = _mm512_set1_ps(qs_ue4m3_values[scales[b] & 0x7F] * s_global);
