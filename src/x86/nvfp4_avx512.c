@@ -59,6 +59,37 @@ static inline __m512i nvfp4_block_codes_avx512(__m512 x, __m512 den)
     return _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
 }
 
+/*
+ * The amaxes of 16 blocks (v[16k ... 16k + 15]) in lane k, NaN ignored as nvfp4_amax_avx512 does
+ * (a NaN lane becomes +0 before any maximum; max is exact, so the order of the maxima does not
+ * matter): a transposing reduction of 45 shuffles and maxima instead of 16 horizontal ones with
+ * a round trip through memory. Levels: quarters of blocks k and k + 8, then 128-bit halves of k
+ * and k + 4, then pairs of lanes of k and k + 2, then lanes of k and k + 1; the last permute puts
+ * the lanes in block order.
+ */
+static inline __m512 nvfp4_amax16_avx512(const float *v)
+{
+    __m512 m[16], t[8], u[4], w[2], r;
+
+    for (int k = 0; k < 16; k++)
+        m[k] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + 16 * k)), _mm512_setzero_ps());
+    for (int k = 0; k < 8; k++)
+        t[k] = _mm512_max_ps(_mm512_shuffle_f32x4(m[k], m[k + 8], 0x44),
+                             _mm512_shuffle_f32x4(m[k], m[k + 8], 0xEE));
+    /* u[k] quarters: blocks k, k + 8, k + 4, k + 12 (four partial lanes each) */
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_max_ps(_mm512_shuffle_f32x4(t[k], t[k + 4], 0x88),
+                             _mm512_shuffle_f32x4(t[k], t[k + 4], 0xDD));
+    /* w[k] quarter j: two lanes of the block of u[k], two of the block of u[k + 2] */
+    for (int k = 0; k < 2; k++)
+        w[k] = _mm512_max_ps(_mm512_shuffle_ps(u[k], u[k + 2], 0x44),
+                             _mm512_shuffle_ps(u[k], u[k + 2], 0xEE));
+    /* quarter j of r: the blocks of u[0], u[2], u[1], u[3] in that quarter */
+    r = _mm512_max_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r);
+}
+
 void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t *dst,
                             uint8_t *scales)
 {
@@ -67,12 +98,8 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
     /* 16 blocks at a time: the block scales of the group take one vector pass */
     for (; (b + 16) * 16 <= n; b += 16) {
         const float *v = src + b * 16;
-        float am[16];
         __m512 den;
-
-        for (int k = 0; k < 16; k++)
-            am[k] = nvfp4_amax_avx512(_mm512_loadu_ps(v + 16 * k));
-        __m512i code = nvfp4_scales_avx512(_mm512_loadu_ps(am), s_global, &den);
+        __m512i code = nvfp4_scales_avx512(nvfp4_amax16_avx512(v), s_global, &den);
         _mm_storeu_si128((__m128i *)(scales + b), _mm512_cvtepi32_epi8(code));
         for (int k = 0; k < 16; k++) {
             __m512 d = _mm512_permutexvar_ps(_mm512_set1_epi32(k), den);
