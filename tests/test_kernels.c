@@ -845,6 +845,13 @@ static int kernels_teardown(void **state)
  * reference against itself (a quick sweep that exercises its runner and the guard pages). */
 /* ---- exhaustive dequantize proofs ----------------------------------------------------------- */
 
+/* The i-th of the 254 E4M3 codes that are not NaN (0x7F, 0xFF excluded), cyclically. */
+static uint8_t nonnan_e4m3(int64_t i)
+{
+    int64_t k = i % 254;
+    return (uint8_t)(k < 127 ? k : k + 1);
+}
+
 /* Compare n floats of impl and ref bit for bit; fail with the first differing value. */
 static void exh_compare(const struct qs_kernel_entry *e, const float *got, const float *want,
                         int64_t n, const char *what, double param)
@@ -872,14 +879,18 @@ static void exhaustive_dequant(const struct qs_kernel_entry *e)
 
     assert_true(codes && sb && got && want);
     switch (e->slot) {
-    case QS_SLOT_mxfp8_dequant: /* 8 blocks of 32 = all 256 codes, per scale byte */
-        for (int64_t i = 0; i < 65536; i++)
-            codes[i] = (uint8_t)i;
-        for (int64_t b = 0; b < 2048; b++)
-            sb[b] = (uint8_t)(b / 8);
-        ((qs_mxfp8_dequant_fn *)e->fn)(codes, sb, 65536, got);
-        ((qs_mxfp8_dequant_fn *)ref->fn)(codes, sb, 65536, want);
-        exh_compare(e, got, want, 65536, "all codes x scale bytes", 0.0);
+    case QS_SLOT_mxfp8_dequant:
+        /* 8 blocks of 32 = all 256 codes, per scale byte; then the 254 non-NaN codes in 8 blocks
+         * (none of 0x7F, 0xFF in a 64-byte step: the kernels' path without the NaN-code fix-up) */
+        for (int nonan = 0; nonan < 2; nonan++) {
+            for (int64_t i = 0; i < 65536; i++)
+                codes[i] = nonan ? nonnan_e4m3(i) : (uint8_t)i;
+            for (int64_t b = 0; b < 2048; b++)
+                sb[b] = (uint8_t)(b / 8);
+            ((qs_mxfp8_dequant_fn *)e->fn)(codes, sb, 65536, got);
+            ((qs_mxfp8_dequant_fn *)ref->fn)(codes, sb, 65536, want);
+            exh_compare(e, got, want, 65536, "codes x scale bytes, without NaN codes", nonan);
+        }
         break;
     case QS_SLOT_mxfp4_dequant: /* 16 blocks of 16 bytes = all 256 code pairs, per scale byte */
         for (int64_t i = 0; i < 65536; i++)
@@ -904,17 +915,19 @@ static void exhaustive_dequant(const struct qs_kernel_entry *e)
         }
         break;
     }
-    case QS_SLOT_e4m3_dequant: /* all 256 codes (twice, so a 64-value step sees every code) */
-        for (int64_t i = 0; i < 512; i++)
-            codes[i] = (uint8_t)(i * 7);
-        for (uint32_t x = 0; x < 256 * 2 + 8; x++) {
+    case QS_SLOT_e4m3_dequant: /* all 256 codes (twice, so a 64-value step sees every code), then
+                                  * the 254 non-NaN ones (steps without a NaN code) */
+        for (int64_t i = 0; i < 1024; i++)
+            codes[i] = i < 512 ? (uint8_t)(i * 7) : nonnan_e4m3(i - 512);
+        for (uint32_t x = 0; x < (256 * 2 + 8) * 2; x++) {
             static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u,
                                                0x7FC00000u, 0xFFC00005u, 0x7F7FFFFFu, 0x00000001u};
-            uint32_t bits = x < 512 ? (x & 1u) << 31 | (x >> 1) << 23 | 0x2AAAAAu : special[x - 512];
+            uint32_t y = x % 520, half = x / 520;
+            uint32_t bits = y < 512 ? (y & 1u) << 31 | (y >> 1) << 23 | 0x2AAAAAu : special[y - 512];
             float scale = t_f32_from_bits(bits);
-            ((qs_e4m3_dequant_fn *)e->fn)(codes, 512, scale, got);
-            ((qs_e4m3_dequant_fn *)ref->fn)(codes, 512, scale, want);
-            exh_compare(e, got, want, 512, "all codes, scale", scale);
+            ((qs_e4m3_dequant_fn *)e->fn)(codes + 512 * half, 512, scale, got);
+            ((qs_e4m3_dequant_fn *)ref->fn)(codes + 512 * half, 512, scale, want);
+            exh_compare(e, got, want, 512, half ? "non-NaN codes, scale" : "all codes, scale", scale);
         }
         break;
     default: break;

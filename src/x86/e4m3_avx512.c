@@ -32,12 +32,22 @@ static inline void e4m3_dequant_f16_avx512(const uint8_t *src, int64_t n, float 
     const __m512 vs = _mm512_set1_ps(s8);
     int64_t i = 0;
 
-    for (; i + 64 <= n; i += 64)
-        for (int k = 0; k < 64; k += 16) {
-            __m512 v = _mm512_mul_ps(
-                e4m3_decode16_f16_avx512(_mm_loadu_si128((const __m128i *)(src + i + k))), vs);
-            _mm512_storeu_ps(dst + i + k, canon ? nan_canon_avx512(v) : v);
-        }
+    for (; i + 64 <= n; i += 64) {
+        /* the NaN codes' fix-up only in a step that holds one */
+        if (e4m3_any_nan64_avx512(src + i))
+            for (int k = 0; k < 64; k += 16) {
+                __m512 v = _mm512_mul_ps(
+                    e4m3_decode16_f16_avx512(_mm_loadu_si128((const __m128i *)(src + i + k))), vs);
+                _mm512_storeu_ps(dst + i + k, canon ? nan_canon_avx512(v) : v);
+            }
+        else
+            for (int k = 0; k < 64; k += 16) {
+                __m512 v = _mm512_mul_ps(
+                    e4m3_decode16_f16_nonan_avx512(_mm_loadu_si128((const __m128i *)(src + i + k))),
+                    vs);
+                _mm512_storeu_ps(dst + i + k, canon ? nan_canon_avx512(v) : v);
+            }
+    }
     for (; i < n; i += 16) {
         __mmask16 k = lane_mask_avx512(n - i);
         __m512 v = _mm512_mul_ps(e4m3_decode16_f16_avx512(_mm_maskz_loadu_epi8(k, src + i)), vs);

@@ -110,17 +110,23 @@ void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         _mm512_storeu_ps(sc, _mm512_castsi512_ps(_mm512_mask_mov_epi32(
                                  _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(8)), 23),
                                  nan, _mm512_set1_epi32((int32_t)QS_NAN_F32_BITS))));
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < 16; k += 2) {
             const uint8_t *s = src + (b + k) * 32;
-            __m512 scale = _mm512_set1_ps(sc[k]);
-            _mm512_storeu_ps(dst + (b + k) * 32,
-                             _mm512_mul_ps(e4m3_decode16_f16_avx512(
-                                               _mm_loadu_si128((const __m128i *)s)),
-                                           scale));
-            _mm512_storeu_ps(dst + (b + k) * 32 + 16,
-                             _mm512_mul_ps(e4m3_decode16_f16_avx512(
-                                               _mm_loadu_si128((const __m128i *)(s + 16))),
-                                           scale));
+            __m512 s0 = _mm512_set1_ps(sc[k]), s1 = _mm512_set1_ps(sc[k + 1]);
+            __m512 v[4];
+
+            /* two blocks of codes: the NaN codes' fix-up only where one of them is there */
+            if (e4m3_any_nan64_avx512(s))
+                for (int h = 0; h < 4; h++)
+                    v[h] = e4m3_decode16_f16_avx512(_mm_loadu_si128((const __m128i *)(s + 16 * h)));
+            else
+                for (int h = 0; h < 4; h++)
+                    v[h] = e4m3_decode16_f16_nonan_avx512(
+                        _mm_loadu_si128((const __m128i *)(s + 16 * h)));
+            _mm512_storeu_ps(dst + (b + k) * 32, _mm512_mul_ps(v[0], s0));
+            _mm512_storeu_ps(dst + (b + k) * 32 + 16, _mm512_mul_ps(v[1], s0));
+            _mm512_storeu_ps(dst + (b + k) * 32 + 32, _mm512_mul_ps(v[2], s1));
+            _mm512_storeu_ps(dst + (b + k) * 32 + 48, _mm512_mul_ps(v[3], s1));
         }
     }
     for (; b * 32 < n; b++)
