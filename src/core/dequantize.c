@@ -15,17 +15,18 @@
 
 /*
  * The smallest f32 output (bytes) written with non-temporal stores. Below it the output may still
- * be in the last-level cache for whoever reads it next, and plain stores are as fast (the bench's
- * --size 1024, 4 MiB, runs at memcpy speed); above it every line goes to memory anyway. 32 MiB is
- * the L3 one core of a Zen 4 / Zen 5 CCD or a recent Intel client part sees (the OS's figure,
- * sysconf or CPUID, is the whole socket's on many servers, 320 MiB on the machine measured, so it
- * is not asked); measured with qsparse-bench --size 2048 / 2896 / 4096 (16 / 32 / 64 MiB).
+ * be in the last-level cache for whoever reads it next, and plain stores run at memcpy speed there
+ * (qsparse-bench --size 1024, 4 MiB); above it every line goes to memory anyway. 32 MiB is the L3
+ * one core of a Zen 4 / Zen 5 CCD sees (the OS's figure, sysconf or CPUID, is the whole socket's
+ * on many servers: 320 MiB on the machine measured, so it is not asked). At 64 MiB (4096 x 4096,
+ * one thread, against plain stores in the same run) NF4, FP4 and INT8 ran 5-10% faster and the
+ * MX formats within the noise of a shared machine.
  */
 #define QS_STREAM_MIN_BYTES ((int64_t)32 << 20)
 
-/* Values decoded per streaming step: small pieces keep the code reads and the streaming stores
- * of one task interleaved, so neither stalls the other for long (a whole tile decoded, then
- * copied, left the hardware prefetcher idle during the copy: MXFP8 ran 1.5x slower). */
+/* Values decoded per streaming step: 4 KiB pieces keep the code reads and the streaming stores of
+ * one task interleaved (a whole 16 KiB tile decoded, then copied, ran MXFP8 1.5x slower), and a
+ * piece of exactly 4 KiB keeps its distance to the destination fixed modulo 4 KiB (see emit). */
 #define QS_STREAM_PIECE 1024
 
 /* Decode `len` elements starting at element `start` into dst with `decode(j, out)`. Streaming:
@@ -37,10 +38,16 @@ static void emit(const struct qs_qjob *j, int64_t start, int64_t len, int64_t st
 
     if (j->stream) {
         int64_t piece = step >= QS_STREAM_PIECE ? step : QS_STREAM_PIECE / step * step;
+        float *d = (float *)j->dst + start;
+        /* the piece sits half a page away from its destination modulo 4 KiB, so that reading it
+         * back never waits on a streaming store to an address with the same low 12 bits */
+        float *t = piece <= QS_TILE / 2
+                       ? tile + ((uintptr_t)d + 2048 - (uintptr_t)tile) % 4096 / sizeof(float)
+                       : tile;
         for (int64_t o = 0; o < len; o += piece) {
             int64_t m = len - o < piece ? len - o : piece;
-            decode(j, start + o, m, tile);
-            j->ctx->k.copy_stream_f32(tile, m, (float *)j->dst + start + o, o + m == len);
+            decode(j, start + o, m, t);
+            j->ctx->k.copy_stream_f32(t, m, d + o, o + m == len);
         }
         return;
     }
