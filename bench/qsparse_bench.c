@@ -645,6 +645,7 @@ static int run_kernel(k_job *j)
     case QS_SLOT_cvt_bf16_f32: ((qs_cvt_bf16_f32_fn *)j->fn)(j->half, n, (float *)o); break;
     case QS_SLOT_cvt_f32_f16: ((qs_cvt_f32_f16_fn *)j->fn)(j->x, n, (uint16_t *)o); break;
     case QS_SLOT_cvt_f32_bf16: ((qs_cvt_f32_bf16_fn *)j->fn)(j->x, n, (uint16_t *)o); break;
+    case QS_SLOT_copy_stream_f32: ((qs_copy_stream_f32_fn *)j->fn)(j->x, n, (float *)o, 1); break;
     case QS_SLOT_amax_f32: j->sink = ((qs_amax_f32_fn *)j->fn)(j->x, n); break;
     case QS_SLOT_minmax_f32: {
         float lo = 0.0f, hi = 0.0f;

@@ -399,6 +399,13 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_cvt_bf16_f32: ((qs_cvt_bf16_f32_fn *)fn)(in->half, n, (float *)out); return 4 * n;
     case QS_SLOT_cvt_f32_f16: ((qs_cvt_f32_f16_fn *)fn)(in->x, n, (uint16_t *)out); return 2 * n;
     case QS_SLOT_cvt_f32_bf16: ((qs_cvt_f32_bf16_fn *)fn)(in->x, n, (uint16_t *)out); return 2 * n;
+    case QS_SLOT_copy_stream_f32: {
+        /* dst 0, 4, ..., 40 bytes into the buffer (head lengths before the first 32- or 64-byte
+         * line) and once 2 bytes in, where no float alignment exists; NaN payloads move as bits */
+        size_t off = in->variant == 11 ? 2 : (size_t)in->variant * 4;
+        ((qs_copy_stream_f32_fn *)fn)(in->x, n, (float *)(void *)(out + off), in->variant & 1);
+        return off + 4 * (size_t)n;
+    }
     case QS_SLOT_amax_f32: {
         float m = ((qs_amax_f32_fn *)fn)(in->x, n);
         memcpy(out, &m, 4);
@@ -862,6 +869,101 @@ static int kernels_teardown(void **state)
 
 /* One registry entry (the test's initial state): an implementation against its reference, or the
  * reference against itself (a quick sweep that exercises its runner and the guard pages). */
+/* ---- exhaustive dequantize proofs ----------------------------------------------------------- */
+
+/* The i-th of the 254 E4M3 codes that are not NaN (0x7F, 0xFF excluded), cyclically. */
+static uint8_t nonnan_e4m3(int64_t i)
+{
+    int64_t k = i % 254;
+    return (uint8_t)(k < 127 ? k : k + 1);
+}
+
+/* Compare n floats of impl and ref bit for bit; fail with the first differing value. */
+static void exh_compare(const struct qs_kernel_entry *e, const float *got, const float *want,
+                        int64_t n, const char *what, double param)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (t_bits(got[i]) != t_bits(want[i]))
+            fail_msg("%s: %s %g: value %lld: got 0x%08x, want 0x%08x", e->name, what, param,
+                     (long long)i, t_bits(got[i]), t_bits(want[i]));
+}
+
+/*
+ * The dequantize kernels that leave out the NaN fix-up on some paths (the result is canonical
+ * without it) or decode block scales in vectors, proven over every input they can see: MXFP8 and
+ * MXFP4 every code (byte) under every scale byte, NVFP4 every code byte under every scale byte for
+ * a list of tensor scales (finite, huge, subnormal, zero, Inf, NaN with a payload), E4M3 every
+ * code under scales of every f32 exponent, both signs, and the special ones. Blocks are laid out so
+ * that the vector groups of 16 blocks hold both ordinary and rare scale bytes.
+ */
+static void exhaustive_dequant(const struct qs_kernel_entry *e)
+{
+    const struct qs_kernel_entry *ref = ref_of(e->slot);
+    enum { N = 256 * 512 };
+    uint8_t *codes = malloc(N), *sb = malloc(N / 16);
+    float *got = malloc(N * sizeof(float)), *want = malloc(N * sizeof(float));
+
+    assert_true(codes && sb && got && want);
+    switch (e->slot) {
+    case QS_SLOT_mxfp8_dequant:
+        /* 8 blocks of 32 = all 256 codes, per scale byte; then the 254 non-NaN codes in 8 blocks
+         * (none of 0x7F, 0xFF in a 64-byte step: the kernels' path without the NaN-code fix-up) */
+        for (int nonan = 0; nonan < 2; nonan++) {
+            for (int64_t i = 0; i < 65536; i++)
+                codes[i] = nonan ? nonnan_e4m3(i) : (uint8_t)i;
+            for (int64_t b = 0; b < 2048; b++)
+                sb[b] = (uint8_t)(b / 8);
+            ((qs_mxfp8_dequant_fn *)e->fn)(codes, sb, 65536, got);
+            ((qs_mxfp8_dequant_fn *)ref->fn)(codes, sb, 65536, want);
+            exh_compare(e, got, want, 65536, "codes x scale bytes, without NaN codes", nonan);
+        }
+        break;
+    case QS_SLOT_mxfp4_dequant: /* 16 blocks of 16 bytes = all 256 code pairs, per scale byte */
+        for (int64_t i = 0; i < 65536; i++)
+            codes[i] = (uint8_t)i;
+        for (int64_t b = 0; b < 4096; b++)
+            sb[b] = (uint8_t)(b / 16);
+        ((qs_mxfp4_dequant_fn *)e->fn)(codes, sb, 131072, got);
+        ((qs_mxfp4_dequant_fn *)ref->fn)(codes, sb, 131072, want);
+        exh_compare(e, got, want, 131072, "all codes x scale bytes", 0.0);
+        break;
+    case QS_SLOT_nvfp4_dequant: { /* 32 blocks of 8 bytes = all 256 code pairs, per scale byte */
+        const float sg[] = {1.0f, 1.0f / 2688.0f, 3.0e-39f, 1e30f, 0x1.fffffep127f, 0.0f,
+                            -2.0f, INFINITY, t_f32_from_bits(0xFFC00005u), NAN, 0x1p-149f};
+        for (int64_t i = 0; i < 65536; i++)
+            codes[i] = (uint8_t)i;
+        for (int64_t b = 0; b < 8192; b++)
+            sb[b] = (uint8_t)(b / 32);
+        for (size_t k = 0; k < sizeof sg / sizeof sg[0]; k++) {
+            ((qs_nvfp4_dequant_fn *)e->fn)(codes, sb, 131072, sg[k], got);
+            ((qs_nvfp4_dequant_fn *)ref->fn)(codes, sb, 131072, sg[k], want);
+            exh_compare(e, got, want, 131072, "all codes x scale bytes, s_global", sg[k]);
+        }
+        break;
+    }
+    case QS_SLOT_e4m3_dequant: /* all 256 codes (twice, so a 64-value step sees every code), then
+                                  * the 254 non-NaN ones (steps without a NaN code) */
+        for (int64_t i = 0; i < 1024; i++)
+            codes[i] = i < 512 ? (uint8_t)(i * 7) : nonnan_e4m3(i - 512);
+        for (uint32_t x = 0; x < (256 * 2 + 8) * 2; x++) {
+            static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u,
+                                               0x7FC00000u, 0xFFC00005u, 0x7F7FFFFFu, 0x00000001u};
+            uint32_t y = x % 520, half = x / 520;
+            uint32_t bits = y < 512 ? (y & 1u) << 31 | (y >> 1) << 23 | 0x2AAAAAu : special[y - 512];
+            float scale = t_f32_from_bits(bits);
+            ((qs_e4m3_dequant_fn *)e->fn)(codes + 512 * half, 512, scale, got);
+            ((qs_e4m3_dequant_fn *)ref->fn)(codes + 512 * half, 512, scale, want);
+            exh_compare(e, got, want, 512, half ? "non-NaN codes, scale" : "all codes, scale", scale);
+        }
+        break;
+    default: break;
+    }
+    free(codes);
+    free(sb);
+    free(got);
+    free(want);
+}
+
 static void test_entry(void **state)
 {
     const struct qs_kernel_entry *e = *state;
@@ -873,6 +975,8 @@ static void test_entry(void **state)
     }
     int64_t c = sweep(e, &g_bufs, &g_out_ref, &g_out_impl, e->isa == 0);
     assert_true(c > 0);
+    if (e->isa != 0)
+        exhaustive_dequant(e);
     print_message("  %-34s %s vs ref: %lld comparisons\n", e->name,
                   e->family == QS_FAMILY_MATMUL ? "within tolerance" : "bit-exact", (long long)c);
 }

@@ -8,6 +8,7 @@
  * pinned NaN bits. Tails call the reference element routines.
  */
 #include <arm_neon.h>
+#include <string.h>
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
@@ -73,4 +74,26 @@ void qs_cvt_f32_bf16__neon(const float *src, int64_t n, uint16_t *dst)
     }
     for (; i < n; i++)
         qs_st_u16(dst + i, qs_ref_f32_to_bf16(qs_ld_f32(src + i)));
+}
+
+/* Non-temporal copy: STNP of two 128-bit registers (a hint that the lines are not kept in the
+ * cache; no alignment needed beyond the element's), a plain tail, and with `fence` a DMB ISHST so
+ * that the stores are ordered before the caller's threads synchronize. Integer registers' bits:
+ * NaN payloads are src's. */
+void qs_copy_stream_f32__neon(const float *src, int64_t n, float *dst, int32_t fence)
+{
+    int64_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint32x4_t a = vld1q_u32((const uint32_t *)(const void *)(src + i));
+        uint32x4_t b = vld1q_u32((const uint32_t *)(const void *)(src + i + 4));
+        __asm__ volatile("stnp %q[a], %q[b], [%[p]]"
+                         :
+                         : [a] "w"(a), [b] "w"(b), [p] "r"(dst + i)
+                         : "memory");
+    }
+    if (i < n)
+        memcpy(dst + i, src + i, (size_t)(n - i) * sizeof(float));
+    if (fence)
+        __asm__ volatile("dmb ishst" ::: "memory");
 }

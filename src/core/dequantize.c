@@ -2,6 +2,10 @@
 /*
  * qs_dequantize: checks every argument and size, then decodes chunk by chunk with table kernels
  * into f32 (directly into dst for f32 output, else through the staging tile and a cvt kernel).
+ * An f32 output of QS_STREAM_MIN_BYTES or more is decoded into the tile (which stays in L1) and
+ * written with the copy_stream_f32 kernel's non-temporal stores: the output would not stay in
+ * the cache anyway, and streaming stores skip the read for ownership of every destination line
+ * (a third of the memory traffic of a plain store). Every format and tier goes through it alike.
  */
 #include "../ref/ref.h"
 #include "parallel.h"
@@ -9,12 +13,45 @@
 #include "quant_common.h"
 #include "profile_internal.h"
 
-/* Decode `len` elements starting at element `start` into dst with `decode(j, out)`. */
-static void emit(const struct qs_qjob *j, int64_t start, int64_t len, float *tile,
+/*
+ * The smallest f32 output (bytes) written with non-temporal stores. Below it the output may still
+ * be in the last-level cache for whoever reads it next, and plain stores run at memcpy speed there
+ * (qsparse-bench --size 1024, 4 MiB); above it every line goes to memory anyway. 32 MiB is the L3
+ * one core of a Zen 4 / Zen 5 CCD sees (the OS's figure, sysconf or CPUID, is the whole socket's
+ * on many servers: 320 MiB on the machine measured, so it is not asked). At 64 MiB (4096 x 4096,
+ * one thread, against plain stores in the same run) NF4, FP4 and INT8 ran 5-10% faster and the
+ * MX formats within the noise of a shared machine.
+ */
+#define QS_STREAM_MIN_BYTES ((int64_t)32 << 20)
+
+/* Values decoded per streaming step: 4 KiB pieces keep the code reads and the streaming stores of
+ * one task interleaved (a whole 16 KiB tile decoded, then copied, ran MXFP8 1.5x slower), and a
+ * piece of exactly 4 KiB keeps its distance to the destination fixed modulo 4 KiB (see emit). */
+#define QS_STREAM_PIECE 1024
+
+/* Decode `len` elements starting at element `start` into dst with `decode(j, out)`. Streaming:
+ * pieces of a multiple of `step` values (the block), each decoded into the tile and streamed. */
+static void emit(const struct qs_qjob *j, int64_t start, int64_t len, int64_t step, float *tile,
                  void (*decode)(const struct qs_qjob *, int64_t, int64_t, float *))
 {
-    float *out = qs_stage_out(j->dst, j->dtype, start, tile);
+    float *out;
 
+    if (j->stream) {
+        int64_t piece = step >= QS_STREAM_PIECE ? step : QS_STREAM_PIECE / step * step;
+        float *d = (float *)j->dst + start;
+        /* the piece sits half a page away from its destination modulo 4 KiB, so that reading it
+         * back never waits on a streaming store to an address with the same low 12 bits */
+        float *t = piece <= QS_TILE / 2
+                       ? tile + ((uintptr_t)d + 2048 - (uintptr_t)tile) % 4096 / sizeof(float)
+                       : tile;
+        for (int64_t o = 0; o < len; o += piece) {
+            int64_t m = len - o < piece ? len - o : piece;
+            decode(j, start + o, m, t);
+            j->ctx->k.copy_stream_f32(t, m, d + o, o + m == len);
+        }
+        return;
+    }
+    out = qs_stage_out(j->dst, j->dtype, start, tile);
     decode(j, start, len, out);
     if (out == tile)
         qs_unstage_f32(j->ctx, tile, j->dst, j->dtype, start, len);
@@ -34,7 +71,7 @@ static void bnb4_task(void *arg, int64_t i, float *tile)
     const struct qs_qjob *j = arg;
     int64_t start = i * j->chunk;
 
-    emit(j, start, j->n - start < j->chunk ? j->n - start : j->chunk, tile, bnb4_decode);
+    emit(j, start, j->n - start < j->chunk ? j->n - start : j->chunk, j->block, tile, bnb4_decode);
 }
 
 static void dyn8_task(void *arg, int64_t i, float *tile)
@@ -96,7 +133,7 @@ static void unit_task(void *arg, int64_t i, float *tile)
     int64_t u = i / j->chunks_per_row, off = (i % j->chunks_per_row) * QS_TILE;
     int64_t len = ulen - off < QS_TILE ? ulen - off : QS_TILE;
 
-    emit(j, u * ulen + off, len, tile, unit_decode);
+    emit(j, u * ulen + off, len, 2, tile, unit_decode);
 }
 
 static void dequantize_units(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *p,
@@ -126,7 +163,8 @@ static void row_decode(const struct qs_qjob *j, int64_t start, int64_t len, floa
     int64_t r = start / j->cols, c0 = start % j->cols;
     const uint8_t *scales = j->scales + r * j->scales_per_row + c0 / j->block;
 
-    /* c0 is a multiple of QS_TILE, so the codes before it fill whole bytes */
+    /* c0 is a multiple of QS_TILE or of the streaming piece (of the block), so the codes before it
+     * fill whole bytes */
     const uint8_t *src = j->data + r * j->row_bytes + c0 * j->t->bits / 8;
 
     if (j->t->driver == QS_DRIVER_MX)
@@ -140,7 +178,8 @@ static void row_task(void *arg, int64_t i, float *tile)
     const struct qs_qjob *j = arg;
     int64_t r = i / j->chunks_per_row, c0 = (i % j->chunks_per_row) * QS_TILE;
 
-    emit(j, r * j->cols + c0, j->cols - c0 < QS_TILE ? j->cols - c0 : QS_TILE, tile, row_decode);
+    emit(j, r * j->cols + c0, j->cols - c0 < QS_TILE ? j->cols - c0 : QS_TILE, j->block, tile,
+         row_decode);
 }
 
 /* ---- the CPU backend's dequantize, then the public entry point ------------------------------ */
@@ -153,6 +192,8 @@ qs_status qs_cpu_dequantize(qs_ctx *ctx, const struct qs_layout *l, const qs_qua
 
     qs_qjob_init(&j, ctx, l, dst_dtype, q);
     j.dst = dst;
+    j.stream = dst_dtype == QS_DTYPE_F32 && ((uintptr_t)dst & 3) == 0 &&
+               l->n >= QS_STREAM_MIN_BYTES / (int64_t)sizeof(float);
     switch (l->traits->driver) {
     case QS_DRIVER_BNB4:
         if ((st = dequantize_bnb4(ctx, &j, p, q)) != QS_OK)

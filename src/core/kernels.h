@@ -30,6 +30,11 @@ typedef void qs_cvt_f16_f32_fn(const uint16_t *src, int64_t n, float *dst);
 typedef void qs_cvt_bf16_f32_fn(const uint16_t *src, int64_t n, float *dst);
 typedef void qs_cvt_f32_f16_fn(const float *src, int64_t n, uint16_t *dst);
 typedef void qs_cvt_f32_bf16_fn(const float *src, int64_t n, uint16_t *dst);
+/* f32 -> f32 copy of n values whose stores bypass the cache where the ISA has non-temporal stores
+ * (the dequantize driver's output when it exceeds the last-level cache); the bits are src's.
+ * fence != 0: the (weakly ordered) stores of this and earlier calls are ordered before the call
+ * returns; the last call before other threads may read dst passes it. */
+typedef void qs_copy_stream_f32_fn(const float *src, int64_t n, float *dst, int32_t fence);
 
 /* Reductions. amax: max |x| with NaN ignored, starting from +0.0 (fmaxf semantics).
  * minmax: *lo = fminf(*lo, x), *hi = fmaxf(*hi, x) over x, NaN ignored.

@@ -26,6 +26,7 @@ struct qs_qjob {
     uint8_t *scales;  /* byte scales (MX, NVFP4) or nested codes */
     float *nested;    /* double quantization: absmax2 */
     float scale, mul, offset;
+    int32_t stream;   /* dequantize: decode into the tile, then copy_stream_f32 it to dst */
 };
 
 /* Fill the fields every driver uses. */

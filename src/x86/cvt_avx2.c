@@ -8,6 +8,7 @@
  * reference's element routines.
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
@@ -83,4 +84,32 @@ void qs_cvt_f32_bf16__avx2(const float *src, int64_t n, uint16_t *dst)
     }
     for (; i < n; i++)
         qs_st_u16(dst + i, qs_ref_f32_to_bf16(qs_ld_f32(src + i)));
+}
+
+/* Non-temporal copy: plain stores up to the first 32-byte boundary of dst, then VMOVNTPS of
+ * 32-byte pieces (no read for ownership, no cache pollution), a plain tail, and with `fence`
+ * SFENCE, so that the weakly ordered stores are visible before the caller's threads synchronize
+ * (once per run of calls: a fence waits for every write-combining buffer to drain). Moves only,
+ * so the bits (NaN payloads) are src's. */
+void qs_copy_stream_f32__avx2(const float *src, int64_t n, float *dst, int32_t fence)
+{
+    int64_t i = 0;
+
+    if (((uintptr_t)dst & 3) == 0) {
+        int64_t head = (int64_t)((32 - ((uintptr_t)dst & 31)) & 31) / 4;
+        if (head > n)
+            head = n;
+        for (; i < head; i++)
+            memcpy(dst + i, src + i, 4);
+        for (; i + 16 <= n; i += 16) {
+            _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+            _mm256_stream_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));
+        }
+        for (; i + 8 <= n; i += 8)
+            _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    }
+    if (i < n)
+        memcpy(dst + i, src + i, (size_t)(n - i) * sizeof(float));
+    if (fence)
+        _mm_sfence();
 }

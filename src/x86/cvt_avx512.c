@@ -96,3 +96,37 @@ void qs_cvt_f32_bf16__avx512(const float *src, int64_t n, uint16_t *dst)
         _mm256_mask_storeu_epi16(dst + i, m, a);
     }
 }
+
+/* Non-temporal copy: plain masked stores up to the first 64-byte boundary of dst, then VMOVNTPS
+ * of whole lines (no read for ownership, no cache pollution), a masked tail, and with `fence`
+ * SFENCE, so that the weakly ordered stores are visible before the caller's threads synchronize
+ * (once per run of calls: a fence waits for every write-combining buffer to drain). */
+void qs_copy_stream_f32__avx512(const float *src, int64_t n, float *dst, int32_t fence)
+{
+    int64_t head = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 4, i = 0;
+
+    if ((uintptr_t)dst & 3) { /* not float-aligned: no line alignment exists, plain copy */
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_loadu_ps(src + i));
+    } else {
+        if (head > n)
+            head = n;
+        if (head > 0) {
+            __mmask16 k = (__mmask16)((1u << head) - 1);
+            _mm512_mask_storeu_ps(dst, k, _mm512_maskz_loadu_ps(k, src));
+            i = head;
+        }
+        for (; i + 32 <= n; i += 32) {
+            _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+            _mm512_stream_ps(dst + i + 16, _mm512_loadu_ps(src + i + 16));
+        }
+        for (; i + 16 <= n; i += 16)
+            _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+    }
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_maskz_loadu_ps(k, src + i));
+    }
+    if (fence)
+        _mm_sfence();
+}

@@ -39,6 +39,18 @@ static inline void e4m3_dequant16_f16_avx2(const uint8_t *src, __m256 vs8, float
     _mm256_storeu_ps(dst + 8, nan_canon_avx2(_mm256_mul_ps(v1, vs8)));
 }
 
+/* The same for a finite vs8, without the NaN fix-up: NaN codes decode to the canonical NaN and a
+ * finite E4M3 value times a finite vs8 is never NaN, so a NaN product is a copy of that operand
+ * (tests/test_kernels.c proves it over all 256 codes). */
+static inline void e4m3_dequant16_f16_finite_avx2(const uint8_t *src, __m256 vs8, float *dst)
+{
+    __m256 v0, v1;
+
+    e4m3_decode16_f16_avx2(_mm_loadu_si128((const __m128i *)src), &v0, &v1);
+    _mm256_storeu_ps(dst, _mm256_mul_ps(v0, vs8));
+    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(v1, vs8));
+}
+
 void qs_e4m3_dequant__avx2(const uint8_t *src, int64_t n, float scale, float *dst)
 {
     /* value(q) * scale = (value(q) * 2^-8) * (2^8 * scale) exactly, as one rounding of the same
@@ -48,6 +60,8 @@ void qs_e4m3_dequant__avx2(const uint8_t *src, int64_t n, float scale, float *ds
 
     if ((qs_f32_bits(s8) & fin) == fin && (qs_f32_bits(scale) & fin) != fin)
         fp8_dequant_avx2(src, n, scale, dst, e4m3_dequant16_avx2);
-    else
+    else if ((qs_f32_bits(s8) & fin) == fin) /* NaN or Inf scale: Inf * 0, payloads */
         fp8_dequant_avx2(src, n, s8, dst, e4m3_dequant16_f16_avx2);
+    else
+        fp8_dequant_avx2(src, n, s8, dst, e4m3_dequant16_f16_finite_avx2);
 }

@@ -111,9 +111,10 @@ static inline void e4m3_decode16_f16_avx2(__m128i b, __m256 *v0, __m256 *v1)
     __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
                                 _mm256_and_si256(_mm256_slli_epi16(w, 8),
                                                  _mm256_set1_epi16((short)0x8000)));
-    /* magnitude 0x7F: 0x3F80 | 0x7E00 = 0x7F80, an f16 NaN */
-    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)),
-                                            _mm256_set1_epi16(0x7E00)));
+    /* magnitude 0x7F: the f16 NaN 0x7E00 whatever the sign, which VCVTPH2PS turns into the
+     * canonical 0x7FC00000, so callers multiplying by a finite number need no NaN fix-up */
+    h = _mm256_blendv_epi8(h, _mm256_set1_epi16(0x7E00),
+                           _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)));
     *v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }

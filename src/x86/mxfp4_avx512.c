@@ -80,23 +80,48 @@ static inline void unpack_nibbles_avx512(__m128i b, __m512i *c0, __m512i *c1)
                                                           13, 29, 14, 30, 15, 31), hi);
 }
 
+/* The E8M0 scales of 16 blocks from their bytes, as qs_e8m0_decode_inline: 2^(e - 127), 2^-127
+ * (the subnormal 0x00400000) for 0, the canonical NaN for 0xFF. */
+static inline __m512 e8m0_decode16_avx512(__m128i bytes)
+{
+    __m512i e = _mm512_cvtepu8_epi32(bytes);
+    __m512i v = _mm512_slli_epi32(e, 23);
+
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                              _mm512_set1_epi32(0x00400000));
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xFF)),
+                              _mm512_set1_epi32((int32_t)QS_NAN_F32_BITS));
+    return _mm512_castsi512_ps(v);
+}
+
+/*
+ * Sixteen full blocks (512 values) per step: their scales decoded in one vector and read back per
+ * block by a broadcast load, no scalar decode in the block loop. No NaN fix-up: E2M1 values are
+ * finite and a scale is a power of two or the canonical NaN (0xFF), so a NaN product is always a
+ * copy of that canonical operand (tests/test_kernels.c proves it over every code and scale byte).
+ */
 void qs_mxfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
 {
     const __m512 table = _mm512_loadu_ps(qs_e2m1_values);
     int64_t b = 0;
 
-    for (; (b + 1) * 32 <= n; b++) { /* full blocks, unmasked */
-        __m512 scale = _mm512_set1_ps(qs_e8m0_decode_inline(scales[b]));
-        __m512i c0, c1;
+    for (; (b + 16) * 32 <= n; b += 16) {
+        float sc[16];
 
-        unpack_nibbles_avx512(_mm_loadu_si128((const __m128i *)(src + b * 16)), &c0, &c1);
-        _mm512_storeu_ps(dst + b * 32,
-                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale)));
-        _mm512_storeu_ps(dst + b * 32 + 16,
-                         nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale)));
+        _mm512_storeu_ps(sc, e8m0_decode16_avx512(_mm_loadu_si128((const __m128i *)(scales + b))));
+        for (int k = 0; k < 16; k++) {
+            __m512 scale = _mm512_set1_ps(sc[k]);
+            __m512i c0, c1;
+
+            unpack_nibbles_avx512(_mm_loadu_si128((const __m128i *)(src + (b + k) * 16)), &c0, &c1);
+            _mm512_storeu_ps(dst + (b + k) * 32,
+                             _mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale));
+            _mm512_storeu_ps(dst + (b + k) * 32 + 16,
+                             _mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale));
+        }
     }
-    if (b * 32 < n) { /* the partial last block: masked loads and stores */
-        int64_t len = n - b * 32;
+    for (; b * 32 < n; b++) { /* the last blocks, the partial one with masked loads and stores */
+        int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
         int64_t nbytes = (len + 1) / 2;
         __mmask16 kb = lane_mask_avx512(nbytes);
         __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
@@ -104,11 +129,9 @@ void qs_mxfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
         __m512i c0, c1;
 
         unpack_nibbles_avx512(_mm_maskz_loadu_epi8(kb, src + b * 16), &c0, &c1);
-        _mm512_mask_storeu_ps(
-            dst + b * 32, k0,
-            nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale)));
-        _mm512_mask_storeu_ps(
-            dst + b * 32 + 16, k1,
-            nan_canon_avx512(_mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale)));
+        _mm512_mask_storeu_ps(dst + b * 32, k0,
+                              _mm512_mul_ps(_mm512_permutexvar_ps(c0, table), scale));
+        _mm512_mask_storeu_ps(dst + b * 32 + 16, k1,
+                              _mm512_mul_ps(_mm512_permutexvar_ps(c1, table), scale));
     }
 }

@@ -57,39 +57,79 @@ void qs_mxfp8_quant__avx512(const float *src, int64_t n, int32_t rounding, uint8
                     dst, scales);
 }
 
+/* One block of len (1...32) values with any scale byte: the general decode (also the partial last
+ * block and the rare scales 247...254, where 2^(e - 119) would overflow). */
+static inline void mxfp8_dequant_block_avx512(const uint8_t *src, uint8_t e, int64_t len,
+                                              float *dst)
+{
+    __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
+    __m128i b0 = _mm_maskz_loadu_epi8(k0, src), b1 = _mm_maskz_loadu_epi8(k1, src + 16);
+    __m512 v0, v1, scale;
+
+    if (e <= 246 || e == 0xFF) {
+        /* value * 2^(e - 127) = (value * 2^-8) * 2^(e - 119), one rounding of the same product;
+         * 2^(e - 119) is a normal f32 (e = 0 included), NaN for 0xFF */
+        scale = _mm512_set1_ps(e == 0xFF ? qs_f32_from_bits(QS_NAN_F32_BITS)
+                                         : qs_f32_from_bits((uint32_t)(e + 8) << 23));
+        v0 = e4m3_decode16_f16_avx512(b0);
+        v1 = e4m3_decode16_f16_avx512(b1);
+    } else { /* 2^(e - 119) would overflow */
+        scale = _mm512_set1_ps(qs_e8m0_decode_inline(e));
+        v0 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b0));
+        v1 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b1));
+    }
+    _mm512_mask_storeu_ps(dst, k0, nan_canon_avx512(_mm512_mul_ps(v0, scale)));
+    _mm512_mask_storeu_ps(dst + 16, k1, nan_canon_avx512(_mm512_mul_ps(v1, scale)));
+}
+
+/*
+ * Sixteen full blocks (512 values) per step: their scales 2^(e - 119) (NaN for 0xFF) computed in
+ * one vector and read back per block by a broadcast load, no scalar decode in the block loop. A
+ * group holding a scale byte 247...254 goes block by block through the general decode. No NaN
+ * fix-up on this path: the F16C decode gives NaN codes the canonical 0x7FC00000, the scale is
+ * normal or that same NaN, and a finite E4M3 value times a normal number is never NaN, so every
+ * NaN product is a copy of a canonical operand (tests/test_kernels.c proves it over all 256 x 256
+ * code and scale bytes).
+ */
 void qs_mxfp8_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
 {
-    for (int64_t b = 0; b * 32 < n; b++) {
-        int64_t len = n - b * 32 < 32 ? n - b * 32 : 32;
-        __mmask16 k0 = lane_mask_avx512(len), k1 = lane_mask_avx512(len - 16);
-        uint8_t e = scales[b];
-        /* a full block reads plainly; the partial last one with zero-masked loads */
-        __m128i b0 = len == 32 ? _mm_loadu_si128((const __m128i *)(src + b * 32))
-                               : _mm_maskz_loadu_epi8(k0, src + b * 32);
-        __m128i b1 = len == 32 ? _mm_loadu_si128((const __m128i *)(src + b * 32 + 16))
-                               : _mm_maskz_loadu_epi8(k1, src + b * 32 + 16);
-        __m512 v0, v1, scale;
+    int64_t b = 0;
 
-        if (e <= 246 || e == 0xFF) {
-            /* value * 2^(e - 127) = (value * 2^-8) * 2^(e - 119), one rounding of the same
-             * product; 2^(e - 119) is a normal f32 (e = 0 included), NaN for 0xFF */
-            scale = _mm512_set1_ps(e == 0xFF ? qs_f32_from_bits(QS_NAN_F32_BITS)
-                                             : qs_f32_from_bits((uint32_t)(e + 8) << 23));
-            v0 = e4m3_decode16_f16_avx512(b0);
-            v1 = e4m3_decode16_f16_avx512(b1);
-        } else { /* 2^(e - 119) would overflow */
-            scale = _mm512_set1_ps(qs_e8m0_decode_inline(e));
-            v0 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b0));
-            v1 = e4m3_decode_avx512(_mm512_cvtepu8_epi32(b1));
+    for (; (b + 16) * 32 <= n; b += 16) {
+        __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scales + b)));
+        __mmask16 nan = _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xFF));
+        __mmask16 big = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(246)) & (__mmask16)~nan;
+        float sc[16];
+
+        if (big) {
+            for (int k = 0; k < 16; k++)
+                mxfp8_dequant_block_avx512(src + (b + k) * 32, scales[b + k], 32,
+                                           dst + (b + k) * 32);
+            continue;
         }
-        v0 = nan_canon_avx512(_mm512_mul_ps(v0, scale));
-        v1 = nan_canon_avx512(_mm512_mul_ps(v1, scale));
-        if (len == 32) {
-            _mm512_storeu_ps(dst + b * 32, v0);
-            _mm512_storeu_ps(dst + b * 32 + 16, v1);
-        } else {
-            _mm512_mask_storeu_ps(dst + b * 32, k0, v0);
-            _mm512_mask_storeu_ps(dst + b * 32 + 16, k1, v1);
+        _mm512_storeu_ps(sc, _mm512_castsi512_ps(_mm512_mask_mov_epi32(
+                                 _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(8)), 23),
+                                 nan, _mm512_set1_epi32((int32_t)QS_NAN_F32_BITS))));
+        for (int k = 0; k < 16; k += 2) {
+            const uint8_t *s = src + (b + k) * 32;
+            __m512 s0 = _mm512_set1_ps(sc[k]), s1 = _mm512_set1_ps(sc[k + 1]);
+            __m512 v[4];
+
+            /* two blocks of codes: the NaN codes' fix-up only where one of them is there */
+            if (e4m3_any_nan64_avx512(s))
+                for (int h = 0; h < 4; h++)
+                    v[h] = e4m3_decode16_f16_avx512(_mm_loadu_si128((const __m128i *)(s + 16 * h)));
+            else
+                for (int h = 0; h < 4; h++)
+                    v[h] = e4m3_decode16_f16_nonan_avx512(
+                        _mm_loadu_si128((const __m128i *)(s + 16 * h)));
+            _mm512_storeu_ps(dst + (b + k) * 32, _mm512_mul_ps(v[0], s0));
+            _mm512_storeu_ps(dst + (b + k) * 32 + 16, _mm512_mul_ps(v[1], s0));
+            _mm512_storeu_ps(dst + (b + k) * 32 + 32, _mm512_mul_ps(v[2], s1));
+            _mm512_storeu_ps(dst + (b + k) * 32 + 48, _mm512_mul_ps(v[3], s1));
         }
     }
+    for (; b * 32 < n; b++)
+        mxfp8_dequant_block_avx512(src + b * 32, scales[b], n - b * 32 < 32 ? n - b * 32 : 32,
+                                   dst + b * 32);
 }

@@ -120,21 +120,38 @@ void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *
     }
 }
 
-/* 16 bytes (32 codes, two blocks) -> 32 floats. */
-static inline void nvfp4_dequant32_avx2(const uint8_t *src, const uint8_t *scales,
-                                        __m256 s_global, float *dst)
+/* 16 bytes (32 codes, two blocks) -> 32 floats, den0/den1 the blocks' dens. canon: the NaN
+ * fix-up, needed only where a den is NaN or infinite (Inf * 0, a NaN s_global's payload); with
+ * finite dens the products of finite E2M1 values are never NaN. */
+static inline void nvfp4_dequant32_avx2(const uint8_t *src, __m256 den0, __m256 den1, float *dst,
+                                        int canon)
 {
     __m256i c[4];
 
     unpack_nibbles_avx2(src, c);
     for (int h = 0; h < 2; h++) {
-        /* UE4M3: readers ignore the sign bit (§14) */
-        __m256 den = _mm256_mul_ps(_mm256_set1_ps(qs_ue4m3_values[scales[h] & 0x7F]), s_global);
-        _mm256_storeu_ps(dst + 16 * h,
-                         nan_canon_avx2(_mm256_mul_ps(e2m1_decode_avx2(c[2 * h]), den)));
-        _mm256_storeu_ps(dst + 16 * h + 8,
-                         nan_canon_avx2(_mm256_mul_ps(e2m1_decode_avx2(c[2 * h + 1]), den)));
+        __m256 den = h ? den1 : den0;
+        __m256 v0 = _mm256_mul_ps(e2m1_decode_avx2(c[2 * h]), den);
+        __m256 v1 = _mm256_mul_ps(e2m1_decode_avx2(c[2 * h + 1]), den);
+        _mm256_storeu_ps(dst + 16 * h, canon ? nan_canon_avx2(v0) : v0);
+        _mm256_storeu_ps(dst + 16 * h + 8, canon ? nan_canon_avx2(v1) : v1);
     }
+}
+
+/* den = fl(value(scale) * s_global) of one block; UE4M3: readers ignore the sign bit (§14). */
+static inline __m256 nvfp4_den_avx2(uint8_t scale, __m256 s_global)
+{
+    return _mm256_mul_ps(_mm256_set1_ps(qs_ue4m3_values[scale & 0x7F]), s_global);
+}
+
+/* Sixteen blocks (256 values): their dens first, then the blocks with or without the NaN fix-up
+ * (a constant at each call: two loops, neither with a select). */
+static inline void nvfp4_dequant256_avx2(const uint8_t *src, const float *den, float *dst,
+                                         int canon)
+{
+    for (int k = 0; k < 16; k += 2)
+        nvfp4_dequant32_avx2(src + k * 8, _mm256_set1_ps(den[k]), _mm256_set1_ps(den[k + 1]),
+                             dst + k * 16, canon);
 }
 
 void qs_nvfp4_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n,
@@ -143,15 +160,29 @@ void qs_nvfp4_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n
     const __m256 sg = _mm256_set1_ps(s_global);
     int64_t i = 0;
 
+    for (; i + 256 <= n; i += 256) {
+        float den[16];
+        int finite = 1;
+
+        for (int k = 0; k < 16; k++) {
+            den[k] = qs_ue4m3_values[scales[i / 16 + k] & 0x7F] * s_global;
+            finite &= (qs_f32_bits(den[k]) & 0x7F800000u) != 0x7F800000u;
+        }
+        if (finite)
+            nvfp4_dequant256_avx2(src + i / 2, den, dst + i, 0);
+        else
+            nvfp4_dequant256_avx2(src + i / 2, den, dst + i, 1);
+    }
     for (; i + 32 <= n; i += 32)
-        nvfp4_dequant32_avx2(src + i / 2, scales + i / 16, sg, dst + i);
+        nvfp4_dequant32_avx2(src + i / 2, nvfp4_den_avx2(scales[i / 16], sg),
+                             nvfp4_den_avx2(scales[i / 16 + 1], sg), dst + i, 1);
     if (i < n) {
         size_t len = (size_t)(n - i);
         uint8_t buf[16] = {0}, sc[2] = {0, 0};
         float out[32];
         memcpy(buf, src + i / 2, (len + 1) / 2);
         memcpy(sc, scales + i / 16, (len + 15) / 16);
-        nvfp4_dequant32_avx2(buf, sc, sg, out);
+        nvfp4_dequant32_avx2(buf, nvfp4_den_avx2(sc[0], sg), nvfp4_den_avx2(sc[1], sg), out, 1);
         memcpy(dst + i, out, len * sizeof(float));
     }
 }

@@ -59,6 +59,37 @@ static inline __m512i nvfp4_block_codes_avx512(__m512 x, __m512 den)
     return _mm512_or_si512(c, _mm512_srli_epi64(c, 28));
 }
 
+/*
+ * The amaxes of 16 blocks (v[16k ... 16k + 15]) in lane k, NaN ignored as nvfp4_amax_avx512 does
+ * (a NaN lane becomes +0 before any maximum; max is exact, so the order of the maxima does not
+ * matter): a transposing reduction of 45 shuffles and maxima instead of 16 horizontal ones with
+ * a round trip through memory. Levels: quarters of blocks k and k + 8, then 128-bit halves of k
+ * and k + 4, then pairs of lanes of k and k + 2, then lanes of k and k + 1; the last permute puts
+ * the lanes in block order.
+ */
+static inline __m512 nvfp4_amax16_avx512(const float *v)
+{
+    __m512 m[16], t[8], u[4], w[2], r;
+
+    for (int k = 0; k < 16; k++)
+        m[k] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + 16 * k)), _mm512_setzero_ps());
+    for (int k = 0; k < 8; k++)
+        t[k] = _mm512_max_ps(_mm512_shuffle_f32x4(m[k], m[k + 8], 0x44),
+                             _mm512_shuffle_f32x4(m[k], m[k + 8], 0xEE));
+    /* u[k] quarters: blocks k, k + 8, k + 4, k + 12 (four partial lanes each) */
+    for (int k = 0; k < 4; k++)
+        u[k] = _mm512_max_ps(_mm512_shuffle_f32x4(t[k], t[k + 4], 0x88),
+                             _mm512_shuffle_f32x4(t[k], t[k + 4], 0xDD));
+    /* w[k] quarter j: two lanes of the block of u[k], two of the block of u[k + 2] */
+    for (int k = 0; k < 2; k++)
+        w[k] = _mm512_max_ps(_mm512_shuffle_ps(u[k], u[k + 2], 0x44),
+                             _mm512_shuffle_ps(u[k], u[k + 2], 0xEE));
+    /* quarter j of r: the blocks of u[0], u[2], u[1], u[3] in that quarter */
+    r = _mm512_max_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r);
+}
+
 void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t *dst,
                             uint8_t *scales)
 {
@@ -67,12 +98,8 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
     /* 16 blocks at a time: the block scales of the group take one vector pass */
     for (; (b + 16) * 16 <= n; b += 16) {
         const float *v = src + b * 16;
-        float am[16];
         __m512 den;
-
-        for (int k = 0; k < 16; k++)
-            am[k] = nvfp4_amax_avx512(_mm512_loadu_ps(v + 16 * k));
-        __m512i code = nvfp4_scales_avx512(_mm512_loadu_ps(am), s_global, &den);
+        __m512i code = nvfp4_scales_avx512(nvfp4_amax16_avx512(v), s_global, &den);
         _mm_storeu_si128((__m128i *)(scales + b), _mm512_cvtepi32_epi8(code));
         for (int k = 0; k < 16; k++) {
             __m512 d = _mm512_permutexvar_ps(_mm512_set1_epi32(k), den);
@@ -106,6 +133,23 @@ static inline void nvfp4_unpack32_avx512(__m128i b, __m512i *c0, __m512i *c1)
                                                           13, 29, 14, 30, 15, 31), hi);
 }
 
+/* Sixteen full blocks (256 values) with their dens, two blocks per step; canon: the NaN fix-up
+ * (a constant at each call, so the compiler keeps two loops, neither with a select). */
+static inline void nvfp4_dequant16_avx512(const uint8_t *src, const float *den, __m512 table,
+                                          float *dst, int canon)
+{
+    for (int k = 0; k < 16; k += 2) {
+        __m512i c0, c1;
+        __m512 v0, v1;
+
+        nvfp4_unpack32_avx512(_mm_loadu_si128((const __m128i *)(src + k * 8)), &c0, &c1);
+        v0 = _mm512_mul_ps(_mm512_permutexvar_ps(c0, table), _mm512_set1_ps(den[k]));
+        v1 = _mm512_mul_ps(_mm512_permutexvar_ps(c1, table), _mm512_set1_ps(den[k + 1]));
+        _mm512_storeu_ps(dst + k * 16, canon ? nan_canon_avx512(v0) : v0);
+        _mm512_storeu_ps(dst + k * 16 + 16, canon ? nan_canon_avx512(v1) : v1);
+    }
+}
+
 void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t n,
                               float s_global, float *dst)
 {
@@ -114,8 +158,28 @@ void qs_nvfp4_dequant__avx512(const uint8_t *src, const uint8_t *scales, int64_t
     const __m512i shift = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
     int64_t b = 0;
 
-    /* two full blocks per step, unmasked; den = fl(value(scale) * s_global), the scale's value
-     * from a table (UE4M3: readers ignore the sign bit, §14) */
+    /* sixteen full blocks (256 values) per group, two per step, unmasked; den = fl(value(scale) *
+     * s_global), the scale's value from a table (UE4M3: readers ignore the sign bit, §14). When
+     * the group's 16 dens are all finite, no product can be NaN (E2M1 values are finite), so the
+     * NaN fix-up is left out; a NaN or infinite den (NaN scale byte, NaN or huge s_global) keeps
+     * it, since Inf * 0 and a NaN s_global's payload must come out as the canonical NaN */
+    for (; (b + 16) * 16 <= n; b += 16) {
+        /* the 16 dens in one vector: the integer E4M3 decode is exact, so each is the table's
+         * value times s_global, the reference's one rounding */
+        __m512i sc = _mm512_and_si512(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scales + b))),
+            _mm512_set1_epi32(0x7F));
+        __m512 dv = _mm512_mul_ps(e4m3_decode_avx512(sc), _mm512_set1_ps(s_global));
+        int finite = _mm512_cmp_ps_mask(_mm512_abs_ps(dv), _mm512_set1_ps(0x1.fffffep127f),
+                                        _CMP_LE_OQ) == 0xFFFF;
+        float den[16];
+
+        _mm512_storeu_ps(den, dv);
+        if (finite)
+            nvfp4_dequant16_avx512(src + b * 8, den, table, dst + b * 16, 0);
+        else
+            nvfp4_dequant16_avx512(src + b * 8, den, table, dst + b * 16, 1);
+    }
     for (; (b + 2) * 16 <= n; b += 2) {
         __m512i c0, c1;
         __m512 d0 = _mm512_set1_ps(qs_ue4m3_values[scales[b] & 0x7F] * s_global);
