@@ -182,6 +182,11 @@ static inline __m512 nf4x16_avx512(uint64_t bytes, __m512 book)
     return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, v)), book);
 }
 
+#ifndef PF_DATA
+#define PF_DATA 1024
+#define PF_META 512
+#endif
+
 static inline uint64_t ld64_avx512(const uint8_t *p)
 {
     uint64_t v;
@@ -215,6 +220,8 @@ float qs_mm_dot_sp24_nf4__avx512_1x1x32(const float *x, const uint16_t *meta, in
 
         for (; i + 32 <= stop; i += 32) {
             __m512 v0, v1;
+            _mm_prefetch((const char *)(data + i / 2) + PF_DATA, _MM_HINT_T0);
+            _mm_prefetch((const char *)(meta + i / 8) + PF_META, _MM_HINT_T0);
             nf4x32_avx512(data + i / 2, book, &v0, &v1);
             p0 = _mm512_fmadd_ps(select16_avx512(x + 2 * i, meta + i / 8), v0, p0);
             p1 = _mm512_fmadd_ps(select16_avx512(x + 2 * i + 32, meta + i / 8 + 2), v1, p1);
