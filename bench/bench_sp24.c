@@ -6,6 +6,10 @@
  * the dense NF4 GEMV beside it) against sgemv, each GEMV weight cycling over 8 copies so it
  * streams from memory. Times are the minimum over REPS of this thread's CPU time, so a loaded
  * machine disturbs the ratios less. OPENBLAS_CORETYPE is printed.
+ * The 2:4 + NF4 GEMV is also given as a fraction of the read bandwidth (a pass over the dense
+ * copies, same run), in cache (N = K = 1024, one copy: the kernels' compute alone) and on two
+ * threads (wall time, the best of REPS, against the two-thread read bandwidth and the one-thread
+ * wall time).
  *
  * Usage: bench_sp24 [GEMM N] [GEMV N]
  */
@@ -13,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <pthread.h>
 
 #include "bench_util.h"
 #include "qsparse.h"
@@ -90,6 +96,15 @@ static void make_quant(qs_ctx *ctx, const float *w, int64_t N, int64_t K, int32_
     c->w.meta_count = mc;
 }
 
+static void free_wcopy(wcopy *c)
+{
+    free(c->q.data);
+    free(c->q.scale);
+    free(c->q.zero_point);
+    free(c->q.nested_scale);
+    free(c->meta);
+}
+
 static double cpu_now(void)
 {
     struct timespec ts;
@@ -124,20 +139,60 @@ static double time_blas_cpu(float *const *wf, int fcopies, const float *x, int64
     return min_of(t, REPS);
 }
 
+static double g_wall; /* wall time (best of REPS) of the last time_sp24 */
+
 static double time_sp24(qs_ctx *ctx, const qs_matmul_params *p, const float *x, int64_t M,
                         int64_t K, const qs_weight *const *w, int copies, int64_t N, float *y)
 {
-    double t[REPS];
+    double t[REPS], tw[REPS];
     for (int r = 0; r < REPS; r++) {
-        double t0 = cpu_now();
+        double t0 = cpu_now(), w0 = now();
         for (int i = 0; i < copies; i++)
             if (qs_matmul(ctx, p, x, QS_DTYPE_F32, M, K, w[i], N, NULL, y, M * N * 4) != QS_OK) {
                 fprintf(stderr, "qs_matmul: %s\n", qs_ctx_last_error(ctx));
                 exit(1);
             }
         t[r] = (cpu_now() - t0) / copies;
+        tw[r] = (now() - w0) / copies;
     }
+    g_wall = min_of(tw, REPS);
     return min_of(t, REPS);
+}
+
+typedef struct {
+    const char *p;
+    size_t bytes;
+} rd_arg;
+
+static void *rd_thread(void *a)
+{
+    const rd_arg *r = a;
+    read_pass(r->p, r->bytes);
+    return NULL;
+}
+
+/* Read bandwidth (bytes/s) of `threads` (1 or 2) threads reading disjoint halves of each of the
+ * two dense copies, best of REPS. */
+static double read_bw(float *const *dense, size_t bytes, int threads)
+{
+    double best = 1e30;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = now();
+        for (int i = 0; i < 2; i++) {
+            size_t part = bytes / (size_t)threads & ~(size_t)63;
+            rd_arg a[2] = {{(const char *)dense[i], part},
+                           {(const char *)dense[i] + part, bytes - part}};
+            pthread_t th;
+            if (threads > 1 && pthread_create(&th, NULL, rd_thread, &a[1]) != 0)
+                exit(1);
+            rd_thread(&a[0]);
+            if (threads > 1)
+                pthread_join(th, NULL);
+        }
+        double t = (now() - t0) / 2;
+        best = t < best ? t : best;
+    }
+    return (double)bytes / best;
 }
 
 /* Copy i: a 2:4 weight of N x K (values of dtype) and its dense f32 decompression in dense[i]. */
@@ -181,13 +236,13 @@ static void free_sp24(qs_weight *w)
     free((void *)w->meta);
 }
 
-static void bench_sp24(qs_ctx *ctx, int64_t gn, int64_t vn, int copies)
+static void bench_sp24(qs_ctx *ctx, qs_ctx *ctx2, int64_t gn, int64_t vn, int copies)
 {
     static const int32_t dts[3] = {QS_DTYPE_F32, QS_DTYPE_F16, QS_DTYPE_BF16};
     static const char *const dtn[3] = {"f32", "f16", "bf16"};
     qs_weight *w = xmalloc(sizeof(qs_weight) * (size_t)copies);
-    const qs_weight **wp = xmalloc(sizeof(qs_weight *) * (size_t)copies);
-    wcopy *spnf4 = xmalloc(sizeof(wcopy) * (size_t)copies), *nf4 = xmalloc(sizeof(wcopy) * 2);
+    const qs_weight **wp = xmalloc(sizeof(qs_weight *) * (size_t)(copies > 64 ? copies : 64));
+    wcopy *spnf4 = xmalloc(sizeof(wcopy) * (size_t)(copies + 1)), *nf4 = xmalloc(sizeof(wcopy) * 3);
     int64_t big = gn > vn ? gn : vn;
     float *dense[2], *x = xmalloc((size_t)(big * big) * 4), *y = xmalloc((size_t)(big * big) * 4);
     double t;
@@ -246,10 +301,56 @@ static void bench_sp24(qs_ctx *ctx, int64_t gn, int64_t vn, int copies)
     for (int i = 0; i < copies; i++)
         wp[i] = &spnf4[i].w;
     double ts = time_sp24(ctx, NULL, x, 1, vn, wp, copies, vn, y);
+    double tsw = g_wall;
+    double bw1 = read_bw(dense, (size_t)(vn * vn) * 4, 1);
     printf("%-28s %10.3f %9.2f %10.1f\n", "NF4 dense", tn * 1e3, sgemv / tn,
            (double)nf4[0].bytes / tn * 1e-9);
-    printf("%-28s %10.3f %9.2f %10.1f  (%.2fx NF4 dense)\n", "2:4 + NF4", ts * 1e3, sgemv / ts,
-           (double)spnf4[0].bytes / ts * 1e-9, tn / ts);
+    printf("%-28s %10.3f %9.2f %10.1f  (%.2fx NF4 dense, %.0f%% of read %.1f GB/s)\n",
+           "2:4 + NF4", ts * 1e3, sgemv / ts, (double)spnf4[0].bytes / ts * 1e-9, tn / ts,
+           100.0 * (double)spnf4[0].bytes / ts / bw1, bw1 * 1e-9);
+
+    /* in cache: one 1024 x 1024 copy each, the kernels' compute (before the two-thread runs,
+     * whose idle OpenMP workers spin for a while after) */
+    {
+        int64_t cn = 1024;
+        float *wc = xmalloc((size_t)(cn * cn) * 4);
+        for (int64_t e = 0; e < cn * cn; e++)
+            wc[e] = (float)(((e * 2654435761u) % 4001) - 2000) / 40000.0f;
+        make_quant(ctx, wc, cn, cn, QS_FORMAT_NF4, 0, &nf4[2]);
+        make_quant(ctx, wc, cn, cn, QS_FORMAT_NF4, 1, &spnf4[copies]);
+        /* 64 calls a timing, so the best of REPS finds a quiet stretch on a loaded machine */
+        for (int i = 0; i < 64; i++)
+            wp[i] = &nf4[2].w;
+        double cd = time_sp24(ctx, NULL, x, 1, cn, wp, 64, cn, y);
+        for (int i = 0; i < 64; i++)
+            wp[i] = &spnf4[copies].w;
+        double cs = time_sp24(ctx, NULL, x, 1, cn, wp, 64, cn, y);
+        printf("\nin cache, N = K = %lld, 1 thread: NF4 dense %.4f ms, 2:4 + NF4 %.4f ms (%.2fx)\n",
+               (long long)cn, cd * 1e3, cs * 1e3, cd / cs);
+        free_wcopy(&nf4[2]);
+        free_wcopy(&spnf4[copies]);
+        free(wc);
+    }
+    /* two threads: wall time against the two-thread read bandwidth */
+    double bw2 = read_bw(dense, (size_t)(vn * vn) * 4, 2);
+    wp[0] = &nf4[0].w;
+    wp[1] = &nf4[1].w;
+    time_sp24(ctx2, NULL, x, 1, vn, wp, 2, vn, y);
+    double tn2 = g_wall;
+    for (int i = 0; i < copies; i++)
+        wp[i] = &spnf4[i].w;
+    time_sp24(ctx2, NULL, x, 1, vn, wp, copies, vn, y);
+    double ts2 = g_wall;
+    printf("\n2 threads (wall)             %10s %9s %10s\n", "ms/call", "vs 1 thr", "weight GB/s");
+    printf("%-28s %10.3f %9.2f %10.1f  (%.2fx NF4 dense, %.0f%% of read %.1f GB/s)\n",
+           "2:4 + NF4", ts2 * 1e3, tsw / ts2, (double)spnf4[0].bytes / ts2 * 1e-9, tn2 / ts2,
+           100.0 * (double)spnf4[0].bytes / ts2 / bw2, bw2 * 1e-9);
+    printf("%-28s %10.3f\n", "NF4 dense", tn2 * 1e3);
+    for (int i = 0; i < copies; i++)
+        free_wcopy(&spnf4[i]);
+    for (int i = 0; i < 2; i++)
+        free_wcopy(&nf4[i]);
+
     free(dense[0]);
     free(dense[1]);
     free(x);
@@ -261,16 +362,20 @@ static void bench_sp24(qs_ctx *ctx, int64_t gn, int64_t vn, int copies)
 int main(int argc, char **argv)
 {
     qs_ctx_params sp;
-    qs_ctx *sc = NULL;
+    qs_ctx *sc = NULL, *sc2 = NULL;
     openblas_set_num_threads(1);
     qs_ctx_params_init(&sp);
     sp.num_threads = 1;
     if (qs_ctx_create(&sp, &sc) != QS_OK)
         return 1;
+    sp.num_threads = 2;
+    if (qs_ctx_create(&sp, &sc2) != QS_OK)
+        return 1;
     printf("bench_sp24: tier %s, OPENBLAS_CORETYPE=%s, 1 thread\n", qs_ctx_isa_name(sc),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
-    bench_sp24(sc, argc > 1 ? atoll(argv[1]) : 2048, argc > 2 ? atoll(argv[2]) : 4096, 8);
+    bench_sp24(sc, sc2, argc > 1 ? atoll(argv[1]) : 2048, argc > 2 ? atoll(argv[2]) : 4096, 8);
     qs_ctx_destroy(sc);
+    qs_ctx_destroy(sc2);
     return 0;
 }
 #else

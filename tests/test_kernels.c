@@ -150,6 +150,57 @@ static size_t run_mm8_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, ui
     return (size_t)(m * rows) * 4;
 }
 
+#define GEMV_HDR 16
+
+/* The fused 2:4 dot products sum in another order than the reference (FMA, lane-wise block
+ * scales), so their result goes out in the GEMV layout (header, y, sum|x w|) for compare_gemv:
+ * the bound over the n / 2 kept products, x gathered by the reference and each kept value
+ * decoded as the reference decodes it (NF4: codebook times its block's absmax). */
+static size_t sp24_dot_out(int32_t slot, const k_in *in, const uint16_t *meta, int64_t n,
+                           int32_t block, float r, uint8_t *out)
+{
+    static float xg[MAX_N / 2 + 16], v[MAX_N / 2 + 16];
+    int64_t kept = n / 2, start = in->variant & 1;
+    double b = 0.0;
+    int nonfinite = 0, overflow = 0;
+    uint32_t hdr = 1, kk = (uint32_t)kept;
+
+    qs_mm_gather_sp24__ref(in->x, meta, n, xg);
+    if (slot == QS_SLOT_mm_dot_sp24_f32)
+        memcpy(v, in->absmax, (size_t)kept * sizeof(float));
+    else if (slot == QS_SLOT_mm_dot_sp24_f16)
+        qs_cvt_f16_f32__ref(in->half, kept, v);
+    else if (slot == QS_SLOT_mm_dot_sp24_bf16)
+        qs_cvt_bf16_f32__ref(in->half, kept, v);
+    else
+        for (int64_t j = 0; j < kept; j++) {
+            int64_t f = start + j;
+            uint8_t c = f & 1 ? in->codes[f / 2] & 15u : in->codes[f / 2] >> 4;
+            v[j] = qs_nf4_codebook[c] * in->absmax[f / block];
+            overflow |= isinf(in->absmax[f / block]) || fabsf(in->absmax[f / block]) > 0x1p120f;
+        }
+    for (int64_t j = 0; j < kept; j++) {
+        double p = fabs((double)xg[j] * (double)v[j]);
+        if (isfinite(p))
+            b += p;
+        else
+            nonfinite = 1;
+    }
+    float bound = b > 0x1p126 || overflow ? 0x1p127f : nonfinite ? INFINITY : (float)b;
+    memcpy(out, &hdr, 4);
+    memcpy(out + 4, &kk, 4);
+    memset(out + 8, 0, GEMV_HDR - 8);
+    memcpy(out + GEMV_HDR, &r, 4);
+    memcpy(out + GEMV_HDR + 4, &bound, 4);
+    return GEMV_HDR + 8;
+}
+
+static int is_sp24_dot_slot(int32_t slot)
+{
+    return slot == QS_SLOT_mm_dot_sp24_f32 || slot == QS_SLOT_mm_dot_sp24_f16 ||
+           slot == QS_SLOT_mm_dot_sp24_bf16 || slot == QS_SLOT_mm_dot_sp24_nf4;
+}
+
 /* Runners of the matmul slots (include/qsparse/matmul.h): one f32 result per call (the int8
  * group sums stay far below 2^31 at MAX_N), NF4/FP4 rows starting on either nibble, INT8 groups
  * of 1 ... n, 2:4 meta with valid nibbles only, as the driver guarantees. */
@@ -214,7 +265,7 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
             r = ((qs_mm_dot_sp24_nf4_fn *)fn)(in->x, meta, n4, in->codes, in->variant & 1,
                                               in->absmax, blocks[in->variant % 4]);
         if (slot != QS_SLOT_mm_sp24_axpy)
-            break;
+            return sp24_dot_out(slot, in, meta, n4, blocks[in->variant % 4], r, out);
         for (int64_t i = 0; i < n4; i++) {
             xt[2 * i] = in->absmax[i];
             xt[2 * i + 1] = in->x[n - 1 - i];
@@ -261,8 +312,6 @@ static size_t run_gemm_slot(k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
  * The output is a header (the number of y slots), y (m x rows at a row stride of rows + 1, so a
  * stray write between rows shows in the canary gap) and, per y slot, sum_k |x_k w_k| in double
  * over the reference's dequantized weight: compare_gemv's error scale. */
-#define GEMV_HDR 16
-
 static int is_gemv_slot(int32_t slot)
 {
     return slot >= QS_SLOT_mm_gemv_f16 && slot <= QS_SLOT_mm_gemv_nvfp4;
@@ -798,7 +847,9 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
     const struct qs_kernel_entry *ref = ref_of(impl->slot);
     static const int64_t big[] = {2047, 2048, 4095, 4096, 4097, 8191, 12345, MAX_N};
     t_rng r = {0x5EED0000ull + (uint64_t)impl->slot};
-    k_compare_fn *compare = is_gemv_slot(impl->slot) ? compare_gemv : family_compare[impl->family];
+    k_compare_fn *compare = is_gemv_slot(impl->slot) || is_sp24_dot_slot(impl->slot)
+                                ? compare_gemv
+                                : family_compare[impl->family];
     int64_t compared = 0;
 
     assert_non_null(ref);

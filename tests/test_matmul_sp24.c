@@ -12,10 +12,12 @@
  *   accumulator that already holds such values.
  * - mm_gather_sp24 (the GEMV gather) only moves values: bytes equal to the reference's, NaN
  *   payloads included, over the same meta patterns and lengths.
- * - mm_dot_sp24_f32 / f16 / bf16 / nf4 (the fused GEMV) keep the reference's lanes and tree:
- *   bytes of the reference over lengths 0 ... 520 columns, every nibble at every position, f16 and
- *   bf16 values of every bit pattern, NF4 rows starting at and off a multiple of 16 kept values
- *   with blocks of 2 ... 4096 (both the vector path and its fallback), NaN, Inf and large values.
+ * - mm_dot_sp24_f32 / f16 / bf16 / nf4 (the fused GEMV) sum in their own order (FMA, lane-wise
+ *   block scales): within the GEMV bound of the reference over lengths 0 ... 520 columns (every
+ *   tail of the 32-column steps), every nibble at every position, f16 and bf16 values of every
+ *   bit pattern, NF4 rows starting at and off a multiple of 16 kept values with blocks of
+ *   2 ... 4096 (both the vector path and its fallback), NaN, Inf, denormal and huge values in x,
+ *   values and block scales (Inf, NaN, denormal absmax), a NaN result always the canonical one.
  * - qs_matmul on the GEMM path (M >= QS_MATMUL_GEMM_MIN_M) for 2:4 f32/f16/bf16 and 2:4 + NF4
  *   weights: y[m, n] = canon(fl(acc + bias[n])), acc = fl(acc + fl(v_j * x[m, col_j])) over the
  *   kept values j of row n in ascending order from +0, bit for bit, over shapes with tails in M
@@ -144,25 +146,57 @@ static void test_gather_kernels(void **state)
         print_message("  no mm_gather_sp24 implementation runs here beside the reference\n");
 }
 
-/* The fused GEMV dot products: bytes of the reference (gather + the 16-lane dot product). */
+/* The fused GEMV dot products sum in another order than the reference (FMA, lane-wise block
+ * scales: include/qsparse/matmul.h), so they are checked against the reference within the GEMV
+ * bound: |got - want| <= (kept/16 + 8) 2^-23 sum_j |xg_j v_j| over the kept products, v_j the
+ * value as the reference decodes it (NF4: codebook times the block's absmax). A non-finite
+ * product (NaN or Inf in x, values or scales) asks for the same class: NaN meets NaN and an
+ * infinity the same infinity; a sum that may overflow in one order (past 2^126, or a scale
+ * near the f32 limit) only asks for a result. */
 static int32_t g_dot_slot;
+
+static int dot_within(float got, float want, const float *x, const uint16_t *meta, int64_t k,
+                      const float *v, int overflow)
+{
+    float xg[260];
+    double b = 0.0;
+    int nonfinite = 0;
+
+    qs_mm_gather_sp24__ref(x, meta, k, xg);
+    for (int64_t j = 0; j < k / 2; j++) {
+        double p = fabs((double)xg[j] * (double)v[j]);
+        if (isfinite(p))
+            b += p;
+        else
+            nonfinite = 1;
+    }
+    if (t_bits(got) == t_bits(want) || overflow || b > 0x1p126)
+        return 1;
+    if (nonfinite)
+        return isnan(got) == isnan(want) && (!(isinf(got) || isinf(want)) || got == want);
+    return isfinite(got) && fabs((double)got - (double)want) <=
+                                ((double)(k / 2) / 16.0 + 8.0) * 0x1p-23 * b + 0x1p-140;
+}
 
 static void check_dot(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
 {
     static const int32_t blocks[] = {64, 16, 32, 128, 2, 6, 4096};
     static const int64_t starts[] = {0, 16, 64, 1, 6};
+    /* absmax specials: Inf, NaN, a denormal, 2^-149, a huge scale */
+    static const float amax_special[] = {INFINITY, NAN, 3e-39f, 0x1p-149f, 3e38f};
     t_rng r = {0x7A24};
-    float x[520], w[260];
+    float x[520], w[260], v[260];
     uint16_t h[260], meta[520 / 16 + 1];
     uint8_t codes[200];
-    int64_t runs = 0;
+    int64_t runs = 0, exact = 0;
 
     for (int64_t k = 0; k <= 520; k += 4)
-        for (int v = 0; v < 6; v++) {
+        for (int pv = 0; pv < 6; pv++) {
             float got, want;
-            make_meta(meta, k / 4, v);
-            t_fill_mixed(&r, x, k, v % 2 ? 0.02 : 0.0);
-            t_fill_mixed(&r, w, k / 2, v % 3 == 0 ? 0.02 : 0.0);
+            int overflow = 0;
+            make_meta(meta, k / 4, pv);
+            t_fill_mixed(&r, x, k, pv % 2 ? 0.02 : 0.0);
+            t_fill_mixed(&r, w, k / 2, pv % 3 == 0 ? 0.02 : 0.0);
             for (int64_t i = 0; i < k / 2; i++)
                 h[i] = (uint16_t)t_next(&r);
             for (size_t i = 0; i < sizeof codes; i++)
@@ -171,28 +205,43 @@ static void check_dot(const struct qs_kernel_entry *impl, const struct qs_kernel
             case QS_SLOT_mm_dot_sp24_f32:
                 got = ((qs_mm_dot_sp24_f32_fn *)impl->fn)(x, meta, k, w);
                 want = ((qs_mm_dot_sp24_f32_fn *)ref->fn)(x, meta, k, w);
+                memcpy(v, w, sizeof v);
                 break;
             case QS_SLOT_mm_dot_sp24_f16:
             case QS_SLOT_mm_dot_sp24_bf16:
                 got = ((qs_mm_dot_sp24_f16_fn *)impl->fn)(x, meta, k, h);
                 want = ((qs_mm_dot_sp24_f16_fn *)ref->fn)(x, meta, k, h);
+                (g_dot_slot == QS_SLOT_mm_dot_sp24_f16 ? qs_cvt_f16_f32__ref
+                                                       : qs_cvt_bf16_f32__ref)(h, k / 2, v);
                 break;
             default: {
-                int32_t b = blocks[(k / 4 + v) % 7];
-                int64_t st = starts[(k / 4 + v) % 5];
+                int32_t b = blocks[(k / 4 + pv) % 7];
+                int64_t st = starts[(k / 4 + pv) % 5];
                 float amax[300];
                 for (int i = 0; i < 300; i++)
-                    amax[i] = (float)t_unif(&r) * (i % 17 == 0 && v == 5 ? INFINITY : 1.0f);
+                    amax[i] = i % 17 == 0 && pv >= 4 ? amax_special[(i / 17 + k) % 5]
+                                                     : (float)t_unif(&r);
                 got = ((qs_mm_dot_sp24_nf4_fn *)impl->fn)(x, meta, k, codes, st, amax, b);
                 want = ((qs_mm_dot_sp24_nf4_fn *)ref->fn)(x, meta, k, codes, st, amax, b);
+                for (int64_t j = 0; j < k / 2; j++) {
+                    int64_t f = st + j;
+                    float a = amax[f / b];
+                    v[j] = qs_nf4_codebook[f & 1 ? codes[f / 2] & 15u : codes[f / 2] >> 4] * a;
+                    overflow |= a > 0x1p120f; /* Inf too: lane-wise or whole-block scaling */
+                }
                 break;
             }
             }
-            if (!T_ASSERT_BYTES(impl->name, &got, &want, 4))
-                fail_msg("%s: n = %lld, pattern %d", impl->name, (long long)k, v);
+            if (!dot_within(got, want, x, meta, k, v, overflow))
+                fail_msg("%s: n = %lld, pattern %d: got %.9g (0x%08x), want %.9g (0x%08x)",
+                         impl->name, (long long)k, pv, got, t_bits(got), want, t_bits(want));
+            if (isnan(got)) /* the NaN rule: a computed NaN is the canonical one */
+                assert_int_equal(t_bits(got), QS_NAN_F32_BITS);
+            exact += t_bits(got) == t_bits(want);
             runs++;
         }
-    print_message("  %-36s bit-exact vs ref: %lld runs\n", impl->name, (long long)runs);
+    print_message("  %-36s within the GEMV bound: %lld runs (%lld bit-identical)\n", impl->name,
+                  (long long)runs, (long long)exact);
 }
 
 static void test_dot_kernels(void **state)

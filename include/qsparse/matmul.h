@@ -44,8 +44,9 @@
  * Every path is within a relative Frobenius error of 1e-5 of the float64 product of x and the
  * dequantized weight (for finite data of moderate range; tested at every ISA tier). Where the
  * sum cancels, the per-element bound is what holds for any summation order: two ISA tiers differ
- * by at most 2 (K/16 + 8) 2^-23 sum_k |x[m, k] W[n, k]| (fused GEMV kernels sum in another order
- * than the reference; the 2:4 and int8-activation paths are bit-identical on every tier).
+ * by at most 2 (K/16 + 8) 2^-23 sum_k |x[m, k] W[n, k]| (fused GEMV kernels, 2:4 ones included,
+ * sum in another order than the reference; the 2:4 GEMM and int8-activation paths are
+ * bit-identical on every tier).
  *
  * int8 activations (params.activations = QS_MATMUL_ACT_INT8): x is quantized per token (row) as
  * qs_int8_vectorwise_quant does: r_m = max |x[m, k]| over the non-outlier elements,

@@ -1,18 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * 2:4 GEMV kernels for NEON: the gather (slot mm_gather_sp24) and the fused dot products of x
- * with one 2:4 row of f32, f16, bf16 or NF4 kept values (mm_dot_sp24_*), as
- * src/ref/matmul_ref.c defines them (gather, then the 16-lane dot product of the GEMV in
+ * with one 2:4 row of f32, f16, bf16 or NF4 kept values (mm_dot_sp24_*), within the matmul
+ * tolerance of src/ref/matmul_ref.c (gather, then the 16-lane dot product of the GEMV in
  * include/qsparse/matmul.h; docs/sparsity.md §3.2 for the meta nibbles).
  *
- * One meta byte (2 groups, 8 columns of x, 4 kept values) selects four floats with one
- * two-register byte table lookup, the byte indices built from the two nibbles. The 16 lanes of
- * the reference are four registers (kept values j mod 16); every lane adds fl(x * v) in
- * ascending j (no FMLA) and the reference's pairwise tree ends it, so the results are the
- * reference's bit for bit (a NaN is canonical). NF4 codes are decoded with byte-plane table
- * lookups; NF4 takes the vector path when its scale blocks start on a multiple of 16 kept
- * values, and calls the reference otherwise. Tails of fewer than 16 kept values are gathered
- * and widened by the reference routines into zero-padded lanes and added under lane masks.
+ * The structure of the x86 kernels (mm24_gemv_avx512.c): only the kept products are computed
+ * and x is never gathered element by element. One meta byte (2 groups, 8 columns of x, 4 kept
+ * values) selects four floats with one two-register byte table lookup, the byte indices built
+ * from the two nibbles. Products are FMLAs into 16 lanes in four registers; an NF4 block's sums
+ * are multiplied by its absmax once per block (one FMLA per register into the row's
+ * accumulators; an infinite absmax multiplies the block's total, as the reference does, since a
+ * lane holding 0 would make a NaN of 0 * Inf), and the lanes are added at the end. NF4 codes are
+ * decoded with byte-plane table lookups; NF4 takes the vector path when its scale blocks start
+ * on a multiple of 16 kept values, and calls the reference otherwise. Tails of fewer than 16
+ * kept values are gathered and widened by the reference routines into zero-padded lanes and
+ * added under lane masks, so nothing past the row is read.
  */
 #include <arm_neon.h>
 
@@ -44,7 +47,7 @@ static inline void gather16_neon(const float *x, const uint16_t *meta, float32x4
     g[3] = gather4_neon(x + 24, w1 >> 8);
 }
 
-/* p[i] + p[i + 8], then + 4, + 2, + 1: the reference's tree (p[0..3] hold lanes 0-15). */
+/* The 16 lanes of p[0..3] added (p[i] + p[i + 8], then + 4, + 2, + 1). */
 static inline float sum16_neon(const float32x4_t p[4])
 {
     float32x4_t a0 = vaddq_f32(p[0], p[2]), a1 = vaddq_f32(p[1], p[3]);
@@ -56,17 +59,17 @@ static inline float sum16_neon(const float32x4_t p[4])
 static inline void mac16_neon(float32x4_t p[4], const float32x4_t x[4], const float32x4_t v[4])
 {
     for (int i = 0; i < 4; i++)
-        p[i] = vaddq_f32(p[i], vmulq_f32(x[i], v[i]));
+        p[i] = vfmaq_f32(p[i], x[i], v[i]);
 }
 
 /* The last len < 16 kept values, gathered and widened into zero-padded xg, v: lanes past the
- * row keep their sums (and a -0). */
+ * row keep their sums. */
 static inline void tail_neon(float32x4_t p[4], const float *xg, const float *v, int64_t len)
 {
     const int32_t lane[4] = {0, 1, 2, 3};
     for (int i = 0; i < 4; i++) {
         uint32x4_t k = vcltq_s32(vld1q_s32(lane), vdupq_n_s32((int32_t)(len - 4 * i)));
-        float32x4_t s = vaddq_f32(p[i], vmulq_f32(vld1q_f32(xg + 4 * i), vld1q_f32(v + 4 * i)));
+        float32x4_t s = vfmaq_f32(p[i], vld1q_f32(xg + 4 * i), vld1q_f32(v + 4 * i));
         p[i] = vbslq_f32(k, s, p[i]);
     }
 }
@@ -148,8 +151,9 @@ float qs_mm_dot_sp24_nf4__neon_1x1x32(const float *x, const uint16_t *meta, int6
                                       int32_t block)
 {
     const lut16_neon book = lut16_load_neon(qs_nf4_codebook);
+    float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),
+                          vdupq_n_f32(0.0f)};
     int64_t i = 0, kept = n / 2;
-    float acc = 0.0f;
 
     if (block % 16 != 0 || start % 16 != 0)
         return qs_mm_dot_sp24_nf4__ref(x, meta, n, data, start, absmax, block);
@@ -175,7 +179,12 @@ float qs_mm_dot_sp24_nf4__neon_1x1x32(const float *x, const uint16_t *meta, int6
             tail_neon(p, xg, v, stop - i);
             i = stop;
         }
-        acc = acc + sum16_neon(p) * qs_ld_f32(absmax + b);
+        float s = qs_ld_f32(absmax + b);
+        if (__builtin_expect(s - s != 0.0f && s == s, 0)) /* infinite: the block's total */
+            acc[0] = vsetq_lane_f32(vgetq_lane_f32(acc[0], 0) + sum16_neon(p) * s, acc[0], 0);
+        else
+            for (int k = 0; k < 4; k++)
+                acc[k] = vfmaq_n_f32(acc[k], p[k], s);
     }
-    return qs_ref_nan_canon(acc);
+    return qs_ref_nan_canon(sum16_neon(acc));
 }

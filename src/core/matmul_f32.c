@@ -138,6 +138,52 @@ static float sp24_dot(const struct qs_mm_job *j, const float *x, int64_t n)
     }
 }
 
+/* The dot product of the gathered x (xg, wcols values) with row n of a 2:4 + quantized weight
+ * other than NF4, through the format's multi-row GEMV kernel called for that one row: the same
+ * SIMD decode, FMA and once-per-block scales as the dense GEMV (within the GEMV bound of the
+ * reference). */
+static float sp24_quant_gemv(const struct qs_mm_job *j, const float *xg, int64_t n)
+{
+    const struct qs_kernels *k = &j->ctx->k;
+    const uint8_t *d = j->wdata;
+    int64_t c = j->wcols;
+    const int8_t *zp;
+    const float *s;
+    float y = 0.0f, rs;
+
+    switch (j->format) {
+    case QS_FORMAT_FP4: k->mm_gemv_fp4(xg, c, 1, c, d, n * c, j->absmax, j->block, 1, &y, 1); break;
+    case QS_FORMAT_INT8:
+        s = int8_scale(j, n, c, &zp);
+        k->mm_gemv_int8(xg, c, 1, c, (const int8_t *)d + n * c, s, zp, j->group, 0, 1, &y, 1);
+        break;
+    case QS_FORMAT_LLM_INT8:
+        rs = qs_ld_f32(j->fscale + n) * QS_MM_INV127; /* the row's fl(SCB * fl(1/127)) */
+        k->mm_gemv_int8(xg, c, 1, c, (const int8_t *)d + n * c, &rs, NULL, c, 0, 1, &y, 1);
+        break;
+    case QS_FORMAT_FP8_E4M3:
+        k->mm_gemv_e4m3(xg, c, 1, c, d + n * c, qs_ld_f32(j->fscale), 1, &y, 1);
+        break;
+    case QS_FORMAT_FP8_E5M2:
+        k->mm_gemv_e5m2(xg, c, 1, c, d + n * c, qs_ld_f32(j->fscale), 1, &y, 1);
+        break;
+    case QS_FORMAT_MXFP4:
+        k->mm_gemv_mxfp4(xg, c, 1, c, d + n * j->row_bytes, j->row_bytes, j->bscale + n * j->spr,
+                         j->spr, 1, &y, 1);
+        break;
+    case QS_FORMAT_MXFP8:
+        k->mm_gemv_mxfp8(xg, c, 1, c, d + n * j->row_bytes, j->row_bytes, j->bscale + n * j->spr,
+                         j->spr, 1, &y, 1);
+        break;
+    case QS_FORMAT_NVFP4:
+        k->mm_gemv_nvfp4(xg, c, 1, c, d + n * j->row_bytes, j->row_bytes, j->bscale + n * j->spr,
+                         j->spr, j->s_global, 1, &y, 1);
+        break;
+    default: return quant_dot(j, xg, n, c);
+    }
+    return y;
+}
+
 /* x . W[n, :] by the GEMV definition; xg holds wcols floats for 2:4 weights. */
 static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float *xg)
 {
@@ -150,7 +196,7 @@ static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float
             return j->ctx->k.mm_dot_sp24_nf4(x, j->meta + n * j->words, j->K, j->wdata,
                                              n * j->wcols, j->absmax, j->block);
         j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
-        return quant_dot(j, xg, n, j->wcols);
+        return sp24_quant_gemv(j, xg, n);
     }
 }
 

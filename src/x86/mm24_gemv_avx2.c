@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * 2:4 GEMV kernels for AVX2 (+F16C): the gather (slot mm_gather_sp24) and the fused dot
- * products of x with one 2:4 row of f32, f16, bf16 or NF4 kept values (mm_dot_sp24_*), as
- * src/ref/matmul_ref.c defines them (gather, then the 16-lane dot product of the GEMV in
- * include/qsparse/matmul.h; docs/sparsity.md §3.2 for the meta nibbles).
+ * 2:4 GEMV kernels for AVX2 (+FMA, F16C): the gather (slot mm_gather_sp24) and the fused dot
+ * products of x with one 2:4 row of f32, f16, bf16 or NF4 kept values (mm_dot_sp24_*), within
+ * the matmul tolerance of src/ref/matmul_ref.c (gather, then the 16-lane dot product of the GEMV
+ * in include/qsparse/matmul.h; docs/sparsity.md §3.2 for the meta nibbles).
  *
- * One meta word (4 groups, 16 columns of x, 8 kept values) a step: the 8 two-bit indices are
- * spread into the 8 lanes with one variable shift, offset by 4 per group inside each 8-column
- * half, used to permute both halves, and the halves blended (groups 0-1 from the first, 2-3
- * from the second). The 16 lanes of the reference are two registers (kept values j mod 16 in
- * 0-7 and 8-15); every lane adds fl(x * v) in ascending j and the reference's pairwise tree
- * ends it, so the results are the reference's bit for bit (a NaN is canonical). NF4 takes this
- * path when its scale blocks start on a multiple of 16 kept values, and calls the reference
- * otherwise. Tails of fewer than 16 kept values run under lane masks.
+ * The structure of the AVX-512 kernels (mm24_gemv_avx512.c) in 8 lanes: only the kept products
+ * are computed and x is never gathered element by element. One meta word (4 groups, 16 columns
+ * of x, 8 kept values) a step: the 8 two-bit indices are spread into the 8 lanes with one
+ * variable shift, offset by 4 per group inside each 8-column half, used to permute both halves,
+ * and the halves blended (groups 0-1 from the first, 2-3 from the second). NF4 codes are widened
+ * to one per lane (the high nibbles shifted into the low 4 bits of their own bytes, interleaved
+ * with the bytes) and looked up in the two 8-entry halves of the codebook, the upper one where
+ * code bit 3 is set. Products are FMAs into two 8-lane partial sums; an NF4 block's sums are
+ * multiplied by its absmax once per block (an infinite absmax multiplies the block's total, as
+ * the reference does), and the lanes are added at the end. NF4 takes this path when its scale
+ * blocks and the row start on multiples of 16 kept values and calls the reference otherwise. The
+ * last fewer than 16 kept values are staged through the reference gather under lane masks, so
+ * nothing past the row is read and lanes past it keep their sums.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -32,29 +37,29 @@ static inline __m256 gather8_avx2(const float *x, const uint16_t *meta)
     return _mm256_blend_ps(lo, hi, 0xF0);
 }
 
-/* p0 (lanes 0-7) + p1 (lanes 8-15), then + 4, + 2, + 1: the reference's tree. */
-static inline float sum16_avx2(__m256 p0, __m256 p1)
+static inline float hsum_avx2(__m256 a)
 {
-    __m256 a = _mm256_add_ps(p0, p1);
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
-static inline __m256 mac_avx2(__m256 p, __m256 x, __m256 v)
+static inline float finish_avx2(__m256 p0, __m256 p1)
 {
-    return _mm256_add_ps(p, _mm256_mul_ps(x, v));
+    return qs_ref_nan_canon(hsum_avx2(_mm256_add_ps(p0, p1)));
 }
 
-/* The last len < 16 kept values: x and v gathered into lanes by the caller, added under the
- * lane masks so the lanes past the row keep their sums (and a -0). */
+/* The last len < 16 kept values: x and v staged into lanes by the caller (zero past len),
+ * added under the lane masks so the lanes past the row keep their sums. */
 static inline void tail_avx2(__m256 *p0, __m256 *p1, const float *xg, const float *v, int64_t len)
 {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256 k0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)len), lane));
     __m256 k1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)len - 8), lane));
-    *p0 = _mm256_blendv_ps(*p0, mac_avx2(*p0, _mm256_loadu_ps(xg), _mm256_loadu_ps(v)), k0);
-    *p1 = _mm256_blendv_ps(*p1, mac_avx2(*p1, _mm256_loadu_ps(xg + 8), _mm256_loadu_ps(v + 8)), k1);
+    __m256 f0 = _mm256_fmadd_ps(_mm256_loadu_ps(xg), _mm256_loadu_ps(v), *p0);
+    __m256 f1 = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 8), _mm256_loadu_ps(v + 8), *p1);
+    *p0 = _mm256_blendv_ps(*p0, f0, k0);
+    *p1 = _mm256_blendv_ps(*p1, f1, k1);
 }
 
 void qs_mm_gather_sp24__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n, float *xg)
@@ -103,9 +108,9 @@ static inline float dot_plain_avx2(const float *x, const uint16_t *meta, int64_t
     int64_t i = 0, kept = n / 2;
 
     for (; i + 16 <= kept; i += 16) {
-        p0 = mac_avx2(p0, gather8_avx2(x + 2 * i, meta + i / 8), load8_avx2(w, i, kind));
-        p1 = mac_avx2(p1, gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1),
-                      load8_avx2(w, i + 8, kind));
+        p0 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i, meta + i / 8), load8_avx2(w, i, kind), p0);
+        p1 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1),
+                             load8_avx2(w, i + 8, kind), p1);
     }
     if (i < kept) {
         float xg[16] = {0}, v[16] = {0};
@@ -113,7 +118,7 @@ static inline float dot_plain_avx2(const float *x, const uint16_t *meta, int64_t
         widen(w, i, kept - i, v);
         tail_avx2(&p0, &p1, xg, v, kept - i);
     }
-    return qs_ref_nan_canon(sum16_avx2(p0, p1));
+    return finish_avx2(p0, p1);
 }
 
 float qs_mm_dot_sp24_f32__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n,
@@ -134,16 +139,33 @@ float qs_mm_dot_sp24_bf16__avx2_1x1x16(const float *x, const uint16_t *meta, int
     return dot_plain_avx2(x, meta, n, w, 2, widen_bf16);
 }
 
-/* Codebook values of 8 NF4 codes in 4 bytes (element 2i in the high nibble of byte i): two
- * 8-entry lookups, the upper one taken where code bit 3 is set. */
-static inline __m256 nf4_avx2(uint32_t bytes, __m256 book_lo, __m256 book_hi)
+/* Codebook values of 8 codes, one per lane in the low 4 bits: two 8-entry lookups, the upper
+ * one where code bit 3 is set (moved to the sign bit for the blend). */
+static inline __m256 book8_avx2(__m256i c, __m256 book_lo, __m256 book_hi)
 {
-    const __m256i hi_lo = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
-    __m128i b = _mm_cvtsi32_si128((int)bytes);
-    __m256i c = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)); /* byte i in lanes 2i, 2i + 1 */
-    c = _mm256_and_si256(_mm256_srlv_epi32(c, hi_lo), _mm256_set1_epi32(15));
     __m256 lo = _mm256_permutevar8x32_ps(book_lo, c), hi = _mm256_permutevar8x32_ps(book_hi, c);
     return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+}
+
+/* The 16 NF4 codes of 8 bytes (element 2i in the high nibble of byte i) in two vectors: the
+ * bytes with each 16-bit half shifted right by 4 hold the high nibbles in their low 4 bits;
+ * interleaved with the bytes they are the codes in element order. */
+static inline void nf4x16_avx2(uint64_t bytes, __m256 book_lo, __m256 book_hi, __m256 *a,
+                               __m256 *b)
+{
+    __m128i v = _mm_cvtsi64_si128((long long)bytes);
+    __m128i c = _mm_unpacklo_epi8(_mm_srli_epi16(v, 4), v);
+    *a = book8_avx2(_mm256_cvtepu8_epi32(c), book_lo, book_hi);
+    *b = book8_avx2(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8)), book_lo, book_hi);
+}
+
+/* acc + sum * scale lane by lane; an infinite scale multiplies the block's total (lane 0): a
+ * lane holding 0 would make a NaN of 0 * Inf where the reference's nonzero sum gives Inf. */
+static inline __m256 scale_add_avx2(__m256 acc, __m256 sum, float s)
+{
+    if (__builtin_expect(s - s != 0.0f && s == s, 0))
+        return _mm256_add_ps(acc, _mm256_setr_ps(hsum_avx2(sum) * s, 0, 0, 0, 0, 0, 0, 0));
+    return _mm256_fmadd_ps(sum, _mm256_set1_ps(s), acc);
 }
 
 float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int64_t n,
@@ -152,36 +174,34 @@ float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int6
 {
     const __m256 book_lo = _mm256_loadu_ps(qs_nf4_codebook);
     const __m256 book_hi = _mm256_loadu_ps(qs_nf4_codebook + 8);
+    __m256 acc = _mm256_setzero_ps();
     int64_t i = 0, kept = n / 2;
-    float acc = 0.0f;
 
     if (block % 16 != 0 || start % 16 != 0)
         return qs_mm_dot_sp24_nf4__ref(x, meta, n, data, start, absmax, block);
+    data += start / 2;
     /* block b of the tensor ends at kept value end; one division for the row */
     for (int64_t b = start / block, end = (b + 1) * block - start; i < kept; b++, end += block) {
         __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
-        uint32_t w0, w1;
-
         int64_t stop = end < kept ? end : kept;
+
         for (; i + 16 <= stop; i += 16) {
-            memcpy(&w0, data + (start + i) / 2, 4);
-            memcpy(&w1, data + (start + i) / 2 + 4, 4);
-            p0 =
-                mac_avx2(p0, gather8_avx2(x + 2 * i, meta + i / 8), nf4_avx2(w0, book_lo, book_hi));
-            p1 = mac_avx2(p1, gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1),
-                          nf4_avx2(w1, book_lo, book_hi));
+            uint64_t bytes;
+            __m256 v0, v1;
+            memcpy(&bytes, data + i / 2, 8);
+            nf4x16_avx2(bytes, book_lo, book_hi, &v0, &v1);
+            p0 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i, meta + i / 8), v0, p0);
+            p1 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1), v1, p1);
         }
         if (i < stop) { /* the row's last kept values: fewer than 16, at a multiple of 16 */
             float xg[16] = {0}, v[16] = {0};
-            for (int64_t k = 0; k < stop - i; k++) {
-                int64_t f = start + i + k;
-                v[k] = qs_nf4_codebook[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
-            }
+            for (int64_t k = 0; k < stop - i; k++)
+                v[k] = qs_nf4_codebook[(k & 1) ? data[(i + k) / 2] & 0xF : data[(i + k) / 2] >> 4];
             qs_mm_gather_sp24__ref(x + 2 * i, meta + i / 8, 2 * (stop - i), xg);
             tail_avx2(&p0, &p1, xg, v, stop - i);
             i = stop;
         }
-        acc = acc + sum16_avx2(p0, p1) * qs_ld_f32(absmax + b);
+        acc = scale_add_avx2(acc, _mm256_add_ps(p0, p1), qs_ld_f32(absmax + b));
     }
-    return qs_ref_nan_canon(acc);
+    return qs_ref_nan_canon(hsum_avx2(acc));
 }
