@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "calib_file.h"
+#include "heap.h"
 
 int qs_calib_parse_method(struct qs_calib_opts *o, const char *s)
 {
@@ -101,7 +102,7 @@ static qs_hessian *load_hessian(qs_ctx *ctx, const struct qs_calib_opts *o, cons
                      (long long)cols, (long long)cols);
             return NULL;
         }
-        double *m = malloc((size_t)(cols * cols) * sizeof(double));
+        double *m = qs_heap_malloc((size_t)(cols * cols) * sizeof(double));
         if (!m) {
             snprintf(err, errlen, "%s: out of memory", key);
             return NULL;
@@ -117,7 +118,7 @@ static qs_hessian *load_hessian(qs_ctx *ctx, const struct qs_calib_opts *o, cons
         }
         if (qs_hessian_from_matrix(ctx, m, cols, 0, &h) != QS_OK)
             snprintf(err, errlen, "%s: %s", key, qs_ctx_last_error(ctx));
-        free(m);
+        qs_heap_free(m);
         return h;
     }
     t = find_key(o, name, ".inputs", key2, sizeof key2);
@@ -159,9 +160,9 @@ int qs_calib_quantize(qs_ctx *ctx, const struct qs_calib_opts *o, const char *na
     }
     if (!(h = load_hessian(ctx, o, name, cols, err, errlen)))
         return -1;
-    wf = malloc((size_t)(rows * cols) * sizeof(float));
+    wf = qs_heap_malloc((size_t)(rows * cols) * sizeof(float));
     if (o->method == QS_METHOD_SPARSEGPT)
-        pruned = malloc((size_t)(rows * cols) * sizeof(float));
+        pruned = qs_heap_malloc((size_t)(rows * cols) * sizeof(float));
     if (!wf || (o->method == QS_METHOD_SPARSEGPT && !pruned)) {
         snprintf(err, errlen, "%s: out of memory", name);
         st = QS_ERR_OUT_OF_MEMORY;
@@ -188,8 +189,8 @@ fail:
     if (st != QS_OK)
         snprintf(err, errlen, "%s: %s", name, qs_ctx_last_error(ctx));
 done:
-    free(wf);
-    free(pruned);
+    qs_heap_free(wf);
+    qs_heap_free(pruned);
     qs_hessian_destroy(h);
     return st == QS_OK ? 0 : -1;
 }

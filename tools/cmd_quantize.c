@@ -38,6 +38,7 @@
 #include "model_dir.h"
 #include "safetensors.h"
 #include "tool_ctx.h"
+#include "heap.h"
 
 #define ERRLEN 1024
 
@@ -268,7 +269,7 @@ static const char *src_dtype_name(const char *st_dtype, int32_t *qs_dtype)
 static char *cat(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 1);
+    char *s = qs_heap_malloc(la + lb + 1);
 
     if (s) {
         memcpy(s, a, la);
@@ -285,7 +286,7 @@ static char *module_prefix(const char *name)
 
     if (n > 7 && strcmp(name + n - 7, ".weight") == 0)
         n -= 7;
-    s = malloc(n + 1);
+    s = qs_heap_malloc(n + 1);
     if (s) {
         memcpy(s, name, n);
         s[n] = '\0';
@@ -298,13 +299,13 @@ static char *path_join(const char *a, const char *b)
 {
     char *d = cat(a, "/"), *s = d ? cat(d, b) : NULL;
 
-    free(d);
+    qs_heap_free(d);
     return s;
 }
 
 static void *dup_bytes(const void *p, size_t n)
 {
-    void *d = malloc(n ? n : 1);
+    void *d = qs_heap_malloc(n ? n : 1);
 
     if (d && n)
         memcpy(d, p, n);
@@ -430,8 +431,8 @@ static char *bnb_quant_state(const struct ctx_all *c, const qs_quant_params *p,
 static void *prune24(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt)
 {
     uint64_t n = (uint64_t)t->numel, bytes = t->end - t->begin;
-    uint8_t *mask = malloc(n ? n : 1);
-    void *out = malloc(bytes ? bytes : 1);
+    uint8_t *mask = qs_heap_malloc(n ? n : 1);
+    void *out = qs_heap_malloc(bytes ? bytes : 1);
 
     if (!mask || !out) {
         snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
@@ -442,11 +443,11 @@ static void *prune24(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sd
         snprintf(c->err, sizeof c->err, "%s: 2:4 pruning: %s", t->name,
                  qs_ctx_last_error(c->ctx));
     } else {
-        free(mask);
+        qs_heap_free(mask);
         return out;
     }
-    free(mask);
-    free(out);
+    qs_heap_free(mask);
+    qs_heap_free(out);
     return NULL;
 }
 
@@ -511,7 +512,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
                 snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
                 goto fail;
             }
-            if (info[i].bytes > 0 && !(planes[i] = malloc((size_t)info[i].bytes)))
+            if (info[i].bytes > 0 && !(planes[i] = qs_heap_malloc((size_t)info[i].bytes)))
                 goto oom;
             total += info[i].bytes;
         }
@@ -527,8 +528,8 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
     }
 
     /* The error of this layer: the library's decode against the input widened to f32. */
-    ref = malloc((size_t)n * sizeof *ref);
-    deq = malloc((size_t)n * sizeof *deq);
+    ref = qs_heap_malloc((size_t)n * sizeof *ref);
+    deq = qs_heap_malloc((size_t)n * sizeof *deq);
     if (!ref || !deq)
         goto oom;
     if (qs_convert(c->ctx, t->data, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK ||
@@ -549,8 +550,8 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
     st->bits = 8.0 * (double)total / (double)n;
     st->rel_rmse = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
     st->max_abs = maxabs;
-    free(ref);
-    free(deq);
+    qs_heap_free(ref);
+    qs_heap_free(deq);
     ref = deq = NULL;
 
     {
@@ -570,7 +571,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
     if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
         ADD(t->name, t->dtype, t->ndim, t->shape, pruned, t->end - t->begin, pruned);
         pruned = NULL;
-        free(prefix);
+        qs_heap_free(prefix);
         return 0;
     }
 
@@ -605,7 +606,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         case QS_KEY_CODEBOOK:
             shape[0] = qs_codebook_size(k->codebook);
             nbytes = (uint64_t)shape[0] * 4;
-            if (!(bytes = malloc(nbytes)))
+            if (!(bytes = qs_heap_malloc(nbytes)))
                 goto oom;
             qs_codebook(k->codebook, bytes, shape[0]);
             break;
@@ -651,29 +652,29 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         default: /* QS_KEY_WEIGHT_FORMAT: 0 = "row", the only layout bitsandbytes loads */
             ndim = 0;
             nbytes = 1;
-            if (!(bytes = calloc(1, 1)))
+            if (!(bytes = qs_heap_calloc(1, 1)))
                 goto oom;
             break;
         }
         ADD(key, dtype, ndim, shape, bytes, nbytes, bytes);
-        free(key);
+        qs_heap_free(key);
         key = NULL;
     }
-    free(prefix);
-    free(pruned);
+    qs_heap_free(prefix);
+    qs_heap_free(pruned);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
-        free(planes[i]);
+        qs_heap_free(planes[i]);
     return 0;
 oom:
     snprintf(c->err, sizeof c->err, "out of memory");
 fail:
-    free(ref);
-    free(deq);
-    free(prefix);
-    free(key);
-    free(pruned);
+    qs_heap_free(ref);
+    qs_heap_free(deq);
+    qs_heap_free(prefix);
+    qs_heap_free(key);
+    qs_heap_free(pruned);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
-        free(planes[i]);
+        qs_heap_free(planes[i]);
     return -1;
 }
 
@@ -701,10 +702,10 @@ static char *collision(const struct ctx_all *c, const struct qs_st_file *f, cons
         }
         if (strcmp(key, name) != 0 && qs_st_find(f, key))
             break;
-        free(key);
+        qs_heap_free(key);
         key = NULL;
     }
-    free(prefix);
+    qs_heap_free(prefix);
     return key;
 }
 
@@ -738,7 +739,7 @@ static int note_skipped(struct ctx_all *c, const struct qs_st_tensor *t)
     if (!(m = module_prefix(t->name)))
         return -1;
     rc = json_array_append_new(c->skipped, json_string(m));
-    free(m);
+    qs_heap_free(m);
     return rc;
 }
 
@@ -778,7 +779,7 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
         nsel += selected(c, &in.tensors[i]);
     if (c->nstat + nsel + 1 > c->cap_stat) {
         size_t cap = c->nstat + nsel + 1;
-        struct layer_stat *s = realloc(c->stats, cap * sizeof *s);
+        struct layer_stat *s = qs_heap_realloc(c->stats, cap * sizeof *s);
         if (!s)
             goto oom;
         c->stats = s;
@@ -811,7 +812,7 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
                 fputs("' (is it quantized already?)", stderr);
             }
             fputc('\n', stderr);
-            free(clash);
+            qs_heap_free(clash);
             goto done;
         }
         if (c->layout != &qs_layout_qsparse && regexec(c->embedding, t->name, 0, NULL, 0) == 0) {
@@ -836,7 +837,7 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
             print_error(c->err);
             goto done;
         }
-        if (!(st->name = strdup(t->name)))
+        if (!(st->name = qs_heap_strdup(t->name)))
             goto oom;
         c->nstat++;
         done++;
@@ -855,10 +856,10 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
         char *rec = json_dumps(c->record, JSON_COMPACT);
         if (!rec || qs_st_writer_meta(&w, "qsparse.quantized", rec) != 0 ||
             qs_st_writer_meta(&w, "qsparse.version", qs_version_string()) != 0) {
-            free(rec);
+            qs_heap_free(rec);
             goto oom;
         }
-        free(rec);
+        qs_heap_free(rec);
     }
     if (qs_st_writer_write(&w, out_path, c->tty && !c->o->quiet ? write_progress : NULL, NULL,
                            err, sizeof err) != 0) {
@@ -936,13 +937,13 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         int r;
         if (!(src = path_join(m.dir, m.shards[i])) ||
             !(dst = qs_model_out_path(&out, m.shards[i]))) {
-            free(src);
+            qs_heap_free(src);
             goto oom;
         }
         c->shard = m.shards[i];
         r = process_file(c, src, dst);
-        free(src);
-        free(dst);
+        qs_heap_free(src);
+        qs_heap_free(dst);
         if (r != 0)
             goto done;
     }
@@ -1159,7 +1160,7 @@ int qs_cmd_quantize(int argc, char **argv)
                      (long long)c.stats[i].cols);
             fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape,
                     c.stats[i].bits, c.stats[i].rel_rmse, c.stats[i].max_abs);
-            free(name);
+            qs_heap_free(name);
         }
         qs_escape_print(f, o.out);
         fprintf(f, ": %zu tensors quantized to %s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
@@ -1173,8 +1174,8 @@ done:
     qs_tool_ctx_done(c.ctx);
     qs_calib_close(&o.cal);
     for (size_t i = 0; i < c.nstat; i++)
-        free(c.stats[i].name);
-    free(c.stats);
+        qs_heap_free(c.stats[i].name);
+    qs_heap_free(c.stats);
     if (c.skipped)
         json_decref(c.skipped);
     if (c.weight_map)

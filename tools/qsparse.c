@@ -8,6 +8,7 @@
 
 #include "qsparse.h"
 #include "commands.h"
+#include "heap.h"
 #include "tool_ctx.h"
 
 static const struct {
@@ -35,6 +36,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    qs_heap_hook_jansson(); /* before any JSON value exists: every one is counted and freed alike */
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "safetensors.h"
+#include "heap.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -144,7 +145,7 @@ static int check_overlaps(struct qs_st_file *f, char *err, size_t errlen)
     size_t n = 0;
     int rc = 0;
 
-    order = malloc((f->count + 1) * sizeof *order);
+    order = qs_heap_malloc((f->count + 1) * sizeof *order);
     if (!order)
         return fail(err, errlen, "out of memory"), -1;
     for (size_t i = 0; i < f->count; i++)
@@ -160,7 +161,7 @@ static int check_overlaps(struct qs_st_file *f, char *err, size_t errlen)
         if (!furthest || order[i]->end > furthest->end)
             furthest = order[i];
     }
-    free(order);
+    qs_heap_free(order);
     return rc;
 }
 
@@ -173,7 +174,7 @@ static int cmp_name(const void *a, const void *b)
 /* The name index behind qs_st_find (names are unique: the JSON parser rejects duplicates). */
 static int index_names(struct qs_st_file *f, char *err, size_t errlen)
 {
-    f->by_name = malloc((f->count + 1) * sizeof *f->by_name);
+    f->by_name = qs_heap_malloc((f->count + 1) * sizeof *f->by_name);
     if (!f->by_name)
         return fail(err, errlen, "out of memory"), -1;
     for (size_t i = 0; i < f->count; i++)
@@ -292,7 +293,7 @@ int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
         fail(err, errlen, "%s: the header is not a JSON object", path);
         goto bad;
     }
-    f->tensors = calloc(json_object_size(f->root) + 1, sizeof *f->tensors);
+    f->tensors = qs_heap_calloc(json_object_size(f->root) + 1, sizeof *f->tensors);
     if (!f->tensors) {
         fail(err, errlen, "out of memory");
         goto bad;
@@ -341,8 +342,8 @@ void qs_st_close(struct qs_st_file *f)
         munmap(f->map, f->map_size);
         close(f->fd);
     }
-    free(f->tensors);
-    free(f->by_name);
+    qs_heap_free(f->tensors);
+    qs_heap_free(f->by_name);
     if (f->root)
         json_decref(f->root);
     memset(f, 0, sizeof *f);
@@ -382,25 +383,25 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
     int es = qs_st_dtype_size(dtype);
 
     if (es == 0 || ndim < 0 || ndim > QS_ST_MAX_DIMS || strlen(dtype) >= sizeof t->dtype) {
-        free(owned);
+        qs_heap_free(owned);
         return fail(err, errlen, "tensor '%s': bad dtype or rank", name), -1;
     }
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0 || !mul_ok(numel, shape[i], &numel)) {
-            free(owned);
+            qs_heap_free(owned);
             return fail(err, errlen, "tensor '%s': bad shape", name), -1;
         }
     if (!mul_ok(numel, es, &need) || (uint64_t)need != bytes) {
-        free(owned);
+        qs_heap_free(owned);
         return fail(err, errlen, "tensor '%s': %llu bytes do not match %s of %lld elements", name,
                     (unsigned long long)bytes, dtype, (long long)numel),
                -1;
     }
     if (w->count == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 64;
-        struct qs_st_out *nt = realloc(w->t, cap * sizeof *nt);
+        struct qs_st_out *nt = qs_heap_realloc(w->t, cap * sizeof *nt);
         if (!nt) {
-            free(owned);
+            qs_heap_free(owned);
             return fail(err, errlen, "out of memory"), -1;
         }
         w->t = nt;
@@ -408,9 +409,9 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
     }
     t = &w->t[w->count];
     memset(t, 0, sizeof *t);
-    t->name = strdup(name);
+    t->name = qs_heap_strdup(name);
     if (!t->name) {
-        free(owned);
+        qs_heap_free(owned);
         return fail(err, errlen, "out of memory"), -1;
     }
     strcpy(t->dtype, dtype);
@@ -434,10 +435,10 @@ int qs_st_writer_meta(struct qs_st_writer *w, const char *key, const char *value
 void qs_st_writer_free(struct qs_st_writer *w)
 {
     for (size_t i = 0; i < w->count; i++) {
-        free(w->t[i].name);
-        free(w->t[i].owned);
+        qs_heap_free(w->t[i].name);
+        qs_heap_free(w->t[i].owned);
     }
-    free(w->t);
+    qs_heap_free(w->t);
     if (w->metadata)
         json_decref(w->metadata);
     memset(w, 0, sizeof *w);
@@ -665,7 +666,7 @@ static void put(struct text *t, const char *s, size_t n)
         char *np;
         while (cap - t->n < n + 1)
             cap *= 2;
-        if (!(np = realloc(t->p, cap))) {
+        if (!(np = qs_heap_realloc(t->p, cap))) {
             t->oom = 1;
             return;
         }
@@ -768,12 +769,12 @@ static char *build_header(struct qs_st_writer *w, uint64_t *padded_len, char *er
     if (w->metadata) {
         char *meta = json_dumps(w->metadata, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (!meta) {
-            free(t.p);
+            qs_heap_free(t.p);
             return fail(err, errlen, "out of memory building the header"), NULL;
         }
         put_str(&t, "\"__metadata__\":");
         put_str(&t, meta);
-        free(meta);
+        qs_heap_free(meta);
         first = 0;
     }
     for (size_t i = 0; i < w->count; i++) {
@@ -782,7 +783,7 @@ static char *build_header(struct qs_st_writer *w, uint64_t *padded_len, char *er
             put(&t, ",", 1);
         first = 0;
         if (put_json_string(&t, o->name) != 0) {
-            free(t.p);
+            qs_heap_free(t.p);
             return fail(err, errlen, "tensor name '%s' is not valid UTF-8", o->name), NULL;
         }
         put_str(&t, ":{\"dtype\":");
@@ -806,7 +807,7 @@ static char *build_header(struct qs_st_writer *w, uint64_t *padded_len, char *er
     while (!t.oom && t.n % 8 != 0)
         put(&t, " ", 1);
     if (t.oom) {
-        free(t.p);
+        qs_heap_free(t.p);
         return fail(err, errlen, "out of memory building the header"), NULL;
     }
     *padded_len = t.n;
@@ -862,7 +863,7 @@ static int cmp_out_name(const void *a, const void *b)
 /* Refuse two output tensors of one name: sorted, equal names are neighbours (n log n). */
 static int check_unique(const struct qs_st_writer *w, char *err, size_t errlen)
 {
-    const char **names = malloc((w->count + 1) * sizeof *names);
+    const char **names = qs_heap_malloc((w->count + 1) * sizeof *names);
     int rc = 0;
 
     if (!names)
@@ -875,7 +876,7 @@ static int check_unique(const struct qs_st_writer *w, char *err, size_t errlen)
             fail(err, errlen, "duplicate output tensor '%s'", names[i]);
             rc = -1;
         }
-    free(names);
+    qs_heap_free(names);
     return rc;
 }
 
@@ -895,23 +896,23 @@ int qs_st_writer_write(struct qs_st_writer *w, const char *path,
     if (!header)
         return -1;
     if (hl > QS_ST_MAX_HEADER) {
-        free(header);
+        qs_heap_free(header);
         return fail(err, errlen, "output header of %llu bytes exceeds the safetensors limit",
                     (unsigned long long)hl),
                -1;
     }
     fd = create_tmp(path, err, errlen);
     if (fd < 0) {
-        free(header);
+        qs_heap_free(header);
         return -1;
     }
 
-    if (!(ob = malloc(sizeof *ob))) {
+    if (!(ob = qs_heap_malloc(sizeof *ob))) {
         fail(err, errlen, "out of memory");
         close(fd);
         unlink(tmp_path);
         tmp_active = 0;
-        free(header);
+        qs_heap_free(header);
         return -1;
     }
     ob->fd = fd;
@@ -944,8 +945,8 @@ int qs_st_writer_write(struct qs_st_writer *w, const char *path,
     if (rename(tmp_path, path) != 0)
         goto io_error;
     tmp_active = 0;
-    free(ob);
-    free(header);
+    qs_heap_free(ob);
+    qs_heap_free(header);
     return 0;
 io_error:
     if (errno == EFAULT) /* write() could not read the source: a mapped input that shrank */
@@ -960,7 +961,7 @@ cleanup:
         close(fd);
     unlink(tmp_path);
     tmp_active = 0;
-    free(ob);
-    free(header);
+    qs_heap_free(ob);
+    qs_heap_free(header);
     return -1;
 }
