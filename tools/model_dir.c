@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define INDEX_NAME "model.safetensors.index.json"
+#define INDEX_NAME QS_INDEX_NAME
 #define TMP_TAG ".qsparse-tmp-"
 
 static void fail(char *err, size_t errlen, const char *fmt, ...)
@@ -308,7 +308,7 @@ static int is_weight_file(const char *name)
                                            ".pt",          ".pth",
                                            ".ckpt",        ".gguf"};
     static const char *const skipped[] = {"config.json", "hf_quant_config.json", "onnx",
-                                          "openvino"};
+                                          "openvino", QS_PART_MARKER};
     size_t n = strlen(name);
 
     for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
@@ -411,6 +411,25 @@ int qs_model_out_copy_rest(const struct qs_model_dir *m, const struct qs_model_o
                            size_t errlen)
 {
     return copy_tree(m->dir, o->tmp, 1, err, errlen);
+}
+
+int qs_model_out_copy_from(const char *dir, const struct qs_model_out *o, char *err,
+                           size_t errlen)
+{
+    return copy_tree(dir, o->tmp, 1, err, errlen);
+}
+
+int qs_link_or_copy(const char *from, const char *to, char *err, size_t errlen)
+{
+    if (link(from, to) == 0)
+        return 0;
+    return copy_file(from, to, err, errlen);
+}
+
+json_t *qs_model_index_json(uint64_t total, json_t *weight_map)
+{
+    return json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total, "weight_map",
+                     weight_map);
 }
 
 int qs_model_out_json(const struct qs_model_out *o, const char *name, const json_t *j, char *err,

@@ -6,6 +6,7 @@
  * cost that grows faster than n log n in the number of tensors.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise's MADV_DONTNEED */
 
 #include "safetensors.h"
 #include "heap.h"
@@ -364,6 +365,24 @@ const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *na
             hi = mid;
     }
     return NULL;
+}
+
+void qs_st_release(const struct qs_st_file *f, const struct qs_st_tensor *t)
+{
+#ifdef MADV_DONTNEED
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo, hi;
+
+    if (!f->map || t->end <= t->begin || page <= 0)
+        return;
+    lo = (uintptr_t)t->data & ~(uintptr_t)(page - 1);
+    hi = (uintptr_t)t->data + (t->end - t->begin);
+    /* a private read-only mapping: dropped pages read again from the file if touched */
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+    (void)f;
+    (void)t;
+#endif
 }
 
 /* ---- writing ----------------------------------------------------------------------------------
@@ -824,6 +843,8 @@ struct out_buf {
     unsigned char b[1u << 20];
 };
 
+static void io_fail(struct qs_st_stream *s, char *err, size_t errlen);
+
 static int flush_out(struct out_buf *o)
 {
     int rc = write_all(o->fd, o->b, o->n);
@@ -880,16 +901,16 @@ static int check_unique(const struct qs_st_writer *w, char *err, size_t errlen)
     return rc;
 }
 
-int qs_st_writer_write(struct qs_st_writer *w, const char *path,
-                       void (*progress)(size_t done, size_t total, void *user), void *user,
+int qs_st_stream_begin(struct qs_st_stream *s, struct qs_st_writer *w, const char *path,
                        char *err, size_t errlen)
 {
     uint64_t hl;
     unsigned char len8[8];
-    char *header = NULL;
-    struct out_buf *ob = NULL;
+    char *header;
     int fd;
 
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
     if (check_unique(w, err, errlen) != 0)
         return -1;
     header = build_header(w, &hl, err, errlen);
@@ -901,67 +922,141 @@ int qs_st_writer_write(struct qs_st_writer *w, const char *path,
                     (unsigned long long)hl),
                -1;
     }
+    if (!(s->buf = qs_heap_malloc(sizeof *s->buf))) {
+        qs_heap_free(header);
+        return fail(err, errlen, "out of memory"), -1;
+    }
     fd = create_tmp(path, err, errlen);
     if (fd < 0) {
         qs_heap_free(header);
+        qs_heap_free(s->buf);
+        s->buf = NULL;
         return -1;
     }
-
-    if (!(ob = qs_heap_malloc(sizeof *ob))) {
-        fail(err, errlen, "out of memory");
-        close(fd);
-        unlink(tmp_path);
-        tmp_active = 0;
-        qs_heap_free(header);
-        return -1;
-    }
-    ob->fd = fd;
-    ob->n = 0;
+    s->w = w;
+    s->path = path;
+    s->fd = fd;
+    s->buf->fd = fd;
+    s->buf->n = 0;
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(hl >> (8 * i));
-    if (write_all(fd, len8, 8) != 0 || write_all(fd, header, hl) != 0)
-        goto io_error;
-    test_stop("write");
-    for (size_t i = 0; i < w->count; i++) {
-        if (put_out(ob, w->t[i].data, w->t[i].bytes) != 0)
-            goto io_error;
-        if (progress)
-            progress(i + 1, w->count, user);
+    if (write_all(fd, len8, 8) != 0 || write_all(fd, header, hl) != 0) {
+        qs_heap_free(header);
+        io_fail(s, err, errlen);
+        return -1;
     }
-    if (flush_out(ob) != 0)
-        goto io_error;
-    if (watched_input_changed()) {
-        fail(err, errlen,
-             "the input file changed size while it was being read (truncated or rewritten by "
-             "another program); %s was not written",
-             path);
-        goto cleanup;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        fd = -1;
-        goto io_error;
-    }
-    fd = -1;
-    if (rename(tmp_path, path) != 0)
-        goto io_error;
-    tmp_active = 0;
-    qs_heap_free(ob);
     qs_heap_free(header);
+    test_stop("write");
     return 0;
-io_error:
+}
+
+/* After a failed write: the message (errno still that of the failure), then the cleanup. */
+static void io_fail(struct qs_st_stream *s, char *err, size_t errlen)
+{
     if (errno == EFAULT) /* write() could not read the source: a mapped input that shrank */
         fail(err, errlen,
              "writing %s: a tensor's bytes could not be read: the input file shrank while it was "
              "being read (truncated or rewritten by another program)",
-             path);
+             s->path);
     else
-        fail(err, errlen, "writing %s: %s", path, strerror(errno));
-cleanup:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp_path);
+        fail(err, errlen, "writing %s: %s", s->path, strerror(errno));
+    qs_st_stream_abort(s);
+}
+
+int qs_st_stream_put(struct qs_st_stream *s, const void *p, uint64_t n, char *err,
+                     size_t errlen)
+{
+    const struct qs_st_out *t;
+
+    if (s->fd < 0)
+        return fail(err, errlen, "writing: the output is not open"), -1;
+    /* empty tensors own no bytes: step over them to the next one that does */
+    while (s->next < s->w->count && s->w->t[s->next].bytes == s->done)
+        s->next++, s->done = 0;
+    t = s->next < s->w->count ? &s->w->t[s->next] : NULL;
+    if (n == 0)
+        return 0;
+    if (!t || n > t->bytes - s->done) {
+        fail(err, errlen, "writing %s: %llu bytes more than the header announced%s%s", s->path,
+             (unsigned long long)n, t ? " for " : "", t ? t->name : "");
+        qs_st_stream_abort(s);
+        return -1;
+    }
+    if (put_out(s->buf, p, n) != 0) {
+        io_fail(s, err, errlen);
+        return -1;
+    }
+    s->done += n;
+    return 0;
+}
+
+int qs_st_stream_end(struct qs_st_stream *s, char *err, size_t errlen)
+{
+    int fd = s->fd;
+
+    if (fd < 0)
+        return fail(err, errlen, "writing: the output is not open"), -1;
+    while (s->next < s->w->count && s->w->t[s->next].bytes == s->done)
+        s->next++, s->done = 0;
+    if (s->next != s->w->count) {
+        fail(err, errlen, "writing %s: tensor '%s' has %llu of its %llu bytes", s->path,
+             s->w->t[s->next].name, (unsigned long long)s->done,
+             (unsigned long long)s->w->t[s->next].bytes);
+        qs_st_stream_abort(s);
+        return -1;
+    }
+    if (flush_out(s->buf) != 0) {
+        io_fail(s, err, errlen);
+        return -1;
+    }
+    if (watched_input_changed()) {
+        fail(err, errlen,
+             "the input file changed size while it was being read (truncated or rewritten by "
+             "another program); %s was not written",
+             s->path);
+        qs_st_stream_abort(s);
+        return -1;
+    }
+    s->fd = -1;
+    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp_path, s->path) != 0) {
+        fail(err, errlen, "writing %s: %s", s->path, strerror(errno));
+        unlink(tmp_path);
+        tmp_active = 0;
+        qs_heap_free(s->buf);
+        s->buf = NULL;
+        return -1;
+    }
     tmp_active = 0;
-    qs_heap_free(ob);
-    qs_heap_free(header);
-    return -1;
+    qs_heap_free(s->buf);
+    s->buf = NULL;
+    return 0;
+}
+
+void qs_st_stream_abort(struct qs_st_stream *s)
+{
+    if (s->fd >= 0) {
+        close(s->fd);
+        unlink(tmp_path);
+        tmp_active = 0;
+    }
+    s->fd = -1;
+    qs_heap_free(s->buf);
+    s->buf = NULL;
+}
+
+int qs_st_writer_write(struct qs_st_writer *w, const char *path,
+                       void (*progress)(size_t done, size_t total, void *user), void *user,
+                       char *err, size_t errlen)
+{
+    struct qs_st_stream s;
+
+    if (qs_st_stream_begin(&s, w, path, err, errlen) != 0)
+        return -1;
+    for (size_t i = 0; i < w->count; i++) {
+        if (qs_st_stream_put(&s, w->t[i].data, w->t[i].bytes, err, errlen) != 0)
+            return -1;
+        if (progress)
+            progress(i + 1, w->count, user);
+    }
+    return qs_st_stream_end(&s, err, errlen);
 }
