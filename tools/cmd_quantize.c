@@ -386,6 +386,7 @@ struct ctx_all {
     size_t nstat, cap_stat, nsel, ncopy;
     double bytes_in, bytes_out;
     uint64_t largest;         /* bytes of the largest input tensor read (--stats) */
+    uint64_t largest_q;       /* ... and of the largest one quantized */
     char *largest_name;
     int tty;
     char err[ERRLEN];
@@ -1141,6 +1142,8 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
             goto done;
         }
         qs_st_release(&in, t);
+        if (t->end - t->begin > c->largest_q)
+            c->largest_q = t->end - t->begin;
         if (!(st->name = qs_heap_strdup(t->name)))
             goto oom;
         c->nstat++;
@@ -1400,9 +1403,11 @@ static int print_stats(struct ctx_all *c, const struct timespec *t0)
                 c->bytes_in / 1e6, c->bytes_out / 1e6, wall, (double)rss_kb * 1024 / 1e6);
     qs_heap_free(name);
     if (c->o->stats_json) {
-        json_t *j = json_pack("{s:I, s:I, s:s, s:f, s:f, s:f, s:I, s:I, s:f}", "heap_peak_bytes",
-                              (json_int_t)peak, "largest_tensor_bytes", (json_int_t)c->largest,
+        json_t *j = json_pack("{s:I, s:I, s:s, s:I, s:f, s:f, s:f, s:I, s:I, s:f}",
+                              "heap_peak_bytes", (json_int_t)peak, "largest_tensor_bytes",
+                              (json_int_t)c->largest,
                               "largest_tensor", c->largest_name ? c->largest_name : "",
+                              "largest_quantized_bytes", (json_int_t)c->largest_q,
                               "heap_peak_over_largest", ratio, "bytes_read", c->bytes_in,
                               "bytes_written", c->bytes_out, "tensors_quantized",
                               (json_int_t)c->nstat, "peak_rss_bytes",
