@@ -467,12 +467,15 @@ static char *bnb_quant_state(const struct ctx_all *c, const qs_quant_params *p,
     return dup_bytes(json, strlen(json) + 1);
 }
 
-/* Rows per chunk of the error measurement and the pruning: about 2^20 elements, so that their
- * f32 buffers (a few MB) stay small next to any tensor worth streaming. */
+/* Rows per chunk of the error measurement and the pruning: an eighth of the tensor (its two f32
+ * buffers then hold as many bytes as a 16-bit tensor's elements: half of the tensor), at most
+ * 2^20 elements (8 MB of buffers) and at least 2^14, and a multiple of `unit`. */
 static int64_t chunk_rows(int64_t rows, int64_t cols, int64_t unit)
 {
-    int64_t r = cols > 0 ? (1 << 20) / cols : rows;
+    int64_t want = rows * cols / 8, r;
 
+    want = want > (1 << 20) ? (1 << 20) : want < (1 << 14) ? (1 << 14) : want;
+    r = cols > 0 ? want / cols : rows;
     r = r < unit ? unit : r / unit * unit;
     return r < 1 ? 1 : r > rows ? rows : r;
 }
