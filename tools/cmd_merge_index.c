@@ -146,9 +146,13 @@ static int read_parts(struct part *p, size_t np)
     }
     for (size_t i = 0; i < np; i++) {
         json_t *m = p[i].marker;
+        if (i > 0 && p[i].index == p[i - 1].index) {
+            fprintf(stderr, "qsparse merge-index: error: part %lld is given twice\n",
+                    (long long)p[i].index);
+            return -1;
+        }
         if (p[i].index != (int64_t)i) {
-            fprintf(stderr, "qsparse merge-index: error: part %zu is %s\n", i,
-                    i > 0 && p[i].index == p[i - 1].index ? "given twice" : "missing");
+            fprintf(stderr, "qsparse merge-index: error: part %zu is missing\n", i);
             return -1;
         }
         if (!json_equal(json_object_get(m, "parts"), json_object_get(ref, "parts")) ||
