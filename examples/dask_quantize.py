@@ -31,6 +31,7 @@ $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT` per task, then merge-index once.
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import struct
@@ -201,7 +202,8 @@ def main():
         client = Client(a.scheduler)
     else:
         client = Client(LocalCluster(n_workers=a.workers, threads_per_worker=1,
-                                     processes=True, dashboard_address=None))
+                                     processes=True, dashboard_address=None,
+                                     silence_logs=logging.ERROR))
     with client:
         run(client, a.model_dir, a.out_dir, a.format, a.layout, a.parts, a.batches, a.tokens,
             a.observer)

@@ -43,6 +43,7 @@
 #include "heap.h"
 
 #define ERRLEN 1024
+#define COPY_PIECE (16u << 20) /* bytes of a copied tensor written between two releases */
 
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
 #define DEFAULT_INCLUDE "\\.weight$"
@@ -979,18 +980,10 @@ static void print_error(const char *msg)
  * all surveyed before any is written, so that a part (--shard) writes the config.json of the
  * whole model. Returns 0, or 1 after printing the error.
  */
-static int survey_file(struct ctx_all *c, const char *in_path)
+static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
 {
-    struct qs_st_file in;
-    char err[ERRLEN];
-    int rc = 1;
-
-    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
-        print_error(err);
-        return 1;
-    }
-    for (size_t i = 0; i < in.count; i++) {
-        const struct qs_st_tensor *t = &in.tensors[i];
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
         char *clash;
         int oom;
         if (!selected(c, t)) {
@@ -998,7 +991,7 @@ static int survey_file(struct ctx_all *c, const char *in_path)
                 goto oom;
             continue;
         }
-        if ((clash = collision(c, &in, t->name, &oom)) || oom) {
+        if ((clash = collision(c, f, t->name, &oom)) || oom) {
             fputs("qsparse quantize: error: ", stderr);
             if (oom) {
                 fputs("out of memory", stderr);
@@ -1010,7 +1003,7 @@ static int survey_file(struct ctx_all *c, const char *in_path)
             }
             fputc('\n', stderr);
             qs_heap_free(clash);
-            goto done;
+            return 1;
         }
         if (c->layout != &qs_layout_qsparse && regexec(c->embedding, t->name, 0, NULL, 0) == 0) {
             fputs("qsparse quantize: error: ", stderr);
@@ -1019,18 +1012,30 @@ static int survey_file(struct ctx_all *c, const char *in_path)
                     " is an embedding: the %s loader replaces linear layers only; leave it out "
                     "(--exclude) or use --layout qsparse\n",
                     c->layout->name);
-            goto done;
+            return 1;
         }
         if (!c->req.weight_dtype) {
             int32_t sdt;
             c->req.weight_dtype = src_dtype_name(t->dtype, &sdt);
         }
     }
-    rc = 0;
-    goto done;
+    return 0;
 oom:
     fprintf(stderr, "qsparse quantize: error: out of memory\n");
-done:
+    return 1;
+}
+
+static int survey_file(struct ctx_all *c, const char *in_path)
+{
+    struct qs_st_file in;
+    char err[ERRLEN];
+    int rc;
+
+    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    rc = survey_in(c, &in);
     qs_st_close(&in);
     return rc;
 }
@@ -1052,27 +1057,23 @@ static int note_size(struct ctx_all *c, const struct qs_st_tensor *t)
  * planes and a few MB of buffers, whatever the file's size. Returns 0, or 1 after printing the
  * error.
  */
-static int process_file(struct ctx_all *c, const char *in_path, const char *out_path)
+static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char *in_path,
+                      const char *out_path)
 {
-    struct qs_st_file in;
     struct qs_st_writer w;
     struct qs_st_stream out;
     char err[ERRLEN];
     size_t nsel = 0, done = 0;
     int rc = 1, writing = 0;
 
-    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
-        print_error(err);
-        return 1;
-    }
     qs_st_writer_init(&w);
     c->w = &w;
     c->out = &out;
     if (!(c->record = json_object()) ||
-        !(c->nested = qs_heap_calloc(in.count + 1, sizeof *c->nested)))
+        !(c->nested = qs_heap_calloc(f->count + 1, sizeof *c->nested)))
         goto oom;
-    for (size_t i = 0; i < in.count; i++)
-        nsel += selected(c, &in.tensors[i]);
+    for (size_t i = 0; i < f->count; i++)
+        nsel += selected(c, &f->tensors[i]);
     if (c->nstat + nsel + 1 > c->cap_stat) {
         size_t cap = c->nstat + nsel + 1;
         struct layer_stat *s = qs_heap_realloc(c->stats, cap * sizeof *s);
@@ -1084,8 +1085,8 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
 
     /* The plan: every output tensor's entry, and the metadata; nothing is written yet. */
     c->pass = PASS_PLAN;
-    for (size_t i = 0; i < in.count; i++) {
-        const struct qs_st_tensor *t = &in.tensors[i];
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
         if (selected(c, t)) {
             if (quantize_one(c, t, i, NULL) != 0) {
                 print_error(c->err);
@@ -1099,10 +1100,10 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
             c->ncopy++;
         }
     }
-    if (in.metadata) {
+    if (f->metadata) {
         const char *k;
         json_t *v;
-        json_object_foreach(in.metadata, k, v) qs_st_writer_meta(&w, k, json_string_value(v));
+        json_object_foreach(f->metadata, k, v) qs_st_writer_meta(&w, k, json_string_value(v));
     }
     {
         char *rec = json_dumps(c->record, JSON_COMPACT);
@@ -1121,18 +1122,23 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
         goto done;
     }
     writing = 1;
-    for (size_t i = 0; i < in.count; i++) {
-        const struct qs_st_tensor *t = &in.tensors[i];
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
         struct layer_stat *st = &c->stats[c->nstat];
         if (note_size(c, t) != 0)
             goto oom;
         if (!selected(c, t)) {
-            if (qs_st_stream_put(&out, t->data, t->end - t->begin, err, sizeof err) != 0) {
-                writing = 0;
-                print_error(err);
-                goto done;
+            /* copied in pieces, each released once written: a large embedding table does not
+             * stay resident either */
+            for (uint64_t at = 0, n = t->end - t->begin; at < n; at += COPY_PIECE) {
+                uint64_t k = n - at < COPY_PIECE ? n - at : COPY_PIECE;
+                if (qs_st_stream_put(&out, t->data + at, k, err, sizeof err) != 0) {
+                    writing = 0;
+                    print_error(err);
+                    goto done;
+                }
+                qs_st_release_bytes(f, t->data + at, k);
             }
-            qs_st_release(&in, t);
             continue;
         }
         if (c->tty && !c->o->quiet)
@@ -1144,7 +1150,7 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
             print_error(c->err);
             goto done;
         }
-        qs_st_release(&in, t);
+        qs_st_release(f, t);
         if (t->end - t->begin > c->largest_q)
             c->largest_q = t->end - t->begin;
         if (!(st->name = qs_heap_strdup(t->name)))
@@ -1177,6 +1183,39 @@ done:
     qs_st_writer_free(&w);
     c->w = NULL;
     c->out = NULL;
+    return rc;
+}
+
+/* One file of a folder: open, quantize, close. */
+static int process_file(struct ctx_all *c, const char *in_path, const char *out_path)
+{
+    struct qs_st_file in;
+    char err[ERRLEN];
+    int rc;
+
+    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    rc = process_in(c, &in, in_path, out_path);
+    qs_st_close(&in);
+    return rc;
+}
+
+/* A single file in: surveyed and quantized through one mapping. */
+static int process_single(struct ctx_all *c, const char *in_path, const char *out_path)
+{
+    struct qs_st_file in;
+    char err[ERRLEN];
+    int rc;
+
+    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    rc = survey_in(c, &in);
+    if (rc == 0)
+        rc = process_in(c, &in, in_path, out_path);
     qs_st_close(&in);
     return rc;
 }
@@ -1583,8 +1622,7 @@ int qs_cmd_quantize(int argc, char **argv)
         goto done;
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (folder ? process_folder(&c, o.in, o.out)
-               : survey_file(&c, o.in) != 0 || process_file(&c, o.in, o.out) != 0)
+    if ((folder ? process_folder(&c, o.in, o.out) : process_single(&c, o.in, o.out)) != 0)
         goto done;
     if (c.nsel == 0)
         fprintf(stderr, "qsparse quantize: warning: no tensor matched; the weights were copied\n");

@@ -367,22 +367,28 @@ const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *na
     return NULL;
 }
 
-void qs_st_release(const struct qs_st_file *f, const struct qs_st_tensor *t)
+void qs_st_release_bytes(const struct qs_st_file *f, const void *p, uint64_t n)
 {
 #ifdef MADV_DONTNEED
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t lo, hi;
 
-    if (!f->map || t->end <= t->begin || page <= 0)
+    if (!f->map || n == 0 || page <= 0)
         return;
-    lo = (uintptr_t)t->data & ~(uintptr_t)(page - 1);
-    hi = (uintptr_t)t->data + (t->end - t->begin);
+    lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    hi = (uintptr_t)p + n;
     /* a private read-only mapping: dropped pages read again from the file if touched */
     madvise((void *)lo, hi - lo, MADV_DONTNEED);
 #else
     (void)f;
-    (void)t;
+    (void)p;
+    (void)n;
 #endif
+}
+
+void qs_st_release(const struct qs_st_file *f, const struct qs_st_tensor *t)
+{
+    qs_st_release_bytes(f, t->data, t->end - t->begin);
 }
 
 /* ---- writing ----------------------------------------------------------------------------------
@@ -1042,21 +1048,4 @@ void qs_st_stream_abort(struct qs_st_stream *s)
     s->fd = -1;
     qs_heap_free(s->buf);
     s->buf = NULL;
-}
-
-int qs_st_writer_write(struct qs_st_writer *w, const char *path,
-                       void (*progress)(size_t done, size_t total, void *user), void *user,
-                       char *err, size_t errlen)
-{
-    struct qs_st_stream s;
-
-    if (qs_st_stream_begin(&s, w, path, err, errlen) != 0)
-        return -1;
-    for (size_t i = 0; i < w->count; i++) {
-        if (qs_st_stream_put(&s, w->t[i].data, w->t[i].bytes, err, errlen) != 0)
-            return -1;
-        if (progress)
-            progress(i + 1, w->count, user);
-    }
-    return qs_st_stream_end(&s, err, errlen);
 }

@@ -63,6 +63,8 @@ const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *na
 /* Hand the pages of t's bytes back to the kernel once they are used: a model streamed through
  * the mapping keeps its resident memory to the tensor at hand. The bytes stay readable. */
 void qs_st_release(const struct qs_st_file *f, const struct qs_st_tensor *t);
+/* The same for n bytes at p inside the mapping. */
+void qs_st_release_bytes(const struct qs_st_file *f, const void *p, uint64_t n);
 
 /* ---- writing ----------------------------------------------------------------------------------
  */
@@ -93,25 +95,19 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
                      size_t errlen);
 /* Set a metadata string (copied). */
 int qs_st_writer_meta(struct qs_st_writer *w, const char *key, const char *value);
-/*
- * Write everything to `path` through a temporary file in the same directory and rename it into
- * place. progress(done, total, user) is called after each tensor when non-NULL. The names must be
- * unique (checked) and valid UTF-8. The output is refused when the input opened last with
- * qs_st_open (and not yet closed) has changed size since: its tensors may have read as zeros.
- * Returns 0, or -1 with a message (the target is then untouched and the temporary file removed).
- */
-int qs_st_writer_write(struct qs_st_writer *w, const char *path,
-                       void (*progress)(size_t done, size_t total, void *user), void *user,
-                       char *err, size_t errlen);
 void qs_st_writer_free(struct qs_st_writer *w);
 
 /*
- * Streaming: the header is written first, from a writer whose entries give names, dtypes,
- * shapes and byte counts (their data may be NULL), then each tensor's bytes in entry order, in
- * as many pieces as the caller likes, then qs_st_stream_end checks that every announced byte
- * came, syncs and renames the temporary file into place. Only a 1 MB write buffer is held, so a
- * model of any size is written with the memory of the tensor at hand. Any failure removes the
- * temporary file (qs_st_stream_abort does too, for the caller's own errors).
+ * Writing is streamed: the header is written first, from a writer whose entries give names,
+ * dtypes, shapes and byte counts (their data may be NULL), then each tensor's bytes in entry
+ * order, in as many pieces as the caller likes, then qs_st_stream_end checks that every
+ * announced byte came, syncs and renames the temporary file into place. The names must be
+ * unique (checked) and valid UTF-8. The output is refused when the input opened last with
+ * qs_st_open (and not yet closed) has changed size since: its tensors may have read as zeros.
+ * Only a 1 MB write buffer is held, so a model of any size is written with the memory of the
+ * tensor at hand. Each call returns 0, or -1 with a message; any failure removes the temporary
+ * file and leaves the target untouched (qs_st_stream_abort does the same, for the caller's own
+ * errors).
  */
 struct out_buf;
 struct qs_st_stream {
