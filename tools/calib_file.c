@@ -6,11 +6,13 @@
  * For a weight "NAME.weight" (or any NAME) the file holds "NAME.hessian" (F64 or F32, [K, K],
  * H = 2 X^T X) or "NAME.inputs" (F32, F16 or BF16, [..., K] input activations).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "calib_file.h"
+#include "heap.h"
 
 int qs_calib_parse_method(struct qs_calib_opts *o, const char *s)
 {
@@ -101,13 +103,17 @@ static qs_hessian *load_hessian(qs_ctx *ctx, const struct qs_calib_opts *o, cons
                      (long long)cols, (long long)cols);
             return NULL;
         }
-        double *m = malloc((size_t)(cols * cols) * sizeof(double));
-        if (!m) {
+        /* An aligned F64 matrix is read in place from the mapping; only F32 (or a misaligned
+         * F64) is widened into a copy. */
+        int in_place = strcmp(t->dtype, "F64") == 0 && (uintptr_t)t->data % sizeof(double) == 0;
+        double *m = in_place ? NULL : qs_heap_malloc((size_t)(cols * cols) * sizeof(double));
+        if (!in_place && !m) {
             snprintf(err, errlen, "%s: out of memory", key);
             return NULL;
         }
         if (strcmp(t->dtype, "F64") == 0) {
-            memcpy(m, t->data, (size_t)(cols * cols) * sizeof(double));
+            if (!in_place)
+                memcpy(m, t->data, (size_t)(cols * cols) * sizeof(double));
         } else {
             for (int64_t i = 0; i < cols * cols; i++) {
                 float v;
@@ -115,9 +121,11 @@ static qs_hessian *load_hessian(qs_ctx *ctx, const struct qs_calib_opts *o, cons
                 m[i] = (double)v;
             }
         }
-        if (qs_hessian_from_matrix(ctx, m, cols, 0, &h) != QS_OK)
+        if (qs_hessian_from_matrix(ctx, in_place ? (const double *)(const void *)t->data : m,
+                                   cols, 0, &h) != QS_OK)
             snprintf(err, errlen, "%s: %s", key, qs_ctx_last_error(ctx));
-        free(m);
+        qs_heap_free(m);
+        qs_st_release(&o->f, t);
         return h;
     }
     t = find_key(o, name, ".inputs", key2, sizeof key2);
@@ -134,12 +142,16 @@ static qs_hessian *load_hessian(qs_ctx *ctx, const struct qs_calib_opts *o, cons
                  (long long)cols);
         return NULL;
     }
+    /* The activations stream from the mapping: the library accumulates them 512 tokens at a
+     * time (an f32 stage of that size), and their pages are handed back once read. */
     if (qs_hessian_create(ctx, cols, &h) != QS_OK ||
         qs_hessian_update(ctx, h, t->data, dt, t->numel / cols, cols) != QS_OK) {
         snprintf(err, errlen, "%s: %s", key2, qs_ctx_last_error(ctx));
         qs_hessian_destroy(h);
+        qs_st_release(&o->f, t);
         return NULL;
     }
+    qs_st_release(&o->f, t);
     return h;
 }
 
@@ -159,9 +171,9 @@ int qs_calib_quantize(qs_ctx *ctx, const struct qs_calib_opts *o, const char *na
     }
     if (!(h = load_hessian(ctx, o, name, cols, err, errlen)))
         return -1;
-    wf = malloc((size_t)(rows * cols) * sizeof(float));
+    wf = qs_heap_malloc((size_t)(rows * cols) * sizeof(float));
     if (o->method == QS_METHOD_SPARSEGPT)
-        pruned = malloc((size_t)(rows * cols) * sizeof(float));
+        pruned = qs_heap_malloc((size_t)(rows * cols) * sizeof(float));
     if (!wf || (o->method == QS_METHOD_SPARSEGPT && !pruned)) {
         snprintf(err, errlen, "%s: out of memory", name);
         st = QS_ERR_OUT_OF_MEMORY;
@@ -188,8 +200,8 @@ fail:
     if (st != QS_OK)
         snprintf(err, errlen, "%s: %s", name, qs_ctx_last_error(ctx));
 done:
-    free(wf);
-    free(pruned);
+    qs_heap_free(wf);
+    qs_heap_free(pruned);
     qs_hessian_destroy(h);
     return st == QS_OK ? 0 : -1;
 }

@@ -24,6 +24,7 @@
 #include "escape.h"
 #include "layout.h"
 #include "safetensors.h"
+#include "heap.h"
 
 struct weight {
     const struct qs_st_tensor *main;
@@ -47,7 +48,7 @@ static int ends_with(const char *s, const char *suffix)
 static char *join(const char *a, size_t alen, const char *b)
 {
     size_t blen = strlen(b);
-    char *s = malloc(alen + blen + 1);
+    char *s = qs_heap_malloc(alen + blen + 1);
 
     if (s) {
         memcpy(s, a, alen);
@@ -65,7 +66,7 @@ static const struct qs_st_tensor *find2(const struct qs_st_file *f, const char *
 
     if (!name)
         *oom = 1;
-    free(name);
+    qs_heap_free(name);
     return t;
 }
 
@@ -261,11 +262,11 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
             }
             m = qs_st_find(f, base);
             if (!m || used[m - f->tensors]) {
-                free(base);
+                qs_heap_free(base);
                 continue;
             }
             if (!(prefix = prefix_of(base))) {
-                free(base);
+                qs_heap_free(base);
                 oom = 1;
                 goto out;
             }
@@ -279,8 +280,8 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
                 json_t *bs = json_object_get(js, "blocksize");
                 if (set_shape_json(w, json_object_get(js, "shape"), "quant_state", err, errlen)) {
                     json_decref(js);
-                    free(base);
-                    free(prefix);
+                    qs_heap_free(base);
+                    qs_heap_free(prefix);
                     goto bad;
                 }
                 if (json_is_string(dt))
@@ -291,8 +292,8 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
             }
             json_decref(js);
             fold_keys(f, used, w, bnb4[k], base, prefix, &oom);
-            free(base);
-            free(prefix);
+            qs_heap_free(base);
+            qs_heap_free(prefix);
         }
     }
 
@@ -328,7 +329,7 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
             }
             m = find2(f, keys->module ? prefix : name, keys->suffix, &oom);
             if (!m || used[m - f->tensors]) {
-                free(prefix);
+                qs_heap_free(prefix);
                 continue;
             }
             w = &ws[nw++];
@@ -339,12 +340,12 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
                 set_dtype(w, json_string_value(dt));
             if (set_shape_json(w, json_object_get(r, "shape"), "qsparse.quantized metadata", err,
                                errlen) != 0) {
-                free(prefix);
+                qs_heap_free(prefix);
                 goto bad;
             }
             for (const struct qs_ckpt_key *k = keys + 1; k->suffix; k++)
                 fold(f, used, w, k->module ? prefix : name, k->suffix, &oom);
-            free(prefix);
+            qs_heap_free(prefix);
         }
     }
 
@@ -372,7 +373,7 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
                 set_dtype(w, json_string_value(dt));
             if (set_shape_json(w, json_object_get(r, "shape"), "qsparse.quantized metadata", err,
                                errlen) != 0) {
-                free(prefix);
+                qs_heap_free(prefix);
                 goto bad;
             }
             /* the recorded format's keys; for a format this library does not know, the keys
@@ -395,7 +396,7 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
                 break;
             }
         }
-        free(prefix);
+        qs_heap_free(prefix);
     }
 
     /* 4. Everything else as it is. */
@@ -489,8 +490,8 @@ int qs_cmd_inspect(int argc, char **argv)
         print_error(err);
         return 1;
     }
-    ws = calloc(f.count + 1, sizeof *ws);
-    used = calloc(f.count + 1, 1);
+    ws = qs_heap_calloc(f.count + 1, sizeof *ws);
+    used = qs_heap_calloc(f.count + 1, 1);
     if (!ws || !used) {
         fprintf(stderr, "qsparse inspect: error: out of memory\n");
         goto done;
@@ -510,7 +511,7 @@ int qs_cmd_inspect(int argc, char **argv)
                     "qsparse inspect: error: the parameter count overflows int64 at tensor '%s' "
                     "(hostile shapes?)\n",
                     name ? name : "?");
-            free(name);
+            qs_heap_free(name);
             goto done;
         }
         tbytes += ws[i].bytes;
@@ -549,7 +550,7 @@ int qs_cmd_inspect(int argc, char **argv)
             goto done;
         }
         puts(text);
-        free(text);
+        qs_heap_free(text);
         rc = 0;
         goto done;
     }
@@ -568,7 +569,7 @@ int qs_cmd_inspect(int argc, char **argv)
                qs_escape_into(ws[i].dtype, dtype, sizeof dtype), shape,
                qs_escape_into(ws[i].format, format, sizeof format), bits_of(&ws[i]),
                (unsigned long long)ws[i].bytes);
-        free(name);
+        qs_heap_free(name);
     }
     printf("total: %lld parameters in %llu bytes (%.3f bits/weight)", (long long)params,
            (unsigned long long)tbytes, params ? 8.0 * (double)tbytes / (double)params : 0.0);
@@ -578,8 +579,8 @@ int qs_cmd_inspect(int argc, char **argv)
     printf("\n");
     rc = 0;
 done:
-    free(ws);
-    free(used);
+    qs_heap_free(ws);
+    qs_heap_free(used);
     qs_st_close(&f);
     return rc;
 }

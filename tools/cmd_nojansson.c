@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * quantize and inspect for a build without jansson (the JSON library they parse safetensors
+ * quantize, inspect, recommend and merge-index for a build without jansson (the JSON library they parse safetensors
  * headers with): they report how to get them instead of failing to link.
  */
 #include <stdio.h>
@@ -29,6 +29,12 @@ int qs_cmd_inspect(int argc, char **argv)
 }
 
 int qs_cmd_recommend(int argc, char **argv)
+{
+    (void)argc;
+    return missing(argv[0]);
+}
+
+int qs_cmd_merge_index(int argc, char **argv)
 {
     (void)argc;
     return missing(argv[0]);

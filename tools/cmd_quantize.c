@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "qsparse.h"
@@ -38,8 +40,10 @@
 #include "model_dir.h"
 #include "safetensors.h"
 #include "tool_ctx.h"
+#include "heap.h"
 
 #define ERRLEN 1024
+#define COPY_PIECE (16u << 20) /* bytes of a copied tensor written between two releases */
 
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
 #define DEFAULT_INCLUDE "\\.weight$"
@@ -49,9 +53,12 @@
 
 struct options {
     const char *in, *out, *format, *include, *exclude, *layout, *config_out, *act_amax;
-    const char *sparsity, *granularity, *method, *calib;
+    const char *sparsity, *granularity, *method, *calib, *stats_json;
     int32_t blocksize;
-    int double_quant, threads, quiet;
+    int double_quant, threads, quiet, stats;
+    int64_t part, nparts; /* --shard part/nparts; nparts 0: every shard */
+    int argc;
+    char **argv;
     struct qs_calib_opts cal; /* --method, --calib, N:M of --sparsity (calib_file.c) */
 };
 
@@ -69,7 +76,8 @@ static void usage(FILE *f)
             "                        [--sparsity 2:4] [--act-amax FILE.json]\n"
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
             "                        [--threads N] [--quiet]\n"
-            "                        [--method rtn|gptq|sparsegpt --calib FILE]\n\n"
+            "                        [--method rtn|gptq|sparsegpt --calib FILE]\n"
+            "                        [--shard I/N] [--stats] [--stats-json FILE]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
             "    model.safetensors.index.json): OUT is a folder its loader reads as written.\n"
             "    Or one .safetensors file: OUT is a file.\n"
@@ -91,7 +99,13 @@ static void usage(FILE *f)
             "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
             "--sparsity N:M) take each layer's Hessian or inputs from --calib FILE\n"
             "(tools/README.md); rtn (the default) is plain rounding.\n"
-            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n",
+            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n"
+            "Tensors stream: read from the memory-mapped input, quantized, written, freed, one\n"
+            "at a time. --stats prints the heap peak against the largest tensor (stderr);\n"
+            "--stats-json FILE writes those numbers as JSON.\n"
+            "--shard I/N (0 <= I < N, a folder): only the input shards whose position in the\n"
+            "sorted list of shard files is I modulo N, into a part folder that\n"
+            "`qsparse merge-index OUT PART...` joins with the other parts.\n",
             DEFAULT_INCLUDE, DEFAULT_EXCLUDE);
 }
 
@@ -127,6 +141,7 @@ static const char **string_option(struct options *o, const char *a)
         {"--granularity", NULL, offsetof(struct options, granularity)},
         {"--method", NULL, offsetof(struct options, method)},
         {"--calib", NULL, offsetof(struct options, calib)},
+        {"--stats-json", NULL, offsetof(struct options, stats_json)},
     };
 
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
@@ -141,6 +156,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     const char **slot;
 
     memset(o, 0, sizeof *o);
+    o->argc = argc;
+    o->argv = argv;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -160,6 +177,19 @@ static int parse_args(int argc, char **argv, struct options *o)
             i++;
         } else if (strcmp(a, "--double-quant") == 0) {
             o->double_quant = 1;
+        } else if (strcmp(a, "--stats") == 0) {
+            o->stats = 1;
+        } else if (strcmp(a, "--shard") == 0) {
+            long long pi, pn;
+            int used = 0;
+            if (!next || sscanf(next, "%lld/%lld%n", &pi, &pn, &used) != 2 ||
+                next[used] != '\0' || pn < 1 || pn > 1000000 || pi < 0 || pi >= pn) {
+                fprintf(stderr, "qsparse quantize: --shard is I/N with 0 <= I < N\n");
+                return -1;
+            }
+            o->part = pi;
+            o->nparts = pn;
+            i++;
         } else if (strcmp(a, "--threads") == 0) {
             if (parse_int(next, 0, 4096, &v) != 0) {
                 fprintf(stderr, "qsparse quantize: --threads needs an integer >= 0\n");
@@ -268,7 +298,7 @@ static const char *src_dtype_name(const char *st_dtype, int32_t *qs_dtype)
 static char *cat(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 1);
+    char *s = qs_heap_malloc(la + lb + 1);
 
     if (s) {
         memcpy(s, a, la);
@@ -285,7 +315,7 @@ static char *module_prefix(const char *name)
 
     if (n > 7 && strcmp(name + n - 7, ".weight") == 0)
         n -= 7;
-    s = malloc(n + 1);
+    s = qs_heap_malloc(n + 1);
     if (s) {
         memcpy(s, name, n);
         s[n] = '\0';
@@ -298,13 +328,13 @@ static char *path_join(const char *a, const char *b)
 {
     char *d = cat(a, "/"), *s = d ? cat(d, b) : NULL;
 
-    free(d);
+    qs_heap_free(d);
     return s;
 }
 
 static void *dup_bytes(const void *p, size_t n)
 {
-    void *d = malloc(n ? n : 1);
+    void *d = qs_heap_malloc(n ? n : 1);
 
     if (d && n)
         memcpy(d, p, n);
@@ -326,14 +356,15 @@ static void progress_bar(const char *what, size_t done, size_t total, const char
     fflush(stderr);
 }
 
-static void write_progress(size_t done, size_t total, void *user)
-{
-    (void)user;
-    progress_bar("writing   ", done, total, NULL);
-}
-
 /* ---- one tensor --------------------------------------------------------------------------------
  */
+
+/* The passes over one input file (process_file). */
+enum pass {
+    PASS_SURVEY, /* headers only: selection, checks, the skip list, the weights' dtype */
+    PASS_PLAN,   /* every output tensor's name, dtype, shape and size: the output header */
+    PASS_WRITE,  /* quantize, write, free, one tensor at a time */
+};
 
 struct ctx_all {
     qs_ctx *ctx;
@@ -342,37 +373,48 @@ struct ctx_all {
     const struct qs_layout *layout;
     struct qs_layout_req req;
     regex_t *inc, *exc, *embedding;
-    struct qs_st_writer *w;
-    json_t *record;     /* "qsparse.quantized" of the file being written */
-    json_t *skipped;    /* modules whose 2-D weight stays float */
-    json_t *weight_map; /* folder output: tensor -> shard */
-    json_t *act_amax;   /* --act-amax */
-    const char *shard;  /* the shard being written (folder output) */
+    enum pass pass;
+    struct qs_st_writer *w;   /* PASS_PLAN: the output entries (no data) */
+    struct qs_st_stream *out; /* PASS_WRITE: the output being written */
+    float *nested;            /* per input tensor: the double quantization's offset (PASS_PLAN) */
+    json_t *record;           /* "qsparse.quantized" of the file being written */
+    json_t *skipped;          /* modules whose 2-D weight stays float */
+    json_t *weight_map;       /* folder output: tensor -> shard */
+    json_t *act_amax;         /* --act-amax */
+    const char *shard;        /* the shard being written (folder output) */
     uint64_t total_size;
     struct layer_stat *stats;
     size_t nstat, cap_stat, nsel, ncopy;
     double bytes_in, bytes_out;
+    uint64_t largest;         /* bytes of the largest input tensor read (--stats) */
+    uint64_t largest_q;       /* ... and of the largest one quantized */
+    char *largest_name;
     int tty;
     char err[ERRLEN];
 };
 
-/* Hand plane i to the writer (which owns it from then on, also when adding fails). */
-#define ADD(name, dtype, ndim, shape, data, bytes, owned)                                          \
+/* One output tensor: announced in the header (PASS_PLAN) or its bytes written (PASS_WRITE). */
+#define EMIT(name, dtype, ndim, shape, data, bytes)                                                \
     do {                                                                                           \
-        if (qs_st_writer_add(c->w, (name), (dtype), (ndim), (shape), (data), (bytes), (owned),     \
-                             c->err, sizeof c->err) != 0)                                          \
+        if (emit(c, (name), (dtype), (ndim), (shape), (data), (bytes)) != 0)                      \
             goto fail;                                                                             \
-        if (add_output(c, (name), (bytes)) != 0)                                                   \
-            goto oom;                                                                              \
     } while (0)
 
-/* Record an output tensor in the folder's index. */
-static int add_output(struct ctx_all *c, const char *name, uint64_t bytes)
+static int emit(struct ctx_all *c, const char *name, const char *dtype, int ndim,
+                const int64_t *shape, const void *data, uint64_t bytes)
 {
+    if (c->pass == PASS_WRITE)
+        return qs_st_stream_put(c->out, data, bytes, c->err, sizeof c->err);
+    if (qs_st_writer_add(c->w, name, dtype, ndim, shape, NULL, bytes, NULL, c->err,
+                         sizeof c->err) != 0)
+        return -1;
     c->total_size += bytes;
-    if (!c->weight_map)
-        return 0;
-    return json_object_set_new(c->weight_map, name, json_string(c->shard));
+    if (c->weight_map &&
+        json_object_set_new(c->weight_map, name, json_string(c->shard)) != 0) {
+        snprintf(c->err, sizeof c->err, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 static void make_params(const struct options *o, int32_t format, qs_quant_params *p)
@@ -426,27 +468,50 @@ static char *bnb_quant_state(const struct ctx_all *c, const qs_quant_params *p,
     return dup_bytes(json, strlen(json) + 1);
 }
 
-/* The weight pruned to 2:4 by magnitude, in its own dtype (malloc'd), or NULL with c->err. */
+/* Rows per chunk of the error measurement and the pruning: an eighth of the tensor (its two f32
+ * buffers then hold as many bytes as a 16-bit tensor's elements: half of the tensor), at most
+ * 2^20 elements (8 MB of buffers) and at least 2^14, and a multiple of `unit`. */
+static int64_t chunk_rows(int64_t rows, int64_t cols, int64_t unit)
+{
+    int64_t want = rows * cols / 8, r;
+
+    want = want > (1 << 20) ? (1 << 20) : want < (1 << 14) ? (1 << 14) : want;
+    r = cols > 0 ? want / cols : rows;
+    r = r < unit ? unit : r / unit * unit;
+    return r < 1 ? 1 : r > rows ? rows : r;
+}
+
+/* The weight pruned to 2:4 by magnitude, in its own dtype (malloc'd), or NULL with c->err. The
+ * mask is made a chunk of rows at a time: 2:4 groups run along a row, so rows are independent. */
 static void *prune24(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt)
 {
-    uint64_t n = (uint64_t)t->numel, bytes = t->end - t->begin;
-    uint8_t *mask = malloc(n ? n : 1);
-    void *out = malloc(bytes ? bytes : 1);
+    int64_t rows = t->shape[0], cols = t->shape[1], cr = chunk_rows(rows, cols, 1);
+    uint64_t bytes = t->end - t->begin, es = (uint64_t)t->elem_size;
+    size_t mask_bytes = (size_t)(cr * cols);
+    uint8_t *mask = qs_heap_malloc(mask_bytes > 0 ? mask_bytes : 1);
+    unsigned char *out = qs_heap_malloc(bytes ? bytes : 1);
 
     if (!mask || !out) {
         snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
-    } else if (qs_nm_mask(c->ctx, t->data, sdt, t->shape[0], t->shape[1], 2, 4,
-                          QS_PRUNE_MAGNITUDE, NULL, mask, (int64_t)n) != QS_OK ||
-               qs_nm_apply_mask(c->ctx, t->data, sdt, mask, (int64_t)n, out, (int64_t)bytes) !=
-                   QS_OK) {
-        snprintf(c->err, sizeof c->err, "%s: 2:4 pruning: %s", t->name,
-                 qs_ctx_last_error(c->ctx));
-    } else {
-        free(mask);
-        return out;
+        goto fail;
     }
-    free(mask);
-    free(out);
+    for (int64_t r0 = 0; r0 < rows; r0 += cr) {
+        int64_t m = rows - r0 < cr ? rows - r0 : cr, n = m * cols;
+        const unsigned char *src = t->data + (uint64_t)(r0 * cols) * es;
+        if (qs_nm_mask(c->ctx, src, sdt, m, cols, 2, 4, QS_PRUNE_MAGNITUDE, NULL, mask, n) !=
+                QS_OK ||
+            qs_nm_apply_mask(c->ctx, src, sdt, mask, n, out + (uint64_t)(r0 * cols) * es,
+                             (int64_t)((uint64_t)n * es)) != QS_OK) {
+            snprintf(c->err, sizeof c->err, "%s: 2:4 pruning: %s", t->name,
+                     qs_ctx_last_error(c->ctx));
+            goto fail;
+        }
+    }
+    qs_heap_free(mask);
+    return out;
+fail:
+    qs_heap_free(mask);
+    qs_heap_free(out);
     return NULL;
 }
 
@@ -472,9 +537,166 @@ static int key_shape(const struct qs_ckpt_key *k, const qs_plane_info *pi, int64
     }
 }
 
-/* Quantize tensor t, add its output keys (the layout's table), fill *st. Returns 0 or -1 with
- * c->err. */
-static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct layer_stat *st)
+/*
+ * Where rows [r0, ...) of a rows x cols tensor start in each plane, so that the error can be
+ * measured a chunk of rows at a time. Blocks over the flattened tensor (NF4, FP4) need a chunk
+ * that starts on a block boundary (a nested block of 256 with double quantization): `unit` is
+ * the smallest row count that keeps every chunk aligned. A plane of the same size for one row
+ * and for all is per tensor (FP8's scale, INT8's per-tensor scale); one of rows times the size
+ * of one row is per row. Returns 0, or -1 when the planes do not split by rows (the caller then
+ * measures the whole tensor at once).
+ */
+struct plane_split {
+    int flat;                    /* 1: blocks over the flattened tensor */
+    int64_t unit;                /* rows per aligned step */
+    int64_t row_bytes[QS_PLANE_COUNT]; /* per-row planes: bytes of one row; -1 per tensor */
+};
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int split_planes(struct ctx_all *c, const qs_quant_params *p, const qs_plane_info *info,
+                        int64_t rows, int64_t cols, struct plane_split *sp)
+{
+    qs_format_info fi;
+
+    memset(sp, 0, sizeof *sp);
+    if (qs_format_info_get(p->format, &fi) != QS_OK || rows < 2 || cols < 1)
+        return -1;
+    if (fi.blocks == QS_BLOCKS_FLAT) {
+        int64_t span = (int64_t)p->block_size * (p->double_quant ? 256 : 1);
+        sp->flat = 1;
+        sp->unit = span / gcd64(span, cols);
+        return sp->unit < rows ? 0 : -1;
+    }
+    sp->unit = 1;
+    for (int i = 0; i < QS_PLANE_COUNT; i++) {
+        qs_plane_info one;
+        if (info[i].bytes == 0)
+            continue;
+        if (qs_quant_plane_info(c->ctx, p, 1, cols, i, &one) != QS_OK)
+            return -1;
+        if (one.bytes == info[i].bytes)
+            sp->row_bytes[i] = -1;
+        else if (one.bytes * rows == info[i].bytes)
+            sp->row_bytes[i] = one.bytes;
+        else
+            return -1;
+    }
+    return 0;
+}
+
+/* q's planes from row r0 on (split_planes said how), in *sq. */
+static int sub_qtensor(struct ctx_all *c, const qs_quant_params *p, const qs_qtensor *q,
+                       const struct plane_split *sp, int64_t r0, int64_t cols, qs_qtensor *sq)
+{
+    void *const base[QS_PLANE_COUNT] = {q->data, q->scale, q->zero_point, q->nested_scale};
+    const int64_t size[QS_PLANE_COUNT] = {q->data_bytes, q->scale_bytes, q->zero_point_bytes,
+                                          q->nested_scale_bytes};
+    int64_t off[QS_PLANE_COUNT] = {0};
+
+    for (int i = 0; i < QS_PLANE_COUNT; i++) {
+        qs_plane_info before;
+        if (!base[i] || r0 == 0)
+            continue;
+        if (sp->flat) {
+            if (qs_quant_plane_info(c->ctx, p, 1, r0 * cols, i, &before) != QS_OK)
+                return -1;
+            off[i] = before.bytes;
+        } else if (sp->row_bytes[i] > 0) {
+            off[i] = r0 * sp->row_bytes[i];
+        }
+    }
+    *sq = *q;
+    sq->data = q->data ? (unsigned char *)q->data + off[0] : NULL;
+    sq->data_bytes = size[0] - off[0];
+    sq->scale = q->scale ? (unsigned char *)q->scale + off[1] : NULL;
+    sq->scale_bytes = size[1] - off[1];
+    sq->zero_point = q->zero_point ? (unsigned char *)q->zero_point + off[2] : NULL;
+    sq->zero_point_bytes = size[2] - off[2];
+    sq->nested_scale = q->nested_scale ? (unsigned char *)q->nested_scale + off[3] : NULL;
+    sq->nested_scale_bytes = size[3] - off[3];
+    return 0;
+}
+
+/*
+ * The error of this layer: the library's decode against the input widened to f32, a chunk of
+ * rows at a time (two f32 buffers of the chunk, not of the tensor). Fills st; 0 or -1 with
+ * c->err.
+ */
+static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt,
+                       const void *src, const qs_quant_params *p, const qs_qtensor *q,
+                       const qs_plane_info *info, struct layer_stat *st)
+{
+    int64_t rows = t->shape[0], cols = t->shape[1], cr = rows;
+    uint64_t es = (uint64_t)t->elem_size;
+    struct plane_split sp;
+    double err2 = 0.0, ref2 = 0.0, maxabs = 0.0;
+    float *ref = NULL, *deq = NULL;
+    int rc = -1;
+
+    if (!c->format || split_planes(c, p, info, rows, cols, &sp) == 0)
+        cr = chunk_rows(rows, cols, c->format ? sp.unit : 1);
+    ref = qs_heap_malloc((size_t)(cr * cols) * sizeof *ref);
+    deq = qs_heap_malloc((size_t)(cr * cols) * sizeof *deq);
+    if (!ref || !deq) {
+        snprintf(c->err, sizeof c->err, "%s: out of memory", t->name);
+        goto done;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += cr) {
+        int64_t m = rows - r0 < cr ? rows - r0 : cr, n = m * cols;
+        uint64_t at = (uint64_t)(r0 * cols) * es;
+        qs_qtensor sq;
+        if (qs_convert(c->ctx, t->data + at, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK)
+            goto lib_error;
+        if (c->format) {
+            if (sub_qtensor(c, p, q, &sp, r0, cols, &sq) != 0 ||
+                qs_dequantize(c->ctx, p, &sq, m, cols, deq, QS_DTYPE_F32, n * 4) != QS_OK)
+                goto lib_error;
+        } else if (qs_convert(c->ctx, (const unsigned char *)src + at, sdt, deq, QS_DTYPE_F32, n,
+                              n * 4) != QS_OK) {
+            goto lib_error;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            double d = (double)deq[i] - (double)ref[i];
+            err2 += d * d;
+            ref2 += (double)ref[i] * (double)ref[i];
+            if (fabs(d) > maxabs || d != d)
+                maxabs = fabs(d);
+        }
+    }
+    st->rows = rows;
+    st->cols = cols;
+    st->rel_rmse = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    st->max_abs = maxabs;
+    rc = 0;
+    goto done;
+lib_error:
+    snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+done:
+    qs_heap_free(ref);
+    qs_heap_free(deq);
+    return rc;
+}
+
+/*
+ * One selected tensor t (input index ti) in the current pass. PASS_PLAN announces every key of
+ * the layout's table with its size, and records the tensor in "qsparse.quantized"; PASS_WRITE
+ * quantizes, writes the keys' bytes, frees them and fills *st. The planes' sizes come from the
+ * library (qs_quant_plane_info), so the plan needs no quantization, except for the one key whose
+ * length depends on the values: bitsandbytes' JSON quant_state with double quantization prints
+ * the nested offset, so the plan quantizes such a tensor once to learn it. Returns 0 or -1 with
+ * c->err.
+ */
+static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t ti,
+                        struct layer_stat *st)
 {
     qs_quant_params p = c->req.params;
     qs_qtensor q;
@@ -485,10 +707,10 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
     void *planes[QS_PLANE_COUNT] = {0};
     void *pruned = NULL;
     const void *src = t->data;
-    float *ref = NULL, *deq = NULL;
     char *prefix = NULL, *key = NULL;
-    double err2 = 0.0, ref2 = 0.0, maxabs = 0.0;
+    const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
     int64_t total = 0;
+    int quantize = c->pass == PASS_WRITE;
 
     memset(&q, 0, sizeof q);
     if (!(prefix = module_prefix(t->name)))
@@ -500,21 +722,29 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
                  t->name, (long long)cols);
         goto fail;
     }
-    if (c->req.sparsity24 && c->o->cal.method != QS_METHOD_SPARSEGPT) {
-        if (!(pruned = prune24(c, t, sdt)))
-            goto fail;
-        src = pruned;
-    }
+    for (const struct qs_ckpt_key *k = keys; k && k->suffix && p.double_quant; k++)
+        if (k->source == QS_KEY_QUANT_STATE)
+            quantize = 1; /* its length depends on the nested offset */
     if (c->format) {
         for (int i = 0; i < QS_PLANE_COUNT; i++) {
             if (qs_quant_plane_info(c->ctx, &p, rows, cols, i, &info[i]) != QS_OK) {
                 snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
                 goto fail;
             }
-            if (info[i].bytes > 0 && !(planes[i] = malloc((size_t)info[i].bytes)))
-                goto oom;
             total += info[i].bytes;
         }
+    } else {
+        total = (int64_t)(t->end - t->begin);
+    }
+    if (quantize && c->req.sparsity24 && c->o->cal.method != QS_METHOD_SPARSEGPT) {
+        if (!(pruned = prune24(c, t, sdt)))
+            goto fail;
+        src = pruned;
+    }
+    if (quantize && c->format) {
+        for (int i = 0; i < QS_PLANE_COUNT; i++)
+            if (info[i].bytes > 0 && !(planes[i] = qs_heap_malloc((size_t)info[i].bytes)))
+                goto oom;
         q.data = planes[0], q.data_bytes = info[0].bytes;
         q.scale = planes[1], q.scale_bytes = info[1].bytes;
         q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
@@ -522,38 +752,18 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q, c->err,
                               sizeof c->err) != 0)
             goto fail;
-    } else {
-        total = (int64_t)(t->end - t->begin);
+        if (c->pass == PASS_PLAN) {
+            c->nested[ti] = q.nested_offset;
+        } else if (p.double_quant &&
+                   memcmp(&c->nested[ti], &q.nested_offset, sizeof q.nested_offset) != 0) {
+            snprintf(c->err, sizeof c->err,
+                     "%s: the double quantization's offset differs between two quantizations "
+                     "of the same tensor",
+                     t->name);
+            goto fail;
+        }
     }
-
-    /* The error of this layer: the library's decode against the input widened to f32. */
-    ref = malloc((size_t)n * sizeof *ref);
-    deq = malloc((size_t)n * sizeof *deq);
-    if (!ref || !deq)
-        goto oom;
-    if (qs_convert(c->ctx, t->data, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK ||
-        (c->format ? qs_dequantize(c->ctx, &p, &q, rows, cols, deq, QS_DTYPE_F32, n * 4)
-                   : qs_convert(c->ctx, src, sdt, deq, QS_DTYPE_F32, n, n * 4)) != QS_OK) {
-        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
-        goto fail;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)deq[i] - (double)ref[i];
-        err2 += d * d;
-        ref2 += (double)ref[i] * (double)ref[i];
-        if (fabs(d) > maxabs || d != d)
-            maxabs = fabs(d);
-    }
-    st->rows = rows;
-    st->cols = cols;
-    st->bits = 8.0 * (double)total / (double)n;
-    st->rel_rmse = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
-    st->max_abs = maxabs;
-    free(ref);
-    free(deq);
-    ref = deq = NULL;
-
-    {
+    if (c->pass == PASS_PLAN) {
         /* "layout" and "sparsity" only where they are not the defaults (qsparse, dense) */
         json_t *e = json_pack("{s:s, s:[I,I], s:s}", "format",
                               c->format ? qs_format_name(c->format) : "none", "shape",
@@ -565,21 +775,25 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
             goto oom;
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
+    } else {
+        if (layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
+            goto fail;
+        st->bits = 8.0 * (double)total / (double)n;
     }
 
     if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
-        ADD(t->name, t->dtype, t->ndim, t->shape, pruned, t->end - t->begin, pruned);
-        pruned = NULL;
-        free(prefix);
+        EMIT(t->name, t->dtype, t->ndim, t->shape, pruned, t->end - t->begin);
+        qs_heap_free(pruned);
+        qs_heap_free(prefix);
         return 0;
     }
 
     /* Every key of the layout's scheme, in table order. */
-    for (const struct qs_ckpt_key *k = c->layout->keys(&c->req); k->suffix; k++) {
+    for (const struct qs_ckpt_key *k = keys; k->suffix; k++) {
         int64_t shape[2] = {0, 1};
         int ndim = 1;
         const char *dtype = k->dtype;
-        void *bytes = NULL;
+        void *bytes = NULL, *own = NULL;
         uint64_t nbytes = 0;
 
         if (k->double_quant && !p.double_quant)
@@ -591,13 +805,12 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         switch (k->source) {
         case QS_KEY_PLANE: {
             const qs_plane_info *pi = &info[k->plane];
-            bytes = planes[k->plane];
-            planes[k->plane] = NULL; /* the writer owns the plane from here */
+            bytes = planes[k->plane]; /* NULL in the plan: only the size is announced */
             nbytes = (uint64_t)pi->bytes;
             if (!dtype)
                 dtype = qs_ckpt_elem_dtype(pi->elem);
             ndim = key_shape(k, pi, rows, cols, shape);
-            if (k->transform == QS_KEY_XOR80)
+            if (k->transform == QS_KEY_XOR80 && bytes)
                 for (uint64_t i = 0; i < nbytes; i++)
                     ((unsigned char *)bytes)[i] ^= 0x80;
             break;
@@ -605,12 +818,13 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
         case QS_KEY_CODEBOOK:
             shape[0] = qs_codebook_size(k->codebook);
             nbytes = (uint64_t)shape[0] * 4;
-            if (!(bytes = malloc(nbytes)))
+            if (!(bytes = own = qs_heap_malloc(nbytes)))
                 goto oom;
             qs_codebook(k->codebook, bytes, shape[0]);
             break;
         case QS_KEY_QUANT_STATE:
-            if (!(bytes = bnb_quant_state(c, &p, &q, dtname, rows, cols)))
+            q.nested_offset = c->nested ? c->nested[ti] : q.nested_offset;
+            if (!(bytes = own = bnb_quant_state(c, &p, &q, dtname, rows, cols)))
                 goto oom;
             nbytes = strlen(bytes);
             shape[0] = (int64_t)nbytes;
@@ -636,7 +850,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
             ndim = k->shape == QS_KEY_SHAPE_ONE;
             shape[0] = 1;
             nbytes = 4;
-            if (!(bytes = dup_bytes(&v, 4)))
+            if (!(bytes = own = dup_bytes(&v, 4)))
                 goto oom;
             break;
         }
@@ -644,36 +858,38 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, struct 
             int64_t rc[2] = {rows, cols};
             shape[0] = 2;
             nbytes = 16;
-            if (!(bytes = dup_bytes(rc, 16)))
+            if (!(bytes = own = dup_bytes(rc, 16)))
                 goto oom;
             break;
         }
         default: /* QS_KEY_WEIGHT_FORMAT: 0 = "row", the only layout bitsandbytes loads */
             ndim = 0;
             nbytes = 1;
-            if (!(bytes = calloc(1, 1)))
+            if (!(bytes = own = qs_heap_calloc(1, 1)))
                 goto oom;
             break;
         }
-        ADD(key, dtype, ndim, shape, bytes, nbytes, bytes);
-        free(key);
+        if (emit(c, key, dtype, ndim, shape, bytes, nbytes) != 0) {
+            qs_heap_free(own);
+            goto fail;
+        }
+        qs_heap_free(own);
+        qs_heap_free(key);
         key = NULL;
     }
-    free(prefix);
-    free(pruned);
+    qs_heap_free(prefix);
+    qs_heap_free(pruned);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
-        free(planes[i]);
+        qs_heap_free(planes[i]);
     return 0;
 oom:
     snprintf(c->err, sizeof c->err, "out of memory");
 fail:
-    free(ref);
-    free(deq);
-    free(prefix);
-    free(key);
-    free(pruned);
+    qs_heap_free(prefix);
+    qs_heap_free(key);
+    qs_heap_free(pruned);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
-        free(planes[i]);
+        qs_heap_free(planes[i]);
     return -1;
 }
 
@@ -701,10 +917,10 @@ static char *collision(const struct ctx_all *c, const struct qs_st_file *f, cons
         }
         if (strcmp(key, name) != 0 && qs_st_find(f, key))
             break;
-        free(key);
+        qs_heap_free(key);
         key = NULL;
     }
-    free(prefix);
+    qs_heap_free(prefix);
     return key;
 }
 
@@ -738,7 +954,7 @@ static int note_skipped(struct ctx_all *c, const struct qs_st_tensor *t)
     if (!(m = module_prefix(t->name)))
         return -1;
     rc = json_array_append_new(c->skipped, json_string(m));
-    free(m);
+    qs_heap_free(m);
     return rc;
 }
 
@@ -757,50 +973,25 @@ static void print_error(const char *msg)
     fputc('\n', stderr);
 }
 
-/* Quantize one safetensors file into another. Returns 0, or 1 after printing the error. */
-static int process_file(struct ctx_all *c, const char *in_path, const char *out_path)
+/*
+ * The survey of one input file: its header only, no tensor read. It checks every selected
+ * tensor (no output key already in the input, no embedding under a loader layout), notes the
+ * weights' dtype and the 2-D weights left float (the loader's skip list). A folder's shards are
+ * all surveyed before any is written, so that a part (--shard) writes the config.json of the
+ * whole model. Returns 0, or 1 after printing the error.
+ */
+static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
 {
-    struct qs_st_file in;
-    struct qs_st_writer w;
-    char err[ERRLEN];
-    size_t nsel = 0;
-    int rc = 1;
-
-    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
-        print_error(err);
-        return 1;
-    }
-    qs_st_writer_init(&w);
-    c->w = &w;
-    if (!(c->record = json_object()))
-        goto oom;
-    for (size_t i = 0; i < in.count; i++)
-        nsel += selected(c, &in.tensors[i]);
-    if (c->nstat + nsel + 1 > c->cap_stat) {
-        size_t cap = c->nstat + nsel + 1;
-        struct layer_stat *s = realloc(c->stats, cap * sizeof *s);
-        if (!s)
-            goto oom;
-        c->stats = s;
-        c->cap_stat = cap;
-    }
-    for (size_t i = 0, done = 0; i < in.count; i++) {
-        const struct qs_st_tensor *t = &in.tensors[i];
-        struct layer_stat *st = &c->stats[c->nstat];
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
         char *clash;
         int oom;
         if (!selected(c, t)) {
-            if (qs_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data,
-                                 t->end - t->begin, NULL, err, sizeof err) != 0) {
-                print_error(err);
-                goto done;
-            }
-            if (add_output(c, t->name, t->end - t->begin) != 0 || note_skipped(c, t) != 0)
+            if (note_skipped(c, t) != 0)
                 goto oom;
-            c->ncopy++;
             continue;
         }
-        if ((clash = collision(c, &in, t->name, &oom)) || oom) {
+        if ((clash = collision(c, f, t->name, &oom)) || oom) {
             fputs("qsparse quantize: error: ", stderr);
             if (oom) {
                 fputs("out of memory", stderr);
@@ -811,8 +1002,8 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
                 fputs("' (is it quantized already?)", stderr);
             }
             fputc('\n', stderr);
-            free(clash);
-            goto done;
+            qs_heap_free(clash);
+            return 1;
         }
         if (c->layout != &qs_layout_qsparse && regexec(c->embedding, t->name, 0, NULL, 0) == 0) {
             fputs("qsparse quantize: error: ", stderr);
@@ -821,50 +1012,160 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
                     " is an embedding: the %s loader replaces linear layers only; leave it out "
                     "(--exclude) or use --layout qsparse\n",
                     c->layout->name);
-            goto done;
+            return 1;
         }
-        if (c->tty && !c->o->quiet)
-            progress_bar("quantizing", done, nsel, t->name);
-        memset(st, 0, sizeof *st);
         if (!c->req.weight_dtype) {
             int32_t sdt;
             c->req.weight_dtype = src_dtype_name(t->dtype, &sdt);
         }
-        if (quantize_one(c, t, st) != 0) {
+    }
+    return 0;
+oom:
+    fprintf(stderr, "qsparse quantize: error: out of memory\n");
+    return 1;
+}
+
+static int survey_file(struct ctx_all *c, const char *in_path)
+{
+    struct qs_st_file in;
+    char err[ERRLEN];
+    int rc;
+
+    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    rc = survey_in(c, &in);
+    qs_st_close(&in);
+    return rc;
+}
+
+/* The largest input tensor read so far (--stats). */
+static int note_size(struct ctx_all *c, const struct qs_st_tensor *t)
+{
+    if (t->end - t->begin <= c->largest && c->largest_name)
+        return 0;
+    qs_heap_free(c->largest_name);
+    c->largest = t->end - t->begin;
+    return (c->largest_name = qs_heap_strdup(t->name)) ? 0 : -1;
+}
+
+/*
+ * Quantize one (surveyed) safetensors file into another, streaming: the plan gives the output
+ * header, then each tensor is read from the mapping, quantized, written and freed before the
+ * next, and its pages of the input are handed back to the kernel. The heap holds one tensor's
+ * planes and a few MB of buffers, whatever the file's size. Returns 0, or 1 after printing the
+ * error.
+ */
+static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char *in_path,
+                      const char *out_path)
+{
+    struct qs_st_writer w;
+    struct qs_st_stream out;
+    char err[ERRLEN];
+    size_t nsel = 0, done = 0;
+    int rc = 1, writing = 0;
+
+    qs_st_writer_init(&w);
+    c->w = &w;
+    c->out = &out;
+    if (!(c->record = json_object()) ||
+        !(c->nested = qs_heap_calloc(f->count + 1, sizeof *c->nested)))
+        goto oom;
+    for (size_t i = 0; i < f->count; i++)
+        nsel += selected(c, &f->tensors[i]);
+    if (c->nstat + nsel + 1 > c->cap_stat) {
+        size_t cap = c->nstat + nsel + 1;
+        struct layer_stat *s = qs_heap_realloc(c->stats, cap * sizeof *s);
+        if (!s)
+            goto oom;
+        c->stats = s;
+        c->cap_stat = cap;
+    }
+
+    /* The plan: every output tensor's entry, and the metadata; nothing is written yet. */
+    c->pass = PASS_PLAN;
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
+        if (selected(c, t)) {
+            if (quantize_one(c, t, i, NULL) != 0) {
+                print_error(c->err);
+                goto done;
+            }
+        } else {
+            if (emit(c, t->name, t->dtype, t->ndim, t->shape, NULL, t->end - t->begin) != 0) {
+                print_error(c->err);
+                goto done;
+            }
+            c->ncopy++;
+        }
+    }
+    if (f->metadata) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(f->metadata, k, v) qs_st_writer_meta(&w, k, json_string_value(v));
+    }
+    {
+        char *rec = json_dumps(c->record, JSON_COMPACT);
+        if (!rec || qs_st_writer_meta(&w, "qsparse.quantized", rec) != 0 ||
+            qs_st_writer_meta(&w, "qsparse.version", qs_version_string()) != 0) {
+            qs_heap_free(rec);
+            goto oom;
+        }
+        qs_heap_free(rec);
+    }
+
+    /* The header, then the tensors one at a time. */
+    c->pass = PASS_WRITE;
+    if (qs_st_stream_begin(&out, &w, out_path, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
+    }
+    writing = 1;
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
+        struct layer_stat *st = &c->stats[c->nstat];
+        if (note_size(c, t) != 0)
+            goto oom;
+        if (!selected(c, t)) {
+            /* copied in pieces, each released once written: a large embedding table does not
+             * stay resident either */
+            for (uint64_t at = 0, n = t->end - t->begin; at < n; at += COPY_PIECE) {
+                uint64_t k = n - at < COPY_PIECE ? n - at : COPY_PIECE;
+                if (qs_st_stream_put(&out, t->data + at, k, err, sizeof err) != 0) {
+                    writing = 0;
+                    print_error(err);
+                    goto done;
+                }
+                qs_st_release_bytes(f, t->data + at, k);
+            }
+            continue;
+        }
+        if (c->tty && !c->o->quiet)
+            progress_bar("quantizing", done, nsel, t->name);
+        memset(st, 0, sizeof *st);
+        if (quantize_one(c, t, i, st) != 0) {
             if (c->tty && !c->o->quiet)
                 fputc('\n', stderr);
             print_error(c->err);
             goto done;
         }
-        if (!(st->name = strdup(t->name)))
+        qs_st_release(f, t);
+        if (t->end - t->begin > c->largest_q)
+            c->largest_q = t->end - t->begin;
+        if (!(st->name = qs_heap_strdup(t->name)))
             goto oom;
         c->nstat++;
         done++;
         if (c->tty && !c->o->quiet && done == nsel)
             progress_bar("quantizing", done, nsel, "");
     }
-    c->nsel += nsel;
-
-    /* Metadata: the input's, plus what a reader needs to decode the non-bitsandbytes keys. */
-    if (in.metadata) {
-        const char *k;
-        json_t *v;
-        json_object_foreach(in.metadata, k, v) qs_st_writer_meta(&w, k, json_string_value(v));
-    }
-    {
-        char *rec = json_dumps(c->record, JSON_COMPACT);
-        if (!rec || qs_st_writer_meta(&w, "qsparse.quantized", rec) != 0 ||
-            qs_st_writer_meta(&w, "qsparse.version", qs_version_string()) != 0) {
-            free(rec);
-            goto oom;
-        }
-        free(rec);
-    }
-    if (qs_st_writer_write(&w, out_path, c->tty && !c->o->quiet ? write_progress : NULL, NULL,
-                           err, sizeof err) != 0) {
+    writing = 0;
+    if (qs_st_stream_end(&out, err, sizeof err) != 0) {
         print_error(err);
         goto done;
     }
+    c->nsel += nsel;
     c->bytes_in += file_size(in_path);
     c->bytes_out += file_size(out_path);
     rc = 0;
@@ -872,11 +1173,49 @@ static int process_file(struct ctx_all *c, const char *in_path, const char *out_
 oom:
     fprintf(stderr, "qsparse quantize: error: out of memory\n");
 done:
+    if (writing)
+        qs_st_stream_abort(&out);
     if (c->record)
         json_decref(c->record);
     c->record = NULL;
+    qs_heap_free(c->nested);
+    c->nested = NULL;
     qs_st_writer_free(&w);
     c->w = NULL;
+    c->out = NULL;
+    return rc;
+}
+
+/* One file of a folder: open, quantize, close. */
+static int process_file(struct ctx_all *c, const char *in_path, const char *out_path)
+{
+    struct qs_st_file in;
+    char err[ERRLEN];
+    int rc;
+
+    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    rc = process_in(c, &in, in_path, out_path);
+    qs_st_close(&in);
+    return rc;
+}
+
+/* A single file in: surveyed and quantized through one mapping. */
+static int process_single(struct ctx_all *c, const char *in_path, const char *out_path)
+{
+    struct qs_st_file in;
+    char err[ERRLEN];
+    int rc;
+
+    if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    rc = survey_in(c, &in);
+    if (rc == 0)
+        rc = process_in(c, &in, in_path, out_path);
     qs_st_close(&in);
     return rc;
 }
@@ -911,14 +1250,52 @@ static int write_config_out(struct ctx_all *c, const char *path)
     return rc;
 }
 
-/* A model folder in, a model folder out. Returns the exit status. */
+/*
+ * The options of a part's command line that shape its output, for qsparse-part.json: merge-index
+ * refuses parts made with different ones. Left out: IN, -o, --shard, and what changes nothing
+ * in the files (--threads, --quiet, --stats*); --act-amax and --calib keep their name, not
+ * their path (the parts may run on machines that mount the files in different places).
+ */
+static json_t *part_options(const struct options *o)
+{
+    json_t *a = json_array();
+
+    for (int i = 1; a && i < o->argc; i++) {
+        const char *s = o->argv[i];
+        if (s == o->in)
+            continue;
+        if (strcmp(s, "-o") == 0 || strcmp(s, "--output") == 0 || strcmp(s, "--shard") == 0 ||
+            strcmp(s, "--threads") == 0 || strcmp(s, "--stats-json") == 0) {
+            i++;
+            continue;
+        }
+        if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0 || strcmp(s, "--stats") == 0)
+            continue;
+        if (json_array_append_new(a, json_string(s)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+        if ((strcmp(s, "--act-amax") == 0 || strcmp(s, "--calib") == 0) && i + 1 < o->argc)
+            i++;
+    }
+    return a;
+}
+
+/* Whether shard j (of the sorted list) belongs to this run: all of them, or j mod n == i for
+ * --shard i/n. */
+static int own_shard(const struct options *o, size_t j)
+{
+    return o->nparts == 0 || (int64_t)(j % (size_t)o->nparts) == o->part;
+}
+
+/* A model folder in, a model folder out (or one part of it, --shard). Returns the exit status. */
 static int process_folder(struct ctx_all *c, const char *in_dir, const char *out_dir)
 {
     struct qs_model_dir m;
     struct qs_model_out out;
     char err[ERRLEN];
-    json_t *cfg = NULL;
-    int rc = 1;
+    json_t *cfg = NULL, *mine = NULL;
+    int rc = 1, part = c->o->nparts > 0;
 
     if (qs_model_dir_open(&m, in_dir, err, sizeof err) != 0) {
         print_error(err);
@@ -929,22 +1306,38 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         qs_model_dir_close(&m);
         return 1;
     }
-    if (m.indexed && !(c->weight_map = json_object()))
+    if ((m.indexed && !(c->weight_map = json_object())) || !(mine = json_array()))
         goto oom;
+    /* Every shard's header first: the skip list and dtype of config.json are the whole
+     * model's, also for a part. */
+    for (size_t i = 0; i < m.nshards; i++) {
+        char *src = path_join(m.dir, m.shards[i]);
+        int r;
+        if (!src)
+            goto oom;
+        r = survey_file(c, src);
+        qs_heap_free(src);
+        if (r != 0)
+            goto done;
+    }
     for (size_t i = 0; i < m.nshards; i++) {
         char *src = NULL, *dst = NULL;
         int r;
+        if (!own_shard(c->o, i))
+            continue;
         if (!(src = path_join(m.dir, m.shards[i])) ||
             !(dst = qs_model_out_path(&out, m.shards[i]))) {
-            free(src);
+            qs_heap_free(src);
             goto oom;
         }
         c->shard = m.shards[i];
         r = process_file(c, src, dst);
-        free(src);
-        free(dst);
+        qs_heap_free(src);
+        qs_heap_free(dst);
         if (r != 0)
             goto done;
+        if (json_array_append_new(mine, json_string(m.shards[i])) != 0)
+            goto oom;
     }
     if (qs_model_out_copy_rest(&m, &out, err, sizeof err) != 0) {
         print_error(err);
@@ -971,12 +1364,35 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
             goto done;
         }
     }
-    if (m.indexed) {
-        json_t *idx = json_pack("{s:{s:I}, s:O}", "metadata", "total_size",
-                                (json_int_t)c->total_size, "weight_map", c->weight_map);
-        int r = idx ? qs_model_out_json(&out, "model.safetensors.index.json", idx, err,
-                                        sizeof err)
-                    : -1;
+    if (part) {
+        /* merge-index joins the parts; the index is written there, from the shards' headers */
+        json_t *all = json_array(), *opts = part_options(c->o), *marker = NULL;
+        int r = -1;
+        for (size_t i = 0; all && i < m.nshards; i++)
+            if (json_array_append_new(all, json_string(m.shards[i])) != 0)
+                break;
+        if (all && opts)
+            marker = json_pack("{s:s, s:I, s:I, s:O, s:O, s:b, s:O}", "qsparse_part",
+                               qs_version_string(), "part", (json_int_t)c->o->part, "parts",
+                               (json_int_t)c->o->nparts, "shards", mine, "input_shards", all,
+                               "indexed", m.indexed, "options", opts);
+        if (marker)
+            r = qs_model_out_json(&out, QS_PART_MARKER, marker, err, sizeof err);
+        if (all)
+            json_decref(all);
+        if (opts)
+            json_decref(opts);
+        if (marker)
+            json_decref(marker);
+        if (!marker)
+            goto oom;
+        if (r != 0) {
+            print_error(err);
+            goto done;
+        }
+    } else if (m.indexed) {
+        json_t *idx = qs_model_index_json(c->total_size, c->weight_map);
+        int r = idx ? qs_model_out_json(&out, QS_INDEX_NAME, idx, err, sizeof err) : -1;
         if (idx)
             json_decref(idx);
         if (!idx)
@@ -995,13 +1411,65 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
 oom:
     fprintf(stderr, "qsparse quantize: error: out of memory\n");
 done:
+    if (mine)
+        json_decref(mine);
     qs_model_out_abort(&out);
     qs_model_dir_close(&m);
     return rc;
 }
 
+/*
+ * --stats / --stats-json: the heap peak (heap.h: every allocation of the tool, the library and
+ * jansson since the start, counted exactly) against the largest input tensor read, and the
+ * process's peak resident memory for comparison (which also counts mapped file pages and the
+ * program itself). Returns 0, or 1 when the JSON file cannot be written.
+ */
+static int print_stats(struct ctx_all *c, const struct timespec *t0)
+{
+    struct timespec t1;
+    struct rusage ru;
+    double wall, ratio;
+    size_t peak = qs_heap_peak();
+    long rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+    char *name = qs_escape_dup(c->largest_name ? c->largest_name : "");
+    int rc = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    wall = (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+    ratio = c->largest ? (double)peak / (double)c->largest : 0.0;
+    if (c->o->stats)
+        fprintf(stderr,
+                "stats: heap peak %.1f MB = %.3fx the largest tensor (%s, %.1f MB); %.2f MB "
+                "read, %.2f MB written, %.1f s, peak RSS %.1f MB\n",
+                (double)peak / 1e6, ratio, name ? name : "?", (double)c->largest / 1e6,
+                c->bytes_in / 1e6, c->bytes_out / 1e6, wall, (double)rss_kb * 1024 / 1e6);
+    qs_heap_free(name);
+    if (c->o->stats_json) {
+        json_t *j = json_pack("{s:I, s:I, s:s, s:I, s:f, s:f, s:f, s:I, s:I, s:f}",
+                              "heap_peak_bytes", (json_int_t)peak, "largest_tensor_bytes",
+                              (json_int_t)c->largest,
+                              "largest_tensor", c->largest_name ? c->largest_name : "",
+                              "largest_quantized_bytes", (json_int_t)c->largest_q,
+                              "heap_peak_over_largest", ratio, "bytes_read", c->bytes_in,
+                              "bytes_written", c->bytes_out, "tensors_quantized",
+                              (json_int_t)c->nstat, "peak_rss_bytes",
+                              (json_int_t)rss_kb * 1024, "wall_seconds", wall);
+        FILE *f = j ? fopen(c->o->stats_json, "w") : NULL;
+        if (!f || json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF)
+            rc = 1;
+        if (f && fclose(f) != 0)
+            rc = 1;
+        if (j)
+            json_decref(j);
+        if (rc)
+            fprintf(stderr, "qsparse quantize: error: cannot write %s\n", c->o->stats_json);
+    }
+    return rc;
+}
+
 int qs_cmd_quantize(int argc, char **argv)
 {
+    struct timespec t0;
     struct options o;
     struct ctx_all c;
     regex_t inc, exc, emb;
@@ -1056,6 +1524,16 @@ int qs_cmd_quantize(int argc, char **argv)
         return 2;
     }
     folder = qs_is_dir(o.in);
+    if (o.nparts && !folder) {
+        fprintf(stderr, "qsparse quantize: --shard splits a model folder's shards; IN is a "
+                        "single file\n");
+        return 2;
+    }
+    if (o.nparts && o.config_out) {
+        fprintf(stderr, "qsparse quantize: --config-out is for a single file; a part holds "
+                        "config.json\n");
+        return 2;
+    }
     if (o.layout) {
         if (!(c.layout = qs_layout_find(o.layout))) {
             fprintf(stderr,
@@ -1129,6 +1607,7 @@ int qs_cmd_quantize(int argc, char **argv)
     }
     qs_ctx_params_init(&cp);
     cp.num_threads = o.threads;
+    cp.allocator = qs_heap_allocator(); /* the library's scratch counts in --stats */
     if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
         goto done;
@@ -1142,7 +1621,8 @@ int qs_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qsparse quantize: error: out of memory\n");
         goto done;
     }
-    if ((folder ? process_folder(&c, o.in, o.out) : process_file(&c, o.in, o.out)) != 0)
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((folder ? process_folder(&c, o.in, o.out) : process_single(&c, o.in, o.out)) != 0)
         goto done;
     if (c.nsel == 0)
         fprintf(stderr, "qsparse quantize: warning: no tensor matched; the weights were copied\n");
@@ -1159,7 +1639,7 @@ int qs_cmd_quantize(int argc, char **argv)
                      (long long)c.stats[i].cols);
             fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape,
                     c.stats[i].bits, c.stats[i].rel_rmse, c.stats[i].max_abs);
-            free(name);
+            qs_heap_free(name);
         }
         qs_escape_print(f, o.out);
         fprintf(f, ": %zu tensors quantized to %s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
@@ -1168,13 +1648,16 @@ int qs_cmd_quantize(int argc, char **argv)
                 c.ncopy, c.bytes_in / 1e6, c.bytes_out / 1e6,
                 c.bytes_out > 0 ? c.bytes_in / c.bytes_out : 0.0);
     }
+    if ((o.stats || o.stats_json) && print_stats(&c, &t0) != 0)
+        goto done;
     rc = 0;
 done:
+    qs_heap_free(c.largest_name);
     qs_tool_ctx_done(c.ctx);
     qs_calib_close(&o.cal);
     for (size_t i = 0; i < c.nstat; i++)
-        free(c.stats[i].name);
-    free(c.stats);
+        qs_heap_free(c.stats[i].name);
+    qs_heap_free(c.stats);
     if (c.skipped)
         json_decref(c.skipped);
     if (c.weight_map)

@@ -23,6 +23,7 @@
 #include "qsparse/recommend.h"
 #include "safetensors.h"
 #include "tool_ctx.h"
+#include "heap.h"
 
 struct agg {
     char label[48];
@@ -264,7 +265,7 @@ int qs_cmd_recommend(int argc, char **argv)
                 break;
             }
         int64_t rows = t->shape[0], cols = t->shape[1], n = rows * cols, xr = 32;
-        float *w = malloc((size_t)n * sizeof *w), *x = malloc((size_t)(xr * cols) * sizeof *x);
+        float *w = qs_heap_malloc((size_t)n * sizeof *w), *x = qs_heap_malloc((size_t)(xr * cols) * sizeof *x);
         int64_t count = 0;
         if (!w || !x || qs_convert(ctx, t->data, qs_dtype_of(t->dtype), w, QS_DTYPE_F32, n,
                                    n * 4) != QS_OK) {
@@ -297,8 +298,8 @@ int qs_cmd_recommend(int argc, char **argv)
                 }
             }
         }
-        free(w);
-        free(x);
+        qs_heap_free(w);
+        qs_heap_free(x);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc == 0) {

@@ -15,6 +15,7 @@
 #include "qsparse.h"
 #include "tool_ctx.h"
 #include "commands.h"
+#include "heap.h"
 
 /* splitmix64: the same seed gives the same matrix on every machine. */
 static uint64_t next_u64(uint64_t *s)
@@ -89,7 +90,7 @@ static int run_row(qs_ctx *ctx, const struct row *r, const float *w, float *back
     for (int i = 0; i < QS_PLANE_COUNT; i++) {
         if (qs_quant_size(&p, rows, cols, i, &bytes[i]) != QS_OK)
             return 0;
-        planes[i] = bytes[i] ? malloc((size_t)bytes[i]) : NULL;
+        planes[i] = bytes[i] ? qs_heap_malloc((size_t)bytes[i]) : NULL;
         if (bytes[i] && !planes[i])
             ok = 0;
         total += bytes[i];
@@ -126,7 +127,7 @@ static int run_row(qs_ctx *ctx, const struct row *r, const float *w, float *back
                maxerr, 10.0 * log10(sig2 / err2), t1 - t0, t2 - t1);
     }
     for (int i = 0; i < QS_PLANE_COUNT; i++)
-        free(planes[i]);
+        qs_heap_free(planes[i]);
     return ok;
 }
 
@@ -175,12 +176,12 @@ int qs_cmd_demo(int argc, char **argv)
         fprintf(stderr, "qsparse demo: cannot create a context\n");
         return 1;
     }
-    w = malloc((size_t)(rows * cols) * sizeof *w);
-    back = malloc((size_t)(rows * cols) * sizeof *back);
+    w = qs_heap_malloc((size_t)(rows * cols) * sizeof *w);
+    back = qs_heap_malloc((size_t)(rows * cols) * sizeof *back);
     if (!w || !back) {
         fprintf(stderr, "qsparse demo: out of memory\n");
-        free(w);
-        free(back);
+        qs_heap_free(w);
+        qs_heap_free(back);
         qs_tool_ctx_done(ctx);
         return 1;
     }
@@ -194,8 +195,8 @@ int qs_cmd_demo(int argc, char **argv)
         ok &= run_row(ctx, &table[i], w, back, rows, cols);
     printf("%-22s %6.3f %9.1f %10s %10s %7s\n", "f32 (original)", 32.0,
            (double)(rows * cols) * 4.0 / 1024.0, "0", "0", "inf");
-    free(w);
-    free(back);
+    qs_heap_free(w);
+    qs_heap_free(back);
     qs_tool_ctx_done(ctx);
     return ok ? 0 : 1;
 }

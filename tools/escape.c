@@ -5,6 +5,7 @@
  * result goes.
  */
 #include "escape.h"
+#include "heap.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -104,7 +105,7 @@ char *qs_escape_dup(const char *s)
 {
     /* The most an input byte grows to is four bytes ("\x1b"; "\u0080" is six for two). */
     size_t n = 4 * strlen(s) + 1;
-    char *buf = malloc(n);
+    char *buf = qs_heap_malloc(n);
 
     return buf ? qs_escape_into(s, buf, n) : NULL;
 }

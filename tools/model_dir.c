@@ -4,6 +4,7 @@
 #define _XOPEN_SOURCE 700
 
 #include "model_dir.h"
+#include "heap.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define INDEX_NAME "model.safetensors.index.json"
+#define INDEX_NAME QS_INDEX_NAME
 #define TMP_TAG ".qsparse-tmp-"
 
 static void fail(char *err, size_t errlen, const char *fmt, ...)
@@ -31,7 +32,7 @@ static void fail(char *err, size_t errlen, const char *fmt, ...)
 static char *join(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 2);
+    char *s = qs_heap_malloc(la + lb + 2);
 
     if (s) {
         memcpy(s, a, la);
@@ -75,7 +76,7 @@ static json_t *load_json(const char *dir, const char *name, char *err, size_t er
         json_decref(j);
         j = NULL;
     }
-    free(path);
+    qs_heap_free(path);
     return j;
 }
 
@@ -85,7 +86,7 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
     struct stat sb;
 
     memset(m, 0, sizeof *m);
-    if (!(m->dir = strdup(dir)))
+    if (!(m->dir = qs_heap_strdup(dir)))
         return fail(err, errlen, "out of memory"), -1;
     if (!(m->config = load_json(dir, "config.json", err, errlen)))
         goto bad;
@@ -99,7 +100,7 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
     if (!(p = join(dir, INDEX_NAME)))
         goto oom;
     m->indexed = stat(p, &sb) == 0;
-    free(p);
+    qs_heap_free(p);
     if (m->indexed) {
         json_t *idx = load_json(dir, INDEX_NAME, err, errlen), *map, *v;
         const char *k;
@@ -112,7 +113,7 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
             json_decref(idx);
             goto bad;
         }
-        m->shards = calloc(json_object_size(map), sizeof *m->shards);
+        m->shards = qs_heap_calloc(json_object_size(map), sizeof *m->shards);
         if (!m->shards) {
             json_decref(idx);
             goto oom;
@@ -126,7 +127,7 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
                 json_decref(idx);
                 goto bad;
             }
-            if (!(m->shards[n++] = strdup(s))) {
+            if (!(m->shards[n++] = qs_heap_strdup(s))) {
                 json_decref(idx);
                 goto oom;
             }
@@ -136,14 +137,14 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
         m->nshards = 0;
         for (size_t i = 0; i < n; i++) { /* unique names, in order */
             if (m->nshards && strcmp(m->shards[m->nshards - 1], m->shards[i]) == 0) {
-                free(m->shards[i]);
+                qs_heap_free(m->shards[i]);
                 continue;
             }
             m->shards[m->nshards++] = m->shards[i];
         }
     } else {
-        if (!(m->shards = calloc(1, sizeof *m->shards)) ||
-            !(m->shards[0] = strdup("model.safetensors")))
+        if (!(m->shards = qs_heap_calloc(1, sizeof *m->shards)) ||
+            !(m->shards[0] = qs_heap_strdup("model.safetensors")))
             goto oom;
         m->nshards = 1;
     }
@@ -155,10 +156,10 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
                  m->indexed ? ""
                             : " (a model folder holds model.safetensors, or shards and " INDEX_NAME
                               ")");
-            free(p);
+            qs_heap_free(p);
             goto bad;
         }
-        free(p);
+        qs_heap_free(p);
     }
     return 0;
 oom:
@@ -171,11 +172,11 @@ bad:
 void qs_model_dir_close(struct qs_model_dir *m)
 {
     for (size_t i = 0; i < m->nshards; i++)
-        free(m->shards[i]);
-    free(m->shards);
+        qs_heap_free(m->shards[i]);
+    qs_heap_free(m->shards);
     if (m->config)
         json_decref(m->config);
-    free(m->dir);
+    qs_heap_free(m->dir);
     memset(m, 0, sizeof *m);
 }
 
@@ -201,7 +202,7 @@ static void remove_tree(const char *path)
                 remove_tree(p);
             else
                 unlink(p);
-            free(p);
+            qs_heap_free(p);
         }
         closedir(d);
     }
@@ -234,7 +235,7 @@ static void remove_stale(const char *dir, const char *prefix)
             struct stat sb;
             if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
                 remove_tree(path);
-            free(path);
+            qs_heap_free(path);
         }
     }
     closedir(d);
@@ -307,7 +308,7 @@ static int is_weight_file(const char *name)
                                            ".pt",          ".pth",
                                            ".ckpt",        ".gguf"};
     static const char *const skipped[] = {"config.json", "hf_quant_config.json", "onnx",
-                                          "openvino"};
+                                          "openvino", QS_PART_MARKER};
     size_t n = strlen(name);
 
     for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
@@ -399,8 +400,8 @@ static int copy_tree(const char *from, const char *to, int top, char *err, size_
         } else if (S_ISREG(sb.st_mode)) {
             rc = copy_file(src, dst, err, errlen);
         } /* sockets, FIFOs and devices are not part of a model */
-        free(src);
-        free(dst);
+        qs_heap_free(src);
+        qs_heap_free(dst);
     }
     closedir(d);
     return rc;
@@ -410,6 +411,25 @@ int qs_model_out_copy_rest(const struct qs_model_dir *m, const struct qs_model_o
                            size_t errlen)
 {
     return copy_tree(m->dir, o->tmp, 1, err, errlen);
+}
+
+int qs_model_out_copy_from(const char *dir, const struct qs_model_out *o, char *err,
+                           size_t errlen)
+{
+    return copy_tree(dir, o->tmp, 1, err, errlen);
+}
+
+int qs_link_or_copy(const char *from, const char *to, char *err, size_t errlen)
+{
+    if (link(from, to) == 0)
+        return 0;
+    return copy_file(from, to, err, errlen);
+}
+
+json_t *qs_model_index_json(uint64_t total, json_t *weight_map)
+{
+    return json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total, "weight_map",
+                     weight_map);
 }
 
 int qs_model_out_json(const struct qs_model_out *o, const char *name, const json_t *j, char *err,
@@ -424,7 +444,7 @@ int qs_model_out_json(const struct qs_model_out *o, const char *name, const json
     f = fopen(path, "w");
     if (!f) {
         fail(err, errlen, "%s: %s", path, strerror(errno));
-        free(path);
+        qs_heap_free(path);
         return -1;
     }
     if (json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF)
@@ -433,7 +453,7 @@ int qs_model_out_json(const struct qs_model_out *o, const char *name, const json
         rc = -1;
     if (rc)
         fail(err, errlen, "writing %s: %s", path, strerror(errno));
-    free(path);
+    qs_heap_free(path);
     return rc;
 }
 

@@ -12,8 +12,13 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
+
+#define QS_INDEX_NAME "model.safetensors.index.json"
+/* What `quantize --shard i/n` writes beside its shards, for `merge-index` (cmd_merge_index.c). */
+#define QS_PART_MARKER "qsparse-part.json"
 
 struct qs_model_dir {
     char *dir;
@@ -47,6 +52,15 @@ int qs_model_out_copy_rest(const struct qs_model_dir *m, const struct qs_model_o
 /* Write a JSON value to `name` in the temporary folder, indented by 2, with a final newline. */
 int qs_model_out_json(const struct qs_model_out *o, const char *name, const json_t *j, char *err,
                       size_t errlen);
+/* Copy every file and folder of `dir` except its weights, config.json, hf_quant_config.json and
+ * a part marker (merge-index: the first part's tokenizer and other files). */
+int qs_model_out_copy_from(const char *dir, const struct qs_model_out *o, char *err,
+                           size_t errlen);
+/* A hard link from -> to when both are on one file system, else a copy. */
+int qs_link_or_copy(const char *from, const char *to, char *err, size_t errlen);
+/* {"metadata": {"total_size": total}, "weight_map": map}: the index both quantize and
+ * merge-index write (a new reference, NULL without memory). */
+json_t *qs_model_index_json(uint64_t total, json_t *weight_map);
 /* Rename the temporary folder to the output. */
 int qs_model_out_commit(struct qs_model_out *o, char *err, size_t errlen);
 /* Remove the temporary folder and everything in it (after an error). */

@@ -8,6 +8,7 @@
 
 #include "qsparse.h"
 #include "commands.h"
+#include "heap.h"
 #include "tool_ctx.h"
 
 static const struct {
@@ -17,6 +18,8 @@ static const struct {
 } commands[] = {
     {"demo", qs_cmd_demo, "quantize a built-in heavy-tailed weight matrix into every format"},
     {"quantize", qs_cmd_quantize, "quantize the weights of a safetensors model (see --help)"},
+    {"merge-index", qs_cmd_merge_index,
+     "join the part folders of `quantize --shard I/N` into one model folder"},
     {"inspect", qs_cmd_inspect, "list a safetensors file's tensors, formats and bits per weight"},
     {"recommend", qs_cmd_recommend, "measure every format on this machine for a model, ranked"},
     {"doctor", qs_cmd_doctor, "what the library sees here (ISA, threads, BLAS, backends); --json"},
@@ -26,7 +29,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: qsparse <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\noptions before the command:\n  --profile        print the library's profiling "
                "counters to stderr at the end\n  --profile=json   the same as JSON\n");
     fprintf(f, "\n`qsparse <command> --help` describes a command. libqsparse %s\n",
@@ -35,6 +38,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    qs_heap_hook_jansson(); /* before any JSON value exists: every one is counted and freed alike */
     if (argc < 2) {
         usage(stderr);
         return 2;

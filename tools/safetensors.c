@@ -6,8 +6,10 @@
  * cost that grows faster than n log n in the number of tensors.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise's MADV_DONTNEED */
 
 #include "safetensors.h"
+#include "heap.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -144,7 +146,7 @@ static int check_overlaps(struct qs_st_file *f, char *err, size_t errlen)
     size_t n = 0;
     int rc = 0;
 
-    order = malloc((f->count + 1) * sizeof *order);
+    order = qs_heap_malloc((f->count + 1) * sizeof *order);
     if (!order)
         return fail(err, errlen, "out of memory"), -1;
     for (size_t i = 0; i < f->count; i++)
@@ -160,7 +162,7 @@ static int check_overlaps(struct qs_st_file *f, char *err, size_t errlen)
         if (!furthest || order[i]->end > furthest->end)
             furthest = order[i];
     }
-    free(order);
+    qs_heap_free(order);
     return rc;
 }
 
@@ -173,7 +175,7 @@ static int cmp_name(const void *a, const void *b)
 /* The name index behind qs_st_find (names are unique: the JSON parser rejects duplicates). */
 static int index_names(struct qs_st_file *f, char *err, size_t errlen)
 {
-    f->by_name = malloc((f->count + 1) * sizeof *f->by_name);
+    f->by_name = qs_heap_malloc((f->count + 1) * sizeof *f->by_name);
     if (!f->by_name)
         return fail(err, errlen, "out of memory"), -1;
     for (size_t i = 0; i < f->count; i++)
@@ -292,7 +294,7 @@ int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
         fail(err, errlen, "%s: the header is not a JSON object", path);
         goto bad;
     }
-    f->tensors = calloc(json_object_size(f->root) + 1, sizeof *f->tensors);
+    f->tensors = qs_heap_calloc(json_object_size(f->root) + 1, sizeof *f->tensors);
     if (!f->tensors) {
         fail(err, errlen, "out of memory");
         goto bad;
@@ -341,8 +343,8 @@ void qs_st_close(struct qs_st_file *f)
         munmap(f->map, f->map_size);
         close(f->fd);
     }
-    free(f->tensors);
-    free(f->by_name);
+    qs_heap_free(f->tensors);
+    qs_heap_free(f->by_name);
     if (f->root)
         json_decref(f->root);
     memset(f, 0, sizeof *f);
@@ -365,6 +367,30 @@ const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *na
     return NULL;
 }
 
+void qs_st_release_bytes(const struct qs_st_file *f, const void *p, uint64_t n)
+{
+#ifdef MADV_DONTNEED
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo, hi;
+
+    if (!f->map || n == 0 || page <= 0)
+        return;
+    lo = (uintptr_t)p & ~(uintptr_t)(page - 1);
+    hi = (uintptr_t)p + n;
+    /* a private read-only mapping: dropped pages read again from the file if touched */
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+    (void)f;
+    (void)p;
+    (void)n;
+#endif
+}
+
+void qs_st_release(const struct qs_st_file *f, const struct qs_st_tensor *t)
+{
+    qs_st_release_bytes(f, t->data, t->end - t->begin);
+}
+
 /* ---- writing ----------------------------------------------------------------------------------
  */
 
@@ -382,25 +408,25 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
     int es = qs_st_dtype_size(dtype);
 
     if (es == 0 || ndim < 0 || ndim > QS_ST_MAX_DIMS || strlen(dtype) >= sizeof t->dtype) {
-        free(owned);
+        qs_heap_free(owned);
         return fail(err, errlen, "tensor '%s': bad dtype or rank", name), -1;
     }
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0 || !mul_ok(numel, shape[i], &numel)) {
-            free(owned);
+            qs_heap_free(owned);
             return fail(err, errlen, "tensor '%s': bad shape", name), -1;
         }
     if (!mul_ok(numel, es, &need) || (uint64_t)need != bytes) {
-        free(owned);
+        qs_heap_free(owned);
         return fail(err, errlen, "tensor '%s': %llu bytes do not match %s of %lld elements", name,
                     (unsigned long long)bytes, dtype, (long long)numel),
                -1;
     }
     if (w->count == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 64;
-        struct qs_st_out *nt = realloc(w->t, cap * sizeof *nt);
+        struct qs_st_out *nt = qs_heap_realloc(w->t, cap * sizeof *nt);
         if (!nt) {
-            free(owned);
+            qs_heap_free(owned);
             return fail(err, errlen, "out of memory"), -1;
         }
         w->t = nt;
@@ -408,9 +434,9 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
     }
     t = &w->t[w->count];
     memset(t, 0, sizeof *t);
-    t->name = strdup(name);
+    t->name = qs_heap_strdup(name);
     if (!t->name) {
-        free(owned);
+        qs_heap_free(owned);
         return fail(err, errlen, "out of memory"), -1;
     }
     strcpy(t->dtype, dtype);
@@ -434,10 +460,10 @@ int qs_st_writer_meta(struct qs_st_writer *w, const char *key, const char *value
 void qs_st_writer_free(struct qs_st_writer *w)
 {
     for (size_t i = 0; i < w->count; i++) {
-        free(w->t[i].name);
-        free(w->t[i].owned);
+        qs_heap_free(w->t[i].name);
+        qs_heap_free(w->t[i].owned);
     }
-    free(w->t);
+    qs_heap_free(w->t);
     if (w->metadata)
         json_decref(w->metadata);
     memset(w, 0, sizeof *w);
@@ -665,7 +691,7 @@ static void put(struct text *t, const char *s, size_t n)
         char *np;
         while (cap - t->n < n + 1)
             cap *= 2;
-        if (!(np = realloc(t->p, cap))) {
+        if (!(np = qs_heap_realloc(t->p, cap))) {
             t->oom = 1;
             return;
         }
@@ -768,12 +794,12 @@ static char *build_header(struct qs_st_writer *w, uint64_t *padded_len, char *er
     if (w->metadata) {
         char *meta = json_dumps(w->metadata, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (!meta) {
-            free(t.p);
+            qs_heap_free(t.p);
             return fail(err, errlen, "out of memory building the header"), NULL;
         }
         put_str(&t, "\"__metadata__\":");
         put_str(&t, meta);
-        free(meta);
+        qs_heap_free(meta);
         first = 0;
     }
     for (size_t i = 0; i < w->count; i++) {
@@ -782,7 +808,7 @@ static char *build_header(struct qs_st_writer *w, uint64_t *padded_len, char *er
             put(&t, ",", 1);
         first = 0;
         if (put_json_string(&t, o->name) != 0) {
-            free(t.p);
+            qs_heap_free(t.p);
             return fail(err, errlen, "tensor name '%s' is not valid UTF-8", o->name), NULL;
         }
         put_str(&t, ":{\"dtype\":");
@@ -806,7 +832,7 @@ static char *build_header(struct qs_st_writer *w, uint64_t *padded_len, char *er
     while (!t.oom && t.n % 8 != 0)
         put(&t, " ", 1);
     if (t.oom) {
-        free(t.p);
+        qs_heap_free(t.p);
         return fail(err, errlen, "out of memory building the header"), NULL;
     }
     *padded_len = t.n;
@@ -822,6 +848,8 @@ struct out_buf {
     size_t n;
     unsigned char b[1u << 20];
 };
+
+static void io_fail(struct qs_st_stream *s, char *err, size_t errlen);
 
 static int flush_out(struct out_buf *o)
 {
@@ -862,7 +890,7 @@ static int cmp_out_name(const void *a, const void *b)
 /* Refuse two output tensors of one name: sorted, equal names are neighbours (n log n). */
 static int check_unique(const struct qs_st_writer *w, char *err, size_t errlen)
 {
-    const char **names = malloc((w->count + 1) * sizeof *names);
+    const char **names = qs_heap_malloc((w->count + 1) * sizeof *names);
     int rc = 0;
 
     if (!names)
@@ -875,92 +903,149 @@ static int check_unique(const struct qs_st_writer *w, char *err, size_t errlen)
             fail(err, errlen, "duplicate output tensor '%s'", names[i]);
             rc = -1;
         }
-    free(names);
+    qs_heap_free(names);
     return rc;
 }
 
-int qs_st_writer_write(struct qs_st_writer *w, const char *path,
-                       void (*progress)(size_t done, size_t total, void *user), void *user,
+int qs_st_stream_begin(struct qs_st_stream *s, struct qs_st_writer *w, const char *path,
                        char *err, size_t errlen)
 {
     uint64_t hl;
     unsigned char len8[8];
-    char *header = NULL;
-    struct out_buf *ob = NULL;
+    char *header;
     int fd;
 
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
     if (check_unique(w, err, errlen) != 0)
         return -1;
     header = build_header(w, &hl, err, errlen);
     if (!header)
         return -1;
     if (hl > QS_ST_MAX_HEADER) {
-        free(header);
+        qs_heap_free(header);
         return fail(err, errlen, "output header of %llu bytes exceeds the safetensors limit",
                     (unsigned long long)hl),
                -1;
     }
+    if (!(s->buf = qs_heap_malloc(sizeof *s->buf))) {
+        qs_heap_free(header);
+        return fail(err, errlen, "out of memory"), -1;
+    }
     fd = create_tmp(path, err, errlen);
     if (fd < 0) {
-        free(header);
+        qs_heap_free(header);
+        qs_heap_free(s->buf);
+        s->buf = NULL;
         return -1;
     }
-
-    if (!(ob = malloc(sizeof *ob))) {
-        fail(err, errlen, "out of memory");
-        close(fd);
-        unlink(tmp_path);
-        tmp_active = 0;
-        free(header);
-        return -1;
-    }
-    ob->fd = fd;
-    ob->n = 0;
+    s->w = w;
+    s->path = path;
+    s->fd = fd;
+    s->buf->fd = fd;
+    s->buf->n = 0;
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(hl >> (8 * i));
-    if (write_all(fd, len8, 8) != 0 || write_all(fd, header, hl) != 0)
-        goto io_error;
+    if (write_all(fd, len8, 8) != 0 || write_all(fd, header, hl) != 0) {
+        qs_heap_free(header);
+        io_fail(s, err, errlen);
+        return -1;
+    }
+    qs_heap_free(header);
     test_stop("write");
-    for (size_t i = 0; i < w->count; i++) {
-        if (put_out(ob, w->t[i].data, w->t[i].bytes) != 0)
-            goto io_error;
-        if (progress)
-            progress(i + 1, w->count, user);
-    }
-    if (flush_out(ob) != 0)
-        goto io_error;
-    if (watched_input_changed()) {
-        fail(err, errlen,
-             "the input file changed size while it was being read (truncated or rewritten by "
-             "another program); %s was not written",
-             path);
-        goto cleanup;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        fd = -1;
-        goto io_error;
-    }
-    fd = -1;
-    if (rename(tmp_path, path) != 0)
-        goto io_error;
-    tmp_active = 0;
-    free(ob);
-    free(header);
     return 0;
-io_error:
+}
+
+/* After a failed write: the message (errno still that of the failure), then the cleanup. */
+static void io_fail(struct qs_st_stream *s, char *err, size_t errlen)
+{
     if (errno == EFAULT) /* write() could not read the source: a mapped input that shrank */
         fail(err, errlen,
              "writing %s: a tensor's bytes could not be read: the input file shrank while it was "
              "being read (truncated or rewritten by another program)",
-             path);
+             s->path);
     else
-        fail(err, errlen, "writing %s: %s", path, strerror(errno));
-cleanup:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp_path);
+        fail(err, errlen, "writing %s: %s", s->path, strerror(errno));
+    qs_st_stream_abort(s);
+}
+
+int qs_st_stream_put(struct qs_st_stream *s, const void *p, uint64_t n, char *err,
+                     size_t errlen)
+{
+    const struct qs_st_out *t;
+
+    if (s->fd < 0)
+        return fail(err, errlen, "writing: the output is not open"), -1;
+    /* empty tensors own no bytes: step over them to the next one that does */
+    while (s->next < s->w->count && s->w->t[s->next].bytes == s->done)
+        s->next++, s->done = 0;
+    t = s->next < s->w->count ? &s->w->t[s->next] : NULL;
+    if (n == 0)
+        return 0;
+    if (!t || n > t->bytes - s->done) {
+        fail(err, errlen, "writing %s: %llu bytes more than the header announced%s%s", s->path,
+             (unsigned long long)n, t ? " for " : "", t ? t->name : "");
+        qs_st_stream_abort(s);
+        return -1;
+    }
+    if (put_out(s->buf, p, n) != 0) {
+        io_fail(s, err, errlen);
+        return -1;
+    }
+    s->done += n;
+    return 0;
+}
+
+int qs_st_stream_end(struct qs_st_stream *s, char *err, size_t errlen)
+{
+    int fd = s->fd;
+
+    if (fd < 0)
+        return fail(err, errlen, "writing: the output is not open"), -1;
+    while (s->next < s->w->count && s->w->t[s->next].bytes == s->done)
+        s->next++, s->done = 0;
+    if (s->next != s->w->count) {
+        fail(err, errlen, "writing %s: tensor '%s' has %llu of its %llu bytes", s->path,
+             s->w->t[s->next].name, (unsigned long long)s->done,
+             (unsigned long long)s->w->t[s->next].bytes);
+        qs_st_stream_abort(s);
+        return -1;
+    }
+    if (flush_out(s->buf) != 0) {
+        io_fail(s, err, errlen);
+        return -1;
+    }
+    if (watched_input_changed()) {
+        fail(err, errlen,
+             "the input file changed size while it was being read (truncated or rewritten by "
+             "another program); %s was not written",
+             s->path);
+        qs_st_stream_abort(s);
+        return -1;
+    }
+    s->fd = -1;
+    if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp_path, s->path) != 0) {
+        fail(err, errlen, "writing %s: %s", s->path, strerror(errno));
+        unlink(tmp_path);
+        tmp_active = 0;
+        qs_heap_free(s->buf);
+        s->buf = NULL;
+        return -1;
+    }
     tmp_active = 0;
-    free(ob);
-    free(header);
-    return -1;
+    qs_heap_free(s->buf);
+    s->buf = NULL;
+    return 0;
+}
+
+void qs_st_stream_abort(struct qs_st_stream *s)
+{
+    if (s->fd >= 0) {
+        close(s->fd);
+        unlink(tmp_path);
+        tmp_active = 0;
+    }
+    s->fd = -1;
+    qs_heap_free(s->buf);
+    s->buf = NULL;
 }

@@ -60,6 +60,12 @@ void qs_st_close(struct qs_st_file *f);
 /* The tensor of that name, or NULL (a binary search: O(log n)). */
 const struct qs_st_tensor *qs_st_find(const struct qs_st_file *f, const char *name);
 
+/* Hand the pages of t's bytes back to the kernel once they are used: a model streamed through
+ * the mapping keeps its resident memory to the tensor at hand. The bytes stay readable. */
+void qs_st_release(const struct qs_st_file *f, const struct qs_st_tensor *t);
+/* The same for n bytes at p inside the mapping. */
+void qs_st_release_bytes(const struct qs_st_file *f, const void *p, uint64_t n);
+
 /* ---- writing ----------------------------------------------------------------------------------
  */
 
@@ -89,17 +95,36 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
                      size_t errlen);
 /* Set a metadata string (copied). */
 int qs_st_writer_meta(struct qs_st_writer *w, const char *key, const char *value);
+void qs_st_writer_free(struct qs_st_writer *w);
+
 /*
- * Write everything to `path` through a temporary file in the same directory and rename it into
- * place. progress(done, total, user) is called after each tensor when non-NULL. The names must be
+ * Writing is streamed: the header is written first, from a writer whose entries give names,
+ * dtypes, shapes and byte counts (their data may be NULL), then each tensor's bytes in entry
+ * order, in as many pieces as the caller likes, then qs_st_stream_end checks that every
+ * announced byte came, syncs and renames the temporary file into place. The names must be
  * unique (checked) and valid UTF-8. The output is refused when the input opened last with
  * qs_st_open (and not yet closed) has changed size since: its tensors may have read as zeros.
- * Returns 0, or -1 with a message (the target is then untouched and the temporary file removed).
+ * Only a 1 MB write buffer is held, so a model of any size is written with the memory of the
+ * tensor at hand. Each call returns 0, or -1 with a message; any failure removes the temporary
+ * file and leaves the target untouched (qs_st_stream_abort does the same, for the caller's own
+ * errors).
  */
-int qs_st_writer_write(struct qs_st_writer *w, const char *path,
-                       void (*progress)(size_t done, size_t total, void *user), void *user,
+struct out_buf;
+struct qs_st_stream {
+    struct qs_st_writer *w; /* borrowed until the end */
+    const char *path;
+    struct out_buf *buf;
+    int fd;
+    size_t next;   /* the entry being written */
+    uint64_t done; /* its bytes written so far */
+};
+
+int qs_st_stream_begin(struct qs_st_stream *s, struct qs_st_writer *w, const char *path,
                        char *err, size_t errlen);
-void qs_st_writer_free(struct qs_st_writer *w);
+int qs_st_stream_put(struct qs_st_stream *s, const void *p, uint64_t n, char *err,
+                     size_t errlen);
+int qs_st_stream_end(struct qs_st_stream *s, char *err, size_t errlen);
+void qs_st_stream_abort(struct qs_st_stream *s);
 
 /*
  * Install handlers for every signal whose default action ends the process (all but SIGKILL and

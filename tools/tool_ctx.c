@@ -5,6 +5,7 @@
 
 #include "qsparse/profile.h"
 #include "tool_ctx.h"
+#include "heap.h"
 
 int qs_tool_profile;
 
@@ -23,10 +24,10 @@ static void print_json(qs_ctx *ctx)
 {
     int64_t need = 0;
     qs_profile_json(ctx, NULL, 0, &need);
-    char *buf = malloc((size_t)need + 1);
+    char *buf = qs_heap_malloc((size_t)need + 1);
     if (buf && qs_profile_json(ctx, buf, need + 1, &need) == QS_OK)
         fprintf(stderr, "%s\n", buf);
-    free(buf);
+    qs_heap_free(buf);
 }
 
 static void print_table(qs_ctx *ctx)
