@@ -2,8 +2,8 @@
 /*
  * Fused FP8 (E4M3, E5M2) GEMV with f32 activations for AVX-512 F/BW/DQ/VL
  * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c). The codes decode exactly
- * in registers (E4M3 by integer field moves as the dequantize kernels do, E5M2 as the high byte
- * of an f16), the whole row is one segment and the per-tensor scale multiplies the row's 16-lane
+ * in registers (E4M3 as an f16 of value * 2^-8 through VCVTPH2PS, times 2^8; E5M2 as the high
+ * byte of an f16), the whole row is one segment and the per-tensor scale multiplies the row's 16-lane
  * sum once. Tiles and tails: mm_gemv_avx512.h.
  */
 #include <immintrin.h>

@@ -3,9 +3,10 @@
  * Fused MXFP4, MXFP8 and NVFP4 GEMV with f32 activations for AVX-512 F/BW/DQ/VL
  * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c). E2M1 codes (element 2i in
  * the low nibble of byte i) look up their value in a 16-entry register table with vpermps, E4M3
- * codes decode by integer field moves; each block's 16-lane sum gets the block scale once: the
- * E8M0 power of two (NaN for 0xFF) for MX, fl(E4M3(S & 0x7F) * s_global) for NVFP4, as the
- * reference forms it. Tiles and tails: mm_gemv_avx512.h.
+ * codes decode through VCVTPH2PS (an f16 of value * 2^-8, times 2^8); each block's 16-lane sum
+ * gets the block scale once: the E8M0 power of two (NaN for 0xFF) for MX, fl(E4M3(S & 0x7F) *
+ * s_global) for NVFP4, as the reference forms it (both from a table formed once per call).
+ * Tiles and tails: mm_gemv_avx512.h.
  */
 #include <immintrin.h>
 
