@@ -85,7 +85,10 @@ static inline __m256 gemv_scale_add_avx2(__m256 acc, __m256 sum, float s)
 
 /* Software prefetch of the next tile's rows and scales, as in mm_gemv_avx512.h: a cursor over
  * the next tile's bytes advanced a few lines per step of 8 columns, so that it reaches their end
- * when this tile ends; the hardware prefetcher would restart its streams at every tile. */
+ * when this tile ends; the hardware prefetcher would restart its streams at every tile.
+ * The rows go to L2 (T1: a tile of 4 f16 rows of 4096 is as large as L1, and fetching it into
+ * L1 evicted the tile being read: f16 weights ran slower than without prefetch), the scales,
+ * small, to L1. */
 typedef struct {
     const char *p, *end;
     int64_t step, budget;
@@ -111,7 +114,7 @@ static inline void gemv_pf_step_avx2(gemv_pf_avx2 *pf)
 {
     pf->budget += pf->step;
     while (pf->budget > 0 && pf->p < pf->end) {
-        _mm_prefetch(pf->p, _MM_HINT_T0);
+        _mm_prefetch(pf->p, _MM_HINT_T1);
         pf->p += 64;
         pf->budget -= 64;
     }
