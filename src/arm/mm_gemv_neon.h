@@ -77,7 +77,7 @@ static inline void gemv_pf_step_neon(gemv_pf_neon *pf)
 {
     pf->budget += pf->step;
     while (pf->budget > 0 && pf->p < pf->end) {
-        __builtin_prefetch(pf->p);
+        __builtin_prefetch(pf->p, 0, 2); /* into L2: a tile of f16 rows is as large as L1 */
         pf->p += 64;
         pf->budget -= 64;
     }
