@@ -61,11 +61,7 @@ BUILD_DIR=build-hard-fuzz FUZZ_CC=$CLANG bash tests/fuzz/build.sh
 for t in fuzz_quantize fuzz_dequantize fuzz_sp24 fuzz_observer fuzz_safetensors fuzz_matmul; do
   step "fuzz: $t for $FUZZ_SECONDS s"
   mkdir -p "$work/$t" "$work/$t-artifacts"
-  # "reorder": the open cross-tier finding of the fused GEMV (tests/fuzz/README.md, known
-  # findings); every other check of every target stays strict.
-  known=""
-  [ "$t" = fuzz_matmul ] && known=reorder
-  if QS_FUZZ_KNOWN="$known" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      TMPDIR="$work" "build-hard-fuzz/tests/fuzz/$t" -max_total_time="$FUZZ_SECONDS" \
      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
      -artifact_prefix="$work/$t-artifacts/" "$work/$t" "tests/fuzz/corpus/$t" \

@@ -416,6 +416,92 @@ static void test_summation_order(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/*
+ * The cross-tier bound of matmul.h in the subnormal range (the fuzz finding "reorder",
+ * tests/fuzz/corpus/fuzz_matmul/quant_mxfp4_act8_subnormal_y): MXFP4 blocks with the E8M0 scale
+ * 2^-119 and x = 1.5 2^-31, so x * 0.5 * 2^-119 = 0.375 2^-149 per element of row 0 (every value
+ * 0.5). The reference scales each block's total once (32 x 0.375 = 12 subnormal ulps, exact; 24
+ * for the row); a kernel that scales each lane's partial sum rounds every lane on its own (16
+ * lanes of 2 elements: 0.75 -> 1 ulp; 8 lanes of 4: 1.5 -> 2 ulps; 16 per block either way), 8
+ * ulps apart over the row. No relative bound covers that; the documented underflow term
+ * (2 K + 32) 2^-149 (1 + s_max) does. Every tier against the scalar one (a context with ISA mask
+ * 0), f32 and int8 activations, rows of varied codes; the scalar tier is also checked bit for bit
+ * against the restated order.
+ */
+static void test_gemv_subnormal_bound(void **state)
+{
+    enum { N = 4, K = 64 };
+    static const float e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    const float scale = 0x1p-119f;
+    uint8_t data[N * K / 2], sc[N * K / 32];
+    float x[K], v[K];
+    uint32_t lcg = 12345;
+    qs_quant_params p = params(QS_FORMAT_MXFP4);
+    qs_qtensor q;
+    qs_weight w;
+    qs_ctx *ctx = t_ctx(), *ref = NULL;
+    qs_ctx_params cp;
+
+    (void)state;
+    qs_ctx_params_init(&cp);
+    cp.num_threads = 1;
+    cp.isa_mask = 0;
+    assert_int_equal(qs_ctx_create(&cp, &ref), QS_OK);
+    for (int64_t i = 0; i < N * K / 2; i++) {
+        lcg = lcg * 1103515245u + 12345u;
+        data[i] = i < K / 2 ? 0x11 : (uint8_t)(lcg >> 16); /* row 0: every value 0.5 */
+    }
+    memset(sc, 8, sizeof sc); /* E8M0 8: 2^-119 */
+    for (int64_t k = 0; k < K; k++)
+        x[k] = 0x1.8p-31f;
+    memset(&q, 0, sizeof q);
+    q.data = data, q.data_bytes = sizeof data;
+    q.scale = sc, q.scale_bytes = sizeof sc;
+    memset(&w, 0, sizeof w);
+    w.kind = QS_WEIGHT_QUANT;
+    w.quant = &p;
+    w.q = &q;
+    for (int act = 0; act < 2; act++) {
+        qs_matmul_params mp;
+        float y[N], y0[N];
+        qs_matmul_params_init(&mp);
+        mp.activations = act ? QS_MATMUL_ACT_INT8 : QS_MATMUL_ACT_F32;
+        assert_int_equal(qs_matmul(ctx, &mp, x, QS_DTYPE_F32, 1, K, &w, N, NULL, y, sizeof y),
+                         QS_OK);
+        assert_int_equal(qs_matmul(ref, &mp, x, QS_DTYPE_F32, 1, K, &w, N, NULL, y0, sizeof y0),
+                         QS_OK);
+        for (int64_t n = 0; n < N; n++) {
+            double sxw = 0.0, vmax = 0.0;
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                uint8_t b = data[n * K / 2 + k / 2];
+                v[k] = e2m1[k % 2 ? b >> 4 : b & 15];
+                sxw += fabs((double)x[k] * v[k] * scale);
+                vmax = fabs((double)v[k]) > vmax ? fabs((double)v[k]) : vmax;
+            }
+            for (int64_t s0 = 0; s0 < K; s0 += 32)
+                acc = acc + restated_sum(x + s0, v + s0, 32) * scale;
+            if (!act)
+                assert_true(t_bits(y0[n]) == t_bits(acc));
+            assert_true(fabs((double)y0[n]) < 0x1p-126); /* the case: a subnormal result */
+            double rel = 2.0 * (K / 16.0 + 8.0) * 0x1p-23 * sxw * (act ? 1.01 : 1.0);
+            double bound = rel + (2.0 * K + 32.0) * 0x1p-149 * (1.0 + scale);
+            assert_true(rel < 0x1p-149); /* a one-ulp subnormal difference is beyond it */
+            if (!(fabs((double)y[n] - (double)y0[n]) <= bound)) {
+                print_error("act %d row %lld: %a vs scalar %a, bound %a\n", act, (long long)n,
+                            (double)y[n], (double)y0[n], bound);
+                fail();
+            }
+        }
+        /* row 0 exactly: 24 subnormal ulps in the reference's order */
+        if (!act)
+            assert_true(y0[0] == 24.0f * 0x1p-149f);
+    }
+    qs_ctx_destroy(ref);
+    qs_ctx_destroy(ctx);
+}
+
 /* K = 0: y is the bias (or 0); M = 0 or N = 0: nothing to write. */
 static void test_empty(void **state)
 {
@@ -1034,6 +1120,7 @@ int main(void)
         cmocka_unit_test(test_empty_k_llm_int8),
         cmocka_unit_test(test_empty_k_huge_n_sp24),
         cmocka_unit_test(test_summation_order),
+        cmocka_unit_test(test_gemv_subnormal_bound),
         cmocka_unit_test(test_int8_bound),
         cmocka_unit_test(test_vectorwise_hand),
         cmocka_unit_test(test_vectorwise_empty),

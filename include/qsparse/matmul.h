@@ -44,9 +44,15 @@
  * Every path is within a relative Frobenius error of 1e-5 of the float64 product of x and the
  * dequantized weight (for finite data of moderate range; tested at every ISA tier). Where the
  * sum cancels, the per-element bound is what holds for any summation order: two ISA tiers differ
- * by at most 2 (K/16 + 8) 2^-23 sum_k |x[m, k] W[n, k]| (fused GEMV kernels, 2:4 ones included,
- * sum in another order than the reference; the 2:4 GEMM and int8-activation paths are
- * bit-identical on every tier).
+ * by at most 2 (K/16 + 8) 2^-23 sum_k |x[m, k] W[n, k]| + (2 K + 32) 2^-149 (1 + s_max), where
+ * W[n, k] = v s is taken before the dequantized weight's rounding and s_max is the row's largest
+ * segment scale (1 for plain weights): the second term is gradual underflow, a rounding in the
+ * subnormal range being off by up to 2^-150 absolute, among the unscaled products x v (later
+ * multiplied by s) and after the scale (the SIMD kernels scale each lane's partial sum, the
+ * reference the segment's total: one subnormal ulp apart where y is below 2^-126). Fused GEMV
+ * kernels (2:4 ones included) sum in another order than the reference; with int8 activations
+ * they run on x^ for weights other than INT8, LLM_INT8, NF4 and FP4 (same bound, x^ for x); the
+ * integer paths and the 2:4 GEMM are bit-identical on every tier.
  *
  * int8 activations (params.activations = QS_MATMUL_ACT_INT8): x is quantized per token (row) as
  * qs_int8_vectorwise_quant does: r_m = max |x[m, k]| over the non-outlier elements,

@@ -48,14 +48,51 @@ static inline float32x4_t gemv_scale_add_neon(float32x4_t acc, float32x4_t sum, 
     return vfmaq_n_f32(acc, sum, s);
 }
 
+/* Software prefetch of the next tile's rows and scales (as in src/x86/mm_gemv_avx512.h): a
+ * cursor over the next tile's bytes, advanced a few lines per step of 16 columns so that it
+ * reaches their end when this tile ends; the hardware prefetcher would restart its streams at
+ * every tile. Prefetches never fault; the cursor stops at the end of the call's rows. */
+typedef struct {
+    const char *p, *end;
+    int64_t step, budget;
+} gemv_pf_neon;
+
+static inline void gemv_pf_init_neon(gemv_pf_neon *pf, const gemv_rows_neon *w, int64_t k,
+                                     int64_t r0, int R, int64_t rows)
+{
+    int64_t next = r0 + R, nr = rows - next < R ? rows - next : R;
+    pf->p = pf->end = NULL;
+    pf->step = (R * w->dstride) / (k / 16 + 1) + 1;
+    pf->budget = 0;
+    if (nr <= 0)
+        return;
+    pf->p = (const char *)w->data + next * w->dstride;
+    pf->end = pf->p + nr * w->dstride;
+    if (w->sstride > 0)
+        for (int64_t b = 0; b < nr * w->sstride; b += 64)
+            __builtin_prefetch((const char *)w->scale + next * w->sstride + b);
+}
+
+static inline void gemv_pf_step_neon(gemv_pf_neon *pf)
+{
+    pf->budget += pf->step;
+    while (pf->budget > 0 && pf->p < pf->end) {
+        __builtin_prefetch(pf->p, 0, 2); /* into L2: a tile of f16 rows is as large as L1 */
+        pf->p += 64;
+        pf->budget -= 64;
+    }
+}
+
 static inline __attribute__((always_inline)) void
 gemv_tile_neon(const float *x, int64_t ldx, const int MI, const int R, const int BITS, int64_t k,
-               const gemv_rows_neon *w, int64_t r0, gemv_dec_neon_fn dec, gemv_scl_neon_fn scl,
-               const void *fmt, float *y, int64_t ldy)
+               const gemv_rows_neon *w, int64_t r0, int64_t rows, gemv_dec_neon_fn dec,
+               gemv_scl_neon_fn scl, const void *fmt, float *y, int64_t ldy)
 {
     float32x4_t acc[4][4];
     const uint8_t *drow[4], *srow[4];
+    gemv_pf_neon pf;
 
+    gemv_pf_init_neon(&pf, w, k, r0, R, rows);
     for (int r = 0; r < R; r++) {
         drow[r] = w->data + (r0 + r) * w->dstride;
         srow[r] = w->scale + (r0 + r) * w->sstride;
@@ -77,6 +114,7 @@ gemv_tile_neon(const float *x, int64_t ldx, const int MI, const int R, const int
             int64_t len = s1 - c < 16 ? s1 - c : 16;
             float32x4_t v[4][4];
             float xb[16];
+            gemv_pf_step_neon(&pf);
             for (int r = 0; r < R; r++) {
                 if (len == 16) {
                     dec(drow[r] + c * BITS / 8, aux[r], fmt, v[r]);
@@ -117,9 +155,9 @@ gemv_rows_run_neon(const float *x, int64_t ldx, const int MI, const int R, const
 {
     int64_t r = 0;
     for (; r + R <= rows; r += R)
-        gemv_tile_neon(x, ldx, MI, R, BITS, k, w, r, dec, scl, fmt, y, ldy);
+        gemv_tile_neon(x, ldx, MI, R, BITS, k, w, r, rows, dec, scl, fmt, y, ldy);
     for (; r < rows; r++)
-        gemv_tile_neon(x, ldx, MI, 1, BITS, k, w, r, dec, scl, fmt, y, ldy);
+        gemv_tile_neon(x, ldx, MI, 1, BITS, k, w, r, rows, dec, scl, fmt, y, ldy);
 }
 
 static inline __attribute__((always_inline)) void

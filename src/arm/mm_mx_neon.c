@@ -4,8 +4,8 @@
  * reference is src/ref/matmul_ref.c): E2M1 codes (element 2i in the low nibble of byte i) look
  * up their value with byte-plane table lookups, E4M3 codes decode by one exact multiply; each
  * block's sum gets the block scale once: the E8M0 power of two (NaN for 0xFF) for MX,
- * fl(E4M3(S & 0x7F) * s_global) for NVFP4, as the reference forms it. Tiles and tails:
- * mm_gemv_neon.h.
+ * fl(E4M3(S & 0x7F) * s_global) for NVFP4, as the reference forms it (both from a table formed
+ * once per call). Tiles and tails: mm_gemv_neon.h.
  */
 #include <arm_neon.h>
 
@@ -13,10 +13,18 @@
 #include "../ref/ref.h"
 #include "mm_gemv_neon.h"
 
+/* The E2M1 table and the block scales by scale byte (E8M0: 256 values; NVFP4: the 128
+ * fl(E4M3(i) * s_global)), formed once per call: a load per block instead of a decode. */
 typedef struct {
     lut16_neon t;
-    float s_global;
+    const float *scales;
 } e2m1_fmt_neon;
+
+static void e8m0_table_neon(float *t)
+{
+    for (int i = 0; i < 256; i++)
+        t[i] = gemv_e8m0_neon((uint8_t)i);
+}
 
 static inline void e2m1_dec_neon(const uint8_t *p, int32_t aux, const void *fmt, float32x4_t v[4])
 {
@@ -39,9 +47,8 @@ static inline float mx_scl_neon(const uint8_t *srow, int64_t row, int64_t s, int
                                 const void *fmt)
 {
     (void)row;
-    (void)fmt;
     *aux = 0;
-    return gemv_e8m0_neon(srow[s]);
+    return ((const e2m1_fmt_neon *)fmt)->scales[srow[s]];
 }
 
 static inline float nvfp4_scl_neon(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
@@ -49,14 +56,16 @@ static inline float nvfp4_scl_neon(const uint8_t *srow, int64_t row, int64_t s, 
 {
     (void)row;
     *aux = 0;
-    return gemv_e4m3_pos_neon(srow[s]) * ((const e2m1_fmt_neon *)fmt)->s_global;
+    return ((const e2m1_fmt_neon *)fmt)->scales[srow[s] & 0x7F];
 }
 
 void qs_mm_gemv_mxfp4__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
                                    const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
                                    int64_t spr, int64_t rows, float *y, int64_t ldy)
 {
-    e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), 1.0f};
+    float e8m0[256];
+    e8m0_table_neon(e8m0);
+    e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), e8m0};
     gemv_rows_neon w = {data, row_bytes, scales, spr, 32};
     gemv_neon(x, ldx, m, k, 4, &w, rows, e2m1_dec_neon, mx_scl_neon, &f, y, ldy);
 }
@@ -65,8 +74,11 @@ void qs_mm_gemv_mxfp8__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64
                                    const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
                                    int64_t spr, int64_t rows, float *y, int64_t ldy)
 {
+    float e8m0[256];
+    e8m0_table_neon(e8m0);
+    e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), e8m0}; /* the decode ignores the table */
     gemv_rows_neon w = {data, row_bytes, scales, spr, 32};
-    gemv_neon(x, ldx, m, k, 8, &w, rows, e4m3_dec_neon, mx_scl_neon, NULL, y, ldy);
+    gemv_neon(x, ldx, m, k, 8, &w, rows, e4m3_dec_neon, mx_scl_neon, &f, y, ldy);
 }
 
 void qs_mm_gemv_nvfp4__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
@@ -74,7 +86,10 @@ void qs_mm_gemv_nvfp4__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64
                                    int64_t spr, float s_global, int64_t rows, float *y,
                                    int64_t ldy)
 {
-    e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), s_global};
+    float den[128];
+    for (int i = 0; i < 128; i++)
+        den[i] = gemv_e4m3_pos_neon((uint8_t)i) * s_global;
+    e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), den};
     gemv_rows_neon w = {data, row_bytes, scales, spr, 16};
     gemv_neon(x, ldx, m, k, 4, &w, rows, e2m1_dec_neon, nvfp4_scl_neon, &f, y, ldy);
 }

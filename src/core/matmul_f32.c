@@ -19,7 +19,7 @@
 #include "../ref/ref.h"
 #include "matmul_internal.h"
 
-#define MM_GEMV_ROWS 16 /* rows of W per GEMV task */
+#define MM_GEMV_ROWS 64 /* rows of W per GEMV task (the kernels prefetch within a task) */
 #define MM_PANEL 512    /* rows of W per dequantized GEMM panel (sgemm wants wide panels) */
 #define MM_GEMM_ROWS 32 /* rows of x per task of the plain blocked GEMM */
 #define MM_SP_MR 64     /* rows of x per packed panel of the 2:4 GEMM */

@@ -40,8 +40,12 @@ static inline float bnb4_scl_avx512(const uint8_t *srow, int64_t row, int64_t s,
 /* M = 1, R rows of W (R constant): rows r0 ... of data/absmax with the row length k. */
 static inline __attribute__((always_inline)) void
 bnb4_m1_avx512(const float *x, int64_t k, const uint8_t *data, const float *absmax, int32_t block,
-               const int R, int64_t r0, __m512 book, float *y)
+               const int R, int64_t r0, int64_t rows, __m512 book, float *y)
 {
+    /* the next tile's rows and scales ahead of the hardware prefetcher (mm_gemv_avx512.h) */
+    gemv_rows_avx512 wr = {data, k / 2, (const uint8_t *)absmax, (k / block) * 4, block};
+    gemv_pf_avx512 pf;
+    gemv_pf_init_avx512(&pf, &wr, k / 2, r0, R, rows); /* one step per 32 columns */
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
     const __m512i lo4 = _mm512_set1_epi32(15);
@@ -59,6 +63,7 @@ bnb4_m1_avx512(const float *x, int64_t k, const uint8_t *data, const float *absm
         for (int64_t c = b * block; c < (b + 1) * block; c += 32) {
             __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
             __m512 xe = _mm512_permutex2var_ps(x0, ie, x1), xo = _mm512_permutex2var_ps(x0, io, x1);
+            gemv_pf_step_avx512(&pf);
             for (int r = 0; r < R; r++) {
                 const uint8_t *p = data + (r0 + r) * (k / 2) + c / 2;
                 __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -91,9 +96,9 @@ bnb4_gemv_avx512(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int6
         __m512 bk = _mm512_loadu_ps(book);
         int64_t r = 0;
         for (; r + 4 <= rows; r += 4)
-            bnb4_m1_avx512(x, k, data, absmax, block, 4, r, bk, y);
+            bnb4_m1_avx512(x, k, data, absmax, block, 4, r, rows, bk, y);
         for (; r < rows; r++)
-            bnb4_m1_avx512(x, k, data, absmax, block, 1, r, bk, y);
+            bnb4_m1_avx512(x, k, data, absmax, block, 1, r, rows, bk, y);
         return;
     }
     gemv_rows_avx512 w = {data, k / 2, (const uint8_t *)absmax, (k / block) * 4, block};

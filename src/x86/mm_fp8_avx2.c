@@ -2,9 +2,9 @@
 /*
  * Fused FP8 (E4M3, E5M2) GEMV with f32 activations for AVX2 + FMA + F16C
  * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c): codes decode exactly in
- * registers (E4M3 by integer field moves, E5M2 as the high byte of an f16), the whole row is one
- * segment and the per-tensor scale multiplies the row's sum once. Tiles and tails:
- * mm_gemv_avx2.h.
+ * registers (E4M3 as an f16 of value * 2^-8, times 2^8; E5M2 as the high byte of an f16), the
+ * whole row is one segment and the per-tensor scale multiplies the row's sum once. Tiles and
+ * tails: mm_gemv_avx2.h.
  */
 #include <immintrin.h>
 
@@ -17,7 +17,7 @@ static inline __m256 e4m3_dec_avx2(const uint8_t *p, int32_t aux, const void *fm
 {
     (void)aux;
     (void)fmt;
-    return e4m3_decode_avx2(gemv_bytes_avx2(p));
+    return gemv_e4m3_f16_avx2(p);
 }
 
 static inline __m256 e5m2_dec_avx2(const uint8_t *p, int32_t aux, const void *fmt)

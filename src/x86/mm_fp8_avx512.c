@@ -2,8 +2,8 @@
 /*
  * Fused FP8 (E4M3, E5M2) GEMV with f32 activations for AVX-512 F/BW/DQ/VL
  * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c). The codes decode exactly
- * in registers (E4M3 by integer field moves as the dequantize kernels do, E5M2 as the high byte
- * of an f16), the whole row is one segment and the per-tensor scale multiplies the row's 16-lane
+ * in registers (E4M3 as an f16 of value * 2^-8 through VCVTPH2PS, times 2^8; E5M2 as the high
+ * byte of an f16), the whole row is one segment and the per-tensor scale multiplies the row's 16-lane
  * sum once. Tiles and tails: mm_gemv_avx512.h.
  */
 #include <immintrin.h>
@@ -18,7 +18,11 @@ static inline __m512 e4m3_dec_avx512(const uint8_t *row, int64_t c, int32_t aux,
 {
     (void)aux;
     (void)fmt;
-    return e4m3_decode_avx512(gemv_bytes_avx512(row + c, mask));
+    /* value * 2^-8 through VCVTPH2PS (minifloat_avx512.h), times 2^8: exact, and fewer
+     * operations than the integer field moves on 16 32-bit lanes */
+    __m128i b = mask == 0xFFFF ? _mm_loadu_si128((const __m128i *)(row + c))
+                               : _mm_maskz_loadu_epi8(mask, row + c);
+    return _mm512_mul_ps(e4m3_decode16_f16_avx512(b), _mm512_set1_ps(256.0f));
 }
 
 /* E5M2 is the upper byte of the binary16 of the same value (NaN and Inf included). */
