@@ -24,6 +24,7 @@
  * or a divisor of the row length); other layouts run the reference.
  */
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "../core/kernels.h"
 #include "../ref/mm8_ref.h"
@@ -31,6 +32,13 @@
 
 #define CH 64
 #define INLINE static inline __attribute__((always_inline))
+
+/* Prefetch into L2 the line `off` bytes past p (an address computed as an integer: it may lie past
+ * the weight, where a prefetch does nothing). */
+INLINE void prefetch_l2(const void *p, int64_t off)
+{
+    _mm_prefetch((const char *)((uintptr_t)p + (uintptr_t)off), _MM_HINT_T1);
+}
 
 /* The four sums of four int32 vectors, lane r holding the sum of the r-th. */
 INLINE __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d)
@@ -55,7 +63,7 @@ INLINE void store_rows(float *out, __m128 t, int64_t nr)
 
 INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, int64_t n,
                       const int8_t *w, int64_t nr, const float *scale, const int8_t *zp,
-                      int64_t group, int64_t sstride, float *out, int64_t ldo)
+                      int64_t group, int64_t sstride, float *out, int64_t ldo, int pf)
 {
     const __m512i sign = _mm512_set1_epi8((char)0x80);
     const int8_t *wr[4];
@@ -81,6 +89,9 @@ INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, in
         for (; k < k1; k += CH) {
             __mmask64 msk = k1 - k >= CH ? ~(__mmask64)0 : ((__mmask64)1 << (k1 - k)) - 1;
             __m512i wv[4];
+            if (pf)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(w, (4 + r) * n + k);
             for (int r = 0; r < 4; r++)
                 wv[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(msk, wr[r] + k), sign);
             for (int i = 0; i < mr; i++) {
@@ -118,10 +129,10 @@ void qs_mm_w8a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64_
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
             w8a8_tile(4, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
         for (; i < m; i++)
             w8a8_tile(1, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
     }
 }
 
@@ -150,7 +161,7 @@ INLINE __m512i x_oddeven(const int8_t *x)
 
 INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, int64_t n,
                       const uint8_t *data, int64_t start, int64_t nr, const float *absmax,
-                      int32_t block, int64_t seg, __m512i tab, float *out, int64_t ldo)
+                      int32_t block, int64_t seg, __m512i tab, float *out, int64_t ldo, int pf)
 {
     const uint8_t *wr[4];
     const float *ar[4];
@@ -171,8 +182,14 @@ INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, in
         for (int i = 0; i < mr; i++)
             for (int r = 0; r < 4; r++)
                 acc[i][r] = _mm512_setzero_si512();
+        if (pf && s % 16 == 0)
+            for (int r = 0; r < 4; r++)
+                prefetch_l2(ar[r], (4 * n / block + s) * 4);
         for (; k < k1; k += CH) {
             __m512i wv[4];
+            if (pf && k % (2 * CH) == 0)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(wr[r], 2 * n + k / 2);
             for (int r = 0; r < 4; r++)
                 wv[r] = bnb4_decode(wr[r] + k / 2, tab);
             for (int i = 0; i < mr; i++) {
@@ -236,6 +253,13 @@ INLINE void bnb4_gemv64(const int8_t *x, const int32_t *xs, int64_t n, const uin
     }
     for (; (s + 4) * CH <= n; s += 4) {
         __m512i acc[4][4];
+        for (int r = 0; r < 4; r++) {
+            prefetch_l2(wr[r], 2 * n + s * CH / 2);
+            prefetch_l2(wr[r], 2 * n + s * CH / 2 + 64);
+        }
+        if (s % 16 == 0)
+            for (int r = 0; r < 4; r++)
+                prefetch_l2(ar[r], (4 * n / block + s) * 4);
         for (int q = 0; q < 4; q++) {
             __m512i xv = x_oddeven(x + (s + q) * CH);
             for (int r = 0; r < 4; r++)
@@ -289,13 +313,13 @@ INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, c
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
             bnb4_tile(4, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
         for (; i < m && seg == CH; i++)
             bnb4_gemv64(xq + i * n, xsum + i * nc, n, data, f, nr, absmax, block, tab,
                         out + i * ldo + r);
         for (; i < m; i++)
             bnb4_tile(1, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
     }
 }
 
