@@ -21,6 +21,10 @@
  * in the same order once per tile. They need every row segment to be whole 32-element chunks at
  * the same offsets in every row (block a multiple of 32 and either a multiple or a divisor of the
  * row length); other layouts run the reference.
+ *
+ * The rows of W are separate streams of 4 KiB and less, on which the hardware prefetcher starts
+ * over, so the first pass over a tile prefetches the next tile's rows (and absmax values) into L2
+ * at the same offsets, one tile ahead.
  */
 #include <immintrin.h>
 #include <stdint.h>
