@@ -68,6 +68,8 @@ static const bcase cases[] = {
     {"2:4 + NF4", {QS_FORMAT_NF4, 0, 1, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_F32},
     {"NF4 M=4", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 4, QS_MATMUL_ACT_F32},
     {"NF4 M=8", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 8, QS_MATMUL_ACT_F32},
+    {"NF4 M=4, int8 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 4, QS_MATMUL_ACT_INT8},
+    {"W8A8 M=8", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 8, QS_MATMUL_ACT_INT8},
     {"NF4 GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
     {"INT8 row W8A8 GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, GEMM_M,
      QS_MATMUL_ACT_INT8},

@@ -157,20 +157,21 @@ static void test_w8a8_kernels(void **state)
 
 static void bnb4_kernels(int32_t slot)
 {
-    static const int64_t ks[] = {2, 6, 63, 64, 100, 128, 192, 256, 512, 1024, 4096};
+    /* 320 and 448: whole groups of four 64-element segments and 1 or 3 left over */
+    static const int64_t ks[] = {2, 6, 63, 64, 100, 128, 192, 256, 320, 448, 512, 1024, 4096};
     static const int32_t blocks[] = {64, 128, 256, 1024, 4096, 32, 6};
     static const int64_t ms[] = {1, 3, 4, 6};
-    static const int64_t rowss[] = {1, 4, 5, 8};
+    static const int64_t rowss[] = {1, 4, 5, 8, 13}; /* the kernels go by 8 and 4 W rows */
     const struct qs_kernel_entry *e[8];
     int ne = entries_of(slot, e, 8);
     t_rng r = {12};
-    int64_t maxk = 4096, maxm = 6, maxrows = 8 + 3;
+    int64_t maxk = 4096, maxm = 6, maxrows = 13 + 3;
     int8_t *x = malloc((size_t)(maxm * maxk));
     uint8_t *data = malloc((size_t)(maxrows * maxk / 2 + 2));
     int32_t *xs = malloc((size_t)(maxm * maxk) * 4);
     float *am = malloc((size_t)(maxrows * maxk) * 4);
-    float *want = malloc((size_t)(maxm * (8 + LDO_PAD)) * 4);
-    float *got = malloc((size_t)(maxm * (8 + LDO_PAD)) * 4);
+    float *want = malloc((size_t)(maxm * (13 + LDO_PAD)) * 4);
+    float *got = malloc((size_t)(maxm * (13 + LDO_PAD)) * 4);
     int64_t checked = 0;
 
     for (int64_t i = 0; i < maxrows * maxk / 2 + 2; i++)

@@ -22,12 +22,22 @@
  * row length); other layouts run the reference.
  */
 #include <arm_neon.h>
+#include <stdint.h>
 
 #include "../core/kernels.h"
 #include "../ref/mm8_ref.h"
 #include "../ref/ref.h"
 
 #define INLINE static inline __attribute__((always_inline))
+
+/* Prefetch into L2 the line `off` bytes past p (an address computed as an integer: it may lie past
+ * the weight, where a prefetch does nothing). The rows of a tile are separate 4 KiB streams, and
+ * the hardware prefetcher restarts on each, so the kernels fetch the next tile's rows one tile
+ * ahead. */
+INLINE void prefetch_l2(const void *p, int64_t off)
+{
+    __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)off), 0, 2);
+}
 
 INLINE int32x4_t hsum4(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d)
 {
@@ -57,7 +67,7 @@ INLINE float32x4_t load4(const float *const *p, int64_t s)
 
 INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, int64_t n,
                       const int8_t *w, int64_t nr, const float *scale, const int8_t *zp,
-                      int64_t group, int64_t sstride, float *out, int64_t ldo)
+                      int64_t group, int64_t sstride, float *out, int64_t ldo, int pf)
 {
     const int8_t *wr[4];
     const float *sr[4];
@@ -84,6 +94,9 @@ INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, in
             }
         for (; k + 16 <= k1; k += 16) {
             int8x16_t wv[4];
+            if (pf && k % 64 == 0)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(w, (4 + r) * n + k);
             for (int r = 0; r < 4; r++)
                 wv[r] = vld1q_s8(wr[r] + k);
             for (int i = 0; i < mr; i++) {
@@ -125,10 +138,10 @@ void qs_mm_w8a8__neondotprod_4x4x16(const int8_t *xq, const int32_t *xsum, int64
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
             w8a8_tile(4, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
         for (; i < m; i++)
             w8a8_tile(1, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
     }
 }
 
@@ -137,7 +150,7 @@ void qs_mm_w8a8__neondotprod_4x4x16(const int8_t *xq, const int32_t *xsum, int64
 
 INLINE void bnb4_tile(int mr, const int8_t *x, int64_t n, const uint8_t *data, int64_t start,
                       int64_t nr, const float *absmax, int32_t block, int64_t seg, int8x16_t tab,
-                      float *out, int64_t ldo)
+                      float *out, int64_t ldo, int pf)
 {
     const uint8_t *wr[4];
     const float *ar[4];
@@ -157,8 +170,14 @@ INLINE void bnb4_tile(int mr, const int8_t *x, int64_t n, const uint8_t *data, i
         for (int i = 0; i < mr; i++)
             for (int r = 0; r < 4; r++)
                 acc[i][r] = vdupq_n_s32(0);
+        if (pf && s % 16 == 0)
+            for (int r = 0; r < 4; r++)
+                prefetch_l2(ar[r], (4 * n / block + s) * 4);
         for (; k < k1; k += 32) {
             int8x16_t we[4], wo[4];
+            if (pf && k % 128 == 0)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(wr[r], 2 * n + k / 2);
             for (int r = 0; r < 4; r++) {
                 uint8x16_t b = vld1q_u8(wr[r] + k / 2);
                 we[r] = vqtbl1q_s8(tab, vshrq_n_u8(b, 4));
@@ -197,10 +216,10 @@ INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, c
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
             bnb4_tile(4, xq + i * n, n, data, f, nr, absmax, block, seg, tab, out + i * ldo + r,
-                      ldo);
+                      ldo, i == 0);
         for (; i < m; i++)
             bnb4_tile(1, xq + i * n, n, data, f, nr, absmax, block, seg, tab, out + i * ldo + r,
-                      ldo);
+                      ldo, i == 0);
     }
 }
 

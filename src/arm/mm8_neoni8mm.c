@@ -16,11 +16,20 @@
  * 4-row tile (m not a multiple of 4) run the dot-product kernel, whose results are the same.
  */
 #include <arm_neon.h>
+#include <stdint.h>
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 
 #define INLINE static inline __attribute__((always_inline))
+
+/* Prefetch into L2 the line `off` bytes past p (an address computed as an integer: it may lie past
+ * the weight, where a prefetch does nothing); the next W tile is fetched one tile ahead, as in
+ * mm8_neondotprod.c. */
+INLINE void prefetch_l2(const void *p, int64_t off)
+{
+    __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)off), 0, 2);
+}
 
 INLINE void store_rows(float *out, float32x4_t t, int64_t nr)
 {
@@ -42,7 +51,7 @@ INLINE void pair(const int8_t *a, const int8_t *b, int8x16_t *lo, int8x16_t *hi)
 
 static void w8a8_tile4(const int8_t *x, const int32_t *xs, int64_t ng, int64_t n, const int8_t *w,
                        int64_t nr, const float *scale, const int8_t *zp, int64_t group,
-                       int64_t sstride, float *out, int64_t ldo)
+                       int64_t sstride, float *out, int64_t ldo, int pf)
 {
     const int8_t *wr[4];
     const float *sr[4];
@@ -66,6 +75,9 @@ static void w8a8_tile4(const int8_t *x, const int32_t *xs, int64_t ng, int64_t n
 
         for (; k + 16 <= k1; k += 16) {
             int8x16_t xl[2], xh[2], wl[2], wh[2];
+            if (pf && k % 64 == 0)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(w, (4 + r) * n + k);
             pair(x + k, x + n + k, &xl[0], &xh[0]);
             pair(x + 2 * n + k, x + 3 * n + k, &xl[1], &xh[1]);
             pair(wr[0] + k, wr[1] + k, &wl[0], &wh[0]);
@@ -112,7 +124,7 @@ void qs_mm_w8a8__neoni8mm_4x4x16(const int8_t *xq, const int32_t *xsum, int64_t 
         const int8_t *z = zp ? zp + r * sstride : NULL;
         for (int64_t i = 0; i < m4; i += 4)
             w8a8_tile4(xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                       out + i * ldo + r, ldo);
+                       out + i * ldo + r, ldo, i == 0);
     }
     if (m4 < m)
         qs_mm_w8a8__neondotprod_4x4x16(xq + m4 * n, xsum + m4 * ng, m - m4, n, wq, rows, scale, zp,

@@ -35,10 +35,14 @@ static void flag_task(void *arg, int64_t t, float *tile)
 
     (void)tile;
     memset(a->wflags + c0, 0, (size_t)(c1 - c0));
-    for (int64_t m = 0; m < a->M; m++)
+    for (int64_t m = 0; m < a->M; m++) {
+        /* a row span whose absmax (NaN ignored) is below the threshold holds no outlier */
+        if (a->ctx->k.amax_f32(a->x + m * a->K + c0, c1 - c0) < a->threshold)
+            continue;
         for (int64_t k = c0; k < c1; k++)
             if (fabsf(qs_ld_f32(a->x + m * a->K + k)) >= a->threshold)
                 a->wflags[k] = 1;
+    }
 }
 
 void qs_mm_outlier_flags(const qs_ctx *ctx, const float *x, int64_t M, int64_t K, float threshold,
@@ -56,11 +60,17 @@ static void quant_task(void *arg, int64_t m, float *tile)
     float amax = 0.0f, mul;
 
     (void)tile;
-    /* bitsandbytes zeroes the outlier elements (|x| >= threshold) before the row absmax */
-    for (int64_t k = 0; k < a->K; k++) {
-        float v = qs_ld_f32(x + k);
-        if (!(a->threshold > 0.0f && fabsf(v) >= a->threshold))
-            amax = qs_ref_absmax_step(amax, v);
+    /* bitsandbytes zeroes the outlier elements (|x| >= threshold) before the row absmax; the
+     * amax kernel has the same NaN rule, and a row whose absmax is below the threshold has no
+     * element to leave out. */
+    amax = a->ctx->k.amax_f32(x, a->K);
+    if (a->threshold > 0.0f && amax >= a->threshold) {
+        amax = 0.0f;
+        for (int64_t k = 0; k < a->K; k++) {
+            float v = qs_ld_f32(x + k);
+            if (!(fabsf(v) >= a->threshold))
+                amax = qs_ref_absmax_step(amax, v);
+        }
     }
     mul = 127.0f / amax; /* inf for an all-zero row: every product is 0 or NaN, both code 0 */
     qs_st_f32(a->rstat + m, amax); /* the caller's row_stats may sit at any byte */

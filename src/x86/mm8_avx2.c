@@ -21,8 +21,13 @@
  * in the same order once per tile. They need every row segment to be whole 32-element chunks at
  * the same offsets in every row (block a multiple of 32 and either a multiple or a divisor of the
  * row length); other layouts run the reference.
+ *
+ * The rows of W are separate streams of 4 KiB and less, on which the hardware prefetcher starts
+ * over, so the first pass over a tile prefetches the next tile's rows (and absmax values) into L2
+ * at the same offsets, one tile ahead.
  */
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "../core/kernels.h"
 #include "../ref/mm8_ref.h"
@@ -30,6 +35,13 @@
 
 #define CH 32
 #define INLINE static inline __attribute__((always_inline))
+
+/* Prefetch into L2 the line `off` bytes past p (an address computed as an integer: it may lie past
+ * the weight, where a prefetch does nothing). */
+INLINE void prefetch_l2(const void *p, int64_t off)
+{
+    _mm_prefetch((const char *)((uintptr_t)p + (uintptr_t)off), _MM_HINT_T1);
+}
 
 /* The four sums of four int32 vectors, lane r holding the sum of the r-th. */
 INLINE __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d)
@@ -64,7 +76,7 @@ INLINE void store_rows(float *out, __m128 t, int64_t nr)
 
 INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, int64_t n,
                       const int8_t *w, int64_t nr, const float *scale, const int8_t *zp,
-                      int64_t group, int64_t sstride, float *out, int64_t ldo)
+                      int64_t group, int64_t sstride, float *out, int64_t ldo, int pf)
 {
     const int8_t *wr[4];
     const float *sr[4];
@@ -91,6 +103,9 @@ INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, in
             }
         for (; k + CH <= k1; k += CH) {
             __m256i wv[4], uv[4];
+            if (pf && k % (2 * CH) == 0)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(w, (4 + r) * n + k);
             for (int r = 0; r < 4; r++) {
                 wv[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + k));
                 uv[r] = _mm256_abs_epi8(wv[r]);
@@ -133,10 +148,10 @@ void qs_mm_w8a8__avx2_4x4x32(const int8_t *xq, const int32_t *xsum, int64_t m, i
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
             w8a8_tile(4, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
         for (; i < m; i++)
             w8a8_tile(1, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
     }
 }
 
@@ -162,7 +177,7 @@ INLINE __m256i x_oddeven(const int8_t *x)
 
 INLINE void bnb4_tile(int mr, const int8_t *x, int64_t n, const uint8_t *data, int64_t start,
                       int64_t nr, const float *absmax, int32_t block, int64_t seg, __m256i tab,
-                      float *out, int64_t ldo)
+                      float *out, int64_t ldo, int pf)
 {
     const uint8_t *wr[4];
     const float *ar[4];
@@ -182,8 +197,14 @@ INLINE void bnb4_tile(int mr, const int8_t *x, int64_t n, const uint8_t *data, i
         for (int i = 0; i < mr; i++)
             for (int r = 0; r < 4; r++)
                 acc[i][r] = _mm256_setzero_si256();
+        if (pf && s % 16 == 0)
+            for (int r = 0; r < 4; r++)
+                prefetch_l2(ar[r], (4 * n / block + s) * 4);
         for (; k < k1; k += CH) {
             __m256i wv[4], uv[4];
+            if (pf && k % (4 * CH) == 0)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(wr[r], 2 * n + k / 2);
             for (int r = 0; r < 4; r++) {
                 wv[r] = bnb4_decode(wr[r] + k / 2, tab);
                 uv[r] = _mm256_abs_epi8(wv[r]);
@@ -221,10 +242,10 @@ INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, c
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
             bnb4_tile(4, xq + i * n, n, data, f, nr, absmax, block, seg, tab, out + i * ldo + r,
-                      ldo);
+                      ldo, i == 0);
         for (; i < m; i++)
             bnb4_tile(1, xq + i * n, n, data, f, nr, absmax, block, seg, tab, out + i * ldo + r,
-                      ldo);
+                      ldo, i == 0);
     }
 }
 

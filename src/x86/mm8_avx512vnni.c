@@ -21,9 +21,17 @@
  * and high nibbles (the even elements) side by side, looked up with vpshufb; the x chunk is put in
  * the same order once per tile (odd elements, then even). They need every row segment to be whole
  * 64-element chunks at the same offsets in every row (block a multiple of 64 and either a multiple
- * or a divisor of the row length); other layouts run the reference.
+ * or a divisor of the row length); other layouts run the reference. With 64-element segments
+ * (block 64, the default) the x rows outside the 4 x 4 tiles (every x row of a GEMV) go through
+ * bnb4_quad: four segments per step and one accumulator per W row, segment j in 128-bit block j,
+ * so one reduction of four accumulators yields 16 segment sums (instead of one per segment).
+ *
+ * The rows of W are separate streams of 4 KiB and less, and the hardware prefetcher starts over on
+ * each, so a GEMV waited on memory latency at the start of every tile. The first pass over a tile
+ * prefetches the next tile's rows and absmax values into L2 at the same offsets, one tile ahead.
  */
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "../core/kernels.h"
 #include "../ref/mm8_ref.h"
@@ -31,6 +39,13 @@
 
 #define CH 64
 #define INLINE static inline __attribute__((always_inline))
+
+/* Prefetch into L2 the line `off` bytes past p (an address computed as an integer: it may lie past
+ * the weight, where a prefetch does nothing). */
+INLINE void prefetch_l2(const void *p, int64_t off)
+{
+    _mm_prefetch((const char *)((uintptr_t)p + (uintptr_t)off), _MM_HINT_T1);
+}
 
 /* The four sums of four int32 vectors, lane r holding the sum of the r-th. */
 INLINE __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d)
@@ -55,7 +70,7 @@ INLINE void store_rows(float *out, __m128 t, int64_t nr)
 
 INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, int64_t n,
                       const int8_t *w, int64_t nr, const float *scale, const int8_t *zp,
-                      int64_t group, int64_t sstride, float *out, int64_t ldo)
+                      int64_t group, int64_t sstride, float *out, int64_t ldo, int pf)
 {
     const __m512i sign = _mm512_set1_epi8((char)0x80);
     const int8_t *wr[4];
@@ -81,6 +96,9 @@ INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, in
         for (; k < k1; k += CH) {
             __mmask64 msk = k1 - k >= CH ? ~(__mmask64)0 : ((__mmask64)1 << (k1 - k)) - 1;
             __m512i wv[4];
+            if (pf)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(w, (4 + r) * n + k);
             for (int r = 0; r < 4; r++)
                 wv[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(msk, wr[r] + k), sign);
             for (int i = 0; i < mr; i++) {
@@ -118,10 +136,10 @@ void qs_mm_w8a8__avx512vnni_4x4x64(const int8_t *xq, const int32_t *xsum, int64_
         int64_t i = 0;
         for (; i + 4 <= m; i += 4)
             w8a8_tile(4, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
         for (; i < m; i++)
             w8a8_tile(1, xq + i * n, xsum + i * ng, ng, n, wq + r * n, nr, sc, z, group, sstride,
-                      out + i * ldo + r, ldo);
+                      out + i * ldo + r, ldo, i == 0);
     }
 }
 
@@ -150,7 +168,7 @@ INLINE __m512i x_oddeven(const int8_t *x)
 
 INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, int64_t n,
                       const uint8_t *data, int64_t start, int64_t nr, const float *absmax,
-                      int32_t block, int64_t seg, __m512i tab, float *out, int64_t ldo)
+                      int32_t block, int64_t seg, __m512i tab, float *out, int64_t ldo, int pf)
 {
     const uint8_t *wr[4];
     const float *ar[4];
@@ -171,8 +189,14 @@ INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, in
         for (int i = 0; i < mr; i++)
             for (int r = 0; r < 4; r++)
                 acc[i][r] = _mm512_setzero_si512();
+        if (pf && s % 16 == 0)
+            for (int r = 0; r < 4; r++)
+                prefetch_l2(ar[r], (4 * n / block + s) * 4);
         for (; k < k1; k += CH) {
             __m512i wv[4];
+            if (pf && k % (2 * CH) == 0)
+                for (int r = 0; r < 4; r++)
+                    prefetch_l2(wr[r], 2 * n + k / 2);
             for (int r = 0; r < 4; r++)
                 wv[r] = bnb4_decode(wr[r] + k / 2, tab);
             for (int i = 0; i < mr; i++) {
@@ -194,80 +218,125 @@ INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, in
         store_rows(out + i * ldo, t[i], nr);
 }
 
-/* The sums of 16 vectors a[r][s] in one vector, lane 4r + s: pairs of lanes, then of 64-bit
- * halves, then of 128-bit blocks (45 instructions for 16 sums). */
-INLINE __m512i hsum16(__m512i a[4][4])
+/* x codes of four 64-element segments in the order bnb4_quad decodes the weights: block j of each
+ * vector holds 16 codes of segment j, xv[0] the odd elements of its first half, xv[1] the even
+ * ones, xv[2] and xv[3] the same of its second half. */
+INLINE void x_quad(const int8_t *x, __m512i xv[4])
 {
-    __m512i v[4];
+    /* in each 128-bit block: the 8 even bytes, then the 8 odd ones */
+    const __m512i split = _mm512_set4_epi32(0x0F0D0B09, 0x07050301, 0x0E0C0A08, 0x06040200);
+    const __m512i lo = _mm512_setr_epi64(1, 3, 9, 11, 0, 2, 8, 10);
+    const __m512i hi = _mm512_setr_epi64(5, 7, 13, 15, 4, 6, 12, 14);
+    __m512i w[4], a[2], b[2];
 
-    for (int r = 0; r < 4; r++) {
-        __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][0], a[r][1]),
-                                       _mm512_unpackhi_epi32(a[r][0], a[r][1]));
-        __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[r][2], a[r][3]),
-                                       _mm512_unpackhi_epi32(a[r][2], a[r][3]));
-        v[r] = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
+    for (int j = 0; j < 4; j++)
+        w[j] = _mm512_shuffle_epi8(_mm512_loadu_si512(x + j * CH), split);
+    for (int h = 0; h < 2; h++) {
+        a[h] = _mm512_permutex2var_epi64(w[2 * h], lo, w[2 * h + 1]);
+        b[h] = _mm512_permutex2var_epi64(w[2 * h], hi, w[2 * h + 1]);
     }
-    __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+    xv[0] = _mm512_shuffle_i64x2(a[0], a[1], _MM_SHUFFLE(1, 0, 1, 0));
+    xv[1] = _mm512_shuffle_i64x2(a[0], a[1], _MM_SHUFFLE(3, 2, 3, 2));
+    xv[2] = _mm512_shuffle_i64x2(b[0], b[1], _MM_SHUFFLE(1, 0, 1, 0));
+    xv[3] = _mm512_shuffle_i64x2(b[0], b[1], _MM_SHUFFLE(3, 2, 3, 2));
 }
 
-/* One x row against 4 W rows with 64-element segments (block 64, the bitsandbytes default):
- * four segments at a time, their 16 sums reduced together, scaled with one multiply by the four
- * rows' absmax runs, and added to each row's total in ascending segment order (lane 0 of each
- * 128-bit block holds a row's total). Segments left over go one at a time as in bnb4_tile. */
-INLINE void bnb4_gemv64(const int8_t *x, const int32_t *xs, int64_t n, const uint8_t *data,
-                        int64_t start, int64_t nr, const float *absmax, int32_t block,
-                        __m512i tab, float *out)
+/* The integer sums of one W row's four segments against x_quad's vectors, block j holding four
+ * partial sums of segment j. The 128 bytes of the four segments are regrouped by 16-byte halves
+ * before the nibbles are split (the split works byte by byte), so that block j holds segment j. */
+INLINE __m512i row_quad(const uint8_t *p, const __m512i xv[4], __m512i tab)
 {
-    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    const uint8_t *wr[4];
-    const float *ar[4];
-    __m512 t = _mm512_setzero_ps();
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + 64);
+    __m512i h0 = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    __m512i h1 = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                      _mm512_shuffle_epi8(tab, _mm512_and_si512(h0, nib)), xv[0]);
+    acc = _mm512_dpbusd_epi32(
+        acc, _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(h0, 4), nib)), xv[1]);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_shuffle_epi8(tab, _mm512_and_si512(h1, nib)), xv[2]);
+    return _mm512_dpbusd_epi32(
+        acc, _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(h1, 4), nib)), xv[3]);
+}
+
+/* One x row against 4 q W rows (q = 1 or 2) with 64-element segments (block 64, the
+ * bitsandbytes default): four segments at a time, one accumulator per W row with segment j in
+ * 128-bit block j; the accumulators of four rows are reduced together into block j = segment,
+ * lane r = row, corrected, converted and scaled with one multiply by the absmax values put in the
+ * same order, then added to the rows' totals segment by segment (ascending, as the reference
+ * does). x is put in order once for all the rows. Missing rows repeat the last one (not stored);
+ * segments left over go one at a time. */
+INLINE void bnb4_quad(int q, const int8_t *x, const int32_t *xs, int64_t n, const uint8_t *data,
+                      int64_t start, int64_t nr, const float *absmax, int32_t block, __m512i tab,
+                      float *out, int pf)
+{
+    const __m512i bcast = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i trans = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const uint8_t *wr[8];
+    const float *ar[8];
+    __m128 t[2];
     int64_t s = 0;
 
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < 4 * q; r++) {
         int64_t f = start + (r < nr ? r : nr - 1) * n;
         wr[r] = data + f / 2;
         ar[r] = absmax + f / block;
     }
+    for (int h = 0; h < q; h++)
+        t[h] = _mm_setzero_ps();
     for (; (s + 4) * CH <= n; s += 4) {
-        __m512i acc[4][4];
-        for (int q = 0; q < 4; q++) {
-            __m512i xv = x_oddeven(x + (s + q) * CH);
-            for (int r = 0; r < 4; r++)
-                acc[r][q] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                bnb4_decode(wr[r] + (s + q) * CH / 2, tab), xv);
+        __m512i xv[4];
+        for (int r = 0; r < 4 * q && pf; r++) {
+            prefetch_l2(wr[r], 2 * q * n + s * CH / 2);
+            prefetch_l2(wr[r], 2 * q * n + s * CH / 2 + 64);
         }
-        __m512i a = hsum16(acc);
-        __m128i sx = _mm_slli_epi32(_mm_loadu_si128((const __m128i *)(xs + s)), 7);
-        a = _mm512_sub_epi32(a, _mm512_broadcast_i32x4(sx));
-        __m512 am = _mm512_castps128_ps512(_mm_loadu_ps(ar[0] + s));
-        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[1] + s), 1);
-        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[2] + s), 2);
-        am = _mm512_insertf32x4(am, _mm_loadu_ps(ar[3] + s), 3);
-        __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(a), am);
-        t = _mm512_add_ps(t, p);
-        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0x55));
-        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0xAA));
-        t = _mm512_add_ps(t, _mm512_permute_ps(p, 0xFF));
+        if (pf && s % 16 == 0)
+            for (int r = 0; r < 4 * q; r++)
+                prefetch_l2(ar[r], (4 * q * n / block + s) * 4);
+        x_quad(x + s * CH, xv);
+        __m512i sx = _mm512_permutexvar_epi32(
+            bcast, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(xs + s))));
+        sx = _mm512_slli_epi32(sx, 7);
+        for (int h = 0; h < q; h++) {
+            const uint8_t *const *w = wr + 4 * h;
+            const float *const *am4 = ar + 4 * h;
+            __m512i acc[4];
+            for (int r = 0; r < 4; r++)
+                acc[r] = row_quad(w[r] + s * CH / 2, xv, tab);
+            __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[0], acc[1]),
+                                           _mm512_unpackhi_epi32(acc[0], acc[1]));
+            __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2], acc[3]),
+                                           _mm512_unpackhi_epi32(acc[2], acc[3]));
+            __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23),
+                                         _mm512_unpackhi_epi64(u01, u23));
+            a = _mm512_sub_epi32(a, sx);
+            __m512 am = _mm512_castps128_ps512(_mm_loadu_ps(am4[0] + s));
+            am = _mm512_insertf32x4(am, _mm_loadu_ps(am4[1] + s), 1);
+            am = _mm512_insertf32x4(am, _mm_loadu_ps(am4[2] + s), 2);
+            am = _mm512_insertf32x4(am, _mm_loadu_ps(am4[3] + s), 3);
+            __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_permutexvar_ps(trans, am));
+            t[h] = _mm_add_ps(t[h], _mm512_castps512_ps128(p));
+            t[h] = _mm_add_ps(t[h], _mm512_extractf32x4_ps(p, 1));
+            t[h] = _mm_add_ps(t[h], _mm512_extractf32x4_ps(p, 2));
+            t[h] = _mm_add_ps(t[h], _mm512_extractf32x4_ps(p, 3));
+        }
     }
-    __m128 t4 = _mm512_castps512_ps128(_mm512_permutexvar_ps(first, t));
     for (; s * CH < n; s++) {
-        __m512i xv = x_oddeven(x + s * CH), acc[4];
-        for (int r = 0; r < 4; r++)
-            acc[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                         bnb4_decode(wr[r] + s * CH / 2, tab), xv);
-        __m128i a = hsum4(acc[0], acc[1], acc[2], acc[3]);
-        a = _mm_sub_epi32(a, _mm_set1_epi32(128 * xs[s]));
-        __m128 sc = _mm_setr_ps(qs_ld_f32(ar[0] + s), qs_ld_f32(ar[1] + s), qs_ld_f32(ar[2] + s),
-                                qs_ld_f32(ar[3] + s));
-        t4 = _mm_add_ps(t4, _mm_mul_ps(_mm_cvtepi32_ps(a), sc));
+        __m512i xv = x_oddeven(x + s * CH);
+        for (int h = 0; h < q; h++) {
+            __m512i acc[4];
+            for (int r = 0; r < 4; r++)
+                acc[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                             bnb4_decode(wr[4 * h + r] + s * CH / 2, tab), xv);
+            __m128i a = hsum4(acc[0], acc[1], acc[2], acc[3]);
+            a = _mm_sub_epi32(a, _mm_set1_epi32(128 * xs[s]));
+            __m128 sc = _mm_setr_ps(qs_ld_f32(ar[4 * h] + s), qs_ld_f32(ar[4 * h + 1] + s),
+                                    qs_ld_f32(ar[4 * h + 2] + s), qs_ld_f32(ar[4 * h + 3] + s));
+            t[h] = _mm_add_ps(t[h], _mm_mul_ps(_mm_cvtepi32_ps(a), sc));
+        }
     }
-    store_rows(out, t4, nr);
+    for (int h = 0; h < q && 4 * h < nr; h++)
+        store_rows(out + 4 * h, t[h], nr - 4 * h < 4 ? nr - 4 * h : 4);
 }
 
 INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, const int32_t *xsum,
@@ -284,18 +353,28 @@ INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, c
     for (int c = 0; c < 16; c++)
         t8[c] = (int8_t)(book[c] + 128 - 256 * (book[c] >= 0));
     __m512i tab = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t8));
-    for (int64_t r = 0; r < rows; r += 4) {
-        int64_t nr = rows - r < 4 ? rows - r : 4, f = start + r * n;
-        int64_t i = 0;
-        for (; i + 4 <= m; i += 4)
-            bnb4_tile(4, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
-                      out + i * ldo + r, ldo);
-        for (; i < m && seg == CH; i++)
-            bnb4_gemv64(xq + i * n, xsum + i * nc, n, data, f, nr, absmax, block, tab,
-                        out + i * ldo + r);
-        for (; i < m; i++)
-            bnb4_tile(1, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg, tab,
-                      out + i * ldo + r, ldo);
+    /* 8 W rows at a time: tiles of 4 x rows by 4 W rows, then the x rows left over (all of them
+     * for a GEMV) against the 8 rows while they are in L1 (64-element segments), or against 4
+     * at a time. Only the first pass over a W row prefetches the next rows. */
+    for (int64_t r = 0; r < rows; r += 8) {
+        int64_t nr8 = rows - r < 8 ? rows - r : 8, m4 = m - m % 4;
+        for (int64_t h = 0; h < nr8; h += 4) {
+            int64_t nr = nr8 - h < 4 ? nr8 - h : 4, f = start + (r + h) * n;
+            for (int64_t i = 0; i < m4; i += 4)
+                bnb4_tile(4, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg,
+                          tab, out + i * ldo + r + h, ldo, i == 0);
+            for (int64_t i = m4; i < m && seg != CH; i++)
+                bnb4_tile(1, xq + i * n, xsum + i * nc, nc, n, data, f, nr, absmax, block, seg,
+                          tab, out + i * ldo + r + h, ldo, i == 0);
+        }
+        for (int64_t i = m4; i < m && seg == CH; i++) {
+            if (nr8 > 4)
+                bnb4_quad(2, xq + i * n, xsum + i * nc, n, data, start + r * n, nr8, absmax,
+                          block, tab, out + i * ldo + r, i == 0);
+            else
+                bnb4_quad(1, xq + i * n, xsum + i * nc, n, data, start + r * n, nr8, absmax,
+                          block, tab, out + i * ldo + r, i == 0);
+        }
     }
 }
 
