@@ -109,7 +109,11 @@ typedef struct qs_gptq_params {
     int32_t static_groups; /* 0 (default): a group's scale is chosen, by the format's own rule,
                               from the updated weights when GPTQ reaches the group's first
                               column; 1: from the original weights (the RTN scales) */
-    int32_t reserved0;     /* must be zero */
+    int32_t scale_search;  /* MXFP4 with dynamic groups: 1 (default) takes each 32-block's E8M0
+                              scale from {2^e, 2^(e+1)}, e the OCP floor exponent of the block's
+                              current values, whichever gives the smaller GPTQ loss over the
+                              block (ties: the scale_rounding rule's); 0: the rule's scale.
+                              0 or 1; other formats ignore it */
     int64_t reserved[6];   /* must be zero */
 } qs_gptq_params;
 
