@@ -125,12 +125,12 @@ QS_API void qs_gptq_params_init(qs_gptq_params *params);
  * qs_quantize(qparams) lays them out, so qs_dequantize and qs_matmul read the result. Formats:
  * NF4 and FP4 (without double quantization; cols must be a multiple of block_size so that blocks
  * stay inside rows), INT8 (tensor, row or group; symmetric or not), LLM_INT8 (row absmax from
- * w), MXFP4, NVFP4 (per-tensor
- * scale: qparams->scale, or amax / 2688 of w). Scales by tensor or row are fixed from w before
- * the first column; block and group scales as gparams->static_groups says. Every element is
- * rounded with the format's own element rule to its fixed scale, so with H = c * I the result is
- * qs_quantize's bit for bit (-0.0 weights are taken as +0.0: later updates could not keep the
- * sign of a zero anyway).
+ * w), MXFP4, NVFP4 (per-tensor scale: qparams->scale, or amax / 2688 of w). Scales by tensor
+ * or row are fixed from w before the first column; block and group scales as
+ * gparams->static_groups (and for MXFP4 gparams->scale_search) say. Every element is rounded
+ * with the format's own element rule to its fixed scale, so with H = c * I the result is
+ * qs_quantize's bit for bit (MXFP4: with scale_search 0; -0.0 weights are taken as +0.0: later
+ * updates could not keep the sign of a zero anyway).
  *
  * *loss (optional) receives sum over rows and columns of (w - q)^2 / [H^-1]_jj / 2 (GPTQ's own
  * objective). Returns QS_OK; QS_ERR_INVALID_ARG (null pointer, bad parameters, non-finite w);
