@@ -48,7 +48,7 @@ static void die(qs_ctx *ctx, const char *what)
 }
 
 static double time_gptq(qs_ctx *ctx, const qs_quant_params *p, const float *w, int64_t rows,
-                        int64_t k, const qs_hessian *h)
+                        int64_t k, const qs_hessian *h, int32_t scale_search)
 {
     qs_gptq_params g;
     qs_qtensor q = {0};
@@ -57,6 +57,7 @@ static double time_gptq(qs_ctx *ctx, const qs_quant_params *p, const float *w, i
     double t[REPS];
 
     qs_gptq_params_init(&g);
+    g.scale_search = scale_search;
     for (int i = 0; i < 3; i++) {
         if (qs_quant_size(p, rows, k, i, &b[i]) != QS_OK)
             die(ctx, "size");
@@ -150,12 +151,18 @@ int main(int argc, char **argv)
 
     qs_quant_params p;
     qs_quant_params_init(&p, QS_FORMAT_NF4);
-    double tg = time_gptq(ctx, &p, w, rows, k, h);
+    double tg = time_gptq(ctx, &p, w, rows, k, h, 1);
     printf("gptq nf4         %8.3f s wall, %8.3f s CPU (%lld x %lld, block 128)\n", tg,
            last_cpu, (long long)rows, (long long)k);
     qs_quant_params_init(&p, QS_FORMAT_INT8);
-    tg = time_gptq(ctx, &p, w, rows, k, h);
+    tg = time_gptq(ctx, &p, w, rows, k, h, 1);
     printf("gptq int8 (row)  %8.3f s wall, %8.3f s CPU\n", tg, last_cpu);
+    /* MXFP4 with its per-block scale search (default) and with the floor rule alone */
+    qs_quant_params_init(&p, QS_FORMAT_MXFP4);
+    tg = time_gptq(ctx, &p, w, rows, k, h, 1);
+    printf("gptq mxfp4       %8.3f s wall, %8.3f s CPU (scale search)\n", tg, last_cpu);
+    tg = time_gptq(ctx, &p, w, rows, k, h, 0);
+    printf("gptq mxfp4 floor %8.3f s wall, %8.3f s CPU (no search)\n", tg, last_cpu);
     qs_hessian_destroy(h);
     free(x);
     free(w);

@@ -405,6 +405,7 @@ static void test_gptq_identity_is_rtn(void **state)
             qs_gptq_params_init(&g);
             g.static_groups = variant == 1;
             g.act_order = variant == 2;
+            g.scale_search = 0; /* the MXFP4 search: test_gptq_mx_scale_search */
             planes_new(&p, rows, cols, &rtn, 0);
             planes_new(&p, rows, cols, &gq, 0x5A);
             assert_int_equal(qs_quantize(ctx, &p, w0, QS_DTYPE_F32, rows, cols, &rtn.q), QS_OK);
@@ -421,6 +422,98 @@ static void test_gptq_identity_is_rtn(void **state)
     free(w);
     free(w0);
     free(eye);
+    qs_ctx_destroy(ctx);
+}
+
+/* The MXFP4 scale search with H = c I, where no error is propagated and GPTQ's block loss is
+ * the block's squared rounding error over U_jj^2 = 1 / c: each 32-block must be qs_quantize's
+ * block under the FLOOR rule or under RCEIL (the only other exponent the search tries, since
+ * RCEIL is floor + 1 exactly when floor clips), whichever has the smaller squared error, ties to
+ * the rule asked for. Both choices must occur, and the planes are compared byte for byte. */
+static void test_gptq_mx_scale_search(void **state)
+{
+    (void)state;
+    qs_ctx *ctx = t_ctx();
+    t_rng rng = {23};
+    const int64_t rows = 24, cols = 224, nb = cols / 32, rb = cols / 2;
+    float *w = malloc((size_t)(rows * cols) * sizeof(float));
+    float *v[2], *got = malloc((size_t)(rows * cols) * sizeof(float));
+    double *hm = calloc((size_t)(cols * cols), sizeof(double));
+    for (int64_t i = 0; i < cols; i++)
+        hm[i * cols + i] = 0.25; /* U_jj = 2: the loss is the squared error times 1/4, exactly */
+    gen_weight(&rng, w, rows * cols);
+    for (int64_t c = 0; c < 32; c++) {
+        w[1 * cols + 32 + c] = 0.0f;                           /* all zero: byte 0 both ways */
+        w[2 * cols + 64 + c] = (float)(c % 7) - 3.0f;          /* on the grid: a tie */
+        w[3 * cols + c] = c == 5 ? 7.9f : 0.01f * (float)c;    /* one outlier: RCEIL wins */
+        w[4 * cols + 96 + c] = c == 9 ? 6.5f : 5.5f - 0.1f * (float)c; /* clipping vs a coarse step */
+    }
+    w[5 * cols + 3] = 0x1p-140f; /* a subnormal block maximum (the E8M0 floor clamps) */
+    qs_hessian *h;
+    assert_int_equal(qs_hessian_from_matrix(ctx, hm, cols, 1, &h), QS_OK);
+    for (int rule = 0; rule < 2; rule++) {
+        qs_quant_params p[2];
+        struct planes cand[2], want, gq;
+        qs_gptq_params g;
+        int64_t chosen[2] = {0, 0};
+        for (int c = 0; c < 2; c++) { /* c = 0: FLOOR, 1: RCEIL */
+            qs_quant_params_init(&p[c], QS_FORMAT_MXFP4);
+            p[c].scale_rounding = c;
+            planes_new(&p[c], rows, cols, &cand[c], 0);
+            assert_int_equal(qs_quantize(ctx, &p[c], w, QS_DTYPE_F32, rows, cols, &cand[c].q),
+                             QS_OK);
+            v[c] = malloc((size_t)(rows * cols) * sizeof(float));
+            assert_int_equal(qs_dequantize(ctx, &p[c], &cand[c].q, rows, cols, v[c], QS_DTYPE_F32,
+                                           rows * cols * 4), QS_OK);
+        }
+        planes_new(&p[rule], rows, cols, &want, 0);
+        planes_new(&p[rule], rows, cols, &gq, 0x5A);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t b = 0; b < nb; b++) {
+                double sse[2] = {0.0, 0.0};
+                for (int c = 0; c < 2; c++)
+                    for (int64_t j = b * 32; j < b * 32 + 32; j++) {
+                        double d = (double)w[r * cols + j] - (double)v[c][r * cols + j];
+                        sse[c] += d * d;
+                    }
+                int pick = sse[!rule] < sse[rule] ? !rule : rule;
+                chosen[pick != rule] += cand[0].buf[1][r * nb + b] != cand[1].buf[1][r * nb + b];
+                want.buf[1][r * nb + b] = cand[pick].buf[1][r * nb + b];
+                memcpy(want.buf[0] + r * rb + b * 16, cand[pick].buf[0] + r * rb + b * 16, 16);
+            }
+        qs_gptq_params_init(&g);
+        g.percdamp = 0.0;
+        assert_int_equal(g.scale_search, 1); /* the default */
+        double loss = -1.0;
+        assert_int_equal(qs_gptq_quantize(ctx, &g, &p[rule], w, rows, cols, h, &gq.q, &loss),
+                         QS_OK);
+        print_message("mxfp4 rule %d: %lld blocks keep the rule's exponent, %lld take the other "
+                      "(where they differ)\n", rule, (long long)chosen[0], (long long)chosen[1]);
+        assert_true(chosen[0] > 0 && chosen[1] > 0);
+        planes_equal(rule ? "mxfp4 search, rceil" : "mxfp4 search, floor", &gq, &want);
+        /* the loss is sum (w - q)^2 / U_jj^2 / 2 (gptq.h) with U_jj = 2 */
+        assert_int_equal(qs_dequantize(ctx, &p[rule], &gq.q, rows, cols, got, QS_DTYPE_F32,
+                                       rows * cols * 4), QS_OK);
+        double sse = 0.0;
+        for (int64_t i = 0; i < rows * cols; i++)
+            sse += ((double)w[i] - got[i]) * ((double)w[i] - got[i]);
+        assert_true(fabs(loss - sse / 8.0) <= 1e-6 * sse);
+        /* without the search, the rule's own planes */
+        g.scale_search = 0;
+        assert_int_equal(qs_gptq_quantize(ctx, &g, &p[rule], w, rows, cols, h, &gq.q, NULL),
+                         QS_OK);
+        planes_equal("mxfp4 no search", &gq, &cand[rule]);
+        for (int c = 0; c < 2; c++) {
+            planes_free(&cand[c]);
+            free(v[c]);
+        }
+        planes_free(&want);
+        planes_free(&gq);
+    }
+    qs_hessian_destroy(h);
+    free(w);
+    free(got);
+    free(hm);
     qs_ctx_destroy(ctx);
 }
 
@@ -499,6 +592,9 @@ static void test_gptq_errors(void **state)
     assert_int_equal(qs_gptq_quantize(ctx, &g, &p, w, 4, 64, h, &o.q, NULL), QS_ERR_INVALID_ARG);
     qs_gptq_params_init(&g);
     g.block_size = 0;
+    assert_int_equal(qs_gptq_quantize(ctx, &g, &p, w, 4, 64, h, &o.q, NULL), QS_ERR_INVALID_ARG);
+    qs_gptq_params_init(&g);
+    g.scale_search = 2;
     assert_int_equal(qs_gptq_quantize(ctx, &g, &p, w, 4, 64, h, &o.q, NULL), QS_ERR_INVALID_ARG);
     qs_gptq_params_init(&g);
     w[17] = NAN;
@@ -652,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_hessian_errors),
         cmocka_unit_test(test_hessian_serialize),
         cmocka_unit_test(test_gptq_identity_is_rtn),
+        cmocka_unit_test(test_gptq_mx_scale_search),
         cmocka_unit_test(test_gptq_beats_rtn),
         cmocka_unit_test(test_gptq_errors),
         cmocka_unit_test(test_sparsegpt),

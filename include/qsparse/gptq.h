@@ -109,7 +109,11 @@ typedef struct qs_gptq_params {
     int32_t static_groups; /* 0 (default): a group's scale is chosen, by the format's own rule,
                               from the updated weights when GPTQ reaches the group's first
                               column; 1: from the original weights (the RTN scales) */
-    int32_t reserved0;     /* must be zero */
+    int32_t scale_search;  /* MXFP4 with dynamic groups: 1 (default) takes each 32-block's E8M0
+                              scale from {2^e, 2^(e+1)}, e the OCP floor exponent of the block's
+                              current values, whichever gives the smaller GPTQ loss over the
+                              block (ties: the scale_rounding rule's); 0: the rule's scale.
+                              0 or 1; other formats ignore it */
     int64_t reserved[6];   /* must be zero */
 } qs_gptq_params;
 
@@ -121,12 +125,12 @@ QS_API void qs_gptq_params_init(qs_gptq_params *params);
  * qs_quantize(qparams) lays them out, so qs_dequantize and qs_matmul read the result. Formats:
  * NF4 and FP4 (without double quantization; cols must be a multiple of block_size so that blocks
  * stay inside rows), INT8 (tensor, row or group; symmetric or not), LLM_INT8 (row absmax from
- * w), MXFP4, NVFP4 (per-tensor
- * scale: qparams->scale, or amax / 2688 of w). Scales by tensor or row are fixed from w before
- * the first column; block and group scales as gparams->static_groups says. Every element is
- * rounded with the format's own element rule to its fixed scale, so with H = c * I the result is
- * qs_quantize's bit for bit (-0.0 weights are taken as +0.0: later updates could not keep the
- * sign of a zero anyway).
+ * w), MXFP4, NVFP4 (per-tensor scale: qparams->scale, or amax / 2688 of w). Scales by tensor
+ * or row are fixed from w before the first column; block and group scales as
+ * gparams->static_groups (and for MXFP4 gparams->scale_search) say. Every element is rounded
+ * with the format's own element rule to its fixed scale, so with H = c * I the result is
+ * qs_quantize's bit for bit (MXFP4: with scale_search 0; -0.0 weights are taken as +0.0: later
+ * updates could not keep the sign of a zero anyway).
  *
  * *loss (optional) receives sum over rows and columns of (w - q)^2 / [H^-1]_jj / 2 (GPTQ's own
  * objective). Returns QS_OK; QS_ERR_INVALID_ARG (null pointer, bad parameters, non-finite w);

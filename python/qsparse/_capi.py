@@ -287,7 +287,7 @@ class GptqParams(c.Structure):
     """qs_gptq_params (include/qsparse/gptq.h)."""
     _qs_kind = QS_STRUCT_GPTQ_PARAMS
     _fields_ = [("percdamp", c.c_double), ("block_size", c.c_int32), ("act_order", c.c_int32),
-                ("static_groups", c.c_int32), ("reserved0", c.c_int32),
+                ("static_groups", c.c_int32), ("scale_search", c.c_int32),
                 ("reserved", c.c_int64 * 6)]
 
 

@@ -143,11 +143,14 @@ def _weight2d(w: Any, h: Hessian) -> np.ndarray:
 
 
 def gptq(w: Any, H: Hessian, format: str, *, percdamp: float = 0.01, block: int = 128,
-         act_order: bool = False, static_groups: bool = False, **format_options: Any) -> QTensor:
+         act_order: bool = False, static_groups: bool = False, scale_search: bool = True,
+         **format_options: Any) -> QTensor:
     """GPTQ-quantize w (out, K) float32 with Hessian H into `format` ("nf4", "fp4", "int8",
     "mxfp4", "nvfp4"); format_options as qs.quantize (blocksize, granularity, group_size,
     symmetric, scale, scale_rounding). Returns an ordinary QTensor (qs.dequantize, qs.matmul).
-    `gptq.last_loss` holds GPTQ's objective of the last call."""
+    scale_search (MXFP4 with dynamic groups): each 32-block's E8M0 scale is the OCP floor one or
+    the next power of two up, whichever gives the smaller GPTQ loss over the block; False keeps
+    the scale_rounding rule's. `gptq.last_loss` holds GPTQ's objective of the last call."""
     x = _weight2d(w, H)
     rows, cols = x.shape
     q = quantize(x, format, **format_options)  # RTN planes of the right shapes, overwritten
@@ -156,6 +159,7 @@ def gptq(w: Any, H: Hessian, format: str, *, percdamp: float = 0.01, block: int 
     _fn("qs_gptq_params_init")(_c.byref(gp))
     gp.percdamp, gp.block_size = float(percdamp), int(block)
     gp.act_order, gp.static_groups = int(bool(act_order)), int(bool(static_groups))
+    gp.scale_search = int(bool(scale_search))
     loss = _c.c_double()
     _lib.check(_fn("qs_gptq_quantize")(_lib.ctx(), _c.byref(gp), _c.byref(p), _lib.ptr(x), rows,
                                        cols, H._handle, _c.byref(qt), _c.byref(loss)))

@@ -26,6 +26,7 @@ QS_API void qs_gptq_params_init(qs_gptq_params *params)
     memset(params, 0, sizeof *params);
     params->percdamp = 0.01;
     params->block_size = 128;
+    params->scale_search = 1;
 }
 
 struct gptq_job {
@@ -52,9 +53,13 @@ static void gptq_block_task(void *arg, int64_t chunk, float *tile)
         for (int64_t t = j->i1; t < j->i2; t++) {
             const float *urow = j->u + t * j->k;
             int64_t col = j->perm ? j->perm[t] : t;
-            if (g->dynamic && t % g->group == 0) /* dynamic grids never permute */
-                qs_grid_fit(g, r, t / g->group, w + t,
-                            j->k - t < g->group ? j->k - t : g->group);
+            if (g->dynamic && t % g->group == 0) { /* dynamic grids never permute */
+                int64_t len = j->k - t < g->group ? j->k - t : g->group;
+                if (g->search) /* the group lies inside this lazy block, so its U rows too */
+                    qs_grid_fit_search(g, r, t / g->group, w + t, len, urow + t, j->k);
+                else
+                    qs_grid_fit(g, r, t / g->group, w + t, len);
+            }
             float x = w[t];
             float qv = qs_grid_round(g, r, col, x);
             float d = urow[t];
@@ -133,14 +138,17 @@ QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
         return QS_ERR_INVALID_ARG;
     if (!gparams || !qparams || !w || !h || !q)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s: null pointer", who);
-    if ((unsigned)gparams->act_order > 1 || (unsigned)gparams->static_groups > 1)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s: act_order and static_groups are 0 or 1", who);
+    if ((unsigned)gparams->act_order > 1 || (unsigned)gparams->static_groups > 1 ||
+        (unsigned)gparams->scale_search > 1)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s: act_order, static_groups and scale_search "
+                       "are 0 or 1", who);
     if ((st = qs_gptq_check_common(ctx, w, rows, cols, h, gparams->percdamp, gparams->block_size,
-                                   gparams->reserved, gparams->reserved0, who)) != QS_OK)
+                                   gparams->reserved, 0, who)) != QS_OK)
         return st;
     int32_t stat = gparams->act_order || gparams->static_groups;
     if ((st = qs_grid_init(ctx, &g, qparams, rows, cols, w, cols, stat, q, who)) != QS_OK)
         return st;
+    g.search = gparams->scale_search && g.format == QS_FORMAT_MXFP4 && g.dynamic;
     const int64_t k = cols;
     /* the lazy block holds whole scale groups, so a group's values are current when fitted */
     int64_t bk = gparams->block_size;

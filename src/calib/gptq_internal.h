@@ -7,7 +7,11 @@
 #ifndef QS_GPTQ_INTERNAL_H
 #define QS_GPTQ_INTERNAL_H
 
+#include <math.h>
+
 #include "../core/internal.h"
+#include "../ref/mx_ref.h"
+#include "../ref/ref.h"
 #include "qsparse/gptq.h"
 
 struct qs_hessian {
@@ -37,6 +41,7 @@ struct qs_grid {
     int32_t format;
     int32_t group;      /* scale group length in logical columns (lcols for a row or tensor) */
     int32_t dynamic;    /* 1: groups are fitted when reached (qs_grid_fit), 0: fixed at init */
+    int32_t search;     /* MXFP4, dynamic: groups are fitted by qs_grid_fit_search */
     int32_t symmetric, qmin, rounding;
     int64_t rows, lcols, groups; /* groups per row */
     float s_global;     /* NVFP4 */
@@ -59,6 +64,18 @@ QS_INTERNAL void qs_grid_free(qs_ctx *ctx, struct qs_grid *g);
  * rule. No-op unless the grid is dynamic. */
 QS_INTERNAL void qs_grid_fit(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
                              int64_t len);
+/* MXFP4 with its search (grid_search.c): fit the E8M0 scale of (row, group gi) to the
+ * group's current values v[0 ... len), len <= 32, choosing between the OCP floor exponent e and
+ * e + 1 the one whose GPTQ sweep over the group has the smaller loss sum ((v - q) / U_ii)^2; u
+ * is U at the group's first diagonal entry (row stride ldu). Ties keep the rounding rule's. */
+QS_INTERNAL void qs_grid_fit_search(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
+                                    int64_t len, const float *u, int64_t ldu);
+/* The MXFP4 element rule against scale byte sb: the code of x into *code, and its value. */
+static inline float qs_grid_mx_round(uint8_t sb, float x, uint8_t *code)
+{
+    *code = sb == 0xFF ? 0 : qs_ref_e2m1_encode(ldexpf(x, 127 - (int)sb));
+    return qs_e2m1_values[*code] * qs_ref_e8m0_decode(sb);
+}
 /* Round x at logical (row, col) with its group's scale; stores the code, returns the value that
  * qs_dequantize gives for it. */
 QS_INTERNAL float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, float x);

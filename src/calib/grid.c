@@ -134,8 +134,7 @@ float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, float x)
         break;
     }
     case QS_FORMAT_MXFP4:
-        code = g->sb[u] == 0xFF ? 0 : qs_ref_e2m1_encode(ldexpf(x, 127 - (int)g->sb[u]));
-        v = qs_e2m1_values[code] * qs_ref_e8m0_decode(g->sb[u]);
+        v = qs_grid_mx_round(g->sb[u], x, &code);
         break;
     default: /* NVFP4 */
         code = g->a[u] != 0.0f ? qs_ref_e2m1_encode(x / g->a[u]) : 0;

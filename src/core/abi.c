@@ -87,7 +87,7 @@ static const struct field candidate_fields[] = {
 /* qsparse/gptq.h */
 static const struct field gptq_params_fields[] = {
     F(qs_gptq_params, percdamp),      F(qs_gptq_params, block_size), F(qs_gptq_params, act_order),
-    F(qs_gptq_params, static_groups), F(qs_gptq_params, reserved0),  F(qs_gptq_params, reserved),
+    F(qs_gptq_params, static_groups), F(qs_gptq_params, scale_search), F(qs_gptq_params, reserved),
     {NULL, 0}};
 static const struct field sparsegpt_params_fields[] = {
     F(qs_sparsegpt_params, percdamp), F(qs_sparsegpt_params, density),

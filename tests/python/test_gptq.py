@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """qs.Hessian, qs.gptq and qs.sparsegpt (docs/calibration.md §14-§16) against numpy: the Hessian
 against float64 numpy, merges against one update over the concatenation, serialization round
-trips and corrupted blobs; GPTQ with H = I equals qs.quantize exactly and lowers the output error
+trips and corrupted blobs; GPTQ with H = I equals qs.quantize exactly (MXFP4 with its scale
+search: per block the better of the FLOOR and RCEIL round-to-nearest) and lowers the output error
 ||X W^T - X W'^T|| below round-to-nearest in every format; SparseGPT returns valid 2:4 weights
 (alone and with a format) with less output error than magnitude pruning and Wanda; and the tool's
 --method gptq / sparsegpt with a --calib file of inputs or Hessians."""
@@ -107,9 +108,35 @@ def test_gptq_identity_hessian_is_rtn(fmt, opts):
     _, w = layer(5, k=128, rows=24)
     rtn = qs.quantize(w, fmt, **opts)
     for kw in ({}, dict(act_order=True), dict(static_groups=True)):
+        if fmt == "mxfp4" and not kw:  # the scale search: test_gptq_mxfp4_scale_search
+            kw = dict(scale_search=False)
         g = qs.gptq(w, qs.Hessian.from_matrix(2.5 * np.eye(128)), fmt, **kw, **opts)
         assert np.array_equal(g.data, rtn.data)
         assert np.array_equal(qs.dequantize(g), qs.dequantize(rtn))
+
+
+@pytest.mark.parametrize("rule", ["floor", "rceil"])
+def test_gptq_mxfp4_scale_search(rule):
+    """With H = c I (no error propagated) the MXFP4 search takes, per 32-block, the FLOOR or
+    the RCEIL round-to-nearest block, whichever has the smaller squared error (ties: the rule's);
+    scale_search=False gives the rule's qs.quantize exactly."""
+    _, w = layer(8, k=256, rows=32)
+    w[0, :32] = np.where(np.arange(32) == 3, 7.9, 0.01 * np.arange(32))  # one clipped outlier
+    h = qs.Hessian.from_matrix(2.5 * np.eye(256))
+    cand = {r: qs.quantize(w, "mxfp4", scale_rounding=r) for r in ("floor", "rceil")}
+    dq = {r: np.asarray(qs.dequantize(q), np.float64) for r, q in cand.items()}
+    sse = {r: ((w.astype(np.float64) - v) ** 2).reshape(32, 8, 32).sum(-1) for r, v in dq.items()}
+    other = "rceil" if rule == "floor" else "floor"
+    take = sse[other] < sse[rule]  # (rows, blocks)
+    want = np.where(np.repeat(take, 32, axis=1), dq[other], dq[rule])
+    g = qs.gptq(w, h, "mxfp4", scale_rounding=rule)
+    np.testing.assert_array_equal(np.asarray(qs.dequantize(g), np.float64), want)
+    differ = np.asarray(cand["floor"].scale) != np.asarray(cand["rceil"].scale)
+    assert (take & differ).any() and (~take & differ).any()
+    assert take[0, 0] == (rule == "floor")  # the outlier block: RCEIL wins
+    g0 = qs.gptq(w, h, "mxfp4", scale_rounding=rule, scale_search=False)
+    assert np.array_equal(g0.data, cand[rule].data)
+    assert np.array_equal(np.asarray(g0.scale), np.asarray(cand[rule].scale))
 
 
 @pytest.mark.parametrize("fmt,opts", FORMATS)
