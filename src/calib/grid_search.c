@@ -12,8 +12,10 @@
  * still compensate (the OBS identity GPTQ rests on), so the choice is greedy-optimal for GPTQ's
  * own objective. Both candidates are ordinary E8M0 scales: the output stays plain MXFP4.
  */
+#include <math.h>
 #include <string.h>
 
+#include "../ref/element_hd.h"
 #include "gptq_internal.h"
 
 #define MX_BLOCK 32
@@ -24,12 +26,15 @@ static double block_loss(uint8_t sb, const float *v, int64_t len, const float *u
 {
     float x[MX_BLOCK];
     double loss = 0.0;
-    uint8_t code;
+    /* qs_grid_mx_round's two scalings hoisted out of the loop: 2^(127 - sb) is a float for every
+     * byte below 0xFF (2^-127 a denormal), and a product by a power of two rounds once, as ldexpf
+     * does, so the codes and values are the same */
+    const float inv = ldexpf(1.0f, 127 - (int)sb), scale = qs_ref_e8m0_decode(sb);
 
     memcpy(x, v, (size_t)len * sizeof *x);
     for (int64_t i = 0; i < len && loss < bound; i++) {
         const float *urow = u + i * ldu;
-        float er = (x[i] - qs_grid_mx_round(sb, x[i], &code)) / urow[i];
+        float er = (x[i] - qs_e2m1_values[qs_hd_e2m1_encode(x[i] * inv)] * scale) / urow[i];
         loss += (double)er * (double)er;
         for (int64_t c = i + 1; c < len; c++)
             x[c] -= er * urow[c];
