@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "heap.h"
 #include "safetensors.h"
 
 static int memfd = -1;
@@ -34,6 +35,8 @@ static void setup(void)
 {
     if (memfd >= 0)
         return;
+    /* as the tool's main() does: safetensors.c frees jansson's strings with qs_heap_free */
+    qs_heap_hook_jansson();
     memfd = memfd_create("fuzz_safetensors", 0);
     if (memfd < 0)
         fz_fail("memfd_create failed");
@@ -110,8 +113,17 @@ static void check_rewrite(const struct qs_st_file *f)
         json_object_foreach(f->metadata, k, v)
             fz_check(qs_st_writer_meta(&w, k, json_string_value(v)) == 0, "writer_meta '%s'", k);
     }
-    if (qs_st_writer_write(&w, out_path, NULL, NULL, err, sizeof err) != 0)
+    /* the streaming writer, as the tool uses it: the header, then each tensor's bytes in order */
+    struct qs_st_stream s;
+    if (qs_st_stream_begin(&s, &w, out_path, err, sizeof err) != 0)
         fz_fail("writing an accepted file back failed: %s", err);
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
+        if (qs_st_stream_put(&s, t->data, t->end - t->begin, err, sizeof err) != 0)
+            fz_fail("writing tensor '%s' back failed: %s", t->name, err);
+    }
+    if (qs_st_stream_end(&s, err, sizeof err) != 0)
+        fz_fail("finishing the rewritten file failed: %s", err);
     qs_st_writer_free(&w);
 
     struct qs_st_file g;
