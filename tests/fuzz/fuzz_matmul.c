@@ -102,7 +102,7 @@ static int64_t y_diff(const void *a, const void *b, int64_t n)
  */
 static double smallest_unscaled(const qs_weight *w)
 {
-    if (w->kind == QS_WEIGHT_DENSE)
+    if (w->kind == QS_WEIGHT_DENSE || w->kind == QS_WEIGHT_SP24)
         return 1.0;
     switch (w->quant->format) {
     case QS_FORMAT_NF4: return 0.0795802995562553; /* codebook entry 8 */
@@ -120,24 +120,27 @@ static int64_t y_diff_reordered(qs_ctx *ctx, const float *a, const float *b, con
                                 int32_t x_dtype, const qs_weight *w, int64_t M, int64_t K,
                                 int64_t N, int act8)
 {
-    if ((w->kind != QS_WEIGHT_QUANT && w->kind != QS_WEIGHT_DENSE) || M > MAX_M || N > MAX_N ||
-        K > 4096 || M * K == 0 || N * K == 0)
+    if (M > MAX_M || N > MAX_N || K > 4096 || M * K == 0 || N * K == 0)
         return -2;
-    float *xf = malloc((size_t)(M * K) * 4), *wf = malloc((size_t)(N * K) * 4);
+    /* 2:4 weights (the fused 2:4 GEMV sums in its own order too): the row's kept values, N x K/2,
+     * bound |W[n, k]|; sum |x| over the whole row bounds the sum over the kept positions */
+    int sparse = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT;
+    int64_t kw = sparse ? K / 2 : K;
+    float *xf = malloc((size_t)(M * K) * 4), *wf = malloc((size_t)(N * kw) * 4 + 4);
     int64_t bad = -2;
     if (!xf || !wf)
         goto out;
     if (qs_convert(ctx, x, x_dtype, xf, QS_DTYPE_F32, M * K, M * K * 4) != QS_OK)
         goto out;
-    if (w->kind == QS_WEIGHT_QUANT
-            ? qs_dequantize(ctx, w->quant, w->q, N, K, wf, QS_DTYPE_F32, N * K * 4) != QS_OK
-            : qs_convert(ctx, w->data, w->dtype, wf, QS_DTYPE_F32, N * K, N * K * 4) != QS_OK)
+    if (w->kind == QS_WEIGHT_QUANT || w->kind == QS_WEIGHT_SP24_QUANT
+            ? qs_dequantize(ctx, w->quant, w->q, N, kw, wf, QS_DTYPE_F32, N * kw * 4) != QS_OK
+            : qs_convert(ctx, w->data, w->dtype, wf, QS_DTYPE_F32, N * kw, N * kw * 4) != QS_OK)
         goto out;
     bad = -1;
     for (int64_t n = 0; n < N && bad == -1; n++) {
         double wmax = 0.0;
-        for (int64_t k = 0; k < K; k++)
-            wmax = fabs((double)wf[n * K + k]) > wmax ? fabs((double)wf[n * K + k]) : wmax;
+        for (int64_t k = 0; k < kw; k++)
+            wmax = fabs((double)wf[n * kw + k]) > wmax ? fabs((double)wf[n * kw + k]) : wmax;
         double vs = wmax * (1.0 + 0x1p-23) + 0x1p-150; /* bounds |v s| */
         double smax = vs / smallest_unscaled(w);
         for (int64_t m = 0; m < M; m++) {
