@@ -284,7 +284,7 @@ static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 
 /* NF4/FP4 elements [f, f + len) of the flattened tensor into out: a first partial block is
  * decoded whole into tmp (kernels start at a block), the rest straight into out. */
-static void bnb4_span(const struct qs_mm_job *j, int64_t f, int64_t len, float *out, float *tmp)
+void qs_mm_bnb4_span(const struct qs_mm_job *j, int64_t f, int64_t len, float *out, float *tmp)
 {
     qs_nf4_dequant_fn *dec =
         j->format == QS_FORMAT_NF4 ? j->ctx->k.nf4_dequant : j->ctx->k.fp4_dequant;
@@ -322,7 +322,7 @@ void qs_mm_row_dequant(const struct qs_mm_job *j, int64_t n, float *out, float *
     }
     switch (j->format) {
     case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4: bnb4_span(j, n * cols, cols, out, tmp); break;
+    case QS_FORMAT_FP4: qs_mm_bnb4_span(j, n * cols, cols, out, tmp); break;
     case QS_FORMAT_INT8:
         s = int8_scale(j, n, cols, &zp);
         for (int64_t g = 0; g * j->group < cols; g++) {

@@ -104,23 +104,9 @@ static void span_dequant(const struct qs_mm_job *j, int64_t n, int64_t c0, int64
     }
     switch (j->format) {
     case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4: {
-        /* blocks run over the flattened tensor: a first partial block is decoded whole into tmp
-         * (the kernels start at a block), the rest straight into out */
-        qs_nf4_dequant_fn *dec = j->format == QS_FORMAT_NF4 ? k->nf4_dequant : k->fp4_dequant;
-        int64_t f = n * K + c0, a = f - f % j->block;
-        if (a < f) {
-            int64_t end = a + j->block < f + len ? a + j->block : f + len;
-            dec(d + a / 2, j->absmax + a / j->block, end - a, j->block, tmp);
-            memcpy(out, tmp + (f - a), (size_t)(end - f) * sizeof(float));
-            out += end - f;
-            len -= end - f;
-            f = end;
-        }
-        if (len > 0)
-            dec(d + f / 2, j->absmax + f / j->block, len, j->block, out);
+    case QS_FORMAT_FP4:
+        qs_mm_bnb4_span(j, n * K + c0, len, out, tmp);
         break;
-    }
     case QS_FORMAT_INT8:
         for (int64_t c = c0; c < c0 + len;) {
             int64_t g = c / j->group,

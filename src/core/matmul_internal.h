@@ -94,4 +94,9 @@ static inline int qs_mm_integer_weight(const struct qs_mm_job *j)
 #define QS_MM_INV127 0x1.020408p-7f
 #define QS_MM_INV127SQ 6.200124e-05f
 
+/* NF4/FP4 elements [f, f + len) of the flattened weight into out (matmul_f32.c): a first partial
+ * block is decoded whole into tmp (one block of floats), the rest straight into out. */
+QS_INTERNAL void qs_mm_bnb4_span(const struct qs_mm_job *j, int64_t f, int64_t len, float *out,
+                                 float *tmp);
+
 #endif /* QS_CORE_MATMUL_INTERNAL_H */
