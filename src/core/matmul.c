@@ -36,7 +36,7 @@ QS_API uint32_t qs_matmul_info(void)
 #endif
 }
 
-void qs_mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn)
+static void mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn, int dynamic)
 {
     int32_t threads = qs_threads(j->ctx);
 
@@ -49,11 +49,29 @@ void qs_mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn)
 #pragma omp parallel num_threads(threads)
     {
         float *s = j->scratch ? j->scratch + (int64_t)omp_get_thread_num() * j->per_thread : NULL;
+        if (dynamic) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t i = 0; i < count; i++)
+                fn(j, i, s);
+        } else {
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < count; i++)
-            fn(j, i, s);
+            for (int64_t i = 0; i < count; i++)
+                fn(j, i, s);
+        }
     }
+#else
+    (void)dynamic;
 #endif
+}
+
+void qs_mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn)
+{
+    mm_parallel(j, count, fn, 0);
+}
+
+void qs_mm_parallel_dynamic(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn)
+{
+    mm_parallel(j, count, fn, 1);
 }
 
 /* ---- checks -----------------------------------------------------------------------------------
