@@ -23,7 +23,8 @@
  * The table of cases is `cases` below: one line per row (a weight, M, the activations).
  *
  * Usage: bench_matmul [N=K] [max threads] [case filter] [GEMV rounds]   (default 4096, 2, every
- * case, ROUNDS_GEMV; the filter keeps the cases whose name contains it, e.g. "GEMM", "" all)
+ * case, ROUNDS_GEMV; the filter keeps the cases whose name contains it, e.g. "GEMM", "" all;
+ * "GEMV" keeps every case below QS_MATMUL_GEMM_MIN_M rows)
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -414,7 +415,8 @@ int main(int argc, char **argv)
         tpair tq[8], tb[8];
         double rd[8];
 
-        if (filter && !strstr(bc->name, filter))
+        if (filter && !strstr(bc->name, filter) &&
+            !(strcmp(filter, "GEMV") == 0 && bc->M < QS_MATMUL_GEMM_MIN_M))
             continue;
 
         make_weight(ctx[0], wf[0], N, K, &bc->w, &first);
