@@ -225,7 +225,8 @@ static void copy_weight(const wcopy *a, wcopy *c, int64_t N, int64_t K)
     c->w.quant = &c->p;
     c->w.q = &c->q;
     if (a->w.kind == QS_WEIGHT_SP24_QUANT) {
-        c->planes[QS_PLANE_COUNT] = dup_bytes(a->planes[QS_PLANE_COUNT], (size_t)a->w.meta_count * 2);
+        c->planes[QS_PLANE_COUNT] =
+            dup_bytes(a->planes[QS_PLANE_COUNT], (size_t)a->w.meta_count * 2);
         c->w.meta = c->planes[QS_PLANE_COUNT];
     }
 }

@@ -919,8 +919,7 @@ static void test_gemv_threads(void **state)
                              specs[i].name, (long long)M, c >= 2 ? "int8" : "f32", t);
                     memset(y2.p, 0xA5, y2.bytes);
                     assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, t), QS_OK);
-                    assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y2),
-                                     QS_OK);
+                    assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y2), QS_OK);
                     T_ASSERT_BYTES(what, y1.p, y2.p, (size_t)(M * N) * 4);
                 }
         }

@@ -379,8 +379,10 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
         qs_mm_parallel(j, M, xsum_task);
         j->scratch = scratch;
         j->per_thread = per_thread;
-        (M < QS_MATMUL_GEMM_MIN_M ? qs_mm_parallel_dynamic : qs_mm_parallel)(
-            j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
+        if (M < QS_MATMUL_GEMM_MIN_M)
+            qs_mm_parallel_dynamic(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
+        else
+            qs_mm_parallel(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
     } else {
         j->xhat = a;
         j->oflags = flags;
