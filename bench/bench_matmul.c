@@ -6,20 +6,32 @@
  * cblas_sgemm, and the GEMM path at M = 512 against cblas_sgemm. Each weight set cycles over
  * enough copies that its working set exceeds the last-level cache (WORKING_SET bytes), so every
  * call streams its weight from memory; the read bandwidth of a pass over f32 matrices is measured
- * in the same run with as many threads. Columns: time per call (the minimum of REPS passes over
- * the copies: the machine may be shared), GFLOP/s (2 M N K), GB/s of weight bytes (every plane),
- * that rate as a fraction of the read bandwidth, and OpenBLAS's time over ours (> 1: faster),
- * by wall time and by process CPU time (the second is steadier on a shared machine).
+ * in the same run with as many threads.
+ *
+ * This machine may be shared and its memory bandwidth drifts between runs, so each case runs
+ * interleaved rounds (ROUNDS_GEMV, ROUNDS_GEMM; the thread order alternates between rounds),
+ * each of them one pass of OpenBLAS, one pass of qs_matmul over the copies and one read pass at
+ * every thread count, and keeps each one's minimum: the ratios of a row (to OpenBLAS, to the read
+ * bandwidth, to the 1-thread time) come from the same rounds. Columns: time per call, GFLOP/s
+ * (2 M N K), GB/s of weight bytes (every plane), that rate as a fraction of the read bandwidth
+ * (GEMV rows: the case's own read passes; GEMM rows: the header's), OpenBLAS's time over ours
+ * (> 1: faster) by wall time and by process CPU time, the speed over the case's 1-thread
+ * speed ("x 1T"), and the same ratio of the fastest single calls ("(1 call)": a pass of 10 to 20
+ * calls needs both cores free for its whole length, one call for a millisecond or so, so on a
+ * loaded machine this one still says how the call itself scales).
  *
  * The table of cases is `cases` below: one line per row (a weight, M, the activations).
  *
- * Usage: bench_matmul [N=K] [max threads] [case filter]   (default 4096, 2, every case; the
- * filter keeps the cases whose name contains it, e.g. "GEMM")
+ * Usage: bench_matmul [N=K] [max threads] [case filter] [GEMV rounds]   (default 4096, 2, every
+ * case, ROUNDS_GEMV; the filter keeps the cases whose name contains it, e.g. "GEMM", "" all;
+ * "GEMV" keeps every case below QS_MATMUL_GEMM_MIN_M rows)
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bench_util.h"
 #include "qsparse.h"
@@ -27,9 +39,11 @@
 #ifdef QS_HAVE_BLAS
 #include <cblas.h>
 
-#define REPS 5
+#define ROUNDS_GEMV 20 /* interleaved rounds per GEMV case (small M): cheap, the machine noisy */
+#define ROUNDS_GEMM 3  /* per GEMM case: a round there takes about a second */
 #define WORKING_SET (192ll << 20) /* bytes per weight set: several times any LLC here */
 #define GEMM_M 512
+#define SETTLE_MS 10 /* pause after a pass on more than one thread (see settle) */
 
 /* A weight: quantized (`format` >= 0, with options), 2:4 + quantized (sparse), or dense f16/bf16
  * (format < 0, dtype). */
@@ -117,7 +131,7 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-static void *dup(const void *p, size_t n)
+static void *dup_bytes(const void *p, size_t n)
 {
     return p ? memcpy(xmalloc(n), p, n) : NULL;
 }
@@ -199,7 +213,7 @@ static void copy_weight(const wcopy *a, wcopy *c, int64_t N, int64_t K)
 {
     *c = *a;
     if (a->w.kind == QS_WEIGHT_DENSE) {
-        c->planes[0] = dup(a->planes[0], (size_t)(N * K * 2));
+        c->planes[0] = dup_bytes(a->planes[0], (size_t)(N * K * 2));
         c->w.data = c->planes[0];
         return;
     }
@@ -207,11 +221,12 @@ static void copy_weight(const wcopy *a, wcopy *c, int64_t N, int64_t K)
     const int64_t cap[QS_PLANE_COUNT] = {a->q.data_bytes, a->q.scale_bytes, a->q.zero_point_bytes,
                                          a->q.nested_scale_bytes};
     for (int i = 0; i < QS_PLANE_COUNT; i++)
-        *ptr[i] = c->planes[i] = dup(a->planes[i], (size_t)cap[i]);
+        *ptr[i] = c->planes[i] = dup_bytes(a->planes[i], (size_t)cap[i]);
     c->w.quant = &c->p;
     c->w.q = &c->q;
     if (a->w.kind == QS_WEIGHT_SP24_QUANT) {
-        c->planes[QS_PLANE_COUNT] = dup(a->planes[QS_PLANE_COUNT], (size_t)a->w.meta_count * 2);
+        c->planes[QS_PLANE_COUNT] =
+            dup_bytes(a->planes[QS_PLANE_COUNT], (size_t)a->w.meta_count * 2);
         c->w.meta = c->planes[QS_PLANE_COUNT];
     }
 }
@@ -222,44 +237,57 @@ static void free_weight(wcopy *c)
         free(c->planes[i]);
 }
 
-/* Seconds per call: the minimum over REPS passes over the copies. */
-static double time_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M,
-                      int64_t K, const wcopy *c, int copies, int64_t N, float *y, double *cpu)
+/* One timed pass: wall and process CPU seconds per call (the minima over a case's rounds are
+ * kept). */
+typedef struct {
+    double wall, cpu, call; /* per call over a pass: wall, CPU; the fastest single call */
+} tpair;
+
+static void keep_min(tpair *best, double wall, double cpu)
 {
-    double best = 1e30;
-    *cpu = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        double t0 = now(), c0 = cpu_now();
-        for (int i = 0; i < copies; i++)
-            must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y, M * N * 4), ctx,
-                 "qs_matmul");
-        double t = (now() - t0) / copies, tc = (cpu_now() - c0) / copies;
-        best = t < best ? t : best;
-        *cpu = tc < *cpu ? tc : *cpu;
-    }
-    return best;
+    best->wall = wall < best->wall ? wall : best->wall;
+    best->cpu = cpu < best->cpu ? cpu : best->cpu;
 }
 
-static double time_blas(float *const *wf, int fcopies, const float *x, int64_t M, int64_t K,
-                        int64_t N, float *y, double *cpu)
+/* After a pass on several threads their workers spin a while before they sleep (libgomp's
+ * default spin count: a few ms here), taking a core from the next pass of another pool: the
+ * next pass starts when they sleep. */
+static void settle(int threads)
 {
-    double best = 1e30;
-    *cpu = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        double t0 = now(), c0 = cpu_now();
-        for (int i = 0; i < fcopies; i++) {
-            if (M == 1)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, 1.0f, wf[i], (int)K, x, 1,
-                            0.0f, y, 1);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f,
-                            x, (int)K, wf[i], (int)K, 0.0f, y, (int)N);
-        }
-        double t = (now() - t0) / fcopies, tc = (cpu_now() - c0) / fcopies;
-        best = t < best ? t : best;
-        *cpu = tc < *cpu ? tc : *cpu;
+    struct timespec ts = {0, SETTLE_MS * 1000000L};
+    if (threads > 1)
+        nanosleep(&ts, NULL);
+}
+
+/* One pass of qs_matmul over the copies. */
+static void pass_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M, int64_t K,
+                    const wcopy *c, int copies, int64_t N, float *y, tpair *best)
+{
+    double t0 = now(), c0 = cpu_now(), ti = t0;
+    for (int i = 0; i < copies; i++) {
+        must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y, M * N * 4), ctx,
+             "qs_matmul");
+        double te = now();
+        best->call = te - ti < best->call ? te - ti : best->call;
+        ti = te;
     }
-    return best;
+    keep_min(best, (now() - t0) / copies, (cpu_now() - c0) / copies);
+}
+
+/* One pass of OpenBLAS (sgemv at M = 1, else sgemm) over the f32 copies. */
+static void pass_blas(float *const *wf, int fcopies, const float *x, int64_t M, int64_t K,
+                      int64_t N, float *y, tpair *best)
+{
+    double t0 = now(), c0 = cpu_now();
+    for (int i = 0; i < fcopies; i++) {
+        if (M == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, 1.0f, wf[i], (int)K, x, 1,
+                        0.0f, y, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x,
+                        (int)K, wf[i], (int)K, 0.0f, y, (int)N);
+    }
+    keep_min(best, (now() - t0) / fcopies, (cpu_now() - c0) / fcopies);
 }
 
 typedef struct {
@@ -274,31 +302,34 @@ static void *rd_thread(void *a)
     return NULL;
 }
 
-/* Read bandwidth (bytes/s) of `threads` threads reading disjoint parts of each f32 copy, best of
- * REPS passes over all of them. */
-static double read_bw(float *const *wf, int fcopies, size_t bytes, int threads)
+/* One pass of `threads` threads reading disjoint parts of each f32 copy: seconds per copy (the
+ * read bandwidth is bytes over the minimum). */
+static void pass_read(float *const *wf, int fcopies, size_t bytes, int threads, double *best)
 {
-    double best = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        double t0 = now();
-        for (int i = 0; i < fcopies; i++) {
-            pthread_t th[8];
-            rd_arg a[8];
-            size_t part = bytes / (size_t)threads & ~(size_t)63;
-            for (int t = 0; t < threads; t++) {
-                a[t].p = (const char *)wf[i] + (size_t)t * part;
-                a[t].bytes = t == threads - 1 ? bytes - (size_t)t * part : part;
-                if (t > 0)
-                    pthread_create(&th[t], NULL, rd_thread, &a[t]);
-            }
-            rd_thread(&a[0]);
-            for (int t = 1; t < threads; t++)
-                pthread_join(th[t], NULL);
+    double t0 = now();
+    for (int i = 0; i < fcopies; i++) {
+        pthread_t th[8];
+        rd_arg a[8];
+        size_t part = bytes / (size_t)threads & ~(size_t)63;
+        for (int t = 0; t < threads; t++) {
+            a[t].p = (const char *)wf[i] + (size_t)t * part;
+            a[t].bytes = t == threads - 1 ? bytes - (size_t)t * part : part;
+            if (t > 0)
+                pthread_create(&th[t], NULL, rd_thread, &a[t]);
         }
-        double t = (now() - t0) / fcopies;
-        best = t < best ? t : best;
+        rd_thread(&a[0]);
+        for (int t = 1; t < threads; t++)
+            pthread_join(th[t], NULL);
     }
-    return (double)bytes / best;
+    double t = (now() - t0) / fcopies;
+    *best = t < *best ? t : *best;
+}
+
+/* The thread count of step i of round r: ascending in even rounds, descending in odd ones, so
+ * neither count always runs right after the other's traffic. */
+static int round_threads(int r, int i, int max_threads)
+{
+    return r % 2 == 0 ? i + 1 : max_threads - i;
 }
 
 int main(int argc, char **argv)
@@ -306,17 +337,25 @@ int main(int argc, char **argv)
     int64_t N = argc > 1 ? atoll(argv[1]) : 4096, K = N;
     int max_threads = argc > 2 ? atoi(argv[2]) : 2;
     const char *filter = argc > 3 ? argv[3] : NULL;
+    int rounds_gemv = argc > 4 ? atoi(argv[4]) : ROUNDS_GEMV;
     const char *core = getenv("OPENBLAS_CORETYPE");
     int64_t fbytes = N * K * 4;
     int fcopies = (int)((WORKING_SET + fbytes - 1) / fbytes);
     char model[256];
     float **wf, *x, *y;
     qs_ctx *ctx[8] = {NULL};
-    double bw[8] = {0}, sgemv[8] = {0}, sgemm_small[8][2] = {{0}}, sgemm[8] = {0};
-    double c_sgemv[8] = {0}, c_small[8][2] = {{0}}, c_sgemm[8] = {0};
+    double bw[8];
+    tpair sgemv[8], sgemm[8];
 
-    if (max_threads < 1 || max_threads > 8 || N < 64)
+    if (max_threads < 1 || max_threads > 8 || N < 64 || rounds_gemv < 1)
         return 2;
+    /* OpenBLAS's pthread workers spin for 2^28 cycles (about 0.1 s) after each call unless
+     * OPENBLAS_THREAD_TIMEOUT says otherwise; in interleaved rounds they would take a core from
+     * the qs_matmul pass that follows. The variable is read when OpenBLAS loads, so the bench
+     * runs itself again with it set (2^4 cycles: the workers sleep at once; a caller's value
+     * is kept). */
+    if (!getenv("OPENBLAS_THREAD_TIMEOUT") && setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0)
+        execv("/proc/self/exe", argv); /* returns only if that failed: run as we are */
     fcopies = fcopies < 2 ? 2 : fcopies;
     cpu_model(model, sizeof model);
     for (int t = 1; t <= max_threads; t++) {
@@ -326,10 +365,14 @@ int main(int argc, char **argv)
         if (qs_ctx_create(&cp, &ctx[t - 1]) != QS_OK)
             return 1;
     }
-    printf("bench_matmul: N = K = %lld, weight sets of >= %lld MiB, 1...%d threads\n",
-           (long long)N, WORKING_SET >> 20, max_threads);
-    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OpenBLAS %s\n", model,
-           qs_ctx_isa_name(ctx[0]), core ? core : "(unset)", OPENBLAS_VERSION);
+    printf("bench_matmul: N = K = %lld, weight sets of >= %lld MiB, 1...%d threads; minima over "
+           "%d interleaved rounds (GEMM: %d) of OpenBLAS, qs_matmul at each thread count and a "
+           "read pass\n",
+           (long long)N, WORKING_SET >> 20, max_threads, rounds_gemv, ROUNDS_GEMM);
+    printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OPENBLAS_THREAD_TIMEOUT=%s, OpenBLAS %s\n",
+           model, qs_ctx_isa_name(ctx[0]), core ? core : "(unset)",
+           getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "(unset)",
+           OPENBLAS_VERSION);
 
     x = xmalloc((size_t)(GEMM_M * K) * 4);
     y = xmalloc((size_t)(GEMM_M * N) * 4);
@@ -341,57 +384,84 @@ int main(int argc, char **argv)
         for (int64_t e = 0; e < N * K; e++)
             wf[i][e] = (float)(((e + i) * 2654435761u % 4001) - 2000) / 40000.0f;
     }
-    /* Baselines and bandwidth first, per thread count. */
-    for (int t = 1; t <= max_threads; t++) {
-        openblas_set_num_threads(t);
-        bw[t - 1] = read_bw(wf, fcopies, (size_t)fbytes, t);
-        sgemv[t - 1] = time_blas(wf, fcopies, x, 1, K, N, y, &c_sgemv[t - 1]);
-        sgemm_small[t - 1][0] = time_blas(wf, fcopies, x, 4, K, N, y, &c_small[t - 1][0]);
-        sgemm_small[t - 1][1] = time_blas(wf, fcopies, x, 8, K, N, y, &c_small[t - 1][1]);
-        sgemm[t - 1] = time_blas(wf, 2, x, GEMM_M, K, N, y, &c_sgemm[t - 1]);
+    /* The machine's figures, for the header (each case measures its own in its rounds). */
+    for (int t = 0; t < max_threads; t++) {
+        bw[t] = 1e30;
+        sgemv[t].wall = sgemv[t].cpu = sgemm[t].wall = sgemm[t].cpu = 1e30;
+    }
+    for (int r = 0; r < rounds_gemv; r++)
+        for (int i = 0; i < max_threads; i++) {
+            int t = round_threads(r, i, max_threads);
+            openblas_set_num_threads(t);
+            pass_read(wf, fcopies, (size_t)fbytes, t, &bw[t - 1]);
+            pass_blas(wf, fcopies, x, 1, K, N, y, &sgemv[t - 1]);
+            settle(t);
+            if (r < ROUNDS_GEMM) {
+                pass_blas(wf, 2, x, GEMM_M, K, N, y, &sgemm[t - 1]);
+                settle(t);
+            }
+        }
+    for (int t = 1; t <= max_threads; t++)
         printf("%d thread%s: read bandwidth %.1f GB/s; OpenBLAS sgemv %.3f ms (%.1f GB/s), "
                "sgemm M=%d %.1f ms\n",
-               t, t > 1 ? "s" : "", bw[t - 1] * 1e-9, sgemv[t - 1] * 1e3,
-               (double)fbytes / sgemv[t - 1] * 1e-9, GEMM_M, sgemm[t - 1] * 1e3);
-    }
-    printf("\n%-24s %4s %3s %9s %8s %11s %7s %8s %10s\n", "case", "M", "thr", "ms/call", "GFLOP/s",
-           "weight GB/s", "% read", "vs BLAS", "(cpu time)");
+               t, t > 1 ? "s" : "", (double)fbytes / bw[t - 1] * 1e-9, sgemv[t - 1].wall * 1e3,
+               (double)fbytes / sgemv[t - 1].wall * 1e-9, GEMM_M, sgemm[t - 1].wall * 1e3);
+    printf("\n%-24s %4s %3s %9s %8s %11s %7s %8s %10s %6s %9s\n", "case", "M", "thr", "ms/call",
+           "GFLOP/s", "weight GB/s", "% read", "vs BLAS", "(cpu time)", "x 1T", "(1 call)");
     for (int c = 0; c < NCASES; c++) {
         const bcase *bc = &cases[c];
         wcopy first, *wc;
-        int copies;
+        int copies, rounds, bcopies;
         qs_matmul_params mp;
+        tpair tq[8], tb[8];
+        double rd[8];
 
-        if (filter && !strstr(bc->name, filter))
+        if (filter && !strstr(bc->name, filter) &&
+            !(strcmp(filter, "GEMV") == 0 && bc->M < QS_MATMUL_GEMM_MIN_M))
             continue;
 
         make_weight(ctx[0], wf[0], N, K, &bc->w, &first);
         copies = (int)((WORKING_SET + first.bytes - 1) / first.bytes);
         copies = bc->M >= GEMM_M ? 2 : copies < 2 ? 2 : copies;
+        bcopies = bc->M >= GEMM_M ? 2 : fcopies;
+        rounds = bc->M >= QS_MATMUL_GEMM_MIN_M ? ROUNDS_GEMM : rounds_gemv;
         wc = xmalloc(sizeof(wcopy) * (size_t)copies);
         wc[0] = first;
         for (int i = 1; i < copies; i++)
             copy_weight(&first, &wc[i], N, K);
         qs_matmul_params_init(&mp);
         mp.activations = bc->act;
+        for (int t = 0; t < max_threads; t++) {
+            tq[t].wall = tq[t].cpu = tq[t].call = tb[t].wall = tb[t].cpu = rd[t] = 1e30;
+        }
+        /* A warm-up call per thread count (first-touch of the library's scratch, thread pool). */
+        for (int t = 0; t < max_threads; t++)
+            must(qs_matmul(ctx[t], &mp, x, QS_DTYPE_F32, bc->M, K, &wc[0].w, N, NULL, y,
+                           bc->M * N * 4),
+                 ctx[t], "qs_matmul");
+        for (int r = 0; r < rounds; r++)
+            for (int i = 0; i < max_threads; i++) {
+                int t = round_threads(r, i, max_threads);
+                openblas_set_num_threads(t);
+                pass_blas(wf, bcopies, x, bc->M, K, N, y, &tb[t - 1]);
+                settle(t);
+                pass_qs(ctx[t - 1], &mp, x, bc->M, K, wc, copies, N, y, &tq[t - 1]);
+                settle(t);
+                if (bc->M < QS_MATMUL_GEMM_MIN_M)
+                    pass_read(wf, fcopies, (size_t)fbytes, t, &rd[t - 1]);
+            }
         for (int t = 1; t <= max_threads; t++) {
-            openblas_set_num_threads(t);
-            double cq, cb;
-            double tq = time_qs(ctx[t - 1], &mp, x, bc->M, K, wc, copies, N, y, &cq);
-            double base = bc->M == 1 ? sgemv[t - 1]
-                          : bc->M == 4 ? sgemm_small[t - 1][0]
-                          : bc->M == 8 ? sgemm_small[t - 1][1]
-                          : bc->M == GEMM_M ? sgemm[t - 1]
-                                            : time_blas(wf, fcopies, x, bc->M, K, N, y, &cb);
-            cb = bc->M == 1 ? c_sgemv[t - 1]
-                 : bc->M == 4 ? c_small[t - 1][0]
-                 : bc->M == 8 ? c_small[t - 1][1]
-                 : bc->M == GEMM_M ? c_sgemm[t - 1]
-                                   : cb;
-            double gbs = (double)first.bytes / tq;
-            printf("%-24s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %8.2f %10.2f\n", bc->name,
-                   (long long)bc->M, t, tq * 1e3, 2.0 * (double)(bc->M * N * K) / tq * 1e-9,
-                   gbs * 1e-9, 100.0 * gbs / bw[t - 1], base / tq, cb / cq);
+            double q = tq[t - 1].wall, gbs = (double)first.bytes / q;
+            double bwt = (double)fbytes / (rd[t - 1] < 1e30 ? rd[t - 1] : bw[t - 1]);
+            char speedup[16] = "-", call[16] = "-";
+            if (t > 1) {
+                snprintf(speedup, sizeof speedup, "%.2f", tq[0].wall / q);
+                snprintf(call, sizeof call, "%.2f", tq[0].call / tq[t - 1].call);
+            }
+            printf("%-24s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %8.2f %10.2f %6s %9s\n", bc->name,
+                   (long long)bc->M, t, q * 1e3, 2.0 * (double)(bc->M * N * K) / q * 1e-9,
+                   gbs * 1e-9, 100.0 * gbs / bwt, tb[t - 1].wall / q,
+                   tb[t - 1].cpu / tq[t - 1].cpu, speedup, call);
             fflush(stdout);
         }
         for (int i = 0; i < copies; i++)

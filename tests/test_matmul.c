@@ -882,6 +882,55 @@ static void test_threads(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* The GEMV paths hand their tasks of rows to whichever thread is free (a different split from
+ * run to run): every weight kind, M = 1 and 3, f32 and int8 activations (with outlier columns),
+ * an odd N whose last task is partial, give the bits of one thread on 2 and 3 threads, call
+ * after call. */
+static void test_gemv_threads(void **state)
+{
+    const int64_t N = 1001, K = 192;
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {17};
+    float *w0 = malloc((size_t)(N * K) * 4), x[3 * 192];
+    t_buf y1 = t_buf_new((size_t)(3 * N) * 4), y2 = t_buf_new((size_t)(3 * N) * 4);
+
+    (void)state;
+    assert_non_null(w0);
+    fill(&r, w0, N * K, 0.05);
+    fill(&r, x, 3 * K, 2.0);
+    x[5] = 9.0f; /* an outlier column for the LLM.int8 split */
+    for (int i = 0; i < NSPECS; i++) {
+        wobj o;
+        wobj_make(ctx, &specs[i], w0, N, K, &o);
+        for (int c = 0; c < 4; c++) {
+            int64_t M = c % 2 == 0 ? 1 : 3;
+            qs_matmul_params p;
+            char what[96];
+            qs_matmul_params_init(&p);
+            if (c >= 2) {
+                p.activations = QS_MATMUL_ACT_INT8;
+                p.threshold = 6.0f;
+            }
+            assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, 1), QS_OK);
+            assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y1), QS_OK);
+            for (int t = 2; t <= 3; t++)
+                for (int rep = 0; rep < 3; rep++) {
+                    snprintf(what, sizeof what, "%s, M = %lld, %s activations, %d threads",
+                             specs[i].name, (long long)M, c >= 2 ? "int8" : "f32", t);
+                    memset(y2.p, 0xA5, y2.bytes);
+                    assert_int_equal(qs_ctx_set(ctx, QS_PARAM_NUM_THREADS, t), QS_OK);
+                    assert_int_equal(run(ctx, &p, x, QS_DTYPE_F32, M, K, &o, N, NULL, &y2), QS_OK);
+                    T_ASSERT_BYTES(what, y1.p, y2.p, (size_t)(M * N) * 4);
+                }
+        }
+        wobj_free(&o);
+    }
+    t_buf_free(&y1);
+    t_buf_free(&y2);
+    free(w0);
+    qs_ctx_destroy(ctx);
+}
+
 /* ---- no alignment, the NaN rule ----------------------------------------------------------- */
 
 /* A copy of `bytes` bytes at 16-byte alignment plus `off`; *base is what to free. */
@@ -1127,6 +1176,7 @@ int main(void)
         cmocka_unit_test(test_llm_int8_outliers),
         cmocka_unit_test(test_w8a8_exact),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_gemv_threads),
         cmocka_unit_test(test_unaligned),
         cmocka_unit_test(test_nan_rule),
         cmocka_unit_test(test_errors),

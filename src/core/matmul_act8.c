@@ -191,8 +191,8 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
 /* ---- the matmul with int8 activations ---------------------------------------------------------
  */
 
-/* Rows of W per task: GEMV tasks are small for load balance; GEMM tasks keep a block of W rows
- * in cache while blocks of x rows go by. */
+/* Rows of W per task: GEMV tasks are small for load balance (handed out dynamically); GEMM tasks
+ * keep a block of W rows in cache while blocks of x rows go by. */
 #define MM8_ROWS_GEMV 16
 #define MM8_ROWS_GEMM 64
 #define MM8_XROWS 64 /* x rows per kernel call on the GEMM path */
@@ -379,7 +379,10 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
         qs_mm_parallel(j, M, xsum_task);
         j->scratch = scratch;
         j->per_thread = per_thread;
-        qs_mm_parallel(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
+        if (M < QS_MATMUL_GEMM_MIN_M)
+            qs_mm_parallel_dynamic(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
+        else
+            qs_mm_parallel(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
     } else {
         j->xhat = a;
         j->oflags = flags;

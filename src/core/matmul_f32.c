@@ -497,7 +497,7 @@ static void gemm_sp24(struct qs_mm_job *j)
 void qs_mm_run_f32(struct qs_mm_job *j)
 {
     if (!use_gemm(j)) {
-        qs_mm_parallel(j, qs_ceil_div(j->N, MM_GEMV_ROWS), gemv_task);
+        qs_mm_parallel_dynamic(j, qs_ceil_div(j->N, MM_GEMV_ROWS), gemv_task);
     } else if (sparse(j)) {
         gemm_sp24(j);
     } else if (qs_mm_gemm_tiled(j)) {

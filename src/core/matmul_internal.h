@@ -49,6 +49,15 @@ typedef void qs_mm_task_fn(const struct qs_mm_job *j, int64_t index, float *scra
  * j->scratch holding qs_threads(ctx) blocks of j->per_thread floats. */
 QS_INTERNAL void qs_mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn);
 
+/* The same, runs of consecutive tasks (about four per thread) handed to the next free thread
+ * (schedule(dynamic)): for the GEMV tasks, equal and independent, whose call is over when the
+ * slowest thread is done. A static split gives each thread half the rows however fast it runs;
+ * on a machine where one core is taken for a while (an interrupt, another process, the
+ * hypervisor) the other thread waited with nothing to do. The bounds of the tasks stay fixed, so
+ * the bits do not depend on which thread runs one. */
+QS_INTERNAL void qs_mm_parallel_dynamic(const struct qs_mm_job *j, int64_t count,
+                                        qs_mm_task_fn *fn);
+
 /* Dequantize row n of the stored matrix (wcols columns of a QUANT / SP24_QUANT weight, or a
  * DENSE / SP24 row of f16/bf16/f32 values) into out; tmp holds QS_TILE floats. */
 QS_INTERNAL void qs_mm_row_dequant(const struct qs_mm_job *j, int64_t n, float *out, float *tmp);
