@@ -191,10 +191,7 @@ static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float
     case QS_WEIGHT_DENSE: return plain_dot(j, x, n, j->K);
     case QS_WEIGHT_QUANT: return quant_dot(j, x, n, j->K);
     case QS_WEIGHT_SP24: return sp24_dot(j, x, n);
-    default:
-        if (j->format == QS_FORMAT_NF4) /* fused: the gather and the dot in one pass */
-            return j->ctx->k.mm_dot_sp24_nf4(x, j->meta + n * j->words, j->K, j->wdata,
-                                             n * j->wcols, j->absmax, j->block);
+    default: /* NF4 runs through sp24_nf4_rows */
         j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
         return sp24_quant_gemv(j, xg, n);
     }
@@ -262,11 +259,24 @@ static int gemv_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
     }
 }
 
+/* Rows [n0, n0 + nb) of a 2:4 + NF4 W against each row of x through the multi-row kernel, raw
+ * sums into y; 0 for other weights. */
+static int sp24_nf4_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
+{
+    if (j->kind != QS_WEIGHT_SP24_QUANT || j->format != QS_FORMAT_NF4)
+        return 0;
+    for (int64_t m = 0; m < j->M; m++)
+        j->ctx->k.mm_gemv_sp24_nf4(j->x + m * j->K, j->K, j->meta + n0 * j->words, j->words,
+                                   j->wdata, n0 * j->wcols, j->absmax, j->block, nb,
+                                   j->y + m * j->N + n0);
+    return 1;
+}
+
 static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
 
-    if (gemv_rows(j, n0, n1 - n0)) {
+    if (gemv_rows(j, n0, n1 - n0) || sp24_nf4_rows(j, n0, n1 - n0)) {
         for (int64_t m = 0; m < j->M; m++)
             for (int64_t n = n0; n < n1; n++)
                 qs_st_f32(j->y + m * j->N + n, finish(j, qs_ld_f32(j->y + m * j->N + n), n));
