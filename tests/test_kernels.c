@@ -583,6 +583,16 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_dot_sp24_bf16:
     case QS_SLOT_mm_dot_sp24_nf4:
     case QS_SLOT_mm_gemv_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_transpose_f32: {
+        /* a block of 0 ... 47 rows and columns of the salted x (NaN payloads, Inf, -0 move as
+         * they are) at strides with and without gaps; the gaps of the output stay canary */
+        int64_t rows = n % 48, cols = (n / 48 + in->variant * 5) % 48;
+        int64_t lds = cols + in->variant % 3, ldd = rows + (in->variant / 3) % 2;
+        if (rows * lds > n)
+            rows = lds > 0 ? n / lds : 0;
+        ((qs_mm_transpose_f32_fn *)fn)(in->x, lds, rows, cols, (float *)out, ldd);
+        return (size_t)(cols * ldd) * 4;
+    }
     case QS_SLOT_mm_sp24_meta_bad: {
         /* n words of valid nibbles; in two variants of three one nibble made invalid */
         static const uint8_t ok[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};

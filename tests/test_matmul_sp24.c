@@ -376,6 +376,44 @@ static void test_meta_bad_kernels(void **state)
         print_message("  no mm_sp24_meta_bad implementation runs here beside the reference\n");
 }
 
+/* mm_transpose_f32 (the 2:4 GEMM's x^T packing and y write-back) only moves bits: every rows x
+ * cols block of 0 ... 40 (the 16 x 16 register blocks and every edge) at strides with gaps,
+ * values salted with NaN payloads, Inf and -0, bytes equal to the reference's, the gaps between
+ * output columns untouched. */
+static void check_transpose(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
+{
+    enum { D = 40, LD = D + 3 };
+    static float src[D * LD], got[D * LD], want[D * LD];
+    t_rng r = {0x9A24};
+    int64_t runs = 0;
+
+    t_fill_mixed(&r, src, D * LD, 0.1);
+    for (int64_t rows = 0; rows <= D; rows++)
+        for (int64_t cols = 0; cols <= D; cols++) {
+            int64_t lds = cols + rows % 3, ldd = rows + cols % 2;
+            memset(got, 0x5A, sizeof got);
+            memset(want, 0x5A, sizeof want);
+            ((qs_mm_transpose_f32_fn *)impl->fn)(src, lds, rows, cols, got, ldd);
+            ((qs_mm_transpose_f32_fn *)ref->fn)(src, lds, rows, cols, want, ldd);
+            if (!T_ASSERT_BYTES(impl->name, got, want, sizeof got))
+                fail_msg("%s: %lld x %lld", impl->name, (long long)rows, (long long)cols);
+            runs++;
+        }
+    /* the reference itself: element (r, c) lands at c * ldd + r */
+    ((qs_mm_transpose_f32_fn *)ref->fn)(src, 7, 5, 7, want, 6);
+    for (int i = 0; i < 5; i++)
+        for (int c = 0; c < 7; c++)
+            assert_int_equal(t_bits(want[c * 6 + i]), t_bits(src[i * 7 + c]));
+    print_message("  %-36s bit-exact vs ref: %lld blocks\n", impl->name, (long long)runs);
+}
+
+static void test_transpose_kernels(void **state)
+{
+    (void)state;
+    if (for_each_impl(QS_SLOT_mm_transpose_f32, check_transpose) == 0)
+        print_message("  no mm_transpose_f32 implementation runs here beside the reference\n");
+}
+
 /* The reference kernel itself against a hand-worked row: the example of docs/sparsity.md §3.3
  * (nibbles 4, 9, C, E; kept columns 0 1 | 5 6 | 8 11 | 14 15) with x^T row c holding c + 1. */
 static void test_axpy_hand(void **state)
@@ -605,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_axpy_hand),       cmocka_unit_test(test_axpy_kernels),
         cmocka_unit_test(test_gather_kernels),  cmocka_unit_test(test_dot_kernels),
         cmocka_unit_test(test_gemv_rows_kernels), cmocka_unit_test(test_meta_bad_kernels),
+        cmocka_unit_test(test_transpose_kernels),
         cmocka_unit_test(test_gemm_definition), cmocka_unit_test(test_meta_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

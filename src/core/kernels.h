@@ -244,6 +244,11 @@ typedef void qs_mm_gemv_sp24_nf4_fn(const float *x, int64_t n, const uint16_t *m
  * 0x4, 0x8, 0x9, 0xC, 0xD, 0xE; docs/sparsity.md §3.2): nonzero if one is not. */
 typedef int qs_mm_sp24_meta_bad_fn(const uint16_t *w, int64_t n);
 
+/* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: the bits moved as they are (the
+ * 2:4 GEMM packs x^T panels and writes its y^T accumulators back with it). */
+typedef void qs_mm_transpose_f32_fn(const float *src, int64_t lds, int64_t rows, int64_t cols,
+                                    float *dst, int64_t ldd);
+
 /* One member per slot; every member starts at its __ref kernel. */
 struct qs_kernels {
 #define QS_SLOT(slot) qs_##slot##_fn *slot;

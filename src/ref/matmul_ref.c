@@ -504,3 +504,11 @@ int qs_mm_sp24_meta_bad__ref(const uint16_t *w, int64_t n)
                 return 1;
     return 0;
 }
+
+void qs_mm_transpose_f32__ref(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                              int64_t ldd)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            qs_st_f32(dst + c * ldd + r, qs_ld_f32(src + r * lds + c));
+}
