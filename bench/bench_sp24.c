@@ -5,7 +5,8 @@
  * N = K, default 4096) for f32, f16 and bf16 kept values and for NF4-quantized kept values (with
  * the dense NF4 GEMV beside it) against sgemv, each GEMV weight cycling over 8 copies so it
  * streams from memory. Times are the minimum over REPS of this thread's CPU time, so a loaded
- * machine disturbs the ratios less. OPENBLAS_CORETYPE is printed.
+ * machine disturbs the ratios less (the GEMM pair runs interleaved, call by call).
+ * OPENBLAS_CORETYPE is printed.
  * The 2:4 + NF4 GEMV is also given as a fraction of the read bandwidth (a pass over the dense
  * copies, same run), in cache (N = K = 1024, one copy: the kernels' compute alone) and on two
  * threads (wall time, the best of REPS, against the two-thread read bandwidth and the one-thread
@@ -159,6 +160,28 @@ static double time_sp24(qs_ctx *ctx, const qs_matmul_params *p, const float *x, 
     return min_of(t, REPS);
 }
 
+/* The GEMM pair, interleaved: sgemm on the dense copy and qs_matmul on the 2:4 weight in turn,
+ * REPS times, so that both see the same load; the minimum CPU time of each. */
+static void time_gemm_pair(qs_ctx *ctx, const float *dense, const qs_weight *w, const float *x,
+                           int64_t n, float *y, double *tblas, double *tsp)
+{
+    double tb[REPS], ts[REPS];
+    for (int r = 0; r < REPS; r++) {
+        double t0 = cpu_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)n, 1.0f, x,
+                    (int)n, dense, (int)n, 0.0f, y, (int)n);
+        double t1 = cpu_now();
+        if (qs_matmul(ctx, NULL, x, QS_DTYPE_F32, n, n, w, n, NULL, y, n * n * 4) != QS_OK) {
+            fprintf(stderr, "qs_matmul: %s\n", qs_ctx_last_error(ctx));
+            exit(1);
+        }
+        tb[r] = t1 - t0;
+        ts[r] = cpu_now() - t1;
+    }
+    *tblas = min_of(tb, REPS);
+    *tsp = min_of(ts, REPS);
+}
+
 typedef struct {
     const char *p;
     size_t bytes;
@@ -254,8 +277,8 @@ static void bench_sp24(qs_ctx *ctx, qs_ctx *ctx2, int64_t gn, int64_t vn, int co
     dense[0] = xmalloc((size_t)(gn * gn) * 4);
     make_sp24(ctx, gn, gn, QS_DTYPE_F32, 0, &w[0], dense[0]);
     wp[0] = &w[0];
-    double sgemm = time_blas_cpu(dense, 1, x, gn, gn, gn, y);
-    t = time_sp24(ctx, NULL, x, gn, gn, wp, 1, gn, y);
+    double sgemm;
+    time_gemm_pair(ctx, dense[0], wp[0], x, gn, y, &sgemm, &t);
     printf("\n2:4 GEMM, M = N = K = %lld     %10s %9s %10s\n", (long long)gn, "ms/call", "vs sgemm",
            "GFLOP/s*");
     printf("%-28s %10.1f %9.2f %10.1f\n", "OpenBLAS sgemm f32 (dense)", sgemm * 1e3, 1.0,

@@ -780,6 +780,16 @@ static int run_kernel(k_job *j)
     case QS_SLOT_mm_dot_sp24_nf4:
         j->sink = ((qs_mm_dot_sp24_nf4_fn *)j->fn)(j->x, j->meta24, n, j->codes, 0, j->absmax, 64);
         break;
+    case QS_SLOT_mm_gemv_sp24_nf4: /* four 2:4 + NF4 rows of n / 4 columns, blocks of 64 */
+        ((qs_mm_gemv_sp24_nf4_fn *)j->fn)(j->x, n / 4, j->meta24, n / 64, j->codes, 0, j->absmax,
+                                          64, 4, (float *)o);
+        break;
+    case QS_SLOT_mm_sp24_meta_bad: /* the meta words of n columns */
+        j->sink = (float)((qs_mm_sp24_meta_bad_fn *)j->fn)(j->meta24, n / 16);
+        break;
+    case QS_SLOT_mm_transpose_f32: /* 64 rows of n / 64 floats, transposed */
+        ((qs_mm_transpose_f32_fn *)j->fn)(j->x, n / 64, 64, n / 64, (float *)o, 64);
+        break;
     /* Multi-row GEMV: one row of x against 4 rows of n / 4 columns (NF4/FP4 blocks of 64: the
      * fast path where n / 4 is a multiple of 64), row scales; y is 4 floats. */
     case QS_SLOT_mm_gemv_f16:

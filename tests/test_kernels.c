@@ -162,6 +162,7 @@ static size_t sp24_dot_out(int32_t slot, const k_in *in, const uint16_t *meta, i
     static float xg[MAX_N / 2 + 16], v[MAX_N / 2 + 16];
     int64_t kept = n / 2, start = in->variant & 1;
     double b = 0.0;
+    double unscaled = 0.0;
     int nonfinite = 0, overflow = 0;
     uint32_t hdr = 1, kk = (uint32_t)kept;
 
@@ -178,7 +179,12 @@ static size_t sp24_dot_out(int32_t slot, const k_in *in, const uint16_t *meta, i
             uint8_t c = f & 1 ? in->codes[f / 2] & 15u : in->codes[f / 2] >> 4;
             v[j] = qs_nf4_codebook[c] * in->absmax[f / block];
             overflow |= isinf(in->absmax[f / block]) || fabsf(in->absmax[f / block]) > 0x1p120f;
+            /* the block sums are formed before their scale: one that passes 2^126 unscaled
+             * may overflow in one order and not another, however small the scale */
+            double u = fabs((double)xg[j] * (double)qs_nf4_codebook[c]);
+            unscaled += isfinite(u) ? u : 0.0;
         }
+    overflow |= unscaled > 0x1p126;
     for (int64_t j = 0; j < kept; j++) {
         double p = fabs((double)xg[j] * (double)v[j]);
         if (isfinite(p))
@@ -198,7 +204,8 @@ static size_t sp24_dot_out(int32_t slot, const k_in *in, const uint16_t *meta, i
 static int is_sp24_dot_slot(int32_t slot)
 {
     return slot == QS_SLOT_mm_dot_sp24_f32 || slot == QS_SLOT_mm_dot_sp24_f16 ||
-           slot == QS_SLOT_mm_dot_sp24_bf16 || slot == QS_SLOT_mm_dot_sp24_nf4;
+           slot == QS_SLOT_mm_dot_sp24_bf16 || slot == QS_SLOT_mm_dot_sp24_nf4 ||
+           slot == QS_SLOT_mm_gemv_sp24_nf4;
 }
 
 /* Runners of the matmul slots (include/qsparse/matmul.h): one f32 result per call (the int8
@@ -248,6 +255,7 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
     case QS_SLOT_mm_dot_sp24_f16:
     case QS_SLOT_mm_dot_sp24_bf16:
     case QS_SLOT_mm_dot_sp24_nf4:
+    case QS_SLOT_mm_gemv_sp24_nf4:
         for (int64_t g = 0; g < n4 / 4; g++) {
             if (g % 4 == 0)
                 meta[g / 4] = 0;
@@ -264,6 +272,12 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
         if (slot == QS_SLOT_mm_dot_sp24_nf4) /* rows starting on either nibble, at a block or not */
             r = ((qs_mm_dot_sp24_nf4_fn *)fn)(in->x, meta, n4, in->codes, in->variant & 1,
                                               in->absmax, blocks[in->variant % 4]);
+        if (slot == QS_SLOT_mm_gemv_sp24_nf4) { /* one row here; test_matmul_sp24 takes several */
+            ((qs_mm_gemv_sp24_nf4_fn *)fn)(in->x, n4, meta, (n4 + 15) / 16, in->codes,
+                                           in->variant & 1, in->absmax, blocks[in->variant % 4],
+                                           1, &r);
+            slot = QS_SLOT_mm_dot_sp24_nf4; /* the same bound */
+        }
         if (slot != QS_SLOT_mm_sp24_axpy)
             return sp24_dot_out(slot, in, meta, n4, blocks[in->variant % 4], r, out);
         for (int64_t i = 0; i < n4; i++) {
@@ -567,7 +581,37 @@ static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_
     case QS_SLOT_mm_dot_sp24_f32:
     case QS_SLOT_mm_dot_sp24_f16:
     case QS_SLOT_mm_dot_sp24_bf16:
-    case QS_SLOT_mm_dot_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_dot_sp24_nf4:
+    case QS_SLOT_mm_gemv_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
+    case QS_SLOT_mm_transpose_f32: {
+        /* a block of 0 ... 47 rows and columns of the salted x (NaN payloads, Inf, -0 move as
+         * they are) at strides with and without gaps; the gaps of the output stay canary */
+        int64_t rows = n % 48, cols = (n / 48 + in->variant * 5) % 48;
+        int64_t lds = cols + in->variant % 3, ldd = rows + (in->variant / 3) % 2;
+        if (rows * lds > n)
+            rows = lds > 0 ? n / lds : 0;
+        ((qs_mm_transpose_f32_fn *)fn)(in->x, lds, rows, cols, (float *)out, ldd);
+        return (size_t)(cols * ldd) * 4;
+    }
+    case QS_SLOT_mm_sp24_meta_bad: {
+        /* n words of valid nibbles; in two variants of three one nibble made invalid */
+        static const uint8_t ok[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
+        static const uint8_t bad[10] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x6, 0x7, 0xA, 0xB, 0xF};
+        static uint16_t mw[MAX_N];
+        for (int64_t i = 0; i < n; i++) {
+            mw[i] = 0;
+            for (int t = 0; t < 4; t++)
+                mw[i] |= (uint16_t)(ok[in->codes[(4 * i + t) % n] % 6] << (4 * t));
+        }
+        if (in->variant % 3 != 0 && n > 0) {
+            int64_t at = ((int64_t)in->codes[0] * 977 + in->variant * 131) % (4 * n);
+            mw[at / 4] = (uint16_t)((mw[at / 4] & ~(15u << (4 * (at % 4)))) |
+                                    (unsigned)bad[in->codes[n - 1] % 10] << (4 * (at % 4)));
+        }
+        int32_t v = ((qs_mm_sp24_meta_bad_fn *)fn)(mw, n) != 0;
+        memcpy(out, &v, 4);
+        return 4;
+    }
     case QS_SLOT_mm_gemm_f32: return run_gemm_slot(fn, in, n, out);
     case QS_SLOT_mm_gemv_f16:
     case QS_SLOT_mm_gemv_bf16:

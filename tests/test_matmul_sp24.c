@@ -257,6 +257,163 @@ static void test_dot_kernels(void **state)
     }
 }
 
+/* mm_gemv_sp24_nf4 (several rows of 2:4 + NF4 per call): each row within the GEMV bound of the
+ * one-row reference, over 1 ... 9 rows (the 4-row blocks of the AVX-512 version and the rows
+ * left over), row lengths that are and are not a whole number of blocks (the one-row fallback),
+ * blocks of 16 ... 256 and odd ones, a first row on and off a block, NaN / Inf / denormal x and
+ * Inf / NaN / denormal absmax in some blocks of some rows. */
+static void check_gemv_rows(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
+{
+    static const int64_t ks[] = {32, 64, 128, 256, 512, 96, 36, 0, 8};
+    static const int32_t blocks[] = {64, 16, 32, 128, 256, 48, 6};
+    static const int64_t starts[] = {0, 64, 256, 16, 3};
+    static const float amax_special[] = {INFINITY, NAN, 3e-39f, -INFINITY};
+    qs_mm_gemv_sp24_nf4_fn *f = (qs_mm_gemv_sp24_nf4_fn *)impl->fn;
+    t_rng r = {0x8A24};
+    enum { ROWS = 9, KMAX = 512, WORDS = KMAX / 16 };
+    static float x[KMAX], amax[(ROWS * KMAX / 2 + 256) / 6 + 2], v[KMAX / 2];
+    static uint16_t meta[ROWS * WORDS];
+    static uint8_t codes[(ROWS * KMAX / 2 + 256) / 2];
+    int64_t runs = 0, exact = 0;
+
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (int64_t rows = 1; rows <= ROWS; rows++)
+            for (int pv = 0; pv < 4; pv++) {
+                int64_t k = ks[ki], words = (k + 15) / 16, kept = k / 2;
+                int32_t b = blocks[(ki + (size_t)rows + (size_t)pv) % 7];
+                int64_t st = starts[(ki + (size_t)pv) % 5];
+                float got[ROWS + 1], want[ROWS];
+                int special = pv == 3;
+
+                for (int64_t row = 0; row < rows; row++)
+                    make_meta(meta + row * words, k / 4, (int)((row + pv) % 6));
+                t_fill_mixed(&r, x, k, special ? 0.03 : 0.0);
+                for (size_t i = 0; i < sizeof codes; i++)
+                    codes[i] = (uint8_t)t_next(&r);
+                for (size_t i = 0; i < sizeof amax / sizeof amax[0]; i++)
+                    amax[i] = special && i % 7 == 2 ? amax_special[i / 7 % 4] : (float)t_unif(&r);
+                got[rows] = 12345.0f; /* canary */
+                f(x, k, meta, words, codes, st, amax, b, rows, got);
+                assert_true(got[rows] == 12345.0f);
+                ((qs_mm_gemv_sp24_nf4_fn *)ref->fn)(x, k, meta, words, codes, st, amax, b, rows,
+                                                    want);
+                for (int64_t row = 0; row < rows; row++) {
+                    int overflow = 0;
+                    double unscaled = 0.0; /* block sums before their scale (see test_kernels.c) */
+                    float xg[KMAX / 2];
+                    qs_mm_gather_sp24__ref(x, meta + row * words, k, xg);
+                    for (int64_t j = 0; j < kept; j++) {
+                        int64_t fl = st + row * kept + j;
+                        float a = amax[fl / b];
+                        float cv =
+                            qs_nf4_codebook[fl & 1 ? codes[fl / 2] & 15u : codes[fl / 2] >> 4];
+                        v[j] = cv * a;
+                        overflow |= !(fabsf(a) < 0x1p120f) && !isnan(a);
+                        double u = fabs((double)xg[j] * (double)cv);
+                        unscaled += isfinite(u) ? u : 0.0;
+                    }
+                    overflow |= unscaled > 0x1p126;
+                    /* the reference slot is the one-row reference, row by row */
+                    assert_int_equal(t_bits(want[row]),
+                                     t_bits(qs_mm_dot_sp24_nf4__ref(x, meta + row * words, k, codes,
+                                                                   st + row * kept, amax, b)));
+                    if (!dot_within(got[row], want[row], x, meta + row * words, k, v, overflow))
+                        fail_msg("%s: n = %lld, rows %lld, row %lld, block %d, start %lld: got "
+                                 "%.9g, want %.9g",
+                                 impl->name, (long long)k, (long long)rows, (long long)row, b,
+                                 (long long)st, got[row], want[row]);
+                    if (isnan(got[row]))
+                        assert_int_equal(t_bits(got[row]), QS_NAN_F32_BITS);
+                    exact += t_bits(got[row]) == t_bits(want[row]);
+                    runs++;
+                }
+            }
+    print_message("  %-36s within the GEMV bound: %lld rows (%lld bit-identical)\n", impl->name,
+                  (long long)runs, (long long)exact);
+}
+
+static void test_gemv_rows_kernels(void **state)
+{
+    (void)state;
+    if (for_each_impl(QS_SLOT_mm_gemv_sp24_nf4, check_gemv_rows) == 0)
+        print_message("  no mm_gemv_sp24_nf4 implementation runs here beside the reference\n");
+}
+
+/* mm_sp24_meta_bad: 0 over words of valid nibbles only (every code at every position), 1 with
+ * any one nibble made any invalid value, at every position of 0 ... 70 words (the 32- and
+ * 16-word steps and every tail), and words past n never read as bad. */
+static void check_meta_bad(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
+{
+    static const uint8_t bad[10] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x6, 0x7, 0xA, 0xB, 0xF};
+    qs_mm_sp24_meta_bad_fn *f = (qs_mm_sp24_meta_bad_fn *)impl->fn;
+    uint16_t w[71];
+    int64_t runs = 0;
+
+    for (int64_t n = 0; n <= 70; n++) {
+        make_meta(w, 4 * n, (int)(n % 6));
+        w[n] = 0; /* an invalid word just past the end */
+        assert_int_equal(f(w, n) != 0, 0);
+        assert_int_equal(((qs_mm_sp24_meta_bad_fn *)ref->fn)(w, n) != 0, 0);
+        for (int64_t at = 0; at < 4 * n; at++) {
+            uint16_t keep = w[at / 4];
+            w[at / 4] = (uint16_t)((keep & ~(15u << (4 * (at % 4)))) |
+                                   (unsigned)bad[(at + n) % 10] << (4 * (at % 4)));
+            if (f(w, n) == 0)
+                fail_msg("%s: n = %lld, invalid nibble %lld not seen", impl->name, (long long)n,
+                         (long long)at);
+            w[at / 4] = keep;
+            runs++;
+        }
+    }
+    print_message("  %-36s %lld invalid nibbles found, valid meta passes\n", impl->name,
+                  (long long)runs);
+}
+
+static void test_meta_bad_kernels(void **state)
+{
+    (void)state;
+    if (for_each_impl(QS_SLOT_mm_sp24_meta_bad, check_meta_bad) == 0)
+        print_message("  no mm_sp24_meta_bad implementation runs here beside the reference\n");
+}
+
+/* mm_transpose_f32 (the 2:4 GEMM's x^T packing and y write-back) only moves bits: every rows x
+ * cols block of 0 ... 40 (the 16 x 16 register blocks and every edge) at strides with gaps,
+ * values salted with NaN payloads, Inf and -0, bytes equal to the reference's, the gaps between
+ * output columns untouched. */
+static void check_transpose(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
+{
+    enum { D = 40, LD = D + 3 };
+    static float src[D * LD], got[D * LD], want[D * LD];
+    t_rng r = {0x9A24};
+    int64_t runs = 0;
+
+    t_fill_mixed(&r, src, D * LD, 0.1);
+    for (int64_t rows = 0; rows <= D; rows++)
+        for (int64_t cols = 0; cols <= D; cols++) {
+            int64_t lds = cols + rows % 3, ldd = rows + cols % 2;
+            memset(got, 0x5A, sizeof got);
+            memset(want, 0x5A, sizeof want);
+            ((qs_mm_transpose_f32_fn *)impl->fn)(src, lds, rows, cols, got, ldd);
+            ((qs_mm_transpose_f32_fn *)ref->fn)(src, lds, rows, cols, want, ldd);
+            if (!T_ASSERT_BYTES(impl->name, got, want, sizeof got))
+                fail_msg("%s: %lld x %lld", impl->name, (long long)rows, (long long)cols);
+            runs++;
+        }
+    /* the reference itself: element (r, c) lands at c * ldd + r */
+    ((qs_mm_transpose_f32_fn *)ref->fn)(src, 7, 5, 7, want, 6);
+    for (int i = 0; i < 5; i++)
+        for (int c = 0; c < 7; c++)
+            assert_int_equal(t_bits(want[c * 6 + i]), t_bits(src[i * 7 + c]));
+    print_message("  %-36s bit-exact vs ref: %lld blocks\n", impl->name, (long long)runs);
+}
+
+static void test_transpose_kernels(void **state)
+{
+    (void)state;
+    if (for_each_impl(QS_SLOT_mm_transpose_f32, check_transpose) == 0)
+        print_message("  no mm_transpose_f32 implementation runs here beside the reference\n");
+}
+
 /* The reference kernel itself against a hand-worked row: the example of docs/sparsity.md §3.3
  * (nibbles 4, 9, C, E; kept columns 0 1 | 5 6 | 8 11 | 14 15) with x^T row c holding c + 1. */
 static void test_axpy_hand(void **state)
@@ -485,6 +642,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_axpy_hand),       cmocka_unit_test(test_axpy_kernels),
         cmocka_unit_test(test_gather_kernels),  cmocka_unit_test(test_dot_kernels),
+        cmocka_unit_test(test_gemv_rows_kernels), cmocka_unit_test(test_meta_bad_kernels),
+        cmocka_unit_test(test_transpose_kernels),
         cmocka_unit_test(test_gemm_definition), cmocka_unit_test(test_meta_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

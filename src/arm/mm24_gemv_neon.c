@@ -188,3 +188,13 @@ float qs_mm_dot_sp24_nf4__neon_1x1x32(const float *x, const uint16_t *meta, int6
     }
     return qs_ref_nan_canon(sum16_neon(acc));
 }
+
+/* Several rows: this tier's fused dot product row by row (x needs no rearranging here). */
+void qs_mm_gemv_sp24_nf4__neon_1x1x32(const float *x, int64_t n, const uint16_t *meta, int64_t words,
+                                  const uint8_t *data, int64_t start, const float *absmax,
+                                  int32_t block, int64_t rows, float *y)
+{
+    for (int64_t r = 0; r < rows; r++)
+        y[r] = qs_mm_dot_sp24_nf4__neon_1x1x32(x, meta + r * words, n, data, start + r * (n / 2),
+                                               absmax, block);
+}

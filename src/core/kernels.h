@@ -233,6 +233,22 @@ typedef qs_mm_nf4a8_fn qs_mm_fp4a8_fn;
 typedef void qs_mm_gemm_f32_fn(const float *xt, int64_t xs, int64_t mp, int64_t k,
                                const float *w, int64_t rows, float *c, int64_t ldc, int32_t acc);
 
+/* Multi-row 2:4 + NF4 GEMV for one x row (n dense columns): y[r] = mm_dot_sp24_nf4(x, meta +
+ * r * words, n, data, start + r * (n / 2), absmax, block) for r < rows, within the matmul
+ * tolerance of it (the reference calls it row by row; SIMD versions run several rows at once). */
+typedef void qs_mm_gemv_sp24_nf4_fn(const float *x, int64_t n, const uint16_t *meta, int64_t words,
+                                    const uint8_t *data, int64_t start, const float *absmax,
+                                    int32_t block, int64_t rows, float *y);
+
+/* Whether any nibble of the n 2:4 meta words w[0 .. n) is not one of the six codes (i0 < i1:
+ * 0x4, 0x8, 0x9, 0xC, 0xD, 0xE; docs/sparsity.md §3.2): nonzero if one is not. */
+typedef int qs_mm_sp24_meta_bad_fn(const uint16_t *w, int64_t n);
+
+/* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: the bits moved as they are (the
+ * 2:4 GEMM packs x^T panels and writes its y^T accumulators back with it). */
+typedef void qs_mm_transpose_f32_fn(const float *src, int64_t lds, int64_t rows, int64_t cols,
+                                    float *dst, int64_t ldd);
+
 /* One member per slot; every member starts at its __ref kernel. */
 struct qs_kernels {
 #define QS_SLOT(slot) qs_##slot##_fn *slot;

@@ -105,22 +105,12 @@ static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
     return QS_OK;
 }
 
-/* Invalid-nibble bits of four words x (i0 < i1, docs/sparsity.md §3.2): per nibble
- * t = (8 | i1) - i0 lies in 5 ... 11 without borrowing from its neighbour, and i1 > i0 exactly
- * when t >= 9, i.e. bit 3 set and bits 2..0 not 0. Nibbles stay nibbles in either byte order. */
-static inline uint64_t words4_bad(uint64_t x)
-{
-    const uint64_t low2 = 0x3333333333333333u, b3 = 0x8888888888888888u, low3 = 0x7777777777777777u;
-    uint64_t t = (((x >> 2) & low2) | b3) - (x & low2);
-    return ((t & b3) ^ b3) | ((((t & low3) + low3) & b3) ^ b3);
-}
-
 /* Words per piece of the parallel meta check (fixed, so the pieces never depend on threads). */
 #define META_PIECE 32768
 
-/* Whether the four nibbles of every word w[0 .. n) are valid codes: four words a step in a
- * branch-free loop the compiler vectorizes, pieces of META_PIECE words on the context's
- * threads (the check reads every meta word once per call, as much as the GEMV kernels do). */
+/* Whether the four nibbles of every word w[0 .. n) are valid codes: the table's
+ * mm_sp24_meta_bad over pieces of META_PIECE words on the context's threads (the check reads
+ * every meta word once per call, as the GEMV kernels do, so it must run at their speed). */
 static int words_valid(const qs_ctx *ctx, const uint16_t *w, int64_t n)
 {
     int64_t pieces = qs_ceil_div(n, META_PIECE);
@@ -132,21 +122,8 @@ static int words_valid(const qs_ctx *ctx, const uint16_t *w, int64_t n)
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(| : bad) if (threads > 1 && pieces > 1)
 #endif
     for (int64_t p = 0; p < pieces; p++) {
-        const uint16_t *q = w + p * META_PIECE;
-        int64_t len = n - p * META_PIECE < META_PIECE ? n - p * META_PIECE : META_PIECE, i = 0;
-        uint64_t b = 0;
-        for (; i + 4 <= len; i += 4) {
-            uint64_t x;
-            memcpy(&x, q + i, 8);
-            b |= words4_bad(x);
-        }
-        if (i < len) { /* a short last step repeats word i, which is checked */
-            uint64_t x = 0;
-            for (int k = 0; k < 4; k++)
-                x |= (uint64_t)qs_ld_u16(q + (i + k < len ? i + k : i)) << (16 * k);
-            b |= words4_bad(x);
-        }
-        bad |= b;
+        int64_t len = n - p * META_PIECE < META_PIECE ? n - p * META_PIECE : META_PIECE;
+        bad |= (uint64_t)(ctx->k.mm_sp24_meta_bad(w + p * META_PIECE, len) != 0);
     }
     return bad == 0;
 }
@@ -482,7 +459,7 @@ static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w, int64
     case QS_WEIGHT_SP24_QUANT:
         if (gemm)
             return QS_SLOT_mm_sp24_axpy;
-        return f == QS_FORMAT_NF4 ? QS_SLOT_mm_dot_sp24_nf4 : QS_SLOT_mm_gather_sp24;
+        return f == QS_FORMAT_NF4 ? QS_SLOT_mm_gemv_sp24_nf4 : QS_SLOT_mm_gather_sp24;
     case QS_WEIGHT_QUANT:
         if (gemm)
             return t ? t->dequant_slot : -1;

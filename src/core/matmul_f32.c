@@ -191,10 +191,7 @@ static float row_dot(const struct qs_mm_job *j, const float *x, int64_t n, float
     case QS_WEIGHT_DENSE: return plain_dot(j, x, n, j->K);
     case QS_WEIGHT_QUANT: return quant_dot(j, x, n, j->K);
     case QS_WEIGHT_SP24: return sp24_dot(j, x, n);
-    default:
-        if (j->format == QS_FORMAT_NF4) /* fused: the gather and the dot in one pass */
-            return j->ctx->k.mm_dot_sp24_nf4(x, j->meta + n * j->words, j->K, j->wdata,
-                                             n * j->wcols, j->absmax, j->block);
+    default: /* NF4 runs through sp24_nf4_rows */
         j->ctx->k.mm_gather_sp24(x, j->meta + n * j->words, j->K, xg);
         return sp24_quant_gemv(j, xg, n);
     }
@@ -262,11 +259,24 @@ static int gemv_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
     }
 }
 
+/* Rows [n0, n0 + nb) of a 2:4 + NF4 W against each row of x through the multi-row kernel, raw
+ * sums into y; 0 for other weights. */
+static int sp24_nf4_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
+{
+    if (j->kind != QS_WEIGHT_SP24_QUANT || j->format != QS_FORMAT_NF4)
+        return 0;
+    for (int64_t m = 0; m < j->M; m++)
+        j->ctx->k.mm_gemv_sp24_nf4(j->x + m * j->K, j->K, j->meta + n0 * j->words, j->words,
+                                   j->wdata, n0 * j->wcols, j->absmax, j->block, nb,
+                                   j->y + m * j->N + n0);
+    return 1;
+}
+
 static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
 
-    if (gemv_rows(j, n0, n1 - n0)) {
+    if (gemv_rows(j, n0, n1 - n0) || sp24_nf4_rows(j, n0, n1 - n0)) {
         for (int64_t m = 0; m < j->M; m++)
             for (int64_t n = n0; n < n1; n++)
                 qs_st_f32(j->y + m * j->N + n, finish(j, qs_ld_f32(j->y + m * j->N + n), n));
@@ -407,7 +417,8 @@ static void gemm_panels(struct qs_mm_job *j)
  *
  * The kept values are f32 in place, or dequantized once into j->panel (N x wcols). x is taken
  * MM_SP_GROUP panels of MM_SP_MR rows at a time (j->n0 is the first row), each packed transposed
- * into j->xt (K rows of MM_SP_MR floats, zero past M): one buffer of a few MiB, reused group
+ * into j->xt (K rows of MM_SP_MR floats, zero past M) by the table's mm_transpose_f32, which also
+ * writes each task's accumulators (y^T) back into y: one buffer of a few MiB, reused group
  * after group, so it stays in the last-level cache and costs few fresh pages. A task of MM_SP_NT
  * rows of W runs over every panel of the group (its kept values stay in L2); per panel it walks the
  * K slices of MM_SP_KC columns in ascending order, every row of the task running over a slice (a
@@ -426,7 +437,7 @@ static int64_t group_rows(const struct qs_mm_job *j)
     return j->M - j->n0 < MM_SP_GROUP * MM_SP_MR ? j->M - j->n0 : MM_SP_GROUP * MM_SP_MR;
 }
 
-/* Panel t of the group: 16 columns at a time (MM_SP_MR lines of x in, 4 KiB out). */
+/* Panel t of the group: x^T by the transposed copy, zero past M. */
 static void pack_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     float *xt = (float *)j->xt + t * MM_SP_MR * j->K;
@@ -434,15 +445,10 @@ static void pack_task(const struct qs_mm_job *j, int64_t t, float *scratch)
     int64_t mb = j->M - m0 < MM_SP_MR ? j->M - m0 : MM_SP_MR;
 
     (void)scratch;
-    for (int64_t k0 = 0; k0 < j->K; k0 += 16) {
-        int64_t kb = j->K - k0 < 16 ? j->K - k0 : 16;
-        for (int64_t i = 0; i < mb; i++)
-            for (int64_t kk = 0; kk < kb; kk++)
-                xt[(k0 + kk) * MM_SP_MR + i] = qs_ld_f32(j->x + (m0 + i) * j->K + k0 + kk);
-        for (int64_t i = mb; i < MM_SP_MR; i++)
-            for (int64_t kk = 0; kk < kb; kk++)
-                xt[(k0 + kk) * MM_SP_MR + i] = 0.0f;
-    }
+    j->ctx->k.mm_transpose_f32(j->x + m0 * j->K, j->K, mb, j->K, xt, MM_SP_MR);
+    if (mb < MM_SP_MR)
+        for (int64_t k = 0; k < j->K; k++)
+            memset(xt + k * MM_SP_MR + mb, 0, (size_t)(MM_SP_MR - mb) * sizeof(float));
 }
 
 /* Rows [n0, n0 + nr) of W against one packed panel of x (rows m0 ...). */
@@ -471,9 +477,19 @@ static void sp24_panel(const struct qs_mm_job *j, const float *xt, int64_t m0, i
                                    xt + k0 * MM_SP_MR, MM_SP_MR, mb, acc + r * MM_SP_MR);
         }
     }
-    for (int64_t i = 0; i < mb; i++)
-        for (int64_t r = 0; r < nr; r++)
-            qs_st_f32(j->y + (m0 + i) * j->N + n0 + r, finish(j, acc[r * MM_SP_MR + i], n0 + r));
+    /* acc holds y^T: bias and the NaN rule in place, then one transposed copy into y */
+    for (int64_t r = 0; r < nr; r++) {
+        float *a = acc + r * MM_SP_MR;
+        if (j->bias) {
+            float b = qs_ld_f32(j->bias + n0 + r);
+            for (int64_t i = 0; i < mb; i++)
+                a[i] = qs_ref_nan_canon(a[i] + b);
+        } else {
+            for (int64_t i = 0; i < mb; i++)
+                a[i] = qs_ref_nan_canon(a[i]);
+        }
+    }
+    j->ctx->k.mm_transpose_f32(acc, MM_SP_MR, nr, mb, j->y + m0 * j->N + n0, j->N);
 }
 
 static void sp24_task(const struct qs_mm_job *j, int64_t t, float *scratch)

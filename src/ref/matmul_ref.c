@@ -27,6 +27,7 @@
  */
 #include "../core/kernels.h"
 #include "ref.h"
+#include "sp24_ref.h"
 
 #define LANES 16
 /* Elements decoded per call of a dequantize kernel: a multiple of LANES and of 2 (nibbles). */
@@ -484,4 +485,30 @@ float qs_mm_dot_sp24_nf4__ref(const float *x, const uint16_t *meta, int64_t n, c
         acc = acc + lanes_sum(&l) * qs_ld_f32(absmax + b);
     }
     return qs_ref_nan_canon(acc);
+}
+
+void qs_mm_gemv_sp24_nf4__ref(const float *x, int64_t n, const uint16_t *meta, int64_t words,
+                              const uint8_t *data, int64_t start, const float *absmax,
+                              int32_t block, int64_t rows, float *y)
+{
+    for (int64_t r = 0; r < rows; r++)
+        y[r] = qs_mm_dot_sp24_nf4__ref(x, meta + r * words, n, data, start + r * (n / 2), absmax,
+                                       block);
+}
+
+int qs_mm_sp24_meta_bad__ref(const uint16_t *w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int t = 0; t < 4; t++)
+            if (!qs_sp24_nibble_valid((qs_ld_u16(w + i) >> (4 * t)) & 15u))
+                return 1;
+    return 0;
+}
+
+void qs_mm_transpose_f32__ref(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                              int64_t ldd)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            qs_st_f32(dst + c * ldd + r, qs_ld_f32(src + r * lds + c));
 }

@@ -89,3 +89,55 @@ void qs_mm_sp24_axpy__avx512_64x1x4(const float *values, const uint16_t *meta, i
         rows16_avx512(values, meta, n, xt + i, ldxt, k, acc + i);
     }
 }
+
+/* ---- transposed copy (slot mm_transpose_f32) ---------------------------------------------------
+ * 16 x 16 blocks in registers: 16 row loads, four rounds of two-register permutations and 16
+ * stores of whole columns; the edges (fewer than 16 rows or columns) as the reference. Round w
+ * (1, 2, 4, 8) swaps bit w of the row index with bit w of the lane index: rows i and i + w
+ * (bit w of i clear) trade lane l + w of row i for lane l of row i + w (bit w of l clear). Only
+ * bits move. */
+static const int32_t t_lo[4][16] = {
+    {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+    {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+    {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+    {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+};
+static const int32_t t_hi[4][16] = {
+    {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
+    {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+    {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+    {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+};
+
+static inline void t16x16_avx512(const float *s, int64_t lds, float *d, int64_t ldd)
+{
+    __m512i v[16];
+
+    for (int i = 0; i < 16; i++)
+        v[i] = _mm512_castps_si512(_mm512_loadu_ps(s + i * lds));
+    for (int k = 0; k < 4; k++) {
+        const int w = 1 << k;
+        const __m512i lo = _mm512_loadu_si512(t_lo[k]), hi = _mm512_loadu_si512(t_hi[k]);
+        for (int i = 0; i < 16; i++)
+            if ((i & w) == 0) {
+                __m512i a = v[i], b = v[i + w];
+                v[i] = _mm512_permutex2var_epi32(a, lo, b);
+                v[i + w] = _mm512_permutex2var_epi32(a, hi, b);
+            }
+    }
+    for (int i = 0; i < 16; i++)
+        _mm512_storeu_ps(d + i * ldd, _mm512_castsi512_ps(v[i]));
+}
+
+void qs_mm_transpose_f32__avx512_16x16x1(const float *src, int64_t lds, int64_t rows,
+                                         int64_t cols, float *dst, int64_t ldd)
+{
+    int64_t r = 0, c;
+
+    for (; r + 16 <= rows; r += 16) {
+        for (c = 0; c + 16 <= cols; c += 16)
+            t16x16_avx512(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+        qs_mm_transpose_f32__ref(src + r * lds + c, lds, 16, cols - c, dst + c * ldd + r, ldd);
+    }
+    qs_mm_transpose_f32__ref(src + r * lds, lds, rows - r, cols, dst + r, ldd);
+}

@@ -205,3 +205,33 @@ float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int6
     }
     return qs_ref_nan_canon(hsum_avx2(acc));
 }
+
+/* Several rows: this tier's fused dot product row by row (x needs no rearranging here). */
+void qs_mm_gemv_sp24_nf4__avx2_1x1x16(const float *x, int64_t n, const uint16_t *meta, int64_t words,
+                                  const uint8_t *data, int64_t start, const float *absmax,
+                                  int32_t block, int64_t rows, float *y)
+{
+    for (int64_t r = 0; r < rows; r++)
+        y[r] = qs_mm_dot_sp24_nf4__avx2_1x1x16(x, meta + r * words, n, data, start + r * (n / 2),
+                                               absmax, block);
+}
+
+/* The meta check (slot mm_sp24_meta_bad): 16 words a step, the low and the high nibble of every
+ * byte looked up in a table holding 0xFF at the six codes; the last words go through the
+ * reference. */
+int qs_mm_sp24_meta_bad__avx2_1x1x16(const uint16_t *w, int64_t n)
+{
+    const __m256i table = _mm256_setr_epi8(0, 0, 0, 0, -1, 0, 0, 0, -1, -1, 0, 0, -1, -1, -1, 0, 0,
+                                           0, 0, 0, -1, 0, 0, 0, -1, -1, 0, 0, -1, -1, -1, 0);
+    const __m256i lo4 = _mm256_set1_epi8(15);
+    __m256i ok = _mm256_set1_epi8(-1);
+    int64_t i = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(w + i));
+        __m256i a = _mm256_shuffle_epi8(table, _mm256_and_si256(v, lo4));
+        __m256i b = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4));
+        ok = _mm256_and_si256(ok, _mm256_and_si256(a, b));
+    }
+    return _mm256_movemask_epi8(ok) != -1 || qs_mm_sp24_meta_bad__ref(w + i, n - i);
+}

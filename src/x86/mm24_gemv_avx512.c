@@ -164,18 +164,10 @@ float qs_mm_dot_sp24_bf16__avx512_1x1x32(const float *x, const uint16_t *meta, i
     return dot_u16_avx512(x, meta, n, w, 1);
 }
 
-/* Codebook values of NF4 codes (element 2i in the high nibble of byte i): the code bytes with
- * each 16-bit half shifted right by 4 hold the high nibbles in their low 4 bits, interleaved with
- * the bytes themselves they are the codes in element order, one per byte; widened to one per
- * lane, the permutation reads the low 4 bits of each. 32 codes of 16 bytes: */
-static inline void nf4x32_avx512(const uint8_t *p, __m512 book, __m512 *a, __m512 *b)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)p), hi = _mm_srli_epi16(v, 4);
-    *a = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(hi, v)), book);
-    *b = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(hi, v)), book);
-}
-
-/* 16 codes of the 8 bytes `bytes`. */
+/* Codebook values of the 16 NF4 codes of the 8 bytes `bytes` (element 2i in the high nibble of
+ * byte i), in element order: the bytes with each 16-bit half shifted right by 4 hold the high
+ * nibbles in their low 4 bits; interleaved with the bytes themselves they are the codes one per
+ * byte, widened to one per lane (the permutation reads the low 4 bits of each). */
 static inline __m512 nf4x16_avx512(uint64_t bytes, __m512 book)
 {
     __m128i v = _mm_cvtsi64_si128((long long)bytes), hi = _mm_srli_epi16(v, 4);
@@ -202,6 +194,34 @@ static inline __m512 scale_add_avx512(__m512 acc, __m512 sum, float s)
     return _mm512_fmadd_ps(sum, _mm512_set1_ps(s), acc);
 }
 
+/* p + the products of 16 kept values (32 columns of x at x, two meta words, 8 code bytes), lane
+ * 2m holding kept value m and lane 2m + 1 kept value 8 + m: the code bytes broadcast as one
+ * 64-bit word put kept values 0-7 in the low 32 bits of every even lane and 8-15 in the high ones
+ * of every odd lane, so one variable shift brings each lane's nibble down (the codebook
+ * permutation reads its low 4 bits), and the x permutation's indices are built in that order. */
+static inline __m512 nf4_row16_avx512(__m512 x0, __m512 x1, const uint16_t *meta,
+                                      const uint8_t *codes, __m512 book, __m512 p)
+{
+    const __m512i mshift =
+        _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    const __m512i mbase =
+        _mm512_setr_epi32(0, 16, 0, 16, 4, 20, 4, 20, 8, 24, 8, 24, 12, 28, 12, 28);
+    const __m512i cshift =
+        _mm512_setr_epi32(4, 4, 0, 0, 12, 12, 8, 8, 20, 20, 16, 16, 28, 28, 24, 24);
+    __m512i idx = _mm512_ternarylogic_epi32(
+        _mm512_srlv_epi32(_mm512_set1_epi32((int)meta32_avx512(meta)), mshift),
+        _mm512_set1_epi32(3), mbase, 0xEA);
+    __m512i c = _mm512_srlv_epi32(_mm512_set1_epi64((long long)ld64_avx512(codes)), cshift);
+    return _mm512_fmadd_ps(_mm512_permutex2var_ps(x0, idx, x1), _mm512_permutexvar_ps(c, book),
+                           p);
+}
+
+static inline __m512 nf4_kept16_avx512(const float *x, const uint16_t *meta, const uint8_t *codes,
+                                       __m512 book, __m512 p)
+{
+    return nf4_row16_avx512(_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16), meta, codes, book, p);
+}
+
 float qs_mm_dot_sp24_nf4__avx512_1x1x32(const float *x, const uint16_t *meta, int64_t n,
                                         const uint8_t *data, int64_t start, const float *absmax,
                                         int32_t block)
@@ -219,12 +239,10 @@ float qs_mm_dot_sp24_nf4__avx512_1x1x32(const float *x, const uint16_t *meta, in
         int64_t stop = end < kept ? end : kept;
 
         for (; i + 32 <= stop; i += 32) {
-            __m512 v0, v1;
             _mm_prefetch((const char *)(data + i / 2) + PF_DATA, _MM_HINT_T0);
             _mm_prefetch((const char *)(meta + i / 8) + PF_META, _MM_HINT_T0);
-            nf4x32_avx512(data + i / 2, book, &v0, &v1);
-            p0 = _mm512_fmadd_ps(select16_avx512(x + 2 * i, meta + i / 8), v0, p0);
-            p1 = _mm512_fmadd_ps(select16_avx512(x + 2 * i + 32, meta + i / 8 + 2), v1, p1);
+            p0 = nf4_kept16_avx512(x + 2 * i, meta + i / 8, data + i / 2, book, p0);
+            p1 = nf4_kept16_avx512(x + 2 * i + 32, meta + i / 8 + 2, data + i / 2 + 8, book, p1);
         }
         if (i + 16 <= stop) {
             p0 = _mm512_fmadd_ps(select16_avx512(x + 2 * i, meta + i / 8),
@@ -242,4 +260,93 @@ float qs_mm_dot_sp24_nf4__avx512_1x1x32(const float *x, const uint16_t *meta, in
         acc = scale_add_avx512(acc, _mm512_add_ps(p0, p1), qs_ld_f32(absmax + b));
     }
     return finish_avx512(acc);
+}
+
+/* ---- several rows of 2:4 + NF4 (slot mm_gemv_sp24_nf4) ----------------------------------------
+ *
+ * Four rows at a time: they share the two x loads of each 32 columns, and their four independent
+ * chains of the same short sequence (nf4_kept16_avx512's: two shifts, a ternary-logic, the x and
+ * codebook permutations and an FMA per 16 kept values) keep the vector units busy where one
+ * row's chain leaves them waiting (1.4-1.5x the one-row kernel in cache). Each row's blocks, scales
+ * and order are those of the one-row kernel, which takes rows that cut a block, blocks that are
+ * not a multiple of 16, and the rows left over.
+ */
+
+/* Rows 0-3 of meta (stride words) and data (row r at kept value start + r * n / 2), which
+ * start on a block; y[0..3] as the one-row kernel gives them. */
+static void sp24_nf4_rows4_avx512(const float *x, int64_t n, const uint16_t *meta, int64_t words,
+                                  const uint8_t *data, int64_t start, const float *absmax,
+                                  int32_t block, float *y)
+{
+    const __m512 book = _mm512_loadu_ps(qs_nf4_codebook);
+    int64_t kept = n / 2, b = start / block, bs = kept / block;
+    const uint8_t *d0 = data + start / 2, *d1 = d0 + kept / 2, *d2 = d1 + kept / 2,
+                  *d3 = d2 + kept / 2;
+    const uint16_t *m0 = meta, *m1 = m0 + words, *m2 = m1 + words, *m3 = m2 + words;
+    /* The next four rows (codes and meta, each contiguous) are fetched while these run: eight
+     * streams at once are more than the hardware prefetcher follows. Per 16 kept values, 32 of
+     * their 2 * kept code bytes and 8 of their 4 * words meta words (a prefetch never faults,
+     * past the last row either). */
+    const char *pc = (const char *)(d3 + kept / 2), *pm = (const char *)(m3 + words);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+
+    for (int64_t i = 0; i < kept; i += block, b++) {
+        __m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0;
+        for (int64_t c = i; c < i + block; c += 16) {
+            __m512 x0 = _mm512_loadu_ps(x + 2 * c), x1 = _mm512_loadu_ps(x + 2 * c + 16);
+            _mm_prefetch(pc + 2 * c, _MM_HINT_T0);
+            _mm_prefetch(pm + c, _MM_HINT_T0);
+            p0 = nf4_row16_avx512(x0, x1, m0 + c / 8, d0 + c / 2, book, p0);
+            p1 = nf4_row16_avx512(x0, x1, m1 + c / 8, d1 + c / 2, book, p1);
+            p2 = nf4_row16_avx512(x0, x1, m2 + c / 8, d2 + c / 2, book, p2);
+            p3 = nf4_row16_avx512(x0, x1, m3 + c / 8, d3 + c / 2, book, p3);
+        }
+        a0 = scale_add_avx512(a0, p0, qs_ld_f32(absmax + b));
+        a1 = scale_add_avx512(a1, p1, qs_ld_f32(absmax + b + bs));
+        a2 = scale_add_avx512(a2, p2, qs_ld_f32(absmax + b + 2 * bs));
+        a3 = scale_add_avx512(a3, p3, qs_ld_f32(absmax + b + 3 * bs));
+    }
+    y[0] = finish_avx512(a0);
+    y[1] = finish_avx512(a1);
+    y[2] = finish_avx512(a2);
+    y[3] = finish_avx512(a3);
+}
+
+void qs_mm_gemv_sp24_nf4__avx512_1x4x16(const float *x, int64_t n, const uint16_t *meta,
+                                        int64_t words, const uint8_t *data, int64_t start,
+                                        const float *absmax, int32_t block, int64_t rows,
+                                        float *y)
+{
+    int64_t kept = n / 2, r = 0;
+
+    if (block % 16 == 0 && kept % block == 0 && start % block == 0 && kept > 0)
+        for (; r + 4 <= rows; r += 4)
+            sp24_nf4_rows4_avx512(x, n, meta + r * words, words, data, start + r * kept, absmax,
+                                  block, y + r);
+    for (; r < rows; r++)
+        y[r] = qs_mm_dot_sp24_nf4__avx512_1x1x32(x, meta + r * words, n, data, start + r * kept,
+                                                 absmax, block);
+}
+
+/* ---- the meta check (slot mm_sp24_meta_bad) -----------------------------------------------------
+ * 32 words a step: the low and the high nibble of every byte look up a table that holds 0xFF at
+ * the six codes (one in-lane byte shuffle each), and the results are ANDed into one register; the
+ * last words are loaded over a register of valid words. */
+int qs_mm_sp24_meta_bad__avx512_1x1x32(const uint16_t *w, int64_t n)
+{
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 0, 0, 0, -1, 0, 0, 0, -1, -1, 0, 0, -1, -1, -1, 0));
+    const __m512i lo4 = _mm512_set1_epi8(15), valid = _mm512_set1_epi16(0x4444);
+    __m512i ok = _mm512_set1_epi8(-1);
+    int64_t i = 0;
+
+    for (; i < n; i += 32) {
+        __m512i v = i + 32 <= n ? _mm512_loadu_si512(w + i)
+                                : _mm512_mask_loadu_epi16(valid, (__mmask32)((1ull << (n - i)) - 1u),
+                                                          w + i);
+        __m512i a = _mm512_shuffle_epi8(table, _mm512_and_si512(v, lo4));
+        __m512i b = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4));
+        ok = _mm512_ternarylogic_epi32(ok, a, b, 0x80); /* ok & a & b */
+    }
+    return _mm512_cmpneq_epi8_mask(ok, _mm512_set1_epi8(-1)) != 0;
 }
