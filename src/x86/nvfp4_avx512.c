@@ -65,35 +65,36 @@ static inline __m512i nvfp4_block_codes_avx512(__m512 x, __m512 den)
 }
 
 /*
- * The amaxes of 16 blocks (v[16k ... 16k + 15]) in lane k: a transposing reduction of 45 shuffles
- * and maxima instead of 16 horizontal ones with a round trip through memory. Levels: quarters of
- * blocks k and k + 8, then 128-bit halves of k and k + 4, then pairs of lanes of k and k + 2,
- * then lanes of k and k + 1; the last permute puts the lanes in block order. It works on the bits
- * of |v| as integers, whose order is that of the magnitudes, so each level is one integer
- * maximum; a NaN (bits above those of Inf) wins every maximum, so a lane above 0x7F800000 says
- * that its block holds a NaN, and the caller then takes nvfp4_amax16_nan_avx512, which leaves
- * NaN out as the reference does. The maximum is exact, so the order of the maxima does not matter.
+ * The amaxes of 16 blocks (v[16k ... 16k + 15]) in lane k: a transposing reduction of 31 shuffles
+ * and 15 maxima instead of 16 horizontal ones with a round trip through memory. Levels: quarters
+ * of blocks k and k + 8, then 128-bit halves of k and k + 4, then pairs of lanes of k and k + 2,
+ * then lanes of k and k + 1; the last permute puts the lanes in block order. The first level is
+ * VRANGEPS (max(|a|, |b|), sign cleared), which ignores a quiet NaN operand as the reference does
+ * but turns a signaling one into a NaN that would hide its partner; so the later levels are
+ * unsigned integer maxima of the bits, in which every NaN (bits above those of +Inf, the sign
+ * bit included) wins. A lane above 0x7F800000 thus says that its block held a NaN, and the caller
+ * then takes nvfp4_amax16_nan_avx512; otherwise every lane is the exact block amax (maxima are
+ * exact, so their order does not matter).
  */
 static inline __m512i nvfp4_amax16_bits_avx512(const float *v)
 {
-    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
-    __m512i m[16], t[8], u[4], w[2], r;
+    __m512i t[8], u[4], w[2], r;
 
-    for (int k = 0; k < 16; k++)
-        m[k] = _mm512_and_si512(_mm512_loadu_si512((const void *)(v + 16 * k)), absm);
-    for (int k = 0; k < 8; k++)
-        t[k] = _mm512_max_epi32(_mm512_shuffle_i32x4(m[k], m[k + 8], 0x44),
-                                _mm512_shuffle_i32x4(m[k], m[k + 8], 0xEE));
+    for (int k = 0; k < 8; k++) {
+        __m512 a = _mm512_loadu_ps(v + 16 * k), b = _mm512_loadu_ps(v + 16 * k + 128);
+        t[k] = _mm512_castps_si512(_mm512_range_ps(_mm512_shuffle_f32x4(a, b, 0x44),
+                                                   _mm512_shuffle_f32x4(a, b, 0xEE), 0x0B));
+    }
     /* u[k] quarters: blocks k, k + 8, k + 4, k + 12 (four partial lanes each) */
     for (int k = 0; k < 4; k++)
-        u[k] = _mm512_max_epi32(_mm512_shuffle_i32x4(t[k], t[k + 4], 0x88),
+        u[k] = _mm512_max_epu32(_mm512_shuffle_i32x4(t[k], t[k + 4], 0x88),
                                 _mm512_shuffle_i32x4(t[k], t[k + 4], 0xDD));
     /* w[k] quarter j: two lanes of the block of u[k], two of the block of u[k + 2] */
     for (int k = 0; k < 2; k++)
-        w[k] = _mm512_max_epi32(_mm512_unpacklo_epi64(u[k], u[k + 2]),
+        w[k] = _mm512_max_epu32(_mm512_unpacklo_epi64(u[k], u[k + 2]),
                                 _mm512_unpackhi_epi64(u[k], u[k + 2]));
     /* quarter j of r: the blocks of u[0], u[2], u[1], u[3] in that quarter */
-    r = _mm512_max_epi32(
+    r = _mm512_max_epu32(
         _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(w[0]), _mm512_castsi512_ps(w[1]),
                                               0x88)),
         _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(w[0]), _mm512_castsi512_ps(w[1]),
@@ -110,6 +111,17 @@ static inline __m512 nvfp4_amax16_nan_avx512(const float *v)
     for (int k = 0; k < 16; k++)
         am[k] = nvfp4_amax_avx512(_mm512_loadu_ps(v + 16 * k));
     return _mm512_load_ps(am);
+}
+
+/* Row s of thresholds (nvfp4_rows.h): floor_f32(M_k * den), M_k * den exact in double, rounded
+ * down once by the conversion's embedded rounding. */
+static inline void nvfp4_row_fill_avx512(struct nvfp4_rows *r, int s)
+{
+    static const double mid[8] = NVFP4_MIDPOINTS_INIT;
+    const __m512d b = _mm512_mul_pd(_mm512_loadu_pd(mid),
+                                    _mm512_set1_pd((double)(qs_ue4m3_values[s] * r->s_global)));
+
+    _mm256_store_ps(r->f[s], _mm512_cvt_roundpd_ps(b, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
 }
 
 /*
@@ -168,7 +180,7 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
         __m512 den;
         __m512i am = nvfp4_amax16_bits_avx512(v);
         __m512i code = nvfp4_scales_avx512(
-            _mm512_cmpgt_epi32_mask(am, _mm512_set1_epi32(0x7F800000))
+            _mm512_cmpgt_epu32_mask(am, _mm512_set1_epi32(0x7F800000))
                 ? nvfp4_amax16_nan_avx512(v)
                 : _mm512_castsi512_ps(am),
             s_global, &den);
@@ -185,10 +197,11 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
             }
             continue;
         }
-        for (int k = 0; k < 16; k++) /* scalar work beside the vector work */
-            if (sb[k] < rows.lo || sb[k] > rows.hi)
-                nvfp4_rows_cover(&rows, sb[k] < rows.lo ? sb[k] : rows.lo,
-                                 sb[k] > rows.hi ? sb[k] : rows.hi);
+        /* rows for the group's scale bytes (rarely new after the first groups) */
+        if (_mm512_cmplt_epi32_mask(code, _mm512_set1_epi32(rows.lo)) |
+            _mm512_cmpgt_epi32_mask(code, _mm512_set1_epi32(rows.hi)))
+            nvfp4_rows_cover(&rows, _mm512_reduce_min_epi32(code), _mm512_reduce_max_epi32(code),
+                             nvfp4_row_fill_avx512);
         for (int k = 0; k < 16; k += 4) {
             const uint8_t *s = sb + k;
             nvfp4_store4_avx512(nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k), rows.f[s[0]]),

@@ -12,11 +12,11 @@
  * when q reaches the midpoint between T's predecessor and T (a tie rounds to the even T: counted).
  * Those midpoints M_k (25 significant bits each, nvfp4_mid) times den (24 bits) are exact in double,
  * so q > M_k is a > B_k = M_k * den and q >= M_k is a >= B_k, with no rounding anywhere. For an
- * f32 a (Inf included), a > B holds exactly when a > floor_f32(B), and a >= B exactly when a is
- * above the largest f32 below B: seven f32 thresholds F_k per den with code = #{k : a > F_k}.
- * (a = B never happens: M_k is an odd 25-bit integer times a power of two, so M_k * den has at
- * least 25 significant bits and is no f32; the two rules then give the same F_k, and the
- * distinction is kept only so that the code says what it means.)
+ * f32 a (Inf included), a > B holds exactly when a > floor_f32(B), the largest f32 not above B.
+ * a >= B is the same fact, because a = B never happens: M_k is an odd 25-bit integer times a
+ * power of two, and den an odd integer of at most 24 bits times one, so M_k * den has at least 25
+ * significant bits and is no f32. Hence seven f32 thresholds F_k = floor_f32(M_k * den) per den,
+ * and code = #{k : a > F_k} (past FLT_MAX the floor is FLT_MAX, which only +Inf exceeds).
  * tests/test_nvfp4_exact.c checks this against the reference for every UE4M3 scale byte, a range
  * of tensor scales and every f32 within a few ulps of every F_k, and every f32 quotient in
  * [2^-4, 6.25) for two dens. NaN fails every comparison
@@ -30,9 +30,6 @@
 #define QS_X86_NVFP4_ROWS_H
 
 #include <stdint.h>
-#include <string.h>
-
-#include "../ref/ref.h"
 
 /* Rows of thresholds for scale bytes lo ... hi (those filled so far; lo > hi: none). Row s holds
  * F_0 ... F_6 of den = fl(value(s) * s_global) in lanes 0 ... 6 (lane 7 is never read). */
@@ -49,56 +46,35 @@ static inline void nvfp4_rows_init(struct nvfp4_rows *r, float s_global)
     r->hi = -1;
 }
 
-/* The largest f32 not above b (b > 0): a > b exactly when a > it, for every f32 a. */
-static inline uint32_t nvfp4_floor_bits(double b)
-{
-    float f = (float)b; /* round to nearest; may be +Inf (then FLT_MAX below) or 0 */
-    uint32_t u;
+/* The midpoints M_k: 0.25 + 2^-26, 0.75 - 2^-25, 1.25 + 2^-24, 1.75 - 2^-24, 2.5 + 2^-23,
+ * 3.5 - 2^-23, 5 + 2^-22 (odd k: the ">=" facts); lane 7 pads the row (its threshold is never
+ * read). A kernel fills row s with floor_f32(M_k * den) for den = fl(value(s) * s_global), the
+ * reference's den, computing M_k * den in double (exact) and rounding it down once. */
+#define NVFP4_MIDPOINTS_INIT                                                                       \
+    {                                                                                              \
+        0x1.000001p-2, 0x1.7fffffp-1, 0x1.400001p+0, 0x1.bfffffp+0, 0x1.400001p+1, 0x1.bfffffp+1,  \
+            0x1.400001p+2, 0x1p+0,                                                                 \
+    }
 
-    memcpy(&u, &f, sizeof u);
-    return (double)f > b ? u - 1 : u;
-}
-
-/* The largest f32 below b (b > 0): a >= b exactly when a > it. */
-static inline uint32_t nvfp4_below_bits(double b)
-{
-    float f = (float)b;
-    uint32_t u;
-
-    memcpy(&u, &f, sizeof u);
-    return (double)f >= b ? u - 1 : u; /* the nearest f32 at or above b: its predecessor */
-}
-
-static inline void nvfp4_row_fill(struct nvfp4_rows *r, int s)
-{
-    /* the midpoints M_k: 0.25 + 2^-26, 0.75 - 2^-25, 1.25 + 2^-24, 1.75 - 2^-24, 2.5 + 2^-23,
-     * 3.5 - 2^-23, 5 + 2^-22; odd k are the ">=" facts */
-    static const double mid[7] = {0x1.000001p-2, 0x1.7fffffp-1, 0x1.400001p+0, 0x1.bfffffp+0,
-                                  0x1.400001p+1, 0x1.bfffffp+1, 0x1.400001p+2};
-    const double den = (double)(qs_ue4m3_values[s] * r->s_global); /* the reference's den */
-    uint32_t t[8];
-
-    for (int k = 0; k < 7; k++)
-        t[k] = (k & 1) ? nvfp4_below_bits(mid[k] * den) : nvfp4_floor_bits(mid[k] * den);
-    t[7] = 0x7F800000u;
-    memcpy(r->f[s], t, sizeof t);
-}
+/* Fills the row of one scale byte (see above). */
+typedef void nvfp4_row_fill_fn(struct nvfp4_rows *r, int s);
 
 /* Make rows lo ... hi (0 <= lo <= hi <= 127) available. Only rows of a finite den > 0 are ever
  * read; the others are filled all the same (their values do not matter). */
-static inline void nvfp4_rows_cover(struct nvfp4_rows *r, int lo, int hi)
+static inline void nvfp4_rows_cover(struct nvfp4_rows *r, int lo, int hi,
+                                    nvfp4_row_fill_fn *fill)
 {
     if (r->lo > r->hi) {
         for (int s = lo; s <= hi; s++)
-            nvfp4_row_fill(r, s);
+            fill(r, s);
         r->lo = lo;
         r->hi = hi;
         return;
     }
     for (int s = lo; s < r->lo; s++)
-        nvfp4_row_fill(r, s);
+        fill(r, s);
     for (int s = r->hi + 1; s <= hi; s++)
-        nvfp4_row_fill(r, s);
+        fill(r, s);
     if (lo < r->lo)
         r->lo = lo;
     if (hi > r->hi)
