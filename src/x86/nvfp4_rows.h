@@ -17,7 +17,7 @@
  * power of two, and den an odd integer of at most 24 bits times one, so M_k * den has at least 25
  * significant bits and is no f32. Hence seven f32 thresholds F_k = floor_f32(M_k * den) per den,
  * and code = #{k : a > F_k} (past FLT_MAX the floor is FLT_MAX, which only +Inf exceeds).
- * tests/test_nvfp4_exact.c checks this against the reference for every UE4M3 scale byte, a range
+ * tests/test_e2m1_exact.c checks this against the reference for every UE4M3 scale byte, a range
  * of tensor scales and every f32 within a few ulps of every F_k, and every f32 quotient in
  * [2^-4, 6.25) for two dens. NaN fails every comparison
  * (magnitude 0; the kernels clear its sign), and a den of 0, Inf or NaN is left to the division.

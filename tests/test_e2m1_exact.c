@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The NVFP4 quantize kernels replace the reference's division fl(v / den) by comparisons of |v|
+ * Exact E2M1 encoding without a division. The NVFP4 quantize kernels replace the reference's division fl(v / den) by comparisons of |v|
  * against exact per-den thresholds (src/x86/nvfp4_rows.h: F_k, the largest f32 on the wrong side
  * of M_k * den for the E2M1 midpoints M_k). These tests are the proof that the codes stay those of
  * the division, run against every registry entry of nvfp4_quant this CPU has, bit for bit against
@@ -13,20 +13,23 @@
  * - dense: every f32 q in [2^-4, 6.25) (six and a half binades, 55.1 million values: every E2M1
  *   midpoint and tie with all their neighbours), as fl(q * den), under two dens, 1 and the §14 example's fl(value(0x6B) *
  *   3cd2ef15), in blocks of 15 with a fixed first element;
- * - NaN, Inf, signed zeros and subnormals inside blocks of the fast path.
+ * - NaN, Inf, signed zeros and subnormals inside blocks of the fast path;
+ * - the E2M1 encoder of the MXFP4 kernels (comparisons against the constant midpoints, for an
+ *   element already scaled by a power of two): every f32 in [2^-4, 6), both signs, in blocks whose
+ *   lead 4.0 makes the scale 2^0, against qs_mxfp4_quant__ref.
  */
 #include "common.h"
 
 #include "core/kernels.h"
 #include "ref/ref.h"
 
-static const struct qs_kernel_entry *ref_entry(void)
+static const struct qs_kernel_entry *ref_entry_of(int32_t slot)
 {
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
 
     for (int32_t i = 0; i < count; i++)
-        if (e[i].slot == QS_SLOT_nvfp4_quant && e[i].isa == 0)
+        if (e[i].slot == slot && e[i].isa == 0)
             return &e[i];
     return NULL;
 }
@@ -34,7 +37,7 @@ static const struct qs_kernel_entry *ref_entry(void)
 /* Quantize x[0..n) with every entry this CPU runs and with the reference; 0 entries: skip. */
 static int compare_all(const float *x, int64_t n, float s_global, const char *what)
 {
-    const struct qs_kernel_entry *ref = ref_entry();
+    const struct qs_kernel_entry *ref = ref_entry_of(QS_SLOT_nvfp4_quant);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     const size_t data = (size_t)(n + 1) / 2, nsb = (size_t)(n + 15) / 16;
@@ -200,12 +203,75 @@ static void test_specials_in_fast_blocks(void **state)
     }
 }
 
+/* MXFP4 over x[0..n) (n a multiple of 32) with every entry against the reference. */
+static int compare_mxfp4(const float *x, int64_t n, int32_t rounding)
+{
+    const struct qs_kernel_entry *ref = ref_entry_of(QS_SLOT_mxfp4_quant);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    const size_t data = (size_t)n / 2, nsb = (size_t)n / 32;
+    uint8_t *d0 = malloc(data), *d1 = malloc(data), *s0 = malloc(nsb), *s1 = malloc(nsb);
+    int tested = 0;
+
+    assert_non_null(ref);
+    assert_true(d0 && d1 && s0 && s1);
+    ((qs_mxfp4_quant_fn *)ref->fn)(x, n, rounding, d0, s0);
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != QS_SLOT_mxfp4_quant || e[i].isa == 0 ||
+            (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        tested++;
+        ((qs_mxfp4_quant_fn *)e[i].fn)(x, n, rounding, d1, s1);
+        if (memcmp(s0, s1, nsb) != 0)
+            fail_msg("%s: scale bytes differ from %s", e[i].name, ref->name);
+        for (size_t j = 0; j < data; j++)
+            if (d0[j] != d1[j])
+                fail_msg("%s: byte %zu is %02x, %s has %02x (values %08x %08x, rounding %d)",
+                         e[i].name, j, d1[j], ref->name, d0[j], t_bits(x[2 * j]),
+                         t_bits(x[2 * j + 1]), rounding);
+    }
+    free(d0);
+    free(d1);
+    free(s0);
+    free(s1);
+    return tested;
+}
+
+static void test_mxfp4_dense_binades(void **state)
+{
+    const int64_t chunk = 1 << 20;
+    float *x = malloc((size_t)chunk * sizeof(float));
+    (void)state;
+
+    assert_non_null(x);
+    for (int32_t rounding = 0; rounding < 1; rounding++) {
+        /* amax in [4, 6): FLOOR gives 2^0 (RCEIL would too; the element rule is the same) */
+        uint32_t u = t_bits(0x1p-4f), end = t_bits(6.0f);
+        while (u < end) {
+            int64_t i = 0;
+            for (; i < chunk; i += 32) {
+                x[i] = 4.0f;
+                for (int j = 1; j < 32; j++) {
+                    float v = u < end ? t_f32_from_bits(u++) : 0.0f;
+                    x[i + j] = (j & 1) ? v : -v;
+                }
+            }
+            if (!compare_mxfp4(x, i, rounding)) {
+                free(x);
+                skip();
+            }
+        }
+    }
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thresholds_every_scale),
         cmocka_unit_test(test_dense_binades),
         cmocka_unit_test(test_specials_in_fast_blocks),
+        cmocka_unit_test(test_mxfp4_dense_binades),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
