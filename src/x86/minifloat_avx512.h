@@ -2,9 +2,10 @@
 /*
  * Minifloat helpers shared by the FP8 and microscaling kernels for AVX-512 F/BW/DQ/VL
  * (e4m3_avx512.c, e5m2_avx512.c, mxfp4_avx512.c, mxfp8_avx512.c, nvfp4_avx512.c;
- * docs/formats.md §10-§14): RNE encoders for E4M3, E5M2 and E2M1 that round in the integer domain
- * on the f32 bits for normal results and with one exact power-of-two scaling plus VCVTPS2DQ (RNE in
- * the default MXCSR) for subnormal ones, the exact E4M3 decoder, tail masks, the OCP MX (E8M0)
+ * docs/formats.md §10-§14): RNE encoders for E4M3 and E5M2 that round in the integer domain on
+ * the f32 bits for normal results and with one exact power-of-two scaling plus VCVTPS2DQ (RNE in
+ * the default MXCSR) for subnormal ones, an E2M1 encoder by three comparisons against its
+ * midpoints, the exact E4M3 decoder, tail masks, the OCP MX (E8M0)
  * block scale and the per-tensor FP8 drivers. Tails use masked loads and stores, so nothing past n
  * is read or written. Everything is `static inline`; the format constants and the routines passed
  * to the drivers are compile-time constants, so each kernel file gets its own inlined copy.
