@@ -14,7 +14,8 @@
  * - E4M3 dequantize of all 256 codes at scales around the point where 2^8 * scale overflows (the
  *   F16C decode multiplies by it), Inf, NaN, subnormal and negative scales, and MXFP8 dequantize
  *   of all 256 codes under all 256 scale bytes (exhaustive);
- * - NF4 / FP4 / dynamic 8-bit quantize with blocks of 64 in groups of 16, with and without a NaN.
+ * - NF4 / FP4 / dynamic 8-bit quantize with blocks of 64 over lengths of several groups, with and
+ *   without a NaN.
  * Every registry entry of the slot that this CPU runs is compared bit for bit with the slot's
  * __ref entry, so each run covers every tier the machine has.
  */
@@ -275,10 +276,10 @@ static void test_mxfp8_dequant_all(void **state)
     free(o1);
 }
 
-/* NF4 / FP4 / dynamic 8-bit quantize with blocks of 64 on groups of 16 blocks (the AVX-512 driver
- * finds their absmaxes together): finite data at random scales with zeros, subnormals and Inf, and
- * in some trials a NaN (quiet or signaling, either sign) at a random place, which sends its group
- * of 16 to the block-by-block absmax; lengths that end inside a group and inside a block. */
+/* NF4 / FP4 / dynamic 8-bit quantize with blocks of 64 over several of the AVX-512 driver's groups
+ * (absmaxes of 2048 elements, then codes): finite data at random scales with zeros, subnormals and
+ * Inf, and in some trials a NaN (quiet or signaling, either sign) at a random place; lengths that
+ * end inside a group and inside a block. */
 static void check_bnb_quant_groups(int32_t slot)
 {
     const struct qs_kernel_entry *ref = ref_entry(slot);

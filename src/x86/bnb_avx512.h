@@ -46,48 +46,6 @@ static inline float bnb_amax_avx512(const float *v, int64_t len)
     return _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)); /* no NaN, no -0: exact */
 }
 
-/*
- * The absmax bits of 16 blocks of 64 (v[64k ... 64k + 63]) in lane k, for the default block size:
- * each block's four vectors folded into one, then a transposing reduction (quarters of k and
- * k + 8, halves of k and k + 4, pairs of k and k + 2, lanes of k and k + 1, a permute into block
- * order) instead of a horizontal maximum per block. It works on the bits of |v| as unsigned
- * integers, whose order is that of the magnitudes; a NaN (bits above those of +Inf) wins every
- * maximum, so a lane above 0x7F800000 says that its block holds one, and the caller then takes
- * bnb_amax_avx512, which leaves NaN out (§5.2 step 1).
- */
-static inline __m512i bnb_amax16x64_bits_avx512(const float *v)
-{
-    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
-    __m512i m[16], t[8], u[4], w[2], r;
-
-    for (int k = 0; k < 16; k++) {
-        const float *p = v + 64 * k;
-        __m512i a = _mm512_max_epu32(_mm512_and_si512(_mm512_loadu_si512((const void *)p), absm),
-                                     _mm512_and_si512(_mm512_loadu_si512((const void *)(p + 16)),
-                                                      absm));
-        __m512i b = _mm512_max_epu32(
-            _mm512_and_si512(_mm512_loadu_si512((const void *)(p + 32)), absm),
-            _mm512_and_si512(_mm512_loadu_si512((const void *)(p + 48)), absm));
-        m[k] = _mm512_max_epu32(a, b);
-    }
-    for (int k = 0; k < 8; k++)
-        t[k] = _mm512_max_epu32(_mm512_shuffle_i32x4(m[k], m[k + 8], 0x44),
-                                _mm512_shuffle_i32x4(m[k], m[k + 8], 0xEE));
-    for (int k = 0; k < 4; k++) /* quarters: blocks k, k + 8, k + 4, k + 12 */
-        u[k] = _mm512_max_epu32(_mm512_shuffle_i32x4(t[k], t[k + 4], 0x88),
-                                _mm512_shuffle_i32x4(t[k], t[k + 4], 0xDD));
-    for (int k = 0; k < 2; k++) /* quarter j: two lanes of u[k]'s block, two of u[k + 2]'s */
-        w[k] = _mm512_max_epu32(_mm512_unpacklo_epi64(u[k], u[k + 2]),
-                                _mm512_unpackhi_epi64(u[k], u[k + 2]));
-    r = _mm512_max_epu32(
-        _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(w[0]), _mm512_castsi512_ps(w[1]),
-                                              0x88)),
-        _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(w[0]), _mm512_castsi512_ps(w[1]),
-                                              0xDD)));
-    return _mm512_permutexvar_epi32(
-        _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r);
-}
-
 /* The quantize driver: absmax[b] and the codes of every block; a block of `block` elements takes
  * block / per_byte bytes of dst (per_byte: 2 for 4-bit codes, 1 for 8-bit codes). */
 static inline void bnb_quant_avx512(const float *src, int64_t n, int32_t block, int32_t per_byte,
@@ -99,17 +57,7 @@ static inline void bnb_quant_avx512(const float *src, int64_t n, int32_t block, 
      * dependency chain per block (the group is still in L1 for the second pass). */
     const int64_t group = block >= 2048 ? 1 : 2048 / block;
     for (int64_t g = 0; g * block < n; g += group) {
-        int64_t b = g;
-        if (block == 64) /* the default: 16 absmaxes at a time */
-            for (; b + 16 <= g + group && (b + 16) * 64 <= n; b += 16) {
-                __m512i am = bnb_amax16x64_bits_avx512(src + b * 64);
-                if (_mm512_cmpgt_epu32_mask(am, _mm512_set1_epi32(0x7F800000)))
-                    for (int64_t k = b; k < b + 16; k++) /* a NaN among them */
-                        qs_st_f32(absmax + k, bnb_amax_avx512(src + k * 64, 64));
-                else
-                    _mm512_storeu_si512((void *)(absmax + b), am);
-            }
-        for (; b < g + group && b * block < n; b++) {
+        for (int64_t b = g; b < g + group && b * block < n; b++) {
             int64_t len = n - b * block < block ? n - b * block : block;
             qs_st_f32(absmax + b, bnb_amax_avx512(src + b * block, len));
         }
