@@ -13,7 +13,9 @@
  *   blend is skipped only for a finite absmax), block sizes 64 and 4096 and odd lengths;
  * - E4M3 dequantize of all 256 codes at scales around the point where 2^8 * scale overflows (the
  *   F16C decode multiplies by it), Inf, NaN, subnormal and negative scales, and MXFP8 dequantize
- *   of all 256 codes under all 256 scale bytes (exhaustive).
+ *   of all 256 codes under all 256 scale bytes (exhaustive);
+ * - NF4 / FP4 / dynamic 8-bit quantize with blocks of 64 over lengths of several groups, with and
+ *   without a NaN.
  * Every registry entry of the slot that this CPU runs is compared bit for bit with the slot's
  * __ref entry, so each run covers every tier the machine has.
  */
@@ -274,6 +276,66 @@ static void test_mxfp8_dequant_all(void **state)
     free(o1);
 }
 
+/* NF4 / FP4 / dynamic 8-bit quantize with blocks of 64 over several of the AVX-512 driver's groups
+ * (absmaxes of 2048 elements, then codes): finite data at random scales with zeros, subnormals and
+ * Inf, and in some trials a NaN (quiet or signaling, either sign) at a random place; lengths that
+ * end inside a group and inside a block. */
+static void check_bnb_quant_groups(int32_t slot)
+{
+    const struct qs_kernel_entry *ref = ref_entry(slot);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    static const int64_t lengths[] = {1024, 2048, 4096 + 64, 3000, 1024 + 37};
+    static const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7FA00000u, 0xFFA00001u};
+    const int per_byte = slot == QS_SLOT_dyn8_quant ? 1 : 2;
+    t_rng r = {0xB1B4u + (uint64_t)slot};
+    int tested = 0;
+
+    assert_non_null(ref);
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != slot || e[i].isa == 0 || (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        tested++;
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            const int64_t n = lengths[li], nb = (n + 63) / 64, bytes = (n + per_byte - 1) / per_byte;
+            float *x = malloc((size_t)n * sizeof(float)), *a0 = malloc((size_t)nb * 4),
+                  *a1 = malloc((size_t)nb * 4);
+            uint8_t *d0 = malloc((size_t)bytes), *d1 = malloc((size_t)bytes);
+            for (int trial = 0; trial < 12; trial++) {
+                for (int64_t j = 0; j < n; j++) {
+                    uint64_t u = t_next(&r);
+                    x[j] = u % 16 == 0   ? 0.0f
+                           : u % 16 == 1 ? t_f32_from_bits((uint32_t)(u >> 8) & 0x807FFFFFu)
+                           : u % 64 == 2 ? ((u >> 7) & 1 ? INFINITY : -INFINITY)
+                                         : (float)(t_normal(&r) * ldexp(1.0, trial * 7 - 40));
+                }
+                if (trial % 3 == 2)
+                    x[t_next(&r) % (uint64_t)n] = t_f32_from_bits(nans[trial / 3 % 4]);
+                ((qs_nf4_quant_fn *)ref->fn)(x, n, 64, d0, a0);
+                ((qs_nf4_quant_fn *)e[i].fn)(x, n, 64, d1, a1);
+                if (memcmp(d0, d1, (size_t)bytes) != 0 || memcmp(a0, a1, (size_t)nb * 4) != 0)
+                    fail_msg("%s: n %lld trial %d differs from %s", e[i].name, (long long)n, trial,
+                             ref->name);
+            }
+            free(x);
+            free(a0);
+            free(a1);
+            free(d0);
+            free(d1);
+        }
+    }
+    if (!tested)
+        skip();
+}
+
+static void test_bnb_quant_groups(void **state)
+{
+    (void)state;
+    check_bnb_quant_groups(QS_SLOT_nf4_quant);
+    check_bnb_quant_groups(QS_SLOT_fp4_quant);
+    check_bnb_quant_groups(QS_SLOT_dyn8_quant);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_fp4_dequant_absmax_edges),
         cmocka_unit_test(test_e4m3_dequant_scales),
         cmocka_unit_test(test_mxfp8_dequant_all),
+        cmocka_unit_test(test_bnb_quant_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,9 +2,10 @@
 /*
  * Minifloat helpers shared by the FP8 and microscaling kernels for AVX-512 F/BW/DQ/VL
  * (e4m3_avx512.c, e5m2_avx512.c, mxfp4_avx512.c, mxfp8_avx512.c, nvfp4_avx512.c;
- * docs/formats.md §10-§14): RNE encoders for E4M3, E5M2 and E2M1 that round in the integer domain
- * on the f32 bits for normal results and with one exact power-of-two scaling plus VCVTPS2DQ (RNE in
- * the default MXCSR) for subnormal ones, the exact E4M3 decoder, tail masks, the OCP MX (E8M0)
+ * docs/formats.md §10-§14): RNE encoders for E4M3 and E5M2 that round in the integer domain on
+ * the f32 bits for normal results and with one exact power-of-two scaling plus VCVTPS2DQ (RNE in
+ * the default MXCSR) for subnormal ones, an E2M1 encoder by three comparisons against its
+ * midpoints, the exact E4M3 decoder, tail masks, the OCP MX (E8M0)
  * block scale and the per-tensor FP8 drivers. Tails use masked loads and stores, so nothing past n
  * is read or written. Everything is `static inline`; the format constants and the routines passed
  * to the drivers are compile-time constants, so each kernel file gets its own inlined copy.
@@ -79,13 +80,32 @@ static inline __m512i e4m3_encode_finite_avx512(__m512 y)
                            _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80)));
 }
 
-/* E2M1 codes (0...15) of 16 finite floats, one per 32-bit lane; above 6 saturates to 0x7. */
+/* E2M1 codes (0...15) of 16 floats that are not NaN, one per 32-bit lane; above 6 (Inf too)
+ * saturates to 0x7. RNE to E2M1 is a count of the midpoints |y| passes, ties going to the even
+ * code: |y| > 0.25, >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5, i.e. |y| > F_k for the f32
+ * F = 0.25, pred(0.75), 1.25, pred(1.75), 2.5, pred(3.5), 5 (the same codes as the reference's
+ * rounding, for every f32). Three comparisons find the count: against F_3, then F_1 or F_5, then
+ * F_0, F_2, F_4 or F_6 (lane c of the table for c = 0, 2, 4, 6). */
 static inline __m512i e2m1_encode_finite_avx512(__m512 y)
 {
-    const __m512i u = _mm512_castps_si512(y);
-    __m512i mag = minifloat_mag_avx512(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), 1, 1, 7);
+    const __m512 t = _mm512_castsi512_ps(_mm512_setr_epi32(
+        0x3E800000, 0x3F3FFFFF, 0x3FA00000, 0x3FDFFFFF, 0x40200000, 0x405FFFFF, 0x40A00000,
+        0x7F800000, 0, 0, 0, 0, 0, 0, 0, 0));
+    const __m512 a = _mm512_abs_ps(y);
+    __mmask16 m1 = _mm512_cmp_ps_mask(a, _mm512_castsi512_ps(_mm512_set1_epi32(0x3FDFFFFF)),
+                                      _CMP_GT_OQ);
+    __mmask16 m2 = _mm512_cmp_ps_mask(
+        a,
+        _mm512_mask_blend_ps(m1, _mm512_castsi512_ps(_mm512_set1_epi32(0x3F3FFFFF)),
+                             _mm512_castsi512_ps(_mm512_set1_epi32(0x405FFFFF))),
+        _CMP_GT_OQ);
+    __m512i c = _mm512_maskz_mov_epi32(m1, _mm512_set1_epi32(4));
 
-    return _mm512_or_si512(mag, _mm512_and_si512(_mm512_srli_epi32(u, 28), _mm512_set1_epi32(8)));
+    c = _mm512_mask_add_epi32(c, m2, c, _mm512_set1_epi32(2));
+    c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_permutexvar_ps(c, t), _CMP_GT_OQ),
+                              c, _mm512_set1_epi32(1));
+    return _mm512_ternarylogic_epi32(c, _mm512_srli_epi32(_mm512_castps_si512(y), 28),
+                                     _mm512_set1_epi32(8), 0xF8); /* c | (sign & 8) */
 }
 
 /* Values of 16 E4M3 codes (0...255 per 32-bit lane), exact; 0x7F / 0xFF give NaN with the sign. */
@@ -231,23 +251,30 @@ typedef void (*mx_encode32_avx512_fn)(__m512 x0, __m512 x1, __m512 mul, uint8_t 
 typedef void (*mx_block_avx512_fn)(const float *v, int64_t len, int32_t rounding, uint8_t *dst,
                                    uint8_t *scale);
 
-/* The amax of four finite blocks, block k in x[2k], x[2k + 1], in every lane of 128-bit quarter k:
+/* The amax bits of four blocks, block k in x[2k], x[2k + 1], in every lane of 128-bit quarter k:
  * a transposing reduction (three steps of one max each) instead of four horizontal maxima with a
- * round trip through a scalar, so the four blocks do not form one dependency chain each. */
-static inline __m512 mx_amax4_avx512(const __m512 x[8])
+ * round trip through a scalar, so the four blocks do not form one dependency chain each. It takes
+ * the bits of |x| as unsigned integers, whose order is that of the magnitudes and in which NaN
+ * and Inf (exponent all ones) are at or above 0x7F800000: a lane there says that its block holds
+ * one (§13 step 1), which saves a separate test of every vector. */
+static inline __m512i mx_amax4_avx512(const __m512 x[8])
 {
-    __m512 m0 = _mm512_max_ps(_mm512_abs_ps(x[0]), _mm512_abs_ps(x[1]));
-    __m512 m1 = _mm512_max_ps(_mm512_abs_ps(x[2]), _mm512_abs_ps(x[3]));
-    __m512 m2 = _mm512_max_ps(_mm512_abs_ps(x[4]), _mm512_abs_ps(x[5]));
-    __m512 m3 = _mm512_max_ps(_mm512_abs_ps(x[6]), _mm512_abs_ps(x[7]));
-    /* quarters [m0 q0|q2, m0 q1|q3, m1 q0|q2, m1 q1|q3], likewise for m2, m3 */
-    __m512 a = _mm512_max_ps(_mm512_shuffle_f32x4(m0, m1, 0x44), _mm512_shuffle_f32x4(m0, m1, 0xEE));
-    __m512 b = _mm512_max_ps(_mm512_shuffle_f32x4(m2, m3, 0x44), _mm512_shuffle_f32x4(m2, m3, 0xEE));
-    /* quarter k: four lanes of block k */
-    __m512 c = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+    const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+    __m512i m[4];
 
-    c = _mm512_max_ps(c, _mm512_permute_ps(c, 0x4E));
-    return _mm512_max_ps(c, _mm512_permute_ps(c, 0xB1));
+    for (int k = 0; k < 4; k++)
+        m[k] = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(x[2 * k]), absm),
+                                _mm512_and_si512(_mm512_castps_si512(x[2 * k + 1]), absm));
+    /* quarters [m0 q0|q2, m0 q1|q3, m1 q0|q2, m1 q1|q3], likewise for m2, m3 */
+    __m512i a = _mm512_max_epu32(_mm512_shuffle_i32x4(m[0], m[1], 0x44),
+                                 _mm512_shuffle_i32x4(m[0], m[1], 0xEE));
+    __m512i b = _mm512_max_epu32(_mm512_shuffle_i32x4(m[2], m[3], 0x44),
+                                 _mm512_shuffle_i32x4(m[2], m[3], 0xEE));
+    /* quarter k: four lanes of block k */
+    __m512i c = _mm512_max_epu32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+
+    c = _mm512_max_epu32(c, _mm512_shuffle_epi32(c, _MM_PERM_BADC));
+    return _mm512_max_epu32(c, _mm512_shuffle_epi32(c, _MM_PERM_CDAB));
 }
 
 /* mx_scale_avx512 on every lane: E8M0 bytes (one per 32-bit lane) of finite amax values. */
@@ -275,25 +302,22 @@ static inline void mx_quant_avx512(const float *src, int64_t n, int32_t rounding
                                    mx_encode32_avx512_fn encode32, mx_block_avx512_fn block_fn,
                                    uint8_t *dst, uint8_t *scales)
 {
-    const __m512i expo = _mm512_set1_epi32(0x7F800000);
     const int64_t bb = 32 / per_byte; /* data bytes per block */
     int64_t b = 0;
 
     for (; (b + 4) * 32 <= n; b += 4) {
         const float *v = src + b * 32;
         __m512 x[8];
-        __mmask16 special = 0;
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < 8; k++)
             x[k] = _mm512_loadu_ps(v + 16 * k);
-            special |= _mm512_cmpeq_epi32_mask(
-                _mm512_and_si512(_mm512_castps_si512(x[k]), expo), expo);
-        }
-        if (special) { /* a NaN/Inf block among the four (§13 step 1): one at a time */
+        __m512i am = mx_amax4_avx512(x);
+        if (_mm512_cmpge_epu32_mask(am, _mm512_set1_epi32(0x7F800000))) {
+            /* a NaN/Inf block among the four (§13 step 1): one at a time */
             for (int k = 0; k < 4; k++)
                 block_fn(v + 32 * k, 32, rounding, dst + (b + k) * bb, scales + b + k);
             continue;
         }
-        __m512i s = mx_scale_vec_avx512(mx_amax4_avx512(x), rounding, emax, max_mant);
+        __m512i s = mx_scale_vec_avx512(_mm512_castsi512_ps(am), rounding, emax, max_mant);
         /* 2^(127 - s) per lane: a normal f32 for every finite block (s <= 253) */
         __m512 mul = _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(254), s), 23));

@@ -17,12 +17,6 @@
 #include "minifloat_avx512.h"
 #include "nan_avx512.h"
 
-/* Join 16 codes pairwise into 8 bytes (element 2j low nibble), in the low 64 bits. */
-static inline __m128i pack_nibbles_avx512(__m512i c)
-{
-    return _mm512_cvtepi64_epi8(_mm512_or_si512(c, _mm512_srli_epi64(c, 28)));
-}
-
 /* One block of len (1...32) values: (len + 1) / 2 data bytes and the scale byte. */
 static inline void mxfp4_block_avx512(const float *v, int64_t len, int32_t rounding,
                                       uint8_t *dst, uint8_t *scale)
@@ -50,13 +44,18 @@ static inline void mxfp4_block_avx512(const float *v, int64_t len, int32_t round
     _mm512_mask_cvtepi64_storeu_epi8(dst + 8, b1, _mm512_or_si512(c1, _mm512_srli_epi64(c1, 28)));
 }
 
-/* Codes of one finite block, x * mul, as 16 data bytes. */
+/* Codes of one finite block, x * mul, as 16 data bytes: the two vectors' codes joined into the
+ * bytes 0 and 1 of each 32-bit lane, each pair of lanes into nibbles, the bytes then sorted back. */
 static inline void mxfp4_encode32_avx512(__m512 x0, __m512 x1, __m512 mul, uint8_t *dst)
 {
-    __m128i lo = pack_nibbles_avx512(e2m1_encode_finite_avx512(_mm512_mul_ps(x0, mul)));
-    __m128i hi = pack_nibbles_avx512(e2m1_encode_finite_avx512(_mm512_mul_ps(x1, mul)));
+    __m512i y = _mm512_or_si512(e2m1_encode_finite_avx512(_mm512_mul_ps(x0, mul)),
+                                _mm512_slli_epi32(e2m1_encode_finite_avx512(_mm512_mul_ps(x1, mul)),
+                                                  8));
+    __m128i b = _mm512_cvtepi64_epi16(_mm512_or_si512(y, _mm512_srli_epi64(y, 28)));
 
-    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi64(lo, hi));
+    _mm_storeu_si128((__m128i *)dst,
+                     _mm_shuffle_epi8(b, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11,
+                                                       13, 15)));
 }
 
 void qs_mxfp4_quant__avx512(const float *src, int64_t n, int32_t rounding, uint8_t *dst,

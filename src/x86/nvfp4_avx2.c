@@ -4,8 +4,11 @@
  * bit-identical to src/ref/nvfp4_ref.c, with its operation order: per block of 16, amax (NaN
  * ignored), S = fl(amax / fl(6 * s_global)), S = 0 -> 0x38, S < 2^-9 -> 2^-9 (a comparison, so
  * NaN stays NaN), scale byte E4M3_RNE_sat(S) without sign, den = fl(value(S) * s_global), codes
- * E2M1_RNE_sat(fl(v / den)) with a true division (NaN -> 0; den = 0 -> 0), decode
- * fl(value(P) * den). The block scales of 8 blocks are computed in one vector pass; a tail goes
+ * E2M1_RNE_sat(fl(v / den)) (NaN -> 0; den = 0 -> 0), decode fl(value(P) * den). The block
+ * scales of 8 blocks are computed in one vector pass. Where the 8 dens are finite and > 0, the
+ * codes come from three comparisons of |v| against the block's exact thresholds (nvfp4_rows.h:
+ * the same codes as the division, without one); otherwise, and for the last blocks of a call
+ * (fewer than 8), by the division itself. A tail goes
  * through a zero-padded local copy (+0.0 changes no amax), so nothing past n is read or written.
  * The E4M3/E2M1 rounding and decoding are shared through minifloat_avx2.h.
  */
@@ -16,6 +19,7 @@
 #include "../ref/ref.h"
 #include "minifloat_avx2.h"
 #include "nan_avx2.h"
+#include "nvfp4_rows.h"
 
 /* E2M1 codes (0...15) of 8 floats, one per 32-bit lane; NaN -> 0 (§11), Inf saturates. */
 static inline __m256i e2m1_encode_avx2(__m256 y)
@@ -60,17 +64,81 @@ static inline __m256i nvfp4_codes_avx2(__m256 x, __m256 den)
     return _mm256_and_si256(e2m1_encode_avx2(_mm256_div_ps(x, den)), _mm256_castps_si256(nz));
 }
 
-/* 8 full blocks (128 values): 64 data bytes and 8 scale bytes. */
-static inline void nvfp4_group_avx2(const float *v, float s_global, uint8_t *dst, uint8_t *scales)
+/* Row s of thresholds (nvfp4_rows.h): floor_f32(M_k * den), M_k * den exact in double; the
+ * nearest f32, one less where it rounded up (it is never equal: M_k * den is no f32). */
+static inline void nvfp4_row_fill_avx2(struct nvfp4_rows *r, int s)
 {
+    static const double mid[8] = NVFP4_MIDPOINTS_INIT;
+    const __m256d den = _mm256_set1_pd((double)(qs_ue4m3_values[s] * r->s_global));
+
+    for (int h = 0; h < 2; h++) {
+        __m256d b = _mm256_mul_pd(_mm256_loadu_pd(mid + 4 * h), den);
+        __m128 f = _mm256_cvtpd_ps(b); /* +Inf past FLT_MAX: then FLT_MAX */
+        __m256d up = _mm256_cmp_pd(_mm256_cvtps_pd(f), b, _CMP_GT_OQ);
+        __m128i m = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(
+            _mm256_castpd_si256(up), _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+        _mm_store_si128((__m128i *)(r->f[s] + 4 * h), _mm_add_epi32(_mm_castps_si128(f), m));
+    }
+}
+
+/* Codes (0...15, one per 32-bit lane) of 8 values of a block against its row of thresholds
+ * (nvfp4_rows.h), as nvfp4_row_codes_avx512 in nvfp4_avx512.c: #{k : |v| > F_k} by comparisons
+ * against F_3, then F_1 or F_5, then F_0, F_2, F_4 or F_6 (lane c of the row, c = 0, 2, 4, 6);
+ * then the sign bit for every negative v that is not NaN (NaN: code 0, §11). */
+static inline __m256i nvfp4_row_codes_avx2(__m256 x, const float *row, __m256 t)
+{
+    const __m256 a = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+    __m256 m1 = _mm256_cmp_ps(a, _mm256_broadcast_ss(row + 3), _CMP_GT_OQ);
+    __m256 m2 = _mm256_cmp_ps(
+        a, _mm256_blendv_ps(_mm256_broadcast_ss(row + 1), _mm256_broadcast_ss(row + 5), m1),
+        _CMP_GT_OQ);
+    __m256i c = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(m1), _mm256_set1_epi32(4)),
+                                _mm256_and_si256(_mm256_castps_si256(m2), _mm256_set1_epi32(2)));
+    __m256 m3 = _mm256_cmp_ps(a, _mm256_permutevar8x32_ps(t, c), _CMP_GT_OQ);
+    /* all ones where v is negative (sign bit) and not NaN */
+    __m256i neg = _mm256_and_si256(_mm256_srai_epi32(_mm256_castps_si256(x), 31),
+                                   _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_ORD_Q)));
+
+    c = _mm256_sub_epi32(c, _mm256_castps_si256(m3)); /* m3 is -1 where it holds */
+    return _mm256_or_si256(c, _mm256_and_si256(neg, _mm256_set1_epi32(8)));
+}
+
+/* 8 full blocks (128 values): 64 data bytes and 8 scale bytes. */
+static inline void nvfp4_group_avx2(const float *v, struct nvfp4_rows *rows, uint8_t *dst,
+                                    uint8_t *scales)
+{
+    const float s_global = rows->s_global;
     float am[8], dens[8];
+    uint8_t sb[8];
     __m256 den;
 
     for (int k = 0; k < 8; k++)
         am[k] = nvfp4_amax_avx2(_mm256_loadu_ps(v + 16 * k), _mm256_loadu_ps(v + 16 * k + 8));
     __m256i code = nvfp4_scales_avx2(_mm256_loadu_ps(am), s_global, &den);
     __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
-    _mm_storel_epi64((__m128i *)scales, _mm_packus_epi16(c16, c16));
+    _mm_storel_epi64((__m128i *)sb, _mm_packus_epi16(c16, c16));
+    memcpy(scales, sb, 8);
+    /* den finite and > 0 in every lane: the thresholds; else the division */
+    __m256 ok = _mm256_and_ps(_mm256_cmp_ps(den, _mm256_setzero_ps(), _CMP_GT_OQ),
+                              _mm256_cmp_ps(den, _mm256_set1_ps(0x1.fffffep127f), _CMP_LE_OQ));
+    if (_mm256_movemask_ps(ok) == 0xFF) {
+        for (int k = 0; k < 8; k++) /* scalar work beside the vector work */
+            if (sb[k] < rows->lo || sb[k] > rows->hi)
+                nvfp4_rows_cover(rows, sb[k] < rows->lo ? sb[k] : rows->lo,
+                                 sb[k] > rows->hi ? sb[k] : rows->hi, nvfp4_row_fill_avx2);
+        for (int k = 0; k < 8; k += 2) {
+            const float *r0 = rows->f[sb[k]], *r1 = rows->f[sb[k + 1]];
+            const __m256 t0 = _mm256_load_ps(r0), t1 = _mm256_load_ps(r1);
+            const float *x = v + 16 * k;
+            _mm_storeu_si128((__m128i *)(dst + 8 * k),
+                             pack_nibbles_avx2(nvfp4_row_codes_avx2(_mm256_loadu_ps(x), r0, t0),
+                                               nvfp4_row_codes_avx2(_mm256_loadu_ps(x + 8), r0, t0),
+                                               nvfp4_row_codes_avx2(_mm256_loadu_ps(x + 16), r1, t1),
+                                               nvfp4_row_codes_avx2(_mm256_loadu_ps(x + 24), r1,
+                                                                    t1)));
+        }
+        return;
+    }
     _mm256_storeu_ps(dens, den);
     for (int k = 0; k < 8; k += 2) {
         __m256 d0 = _mm256_set1_ps(dens[k]), d1 = _mm256_set1_ps(dens[k + 1]);
@@ -103,10 +171,12 @@ static inline void nvfp4_pair_avx2(const float *v, float s_global, uint8_t *dst,
 void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *dst,
                           uint8_t *scales)
 {
+    struct nvfp4_rows rows;
     int64_t i = 0;
 
+    nvfp4_rows_init(&rows, s_global);
     for (; i + 128 <= n; i += 128)
-        nvfp4_group_avx2(src + i, s_global, dst + i / 2, scales + i / 16);
+        nvfp4_group_avx2(src + i, &rows, dst + i / 2, scales + i / 16);
     for (; i + 32 <= n; i += 32)
         nvfp4_pair_avx2(src + i, s_global, dst + i / 2, scales + i / 16);
     if (i < n) {

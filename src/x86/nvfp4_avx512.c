@@ -4,18 +4,23 @@
  * bit-identical to src/ref/nvfp4_ref.c, with its operation order: per block of 16, amax (NaN
  * ignored), S = fl(amax / fl(6 * s_global)), S = 0 -> 0x38, S < 2^-9 -> 2^-9 (a comparison, so
  * NaN stays NaN), scale byte E4M3_RNE_sat(S) without sign, den = fl(value(S) * s_global), codes
- * E2M1_RNE_sat(fl(v / den)) with a true division (NaN -> 0; den = 0 -> 0), decode
- * fl(value(P) * den). The block scales of 16 blocks are computed in one vector pass. A partial
- * last block is read with zero-masked loads (+0.0 changes no amax) and written with masked
- * stores, so nothing past n is read or written. The E4M3/E2M1 rounding and decoding are shared
- * through minifloat_avx512.h.
+ * E2M1_RNE_sat(fl(v / den)) (NaN -> 0; den = 0 -> 0), decode fl(value(P) * den). The block scales
+ * of 16 blocks are computed in one vector pass. Where the 16 dens are finite and > 0, the codes
+ * come from three comparisons of |v| against the block's exact thresholds (nvfp4_rows.h: the
+ * same codes as the division, without one); otherwise, and for a partial last group, by the
+ * division itself. A partial last block is read with zero-masked loads (+0.0 changes no amax)
+ * and written with masked stores, so nothing past n is read or written. The E4M3/E2M1 rounding
+ * and decoding are shared through minifloat_avx512.h.
  */
+#include <string.h>
+
 #include <immintrin.h>
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "minifloat_avx512.h"
 #include "nan_avx512.h"
+#include "nvfp4_rows.h"
 
 /* E2M1 codes (0...15) of 16 floats, one per 32-bit lane; NaN -> 0 (§11), Inf saturates. */
 static inline __m512i e2m1_encode_avx512(__m512 y)
@@ -60,51 +65,153 @@ static inline __m512i nvfp4_block_codes_avx512(__m512 x, __m512 den)
 }
 
 /*
- * The amaxes of 16 blocks (v[16k ... 16k + 15]) in lane k, NaN ignored as nvfp4_amax_avx512 does
- * (a NaN lane becomes +0 before any maximum; max is exact, so the order of the maxima does not
- * matter): a transposing reduction of 45 shuffles and maxima instead of 16 horizontal ones with
- * a round trip through memory. Levels: quarters of blocks k and k + 8, then 128-bit halves of k
- * and k + 4, then pairs of lanes of k and k + 2, then lanes of k and k + 1; the last permute puts
- * the lanes in block order.
+ * The amaxes of 16 blocks (v[16k ... 16k + 15]) in lane k: a transposing reduction of 31 shuffles
+ * and 15 maxima instead of 16 horizontal ones with a round trip through memory. Levels: quarters
+ * of blocks k and k + 8, then 128-bit halves of k and k + 4, then pairs of lanes of k and k + 2,
+ * then lanes of k and k + 1; the last permute puts the lanes in block order. The first level is
+ * VRANGEPS (max(|a|, |b|), sign cleared), which ignores a quiet NaN operand as the reference does
+ * but turns a signaling one into a NaN that would hide its partner; so the later levels are
+ * unsigned integer maxima of the bits, in which every NaN (bits above those of +Inf, the sign
+ * bit included) wins. A lane above 0x7F800000 thus says that its block held a NaN, and the caller
+ * then takes nvfp4_amax16_nan_avx512; otherwise every lane is the exact block amax (maxima are
+ * exact, so their order does not matter).
  */
-static inline __m512 nvfp4_amax16_avx512(const float *v)
+static inline __m512i nvfp4_amax16_bits_avx512(const float *v)
 {
-    __m512 m[16], t[8], u[4], w[2], r;
+    __m512i t[8], u[4], w[2], r;
 
-    for (int k = 0; k < 16; k++)
-        m[k] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + 16 * k)), _mm512_setzero_ps());
-    for (int k = 0; k < 8; k++)
-        t[k] = _mm512_max_ps(_mm512_shuffle_f32x4(m[k], m[k + 8], 0x44),
-                             _mm512_shuffle_f32x4(m[k], m[k + 8], 0xEE));
+    for (int k = 0; k < 8; k++) {
+        __m512 a = _mm512_loadu_ps(v + 16 * k), b = _mm512_loadu_ps(v + 16 * k + 128);
+        t[k] = _mm512_castps_si512(_mm512_range_ps(_mm512_shuffle_f32x4(a, b, 0x44),
+                                                   _mm512_shuffle_f32x4(a, b, 0xEE), 0x0B));
+    }
     /* u[k] quarters: blocks k, k + 8, k + 4, k + 12 (four partial lanes each) */
     for (int k = 0; k < 4; k++)
-        u[k] = _mm512_max_ps(_mm512_shuffle_f32x4(t[k], t[k + 4], 0x88),
-                             _mm512_shuffle_f32x4(t[k], t[k + 4], 0xDD));
+        u[k] = _mm512_max_epu32(_mm512_shuffle_i32x4(t[k], t[k + 4], 0x88),
+                                _mm512_shuffle_i32x4(t[k], t[k + 4], 0xDD));
     /* w[k] quarter j: two lanes of the block of u[k], two of the block of u[k + 2] */
     for (int k = 0; k < 2; k++)
-        w[k] = _mm512_max_ps(_mm512_shuffle_ps(u[k], u[k + 2], 0x44),
-                             _mm512_shuffle_ps(u[k], u[k + 2], 0xEE));
+        w[k] = _mm512_max_epu32(_mm512_unpacklo_epi64(u[k], u[k + 2]),
+                                _mm512_unpackhi_epi64(u[k], u[k + 2]));
     /* quarter j of r: the blocks of u[0], u[2], u[1], u[3] in that quarter */
-    r = _mm512_max_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
-    return _mm512_permutexvar_ps(
+    r = _mm512_max_epu32(
+        _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(w[0]), _mm512_castsi512_ps(w[1]),
+                                              0x88)),
+        _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(w[0]), _mm512_castsi512_ps(w[1]),
+                                              0xDD)));
+    return _mm512_permutexvar_epi32(
         _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r);
+}
+
+/* The amaxes of 16 blocks with NaN left out, for a group that holds one: each block on its own. */
+static inline __m512 nvfp4_amax16_nan_avx512(const float *v)
+{
+    _Alignas(64) float am[16];
+
+    for (int k = 0; k < 16; k++)
+        am[k] = nvfp4_amax_avx512(_mm512_loadu_ps(v + 16 * k));
+    return _mm512_load_ps(am);
+}
+
+/* Row s of thresholds (nvfp4_rows.h): floor_f32(M_k * den), M_k * den exact in double, rounded
+ * down once by the conversion's embedded rounding. */
+static inline void nvfp4_row_fill_avx512(struct nvfp4_rows *r, int s)
+{
+    static const double mid[8] = NVFP4_MIDPOINTS_INIT;
+    const __m512d b = _mm512_mul_pd(_mm512_loadu_pd(mid),
+                                    _mm512_set1_pd((double)(qs_ue4m3_values[s] * r->s_global)));
+
+    _mm256_store_ps(r->f[s], _mm512_cvt_roundpd_ps(b, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+}
+
+/*
+ * Codes (0...15, one per 32-bit lane) of one block against its row of thresholds F_0 ... F_6
+ * (nvfp4_rows.h): the magnitude #{k : |v| > F_k} by a three-step search, against F_3, then F_1
+ * or F_5 (a blend of the two), then F_0, F_2, F_4 or F_6 (lane c of the row for the running code
+ * c = 0, 2, 4, 6); then the sign bit for every negative v that is not NaN (a NaN fails every
+ * comparison and gets code 0, §11).
+ */
+static inline __m512i nvfp4_row_codes_avx512(__m512 x, const float *row)
+{
+    const __m512 t = _mm512_castps256_ps512(_mm256_load_ps(row)); /* lanes 8...15 never read */
+    const __m512 a = _mm512_abs_ps(x);
+    __mmask16 m1 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(row[3]), _CMP_GT_OQ);
+    __mmask16 m2 = _mm512_cmp_ps_mask(
+        a, _mm512_mask_blend_ps(m1, _mm512_set1_ps(row[1]), _mm512_set1_ps(row[5])), _CMP_GT_OQ);
+    __m512i c = _mm512_maskz_mov_epi32(m1, _mm512_set1_epi32(4));
+
+    c = _mm512_mask_add_epi32(c, m2, c, _mm512_set1_epi32(2));
+    c = _mm512_mask_add_epi32(
+        c, _mm512_cmp_ps_mask(a, _mm512_permutexvar_ps(c, t), _CMP_GT_OQ), c,
+        _mm512_set1_epi32(1));
+    /* negative zero, subnormal, normal or infinite: not NaN */
+    return _mm512_mask_or_epi32(c, _mm512_fpclass_ps_mask(x, 0x54), c, _mm512_set1_epi32(8));
+}
+
+/* The 32 data bytes of four consecutive blocks from their codes: the four blocks' codes are
+ * joined into the bytes of one 32-bit lane, each pair of lanes into nibbles (element 2j low),
+ * then the bytes are put back in block order. */
+static inline void nvfp4_store4_avx512(__m512i c0, __m512i c1, __m512i c2, __m512i c3,
+                                       uint8_t *dst)
+{
+    __m512i y = _mm512_ternarylogic_epi32(c0, _mm512_slli_epi32(c1, 8), _mm512_slli_epi32(c2, 16),
+                                          0xFE);
+    y = _mm512_or_si512(y, _mm512_slli_epi32(c3, 24));
+    y = _mm512_or_si512(y, _mm512_srli_epi64(y, 28)); /* byte k of qword j: block k, pair j */
+    __m256i b = _mm512_cvtepi64_epi32(y);
+    /* per 128-bit half (pairs 0-3, 4-7): bytes grouped by block, then halves interleaved */
+    b = _mm256_shuffle_epi8(b, _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11,
+                                                15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7,
+                                                11, 15));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)dst, b);
 }
 
 void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t *dst,
                             uint8_t *scales)
 {
+    struct nvfp4_rows rows;
     int64_t b = 0;
 
+    nvfp4_rows_init(&rows, s_global);
     /* 16 blocks at a time: the block scales of the group take one vector pass */
     for (; (b + 16) * 16 <= n; b += 16) {
         const float *v = src + b * 16;
         __m512 den;
-        __m512i code = nvfp4_scales_avx512(nvfp4_amax16_avx512(v), s_global, &den);
-        _mm_storeu_si128((__m128i *)(scales + b), _mm512_cvtepi32_epi8(code));
-        for (int k = 0; k < 16; k++) {
-            __m512 d = _mm512_permutexvar_ps(_mm512_set1_epi32(k), den);
-            __m512i c = nvfp4_block_codes_avx512(_mm512_loadu_ps(v + 16 * k), d);
-            _mm_storel_epi64((__m128i *)(dst + (b + k) * 8), _mm512_cvtepi64_epi8(c));
+        __m512i am = nvfp4_amax16_bits_avx512(v);
+        __m512i code = nvfp4_scales_avx512(
+            _mm512_cmpgt_epu32_mask(am, _mm512_set1_epi32(0x7F800000))
+                ? nvfp4_amax16_nan_avx512(v)
+                : _mm512_castsi512_ps(am),
+            s_global, &den);
+        _Alignas(16) uint8_t sb[16]; /* the scale bytes, also indices of the rows */
+        _mm_store_si128((__m128i *)sb, _mm512_cvtepi32_epi8(code));
+        memcpy(scales + b, sb, 16);
+        __mmask16 ok = _mm512_cmp_ps_mask(den, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                       _mm512_cmp_ps_mask(den, _mm512_set1_ps(0x1.fffffep127f), _CMP_LE_OQ);
+        if (ok != 0xFFFF) { /* a den of 0, Inf or NaN: the division, as the reference */
+            for (int k = 0; k < 16; k++) {
+                __m512 d = _mm512_permutexvar_ps(_mm512_set1_epi32(k), den);
+                __m512i c = nvfp4_block_codes_avx512(_mm512_loadu_ps(v + 16 * k), d);
+                _mm_storel_epi64((__m128i *)(dst + (b + k) * 8), _mm512_cvtepi64_epi8(c));
+            }
+            continue;
+        }
+        /* rows for the group's scale bytes (rarely new after the first groups) */
+        if (_mm512_cmplt_epi32_mask(code, _mm512_set1_epi32(rows.lo)) |
+            _mm512_cmpgt_epi32_mask(code, _mm512_set1_epi32(rows.hi)))
+            nvfp4_rows_cover(&rows, _mm512_reduce_min_epi32(code), _mm512_reduce_max_epi32(code),
+                             nvfp4_row_fill_avx512);
+        for (int k = 0; k < 16; k += 4) {
+            const uint8_t *s = sb + k;
+            nvfp4_store4_avx512(nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k), rows.f[s[0]]),
+                                nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 16),
+                                                       rows.f[s[1]]),
+                                nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 32),
+                                                       rows.f[s[2]]),
+                                nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 48),
+                                                       rows.f[s[3]]),
+                                dst + (b + k) * 8);
         }
     }
     for (; b * 16 < n; b++) {
