@@ -450,76 +450,99 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The protocol, for one format, level and thread count: pin, one warm-up of every pass, then
- * rounds of read, copy, quantize, dequantize and bitsandbytes' dequantize on the same data, the
- * order rotating by one pass each round, so that whatever load the machine has hits every pass
- * alike and no pass always follows the same one. Each timed call comes right after an untimed
- * call of the same pass: a pass that writes with plain stores leaves up to an L3 of dirty lines
- * whose write-back the next pass pays, so timing a call after another kind of pass charged one
- * pass for another's writes (bitsandbytes' plain stores for our streaming ones); after a call of
- * its own kind, each pass pays for exactly the write-backs it leaves (the steady state of a loop
- * of dequantizes). One thread is timed by its own CPU clock and by the wall clock, more threads
- * by the wall clock; each pass keeps its minimum over the rounds (the run least disturbed), and
- * the ratio bitsandbytes : ours is also taken round by round, whose quartiles say how stable
- * the ratio of the minima is. */
-static void protocol(api_job *j, int threads, const options *o, api_result *res)
+/* The protocol, for one format and level, every thread count of --threads in the same rounds:
+ * pin, one warm-up of every pass, then rounds that, for each thread count in turn, run read,
+ * copy, quantize, dequantize and bitsandbytes' dequantize on the same data, the order rotating
+ * by one pass each round, so that whatever load the machine has, and the drift of this VM's
+ * memory bandwidth over minutes, hit every pass and thread count alike (measured one after the
+ * other, the 1-thread and 2-thread minima of one format came from different phases and their
+ * ratio moved by 0.5). Each timed call comes right after an untimed call of the same pass: a
+ * pass that writes with plain stores leaves up to an L3 of dirty lines whose write-back the next
+ * pass pays, so timing a call after another kind of pass charged one pass for another's writes
+ * (bitsandbytes' plain stores for our streaming ones); after a call of its own kind, each pass
+ * pays for exactly the write-backs it leaves (the steady state of a loop of dequantizes). One
+ * thread is timed by its own CPU clock and by the wall clock, more threads by the wall clock;
+ * each pass keeps its minimum over the rounds (the run least disturbed), and the ratio
+ * bitsandbytes : ours is also taken round by round, whose quartiles say how stable the ratio of
+ * the minima is. */
+static void protocol(api_job *j, qs_ctx *const *ctx, const options *o, api_result *res)
 {
-    bw_job bw = {j->src, j->dst, j->rows * j->cols, threads, 0.0f};
+    bw_job bw = {j->src, j->dst, j->rows * j->cols, 1, 0.0f};
     void (*fn[P_COUNT])(void *) = {bw_read, bw_copy, api_quant, api_dequant, api_bnb};
     void *arg[P_COUNT] = {&bw, &bw, j, j, j};
-    const clockid_t id = threads == 1 && !o->wall ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
-    double start, pair[MAX_ROUNDS];
-    int np = 0, calls[P_COUNT];
+    double start, pair[MAX_THREADS][MAX_ROUNDS];
+    int np = 0, calls[MAX_THREADS][P_COUNT];
+    qs_status st = QS_OK;
 
-    pin_threads(threads);
-    for (int p = 0; p < P_COUNT; p++) {
-        res->s[p] = res->w[p] = -1.0;
-        calls[p] = 1;
-        if (p != P_BNB || j->bnb) {
-            /* the warm-up call sets how many calls one timing spans: at least 2 ms, so that a
-             * pass of a matrix in the cache (tens of microseconds) is not one clock tick's
-             * worth and the round-by-round ratios are not noise */
-            double w0 = now_s();
-            fn[p](arg[p]);
-            double w = now_s() - w0;
-            calls[p] = w >= 2e-3 ? 1 : w <= 2e-3 / 64 ? 64 : (int)ceil(2e-3 / w);
+    for (int ti = 0; ti < o->nthreads; ti++) {
+        api_result *res_t = &res[ti];
+        j->ctx = ctx[ti];
+        bw.threads = o->threads[ti];
+        pin_threads(bw.threads);
+        for (int p = 0; p < P_COUNT; p++) {
+            res_t->s[p] = res_t->w[p] = -1.0;
+            calls[ti][p] = 1;
+            if (p != P_BNB || j->bnb) {
+                /* the warm-up call sets how many calls one timing spans: at least 2 ms, so that
+                 * a pass of a matrix in the cache (tens of microseconds) is not one clock tick's
+                 * worth and the round-by-round ratios are not noise */
+                double w0 = now_s();
+                fn[p](arg[p]);
+                double w = now_s() - w0;
+                calls[ti][p] = w >= 2e-3 ? 1 : w <= 2e-3 / 64 ? 64 : (int)ceil(2e-3 / w);
+            }
         }
+        st = j->st != QS_OK ? j->st : st;
+        res_t->rounds = 0;
     }
-    res->rounds = 0;
     start = now_s();
     for (int r = 0; r < o->reps && r < MAX_ROUNDS; r++) {
-        double deq = -1.0, bnb = -1.0;
-        for (int q = 0; q < P_COUNT; q++) {
-            int p = (q + r) % P_COUNT;
-            if (p == P_BNB && !j->bnb)
-                continue;
-            fn[p](arg[p]); /* untimed: the write-backs the timed call pays are its own kind's */
-            double c0 = clock_s(id), w0 = now_s();
-            for (int c = 0; c < calls[p]; c++)
-                fn[p](arg[p]);
-            double w = (now_s() - w0) / calls[p], t = (clock_s(id) - c0) / calls[p];
-            if (res->s[p] < 0 || t < res->s[p])
-                res->s[p] = t;
-            if (res->w[p] < 0 || w < res->w[p])
-                res->w[p] = w;
-            if (p == P_DEQ)
-                deq = t;
-            if (p == P_BNB)
-                bnb = t;
+        for (int ti = 0; ti < o->nthreads; ti++) {
+            api_result *res_t = &res[ti];
+            const clockid_t id =
+                o->threads[ti] == 1 && !o->wall ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+            double deq = -1.0, bnb = -1.0;
+            j->ctx = ctx[ti];
+            bw.threads = o->threads[ti];
+            pin_threads(bw.threads);
+            for (int q = 0; q < P_COUNT; q++) {
+                int p = (q + r) % P_COUNT;
+                if (p == P_BNB && !j->bnb)
+                    continue;
+                fn[p](arg[p]); /* untimed: the write-backs the timed call pays are its kind's */
+                double c0 = clock_s(id), w0 = now_s();
+                for (int c = 0; c < calls[ti][p]; c++)
+                    fn[p](arg[p]);
+                double w = (now_s() - w0) / calls[ti][p];
+                double t = (clock_s(id) - c0) / calls[ti][p];
+                if (res_t->s[p] < 0 || t < res_t->s[p])
+                    res_t->s[p] = t;
+                if (res_t->w[p] < 0 || w < res_t->w[p])
+                    res_t->w[p] = w;
+                if (p == P_DEQ)
+                    deq = t;
+                if (p == P_BNB)
+                    bnb = t;
+            }
+            if (deq > 0 && bnb > 0)
+                pair[ti][r] = bnb / deq;
+            res_t->rounds++;
         }
-        if (deq > 0 && bnb > 0)
-            pair[np++] = bnb / deq;
-        res->rounds++;
+        np++;
         if (r >= 2 && now_s() - start > o->budget)
             break;
     }
-    res->pair[0] = res->pair[1] = res->pair[2] = -1.0;
-    if (np > 0) {
-        qsort(pair, (size_t)np, sizeof pair[0], cmp_double);
-        res->pair[0] = pair[np / 4];
-        res->pair[1] = pair[np / 2];
-        res->pair[2] = pair[(3 * np) / 4 < np ? (3 * np) / 4 : np - 1];
+    for (int ti = 0; ti < o->nthreads; ti++) {
+        api_result *res_t = &res[ti];
+        res_t->pair[0] = res_t->pair[1] = res_t->pair[2] = -1.0;
+        if (j->bnb && np > 0) {
+            qsort(pair[ti], (size_t)np, sizeof pair[ti][0], cmp_double);
+            res_t->pair[0] = pair[ti][np / 4];
+            res_t->pair[1] = pair[ti][np / 2];
+            res_t->pair[2] = pair[ti][(3 * np) / 4 < np ? (3 * np) / 4 : np - 1];
+        }
     }
+    j->st = st != QS_OK ? st : j->st;
 }
 
 /* The summary row of one format: ns/value per level, then the ratios of the best level (the last
@@ -575,9 +598,9 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
             t1 = t;
     printf("== public API: qs_quantize / qs_dequantize, %lld x %lld f32 (%.1f MiB) ==\n",
            (long long)o->size, (long long)o->size, values * 4.0 / 1048576.0);
-    printf("Protocol: pinned threads; per format, ISA tier and thread count, rounds of read (sum),\n"
-           "copy (memcpy), quantize, dequantize%s on the same data, the order\n"
-           "rotating each round, every timing (of as many calls as last 2 ms) right after an\n"
+    printf("Protocol: pinned threads; per format and ISA tier, rounds that run for each thread\n"
+           "count in turn read (sum), copy (memcpy), quantize, dequantize%s on the\n"
+           "same data, the order rotating each round, every timing (of as many calls as last 2 ms) right after an\n"
            "untimed call of the same pass; each pass keeps its minimum over the rounds.\n"
            "q/read = read time / quantize time (1.0: quantize at read bandwidth), d/copy = copy\n"
            "time / dequantize time (the f32 output is what both write).%s 2T/1T: the speedup\n"
@@ -619,12 +642,16 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
             continue;
         }
         for (int l = 0; l < nlv; l++) {
+            qs_ctx *ctx[MAX_THREADS];
+            for (int t = 0; t < o->nthreads; t++)
+                ctx[t] = make_ctx(lv[l].mask, o->threads[t]);
+            j.st = QS_OK;
+            protocol(&j, ctx, o, api_r[f][l]);
+            for (int t = 0; t < o->nthreads; t++)
+                qs_ctx_destroy(ctx[t]);
             for (int t = 0; t < o->nthreads; t++) {
                 api_result *r = &api_r[f][l][t];
                 const double *b = r->s;
-                j.ctx = make_ctx(lv[l].mask, o->threads[t]);
-                protocol(&j, o->threads[t], o, r);
-                qs_ctx_destroy(j.ctx);
                 if (j.st != QS_OK) {
                     printf("%-10s %-7s %3d  failed: %s\n", fname, lv[l].name, o->threads[t],
                            qs_status_str(j.st));
