@@ -1077,8 +1077,8 @@ static void usage(void)
            "                   (scalar,avx2,avx512,neon,...); a tier this CPU lacks is listed\n"
            "  --size N         matrix N x N for the public API and bandwidth (default 4096)\n"
            "  --threads LIST   thread counts, comma-separated, at most %d (default 1,2)\n"
-           "  --reps N         rounds of the protocol (default 9; it stops after 3 once the\n"
-           "                   rounds have taken 2 s)\n"
+           "  --reps N         rounds of the protocol (default 15; it stops after 3 once the\n"
+           "                   rounds have taken 5 s)\n"
            "  --bnb PATH       also time bitsandbytes' CPU dequantize of NF4 / FP4 from its\n"
            "                   libbitsandbytes_cpu.so (the file in the PyPI package)\n"
            "  --quick          smaller sizes, fewer repeats (a smoke run)\n"
@@ -1091,7 +1091,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 9, 2.0, 0, NULL};
+    options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 15, 5.0, 0, NULL};
     int quick = 0, size_set = 0, do_api = 1, do_kernels = 1, check = 0;
 
     for (int i = 1; i < argc; i++) {
