@@ -20,25 +20,27 @@
  * (qsparse-bench --size 1024, 4 MiB); above it every line goes to memory anyway. 32 MiB is the L3
  * one core of a Zen 4 / Zen 5 CCD sees (the OS's figure, sysconf or CPUID, is the whole socket's
  * on many servers: 320 MiB on the machine measured, so it is not asked). At 64 MiB (4096 x 4096,
- * one thread, against plain stores in the same run, minima of 9 interleaved rounds, Zen 4) the
- * streamed output was faster for every format: NF4 1.50x, FP4 1.32x, INT8 1.44x, LLM.int8 1.45x,
- * FP8 1.41-1.50x, MXFP4 1.44x, MXFP8 1.30x, NVFP4 1.35x, and 1.06-1.46x into a dst 4 or 16 bytes
- * off a 64-byte boundary.
+ * one thread, against plain stores in the same run, minima of 9 to 11 interleaved rounds, Zen 4,
+ * three runs) the streamed output was faster for every format: 1.3-1.5x for NF4, FP4, INT8,
+ * LLM.int8, FP8, MXFP4 and MXFP8, 1.15-1.35x for NVFP4 (its decode costs the most), and
+ * 1.06-1.6x into a dst 4 or 16 bytes off a 64-byte boundary.
  */
 #define QS_STREAM_MIN_BYTES ((int64_t)32 << 20)
 
 /* Values decoded per streaming step. 4 KiB pieces keep the code reads and the streaming stores of
  * one task interleaved, and they keep the tile's distance to the destination fixed modulo 4 KiB
- * (stream_task). Every decode kernel accepts a piece that starts inside a block (the block's scale
- * is found from the start), so the piece is 1024 for every block size (powers of two). */
+ * (stream_task). A piece may start inside an NF4/FP4 block of 2048 or 4096 values or inside an
+ * INT8 row: the decoders take the block's or row's scale from the piece's start, so 1024 serves
+ * every block size (powers of two; MX and NVFP4 blocks are 32 and 16). */
 #define QS_STREAM_PIECE 1024
 
 /* Elements per streaming task (256 KiB of f32). A task writes its first and last line of dst with
  * plain stores when they are shared with the neighbouring task (a destination that is not 64-byte
- * aligned, numpy's usual 16 bytes off), and a plain store that misses the cache holds up every
- * later store for a memory round trip: with 16 KiB tasks NF4 at 64 MiB into such a dst ran 40%
- * slower than into an aligned one. 256 KiB tasks make that a few percent and still give 128 or
- * more tasks to share among the threads. */
+ * aligned, numpy's usual 16 bytes off), and a plain store that misses the cache holds up the later
+ * stores for a memory round trip: NF4 at 64 MiB into such a dst, one thread, ran at 0.276 ns/value
+ * with a partial line pair every 4 KiB and 0.182 with one every 16 KiB, against 0.150 with none.
+ * At 256 KiB per task that cost is about 1%, and a 32 MiB output still gives 128 tasks to share
+ * among the threads. */
 #define QS_STREAM_TASK ((int64_t)1 << 16)
 
 /* How a driver cuts the tensor: span(j, i) gives the elements [start, start + len) of span i,
