@@ -7,10 +7,12 @@
  * (one context per tier of the library's tier table, bench_tiers.h) with the quiet-machine
  * protocol: threads pinned to CPUs, one thread timed by its own CPU clock (time the scheduler
  * gives other processes is not counted), rounds that interleave a read pass (sum of the f32
- * input) and a copy pass (memcpy of it) with quantize and dequantize on the same data, and the
- * minimum of each pass over the rounds. It reports ns/value and the ratios quantize : read and
- * dequantize : memcpy per format and ISA tier, and with --bnb PATH bitsandbytes' own CPU
- * dequantize of NF4 / FP4 on the same planes. Finally every entry of the kernel registry
+ * input) and a copy pass (memcpy of it) with quantize and dequantize on the same data in a
+ * rotating order, each timed call right after an untimed one of the same pass (protocol() says
+ * why), and the minimum of each pass over the rounds. It reports ns/value and the ratios
+ * quantize : read and dequantize : memcpy per format and ISA tier, and with --bnb PATH
+ * bitsandbytes' own CPU dequantize of NF4 / FP4 on the same planes (by both clocks, with the
+ * spread of the ratio round by round); the Markdown summary is the README's table. Finally every entry of the kernel registry
  * (src/core/kernels.inc) the CPU can run is timed against its __ref kernel (minimum of repeats);
  * an entry whose slot has no runner here is printed as an error and makes the exit status 1, so
  * no slot is skipped silently. Registered with Meson's benchmark(); `--check` (one call of every
@@ -198,11 +200,13 @@ static void print_context(const level *lv, int nlv, const options *o)
     printf("\nmatrix             : %lld x %lld f32 (%.1f MiB); kernel calls: %lld elements\n",
            (long long)o->size, (long long)o->size,
            (double)o->size * (double)o->size * 4.0 / 1048576.0, (long long)o->kernel_n);
-    printf("repeats            : minimum of up to %d rounds after one warm-up (%.1f s budget each)\n",
+    printf("repeats            : minimum of up to %d rounds after one warm-up (%.1f s budget each;\n"
+           "                     every timed call right after an untimed one of the same pass)\n",
            o->reps, o->budget);
     printf("clock              : %s\n",
            o->wall ? "wall clock for everything"
-                   : "1 thread: the thread's CPU time; more threads: wall clock");
+                   : "1 thread: the thread's CPU time (d/bnb also by the wall clock); more "
+                     "threads: wall clock");
     printf("pinned to CPUs     :");
     for (int c = 0; c < cpu_allowed_n; c++)
         printf(" %d", cpu_allowed[c]);
@@ -425,53 +429,153 @@ static void free_planes(api_job *j)
     free(j->q.nested_scale);
 }
 
-/* One timed call of fn on the protocol's clock. */
-static double time_once(void (*fn)(void *), void *arg, int threads, const options *o)
-{
-    clockid_t id = threads == 1 && !o->wall ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
-    double t0 = clock_s(id);
-    fn(arg);
-    return clock_s(id) - t0;
-}
-
-/* The passes of one protocol round, in the order they run. */
+/* The passes of one protocol round. */
 enum { P_READ, P_COPY, P_QUANT, P_DEQ, P_BNB, P_COUNT };
 
-/* Minimum seconds of [format][level][thread index][pass]; < 0 when not measured. */
-#define NFORMATS 11
-static double api_s[NFORMATS][MAX_LEVELS][MAX_THREADS][P_COUNT];
+#define MAX_ROUNDS 64
 
-/* The protocol, for one format, level and thread count: pin, one warm-up of every pass, then
- * rounds of read, copy, quantize, dequantize and bitsandbytes' dequantize (in turns: ours first
- * in even rounds, theirs in odd ones) on the same data, one after the other, so that whatever load the machine has hits every pass of a round alike; each
- * pass keeps its minimum over the rounds (the run least disturbed). The ratios compare minima. */
-static void protocol(api_job *j, int threads, const options *o, double *best)
+/* Per format, level and thread count: each pass's minimum seconds on the protocol's clock (`s`)
+ * and on the wall clock (`w`), < 0 when not measured; and the spread of bitsandbytes' time over
+ * ours paired within each round (`pair`: first quartile, median, third quartile). */
+#define NFORMATS 11
+typedef struct {
+    double s[P_COUNT], w[P_COUNT], pair[3];
+    int rounds;
+} api_result;
+static api_result api_r[NFORMATS][MAX_LEVELS][MAX_THREADS];
+
+static int cmp_double(const void *a, const void *b)
 {
-    bw_job bw = {j->src, j->dst, j->rows * j->cols, threads, 0.0f};
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The protocol, for one format and level, every thread count of --threads in the same rounds:
+ * pin, one warm-up of every pass, then rounds that, for each thread count in turn, run read,
+ * copy, quantize, dequantize and bitsandbytes' dequantize on the same data, the order rotating
+ * by one pass each round, so that whatever load the machine has, and the drift of this VM's
+ * memory bandwidth over minutes, hit every pass and thread count alike (measured one after the
+ * other, the 1-thread and 2-thread minima of one format came from different phases and their
+ * ratio moved by 0.5). Each timed call comes right after an untimed call of the same pass: a
+ * pass that writes with plain stores leaves up to an L3 of dirty lines whose write-back the next
+ * pass pays, so timing a call after another kind of pass charged one pass for another's writes
+ * (bitsandbytes' plain stores for our streaming ones); after a call of its own kind, each pass
+ * pays for exactly the write-backs it leaves (the steady state of a loop of dequantizes). One
+ * thread is timed by its own CPU clock and by the wall clock, more threads by the wall clock;
+ * each pass keeps its minimum over the rounds (the run least disturbed), and the ratio
+ * bitsandbytes : ours is also taken round by round, whose quartiles say how stable the ratio of
+ * the minima is. */
+static void protocol(api_job *j, qs_ctx *const *ctx, const options *o, api_result *res)
+{
+    bw_job bw = {j->src, j->dst, j->rows * j->cols, 1, 0.0f};
     void (*fn[P_COUNT])(void *) = {bw_read, bw_copy, api_quant, api_dequant, api_bnb};
     void *arg[P_COUNT] = {&bw, &bw, j, j, j};
-    double start;
+    double start, pair[MAX_THREADS][MAX_ROUNDS];
+    int np = 0, calls[MAX_THREADS][P_COUNT];
+    qs_status st = QS_OK;
 
-    pin_threads(threads);
-    for (int p = 0; p < P_COUNT; p++) {
-        best[p] = -1.0;
-        if (p != P_BNB || j->bnb)
-            fn[p](arg[p]);
+    for (int ti = 0; ti < o->nthreads; ti++) {
+        api_result *res_t = &res[ti];
+        j->ctx = ctx[ti];
+        bw.threads = o->threads[ti];
+        pin_threads(bw.threads);
+        for (int p = 0; p < P_COUNT; p++) {
+            res_t->s[p] = res_t->w[p] = -1.0;
+            calls[ti][p] = 1;
+            if (p != P_BNB || j->bnb) {
+                /* the warm-up call sets how many calls one timing spans: at least 2 ms, so that
+                 * a pass of a matrix in the cache (tens of microseconds) is not one clock tick's
+                 * worth and the round-by-round ratios are not noise */
+                double w0 = now_s();
+                fn[p](arg[p]);
+                double w = now_s() - w0;
+                calls[ti][p] = w >= 2e-3 ? 1 : w <= 2e-3 / 64 ? 64 : (int)ceil(2e-3 / w);
+            }
+        }
+        st = j->st != QS_OK ? j->st : st;
+        res_t->rounds = 0;
     }
     start = now_s();
-    for (int r = 0; r < o->reps; r++) {
-        for (int q = 0; q < P_COUNT; q++) {
-            /* odd rounds run bitsandbytes' dequantize before ours: whichever runs second finds
-             * dst in the cache when it fits there, so each gets that turn */
-            int p = r % 2 && q >= P_DEQ ? P_DEQ + P_BNB - q : q;
-            if (p == P_BNB && !j->bnb)
-                continue;
-            double t = time_once(fn[p], arg[p], threads, o);
-            if (best[p] < 0 || t < best[p])
-                best[p] = t;
+    for (int r = 0; r < o->reps && r < MAX_ROUNDS; r++) {
+        for (int ti = 0; ti < o->nthreads; ti++) {
+            api_result *res_t = &res[ti];
+            const clockid_t id =
+                o->threads[ti] == 1 && !o->wall ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+            double deq = -1.0, bnb = -1.0;
+            j->ctx = ctx[ti];
+            bw.threads = o->threads[ti];
+            pin_threads(bw.threads);
+            for (int q = 0; q < P_COUNT; q++) {
+                int p = (q + r) % P_COUNT;
+                if (p == P_BNB && !j->bnb)
+                    continue;
+                fn[p](arg[p]); /* untimed: the write-backs the timed call pays are its kind's */
+                double c0 = clock_s(id), w0 = now_s();
+                for (int c = 0; c < calls[ti][p]; c++)
+                    fn[p](arg[p]);
+                double w = (now_s() - w0) / calls[ti][p];
+                double t = (clock_s(id) - c0) / calls[ti][p];
+                if (res_t->s[p] < 0 || t < res_t->s[p])
+                    res_t->s[p] = t;
+                if (res_t->w[p] < 0 || w < res_t->w[p])
+                    res_t->w[p] = w;
+                if (p == P_DEQ)
+                    deq = t;
+                if (p == P_BNB)
+                    bnb = t;
+            }
+            if (deq > 0 && bnb > 0)
+                pair[ti][r] = bnb / deq;
+            res_t->rounds++;
         }
+        np++;
         if (r >= 2 && now_s() - start > o->budget)
             break;
+    }
+    for (int ti = 0; ti < o->nthreads; ti++) {
+        api_result *res_t = &res[ti];
+        res_t->pair[0] = res_t->pair[1] = res_t->pair[2] = -1.0;
+        if (j->bnb && np > 0) {
+            qsort(pair[ti], (size_t)np, sizeof pair[ti][0], cmp_double);
+            res_t->pair[0] = pair[ti][np / 4];
+            res_t->pair[1] = pair[ti][np / 2];
+            res_t->pair[2] = pair[ti][(3 * np) / 4 < np ? (3 * np) / 4 : np - 1];
+        }
+    }
+    j->st = st != QS_OK ? st : j->st;
+}
+
+/* The summary row of one format: ns/value per level, then the ratios of the best level (the last
+ * one) for one thread and, per other thread count, the speedup over one thread. */
+static void summary_cells(int f, int op, int nlv, int t1, const options *o, double values)
+{
+    const int pass = op ? P_DEQ : P_QUANT, base = op ? P_COPY : P_READ;
+    const api_result *best = &api_r[f][nlv - 1][t1];
+
+    printf(" ");
+    for (int l = 0; l < nlv; l++) {
+        double s = api_r[f][l][t1].s[pass];
+        if (s > 0)
+            printf("%s%.3f", l ? " / " : "", s * 1e9 / values);
+        else
+            printf("%s-", l ? " / " : "");
+    }
+    printf(" | %.2f |", best->s[base] / best->s[pass]);
+    if (op && bnb_nf4) {
+        if (best->s[P_BNB] > 0)
+            printf(" %.2f (%.2f-%.2f) |", best->s[P_BNB] / best->s[pass], best->pair[0],
+                   best->pair[2]);
+        else
+            printf(" - |");
+    }
+    for (int t = 0; t < o->nthreads; t++) {
+        if (o->threads[t] == 1)
+            continue;
+        double s = api_r[f][nlv - 1][t].s[pass];
+        if (s > 0)
+            printf(" %.2f |", best->s[pass] / s);
+        else
+            printf(" - |");
     }
 }
 
@@ -494,21 +598,26 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
             t1 = t;
     printf("== public API: qs_quantize / qs_dequantize, %lld x %lld f32 (%.1f MiB) ==\n",
            (long long)o->size, (long long)o->size, values * 4.0 / 1048576.0);
-    printf("Protocol: pinned threads; per format, ISA tier and thread count, rounds of read (sum),\n"
-           "copy (memcpy), quantize, dequantize%s on the same data, one after the other;\n"
-           "each pass keeps its minimum over the rounds. q/read = read time / quantize time (1.0:\n"
-           "quantize at read bandwidth), d/copy = copy time / dequantize time (the f32 output is\n"
-           "what both write)%s. 2T/1T: the speedup of 2 threads over 1. fp8_e4m3/s, nvfp4/s:\n"
-           "the same formats with the scale given (quantize reads the input once).\n",
+    printf("Protocol: pinned threads; per format and ISA tier, rounds that run for each thread\n"
+           "count in turn read (sum), copy (memcpy), quantize, dequantize%s on the\n"
+           "same data, the order rotating each round, every timing (of as many calls as last 2 ms) right after an\n"
+           "untimed call of the same pass; each pass keeps its minimum over the rounds.\n"
+           "q/read = read time / quantize time (1.0: quantize at read bandwidth), d/copy = copy\n"
+           "time / dequantize time (the f32 output is what both write).%s 2T/1T: the speedup\n"
+           "of 2 threads over 1. fp8_e4m3/s, nvfp4/s: the same formats with the scale given\n"
+           "(quantize reads the input once).\n",
            bnb_nf4 ? ", bitsandbytes' dequantize" : "",
-           bnb_nf4 ? ", d/bnb = bitsandbytes' time / ours (NF4, FP4)" : "");
-    printf("%-10s %-7s %3s %9s %9s %7s %9s %7s %7s\n", "format", "isa", "thr", "quant ns", "q/read",
-           "deq ns", "d/copy", "d/bnb", "read GB/s");
+           bnb_nf4 ? "\nd/bnb = bitsandbytes' time / ours (NF4, FP4) on the protocol's clock, then on the\n"
+                     "wall clock, then the quartiles of that ratio taken round by round."
+                   : "");
+    printf("%-10s %-7s %3s %9s %7s %8s %7s %6s %6s %-11s %6s %s\n", "format", "isa", "thr",
+           "quant ns", "q/read", "deq ns", "d/copy", "d/bnb", "wall", "[q1 med q3]", "read",
+           "GB/s rounds");
     for (int f = 0; f < NFORMATS; f++)
         for (int l = 0; l < MAX_LEVELS; l++)
             for (int t = 0; t < MAX_THREADS; t++)
                 for (int p = 0; p < P_COUNT; p++)
-                    api_s[f][l][t][p] = -1.0;
+                    api_r[f][l][t].s[p] = api_r[f][l][t].w[p] = -1.0;
     for (int64_t i = 0; i < o->size * o->size; i++)
         amax = fabsf(src[i]) > amax ? fabsf(src[i]) : amax;
     for (int f = 0; f < NFORMATS; f++)
@@ -533,83 +642,79 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
             continue;
         }
         for (int l = 0; l < nlv; l++) {
+            qs_ctx *ctx[MAX_THREADS];
+            for (int t = 0; t < o->nthreads; t++)
+                ctx[t] = make_ctx(lv[l].mask, o->threads[t]);
+            j.st = QS_OK;
+            protocol(&j, ctx, o, api_r[f][l]);
+            for (int t = 0; t < o->nthreads; t++)
+                qs_ctx_destroy(ctx[t]);
             for (int t = 0; t < o->nthreads; t++) {
-                double *b = api_s[f][l][t];
-                j.ctx = make_ctx(lv[l].mask, o->threads[t]);
-                protocol(&j, o->threads[t], o, b);
-                qs_ctx_destroy(j.ctx);
+                api_result *r = &api_r[f][l][t];
+                const double *b = r->s;
                 if (j.st != QS_OK) {
                     printf("%-10s %-7s %3d  failed: %s\n", fname, lv[l].name, o->threads[t],
                            qs_status_str(j.st));
-                    b[P_QUANT] = b[P_DEQ] = -1.0;
+                    r->s[P_QUANT] = r->s[P_DEQ] = -1.0;
                     continue;
                 }
-                printf("%-10s %-7s %3d %9.3f %9.2f %7.3f %9.2f", fname, lv[l].name, o->threads[t],
-                       b[P_QUANT] * 1e9 / values, b[P_READ] / b[P_QUANT],
+                printf("%-10s %-7s %3d %9.3f %7.2f %8.3f %7.2f", fname, lv[l].name,
+                       o->threads[t], b[P_QUANT] * 1e9 / values, b[P_READ] / b[P_QUANT],
                        b[P_DEQ] * 1e9 / values, b[P_COPY] / b[P_DEQ]);
                 if (b[P_BNB] > 0)
-                    printf(" %7.2f", b[P_BNB] / b[P_DEQ]);
+                    printf(" %6.2f %6.2f [%.2f %.2f %.2f]", b[P_BNB] / b[P_DEQ],
+                           r->w[P_BNB] / r->w[P_DEQ], r->pair[0], r->pair[1], r->pair[2]);
                 else
-                    printf(" %7s", "-");
-                printf(" %7.2f\n", values * 4.0 / b[P_READ] / 1e9);
+                    printf(" %6s %6s %-16s", "-", "-", "");
+                printf(" %6.2f %d\n", values * 4.0 / b[P_READ] / 1e9, r->rounds);
                 fflush(stdout);
             }
         }
         free_planes(&j);
     }
 
-    /* The summary: per format, the ratios of every level side by side (1 thread), then the
-     * 2-thread speedup of the best level, as a Markdown table (the README's). */
-    printf("\n== summary (Markdown): 1 thread, ratios of minima in the same rounds ==\n");
-    printf("| format | op |");
+    /* The summary, the README's table: per format, ns/value at every level (1 thread), the
+     * ratios of the best level and its speedup on more threads, quantize and dequantize side by
+     * side. */
+    printf("\n== summary (Markdown): %lld x %lld f32 (%.1f MiB), %s; ratios of minima in the "
+           "same rounds ==\n",
+           (long long)o->size, (long long)o->size, values * 4.0 / 1048576.0,
+           o->wall ? "wall clock" : "1 thread on its CPU clock");
+    if (t1 < 0)
+        return;
+    printf("| format | quantize ns/value (");
     for (int l = 0; l < nlv; l++)
-        printf(" %s ns/value |", lv[l].name);
-    printf(" ratio (%s) |", lv[nlv - 1].name);
-    if (bnb_nf4)
-        printf(" vs bitsandbytes (%s) |", lv[nlv - 1].name);
+        printf("%s%s", l ? " / " : "", lv[l].name);
+    printf(") | quantize : read |");
     for (int t = 0; t < o->nthreads; t++)
         if (o->threads[t] != 1)
-            printf(" %dT / 1T (%s) |", o->threads[t], lv[nlv - 1].name);
-    printf("\n|---|---|");
+            printf(" quantize %dT / 1T |", o->threads[t]);
+    printf(" dequantize ns/value (");
     for (int l = 0; l < nlv; l++)
-        printf("---|");
-    printf("---|%s", bnb_nf4 ? "---|" : "");
+        printf("%s%s", l ? " / " : "", lv[l].name);
+    printf(") | dequantize : memcpy |");
+    if (bnb_nf4)
+        printf(" dequantize : bitsandbytes (per-round quartiles) |");
+    for (int t = 0; t < o->nthreads; t++)
+        if (o->threads[t] != 1)
+            printf(" dequantize %dT / 1T |", o->threads[t]);
+    printf("\n|---|---|---|");
+    for (int t = 0; t < o->nthreads; t++)
+        if (o->threads[t] != 1)
+            printf("---|");
+    printf("---|---|%s", bnb_nf4 ? "---|" : "");
     for (int t = 0; t < o->nthreads; t++)
         if (o->threads[t] != 1)
             printf("---|");
     printf("\n");
-    if (t1 < 0)
-        return;
     for (int f = 0; f < NFORMATS; f++) {
-        for (int op = 0; op < 2; op++) {
-            const int pass = op ? P_DEQ : P_QUANT, base = op ? P_COPY : P_READ;
-            const double *best = api_s[f][nlv - 1][t1];
-            if (best[pass] < 0)
-                continue;
-            printf("| %s | %s |", names[f], op ? "dequantize" : "quantize");
-            for (int l = 0; l < nlv; l++) {
-                double s = api_s[f][l][t1][pass];
-                if (s > 0)
-                    printf(" %.3f |", s * 1e9 / values);
-                else
-                    printf(" - |");
-            }
-            printf(" %.2f x %s |", best[base] / best[pass], op ? "memcpy" : "read");
-            if (bnb_nf4) {
-                if (op && best[P_BNB] > 0)
-                    printf(" %.2f x |", best[P_BNB] / best[pass]);
-                else
-                    printf(" - |");
-            }
-            for (int t = 0; t < o->nthreads; t++) {
-                double s = api_s[f][nlv - 1][t][pass];
-                if (o->threads[t] != 1)
-                    printf(s > 0 ? " %.2f x |" : " - |", best[pass] / s);
-            }
-            printf("\n");
-        }
+        if (api_r[f][nlv - 1][t1].s[P_QUANT] < 0 || api_r[f][nlv - 1][t1].s[P_DEQ] < 0)
+            continue;
+        printf("| %s |", names[f]);
+        summary_cells(f, 0, nlv, t1, o, values);
+        summary_cells(f, 1, nlv, t1, o, values);
+        printf("\n");
     }
-    printf("\n");
 }
 
 /* ---- kernels.inc entries ------------------------------------------------------------------- */
@@ -982,8 +1087,8 @@ static void usage(void)
            "                   (scalar,avx2,avx512,neon,...); a tier this CPU lacks is listed\n"
            "  --size N         matrix N x N for the public API and bandwidth (default 4096)\n"
            "  --threads LIST   thread counts, comma-separated, at most %d (default 1,2)\n"
-           "  --reps N         rounds of the protocol (default 9; it stops after 3 once the\n"
-           "                   rounds have taken 2 s)\n"
+           "  --reps N         rounds of the protocol (default 15; it stops after 3 once the\n"
+           "                   rounds have taken 5 s)\n"
            "  --bnb PATH       also time bitsandbytes' CPU dequantize of NF4 / FP4 from its\n"
            "                   libbitsandbytes_cpu.so (the file in the PyPI package)\n"
            "  --quick          smaller sizes, fewer repeats (a smoke run)\n"
@@ -996,7 +1101,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 9, 2.0, 0, NULL};
+    options o = {NULL, NULL, 4096, 1 << 20, {1, 2}, 2, 15, 5.0, 0, NULL};
     int quick = 0, size_set = 0, do_api = 1, do_kernels = 1, check = 0;
 
     for (int i = 1; i < argc; i++) {

@@ -1067,46 +1067,100 @@ static void test_status_other_families(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* An f32 output of 32 MiB or more is decoded in pieces and written with non-temporal stores
- * (src/core/dequantize.c): for every parameter set the same bits as the staged path of a dst one
- * byte off float alignment, on two threads, at a shape whose rows end in partial MX/NVFP4 blocks
- * and are no multiple of the streaming piece; nothing is written past dst. */
+/* 1 if the `off` bytes before dst and the T_GUARD + 64 - off after its `bytes` kept the canary. */
+static int around_untouched(const t_buf *b, size_t off, size_t bytes)
+{
+    for (size_t i = 0; i < T_GUARD + off; i++)
+        if (b->base[i] != T_CANARY)
+            return 0;
+    for (size_t i = T_GUARD + off + bytes; i < b->bytes + 2 * T_GUARD; i++)
+        if (b->base[i] != T_CANARY)
+            return 0;
+    return 1;
+}
+
+/* An f32 output of 32 MiB or more is decoded in pieces and written with non-temporal stores in
+ * whole 64-byte lines, a line buffer carrying the values a piece leaves unfinished
+ * (src/core/dequantize.c). For every parameter set (and NF4 / FP4 blocks of 2048 and 4096, whose
+ * pieces start inside a block), the output is the scalar reference's bit for bit: into a dst on a
+ * 64-byte boundary and 4, 16 and 60 bytes past one (partial first and last lines in every task),
+ * on 1, 2 and 3 threads, at a shape whose rows end in partial MX/NVFP4 blocks and are no multiple
+ * of the streaming piece; f16 or bf16 outputs of the same size (never streamed) match too.
+ * Nothing is written outside dst. */
 static void test_stream_dequant(void **state)
 {
     enum { SR = 2100, SC = 4020 }; /* 8442000 values: 33.8 MB of f32 */
     const size_t bytes = (size_t)SR * SC * sizeof(float);
+    /* (threads, byte offset of dst past a 64-byte boundary) */
+    static const int runs[][2] = {{2, 0}, {2, 4}, {2, 60}, {1, 16}, {3, 16}};
     float *x = malloc(bytes);
-    t_buf a = t_buf_new(bytes), b = t_buf_new(bytes + 1);
+    t_buf want = t_buf_new(bytes), got = t_buf_new(bytes + 64);
+    t_buf want16 = t_buf_new(bytes / 2), got16 = t_buf_new(bytes / 2);
+    qs_quant_params ps[40];
     qs_ctx_params cp;
-    qs_ctx *ctx;
+    qs_ctx *ref, *ctx[4];
     t_rng rng = {7};
+    int np = 0;
 
     (void)state;
     assert_non_null(x);
     for (size_t i = 0; i < (size_t)SR * SC; i++)
         x[i] = (float)(t_normal(&rng) * ldexp(1.0, (int)(i % 29) - 14));
     qs_ctx_params_init(&cp);
-    cp.num_threads = 2;
-    assert_int_equal(qs_ctx_create(&cp, &ctx), QS_OK);
-    for (int s = 0; s < n_sets; s++) {
+    cp.isa_mask = 0;
+    cp.num_threads = 1;
+    assert_int_equal(qs_ctx_create(&cp, &ref), QS_OK);
+    for (int t = 1; t <= 3; t++) {
+        qs_ctx_params_init(&cp);
+        cp.num_threads = t;
+        assert_int_equal(qs_ctx_create(&cp, &ctx[t]), QS_OK);
+    }
+    for (int s = 0; s < n_sets; s++)
+        ps[np++] = sets[s];
+    ps[np] = params(QS_FORMAT_NF4), ps[np++].block_size = 4096;
+    ps[np] = params(QS_FORMAT_FP4), ps[np++].block_size = 2048;
+    ps[np] = params(QS_FORMAT_NF4), ps[np].block_size = 2048, ps[np++].double_quant = 1;
+    for (int s = 0; s < np; s++) {
         tq t;
-        quant(ctx, &sets[s], x, QS_DTYPE_F32, SR, SC, &t);
-        assert_int_equal(qs_dequantize(ctx, &sets[s], &t.q, SR, SC, a.p, QS_DTYPE_F32,
+        quant(ctx[2], &ps[s], x, QS_DTYPE_F32, SR, SC, &t);
+        assert_int_equal(qs_dequantize(ref, &ps[s], &t.q, SR, SC, want.p, QS_DTYPE_F32,
                                        (int64_t)bytes),
                          QS_OK);
-        assert_int_equal(qs_dequantize(ctx, &sets[s], &t.q, SR, SC, (char *)b.p + 1, QS_DTYPE_F32,
-                                       (int64_t)bytes),
-                         QS_OK);
-        if (memcmp(a.p, (char *)b.p + 1, bytes) != 0)
-            fail_msg("format %d (set %d): streamed output differs from the staged one",
-                     sets[s].format, s);
-        assert_true(t_buf_guards_ok(&a));
-        assert_true(t_buf_guards_ok(&b));
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            const size_t off = (size_t)runs[r][1];
+            /* t_buf's p is T_GUARD past malloc's 16-byte aligned block: find a line boundary */
+            const size_t line = (64 - (uintptr_t)got.p % 64) % 64;
+            char *d = (char *)got.p + line + off;
+            memset(got.base, T_CANARY, got.bytes + 2 * T_GUARD);
+            assert_int_equal(qs_dequantize(ctx[runs[r][0]], &ps[s], &t.q, SR, SC, d,
+                                           QS_DTYPE_F32, (int64_t)bytes),
+                             QS_OK);
+            if (memcmp(want.p, d, bytes) != 0)
+                fail_msg("format %d block %d (set %d), %d threads, dst 64n+%zu: output differs "
+                         "from the scalar reference's",
+                         ps[s].format, ps[s].block_size, s, runs[r][0], off);
+            assert_true(around_untouched(&got, line + off, bytes));
+        }
+        {
+            const int32_t dt = s % 2 ? QS_DTYPE_BF16 : QS_DTYPE_F16;
+            assert_int_equal(qs_dequantize(ref, &ps[s], &t.q, SR, SC, want16.p, dt,
+                                           (int64_t)bytes / 2),
+                             QS_OK);
+            assert_int_equal(qs_dequantize(ctx[2], &ps[s], &t.q, SR, SC, got16.p, dt,
+                                           (int64_t)bytes / 2),
+                             QS_OK);
+            assert_memory_equal(want16.p, got16.p, bytes / 2);
+            assert_true(t_buf_guards_ok(&got16));
+        }
         tq_free(&t);
     }
-    qs_ctx_destroy(ctx);
-    t_buf_free(&a);
-    t_buf_free(&b);
+    for (int t = 1; t <= 3; t++)
+        qs_ctx_destroy(ctx[t]);
+    qs_ctx_destroy(ref);
+    t_buf_free(&want);
+    t_buf_free(&got);
+    t_buf_free(&want16);
+    t_buf_free(&got16);
     free(x);
 }
 

@@ -14,6 +14,13 @@ typedef void qs_task_fn(void *arg, int64_t index, float *tile);
 /* Run fn(arg, i, tile) for every i in [0, count); tile holds QS_TILE floats. */
 QS_INTERNAL void qs_parallel_for(const qs_ctx *ctx, int64_t count, qs_task_fn *fn, void *arg);
 
+/* The same, then done(arg) once on every thread of the team after its last task and before the
+ * loop returns (NULL: nothing): the place for what a thread must do once, not once per task,
+ * such as the SFENCE after its non-temporal stores (dequantize.c). */
+typedef void qs_done_fn(void *arg);
+QS_INTERNAL void qs_parallel_for_done(const qs_ctx *ctx, int64_t count, qs_task_fn *fn,
+                                      qs_done_fn *done, void *arg);
+
 /* Reductions over `n` elements of src starting at element `start`, staged through `tile`
  * (sequential: for use inside a task). NaN is ignored (formats.md §5.2, §8). */
 QS_INTERNAL float qs_span_amax(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t start,
