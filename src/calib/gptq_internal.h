@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "../core/internal.h"
+#include "../ref/element_hd.h"
 #include "../ref/mx_ref.h"
 #include "../ref/ref.h"
 #include "qsparse/gptq.h"
@@ -70,11 +71,18 @@ QS_INTERNAL void qs_grid_fit(struct qs_grid *g, int64_t row, int64_t gi, const f
  * is U at the group's first diagonal entry (row stride ldu). Ties keep the rounding rule's. */
 QS_INTERNAL void qs_grid_fit_search(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
                                     int64_t len, const float *u, int64_t ldu);
+/* 2^(127 - sb) for a scale byte sb < 0xFF: a float for every such byte (2^-127, sb = 0xFE, a
+ * subnormal). A product by it rounds once, as ldexpf(x, 127 - sb) does, so x * inv is the MX
+ * element rule's scaled value without the libm call. */
+static inline float qs_grid_mx_inv(uint8_t sb)
+{
+    return qs_f32_from_bits(sb < 0xFE ? (uint32_t)(0xFE - sb) << 23 : 0x00400000u);
+}
 /* The MXFP4 element rule against scale byte sb: the code of x into *code, and its value. */
 static inline float qs_grid_mx_round(uint8_t sb, float x, uint8_t *code)
 {
-    *code = sb == 0xFF ? 0 : qs_ref_e2m1_encode(ldexpf(x, 127 - (int)sb));
-    return qs_e2m1_values[*code] * qs_ref_e8m0_decode(sb);
+    *code = sb == 0xFF ? 0 : qs_hd_e2m1_encode(x * qs_grid_mx_inv(sb));
+    return qs_e2m1_values[*code] * qs_e8m0_decode_inline(sb);
 }
 /* Round x at logical (row, col) with its group's scale; stores the code, returns the value that
  * qs_dequantize gives for it. */

@@ -15,7 +15,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "../ref/element_hd.h"
 #include "gptq_internal.h"
 
 #define MX_BLOCK 32
@@ -26,10 +25,8 @@ static double block_loss(uint8_t sb, const float *v, int64_t len, const float *u
 {
     float x[MX_BLOCK];
     double loss = 0.0;
-    /* qs_grid_mx_round's two scalings hoisted out of the loop: 2^(127 - sb) is a float for every
-     * byte below 0xFF (2^-127 a denormal), and a product by a power of two rounds once, as ldexpf
-     * does, so the codes and values are the same */
-    const float inv = ldexpf(1.0f, 127 - (int)sb), scale = qs_ref_e8m0_decode(sb);
+    /* qs_grid_mx_round with its two scalings hoisted out of the loop */
+    const float inv = qs_grid_mx_inv(sb), scale = qs_e8m0_decode_inline(sb);
 
     memcpy(x, v, (size_t)len * sizeof *x);
     for (int64_t i = 0; i < len && loss < bound; i++) {
