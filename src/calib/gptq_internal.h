@@ -65,12 +65,23 @@ QS_INTERNAL void qs_grid_free(qs_ctx *ctx, struct qs_grid *g);
  * rule. No-op unless the grid is dynamic. */
 QS_INTERNAL void qs_grid_fit(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
                              int64_t len);
+/* One MXFP4 block swept by GPTQ with a fixed scale: per column, its code, rounded value and
+ * error (x - q) / U_jj. */
+#define QS_MX_SWEEP 32
+struct qs_mx_sweep {
+    uint8_t code[QS_MX_SWEEP];
+    float q[QS_MX_SWEEP], er[QS_MX_SWEEP];
+};
 /* MXFP4 with its search (grid_search.c): fit the E8M0 scale of (row, group gi) to the
  * group's current values v[0 ... len), len <= 32, choosing between the OCP floor exponent e and
  * e + 1 the one whose GPTQ sweep over the group has the smaller loss sum ((v - q) / U_ii)^2; u
- * is U at the group's first diagonal entry (row stride ldu). Ties keep the rounding rule's. */
-QS_INTERNAL void qs_grid_fit_search(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
-                                    int64_t len, const float *u, int64_t ldu);
+ * is U at the group's first diagonal entry (row stride ldu). Ties keep the rounding rule's.
+ * Returns 1 with the chosen scale's sweep in *out (the codes, values and errors the GPTQ sweep
+ * computes for the group, bit for bit: same element rule, same updates in the same order), or
+ * 0 where there was nothing to choose (the rule's scale is set; the caller sweeps the group). */
+QS_INTERNAL int qs_grid_fit_search(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
+                                   int64_t len, const float *u, int64_t ldu,
+                                   struct qs_mx_sweep *out);
 /* 2^(127 - sb) for a scale byte sb < 0xFF: a float for every such byte (2^-127, sb = 0xFE, a
  * subnormal). A product by it rounds once, as ldexpf(x, 127 - sb) does, so x * inv is the MX
  * element rule's scaled value without the libm call. */
