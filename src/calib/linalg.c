@@ -86,6 +86,57 @@ static int tri_inverse_lower(double *a, int n)
 }
 #endif
 
+/* The copies around the factorization, HINV_ROWS rows a task, the tasks alternating between
+ * the two ends of the triangle so that a static schedule splits the work evenly. */
+#define HINV_ROWS 16
+
+struct hinv_job {
+    const struct qs_hessian *h;
+    const int32_t *perm;
+    double *a;
+    float *u;
+    int64_t k;
+};
+
+static int64_t hinv_rows(const struct hinv_job *j, int64_t t, int64_t *r1)
+{
+    int64_t nb = qs_ceil_div(j->k, HINV_ROWS), b = t % 2 ? nb - 1 - t / 2 : t / 2;
+    *r1 = (b + 1) * HINV_ROWS < j->k ? (b + 1) * HINV_ROWS : j->k;
+    return b * HINV_ROWS;
+}
+
+static void hinv_fill_task(void *arg, int64_t t, float *tile)
+{
+    const struct hinv_job *jb = arg;
+    const int64_t k = jb->k;
+    int64_t r1, r0 = hinv_rows(jb, t, &r1);
+    (void)tile;
+    for (int64_t i = r0; i < r1; i++) {
+        int64_t pi = jb->perm ? jb->perm[k - 1 - i] : k - 1 - i;
+        for (int64_t j = 0; j <= i; j++) {
+            int64_t pj = jb->perm ? jb->perm[k - 1 - j] : k - 1 - j;
+            int64_t r = pi < pj ? pi : pj, c = pi < pj ? pj : pi;
+            jb->a[i * k + j] = 2.0 * jb->h->s[r * k + c];
+        }
+    }
+}
+
+static void hinv_copy_task(void *arg, int64_t t, float *tile)
+{
+    const struct hinv_job *jb = arg;
+    const int64_t k = jb->k;
+    int64_t r1, r0 = hinv_rows(jb, t, &r1);
+    (void)tile;
+    for (int64_t i = r0; i < r1; i++) {
+        const double *l = jb->a + (k - 1 - i) * k + (k - 1);
+        float *u = jb->u + i * k;
+        for (int64_t j = 0; j < i; j++)
+            u[j] = 0.0f;
+        for (int64_t j = i; j < k; j++)
+            u[j] = (float)l[-j];
+    }
+}
+
 qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
                        const int32_t *perm, uint8_t *dead, float *u)
 {
@@ -98,14 +149,8 @@ qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
         return QS_ERR_OUT_OF_MEMORY;
     /* B = J H J with H = 2 S in the processing order, lower triangle (row-major): B_ij is
      * H_(k-1-i)(k-1-j), an entry of S's upper triangle for j <= i. */
-    for (int64_t i = 0; i < k; i++) {
-        int64_t pi = perm ? perm[k - 1 - i] : k - 1 - i;
-        for (int64_t j = 0; j <= i; j++) {
-            int64_t pj = perm ? perm[k - 1 - j] : k - 1 - j;
-            int64_t r = pi < pj ? pi : pj, c = pi < pj ? pj : pi;
-            a[i * k + j] = 2.0 * h->s[r * k + c];
-        }
-    }
+    struct hinv_job j = {h, perm, a, u, k};
+    qs_parallel_for(ctx, qs_ceil_div(k, HINV_ROWS), hinv_fill_task, &j);
     /* Dead inputs (never active): their weights cannot matter; GPTQ sets H_jj = 1. */
     for (int64_t t = 0; t < k; t++) {
         double *d = &a[(k - 1 - t) * k + (k - 1 - t)];
@@ -125,13 +170,7 @@ qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
         return QS_ERR_BAD_DATA;
     }
     /* U_ij = (L^-1)_(k-1-i)(k-1-j): row i of U is row k-1-i of L^-1 read backwards */
-    for (int64_t i = 0; i < k; i++) {
-        const double *l = a + (k - 1 - i) * k + (k - 1);
-        for (int64_t j = 0; j < i; j++)
-            u[i * k + j] = 0.0f;
-        for (int64_t j = i; j < k; j++)
-            u[i * k + j] = (float)l[-j];
-    }
+    qs_parallel_for(ctx, qs_ceil_div(k, HINV_ROWS), hinv_copy_task, &j);
     qs_scratch_free(ctx, a);
     return QS_OK;
 }
