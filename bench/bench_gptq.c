@@ -8,9 +8,10 @@
  *   INT8 by row and by group of 128, MXFP4 with and without its scale search, NVFP4), and
  *   qs_sparsegpt at 2:4 alone and jointly with NF4;
  * - where the time of one GPTQ goes: the double factorization LAPACK runs for it (dpotrf +
- *   dtrtri of the same K x K matrix) and the lazy-block updates alone (the same sequence of
- *   cblas_sgemm calls); the rest of a GPTQ line is the column sweep (quantize + in-block error
- *   propagation), the copies and the planes.
+ *   dtrtri of the same K x K matrix; beside it the textbook dpotrf + dpotri + dpotrf it replaced)
+ *   and the lazy-block updates alone (the same sequence of cblas_sgemm calls); the rest of a
+ *   GPTQ line is the column sweep (quantize + in-block error propagation), the copies and the
+ *   planes.
  *
  * Every line gives the minimum wall time and the minimum process CPU time over the repetitions:
  * on an oversubscribed machine wall time mostly measures waiting for a core, and CPU seconds /
@@ -36,6 +37,7 @@
 extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
 extern void dtrtri_(const char *uplo, const char *diag, const int *n, double *a, const int *lda,
                     int *info, size_t, size_t);
+extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
 #endif
 
 static double cpu_now(void)
@@ -172,7 +174,7 @@ static struct timing time_sparsegpt(qs_ctx *ctx, const qs_quant_params *p, const
 /* The parts of one GPTQ that OpenBLAS runs, alone: the factorization of the dampened 2 S
  * (dpotrf + dtrtri in double, as linalg.c) and the lazy-block sgemm sequence (block 128). */
 static void time_parts(qs_ctx *ctx, const qs_hessian *h, int64_t rows, int64_t k,
-                       struct timing *fact, struct timing *lazy)
+                       struct timing *fact, struct timing *textbook, struct timing *lazy)
 {
     double *a = malloc((size_t)(k * k) * sizeof(double)), *hm = a;
     float *wc = malloc((size_t)(rows * k) * sizeof(float)), *u = malloc((size_t)(k * k) * 4);
@@ -198,6 +200,20 @@ static void time_parts(qs_ctx *ctx, const qs_hessian *h, int64_t rows, int64_t k
             fprintf(stderr, "bench_gptq: the factorization failed (%d)\n", info);
             exit(1);
         }
+    }
+    /* the textbook route to the same factor, for comparison: chol(H), its inverse, chol again */
+    timing_reset(textbook);
+    for (int r = 0; r < REPS; r++) {
+        double *b = malloc((size_t)(k * k) * sizeof(double));
+        memcpy(b, h2, (size_t)(k * k) * sizeof(double));
+        double w0 = now(), c0 = cpu_now();
+        dpotrf_("L", &n, b, &n, &info, 1);
+        if (info == 0)
+            dpotri_("L", &n, b, &n, &info, 1);
+        if (info == 0)
+            dpotrf_("L", &n, b, &n, &info, 1);
+        timing_add(textbook, w0, c0);
+        free(b);
     }
     for (int64_t i = 0; i < k; i++)
         for (int64_t j = 0; j < k; j++)
@@ -329,9 +345,10 @@ int main(int argc, char **argv)
     t = time_sparsegpt(ctx, &pn, w, rows, k, h);
     print_line("sparsegpt 2:4 + nf4", &t, "(compressed 2:4 + NF4 output)");
 #if defined(QS_HAVE_BLAS) && defined(QS_HAVE_LAPACK)
-    struct timing fact, lazy;
-    time_parts(ctx, h, rows, k, &fact, &lazy);
+    struct timing fact, textbook, lazy;
+    time_parts(ctx, h, rows, k, &fact, &textbook, &lazy);
     print_line("  dpotrf + dtrtri", &fact, "(the factorization inside each GPTQ line)");
+    print_line("  dpotrf+dpotri+dpotrf", &textbook, "(the textbook route it replaces)");
     print_line("  lazy sgemm", &lazy, "(the block updates inside each GPTQ line)");
 #endif
     qs_hessian_destroy(h);
