@@ -10,7 +10,7 @@
  * - A weight is rows x cols row-major f32 (a PyTorch Linear weight [out, in]); cols = K, the
  *   Hessian's dimension. Activations are [tokens, K].
  * - The Hessian keeps S = X^T X in double; H = 2 S. Matrix products go through OpenBLAS (ssyrk,
- *   sgemm; the Cholesky factorizations through LAPACK dpotrf/dpotri) when the build found it, so
+ *   sgemm; the Cholesky factorization through LAPACK dpotrf/dtrtri) when the build found it, so
  *   their last bits depend on the BLAS build and its threads: these results are not under the
  *   bit-identical promise of qsparse.h. Without OpenBLAS the library uses plain C loops.
  * - Outputs are ordinary: a GPTQ result is the planes of qs_quantize (qs_dequantize, qs_matmul
@@ -49,8 +49,8 @@ QS_API qs_status qs_hessian_info(const qs_hessian *h, int64_t *k, int64_t *token
 
 /**
  * S += X^T X for `rows` activation rows of width `cols` (= K) of `dtype` (f32, f16, bf16).
- * Rows are taken in chunks of 512: each chunk's X^T X is one f32 ssyrk (f32 products summed in
- * f32 over at most 512 rows), and the chunks are added in double. Returns QS_ERR_INVALID_ARG,
+ * Rows are taken in chunks of 2048: each chunk's X^T X is one f32 ssyrk (f32 products summed in
+ * f32 over at most 2048 rows), and the chunks are added in double. Returns QS_ERR_INVALID_ARG,
  * QS_ERR_SHAPE (cols != K), QS_ERR_NONFINITE (a NaN or Inf activation: nothing is added),
  * QS_ERR_OVERFLOW, QS_ERR_OUT_OF_MEMORY (f16/bf16 and misaligned data are staged). The Hessian
  * is unchanged on error.

@@ -55,9 +55,27 @@ static void gptq_block_task(void *arg, int64_t chunk, float *tile)
             int64_t col = j->perm ? j->perm[t] : t;
             if (g->dynamic && t % g->group == 0) { /* dynamic grids never permute */
                 int64_t len = j->k - t < g->group ? j->k - t : g->group;
-                if (g->search) /* the group lies inside this lazy block, so its U rows too */
-                    qs_grid_fit_search(g, r, t / g->group, w + t, len, urow + t, j->k);
-                else
+                struct qs_mx_sweep sw;
+                /* the group lies inside this lazy block, so its U rows too */
+                if (g->search && qs_grid_fit_search(g, r, t / g->group, w + t, len, urow + t,
+                                                    j->k, &sw)) {
+                    /* the search swept the group with the scale it chose, as the loop below
+                     * would: take its codes, values and errors, and carry the errors to the
+                     * block's later columns (each gets them in column order, as below) */
+                    for (int64_t i = 0; i < len; i++) {
+                        const float *ur = j->u + (t + i) * j->k;
+                        float er = sw.er[i];
+                        loss += (double)er * (double)er * 0.5;
+                        for (int64_t c = t + len; c < j->i2; c++)
+                            w[c] -= er * ur[c];
+                        e[t + i - j->i1] = er;
+                        w[t + i] = sw.q[i];
+                        g->codes[r * g->lcols + t + i] = sw.code[i];
+                    }
+                    t += len - 1;
+                    continue;
+                }
+                if (!g->search)
                     qs_grid_fit(g, r, t / g->group, w + t, len);
             }
             float x = w[t];

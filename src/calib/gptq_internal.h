@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "../core/internal.h"
+#include "../ref/element_hd.h"
 #include "../ref/mx_ref.h"
 #include "../ref/ref.h"
 #include "qsparse/gptq.h"
@@ -64,17 +65,35 @@ QS_INTERNAL void qs_grid_free(qs_ctx *ctx, struct qs_grid *g);
  * rule. No-op unless the grid is dynamic. */
 QS_INTERNAL void qs_grid_fit(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
                              int64_t len);
+/* One MXFP4 block swept by GPTQ with a fixed scale: per column, its code, rounded value and
+ * error (x - q) / U_jj. */
+#define QS_MX_SWEEP 32
+struct qs_mx_sweep {
+    uint8_t code[QS_MX_SWEEP];
+    float q[QS_MX_SWEEP], er[QS_MX_SWEEP];
+};
 /* MXFP4 with its search (grid_search.c): fit the E8M0 scale of (row, group gi) to the
  * group's current values v[0 ... len), len <= 32, choosing between the OCP floor exponent e and
  * e + 1 the one whose GPTQ sweep over the group has the smaller loss sum ((v - q) / U_ii)^2; u
- * is U at the group's first diagonal entry (row stride ldu). Ties keep the rounding rule's. */
-QS_INTERNAL void qs_grid_fit_search(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
-                                    int64_t len, const float *u, int64_t ldu);
+ * is U at the group's first diagonal entry (row stride ldu). Ties keep the rounding rule's.
+ * Returns 1 with the chosen scale's sweep in *out (the codes, values and errors the GPTQ sweep
+ * computes for the group, bit for bit: same element rule, same updates in the same order), or
+ * 0 where there was nothing to choose (the rule's scale is set; the caller sweeps the group). */
+QS_INTERNAL int qs_grid_fit_search(struct qs_grid *g, int64_t row, int64_t gi, const float *v,
+                                   int64_t len, const float *u, int64_t ldu,
+                                   struct qs_mx_sweep *out);
+/* 2^(127 - sb) for a scale byte sb < 0xFF: a float for every such byte (2^-127, sb = 0xFE, a
+ * subnormal). A product by it rounds once, as ldexpf(x, 127 - sb) does, so x * inv is the MX
+ * element rule's scaled value without the libm call. */
+static inline float qs_grid_mx_inv(uint8_t sb)
+{
+    return qs_f32_from_bits(sb < 0xFE ? (uint32_t)(0xFE - sb) << 23 : 0x00400000u);
+}
 /* The MXFP4 element rule against scale byte sb: the code of x into *code, and its value. */
 static inline float qs_grid_mx_round(uint8_t sb, float x, uint8_t *code)
 {
-    *code = sb == 0xFF ? 0 : qs_ref_e2m1_encode(ldexpf(x, 127 - (int)sb));
-    return qs_e2m1_values[*code] * qs_ref_e8m0_decode(sb);
+    *code = sb == 0xFF ? 0 : qs_hd_e2m1_encode(x * qs_grid_mx_inv(sb));
+    return qs_e2m1_values[*code] * qs_e8m0_decode_inline(sb);
 }
 /* Round x at logical (row, col) with its group's scale; stores the code, returns the value that
  * qs_dequantize gives for it. */

@@ -6,7 +6,8 @@
  * scale once, by the format's own scale rule (the same reference functions qs_quantize runs),
  * rounds elements with the format's element rule against that scale, and finally writes the
  * planes exactly as qs_quantize lays them out. With unchanged weights every code and scale is
- * qs_quantize's.
+ * qs_quantize's. Elements are rounded with the reference's own rules in their inline form
+ * (element_hd.h, which the qs_ref_* encoders wrap): one rounding per weight, no call.
  */
 #include <math.h>
 #include <string.h>
@@ -116,19 +117,19 @@ float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, float x)
             code = 0; /* all-zero block: codes 0 (formats.md §5.2) */
         } else {
             float y = x * g->b[u];
-            code = g->format == QS_FORMAT_NF4 ? qs_ref_nf4_encode(y) : qs_ref_fp4_encode(y);
+            code = g->format == QS_FORMAT_NF4 ? qs_hd_nf4_encode(y) : qs_hd_fp4_encode(y);
         }
         v = book[code] * g->a[u];
         break;
     }
     case QS_FORMAT_INT8: {
-        int8_t c = qs_ref_int8_encode(x, g->b[u], g->zp[u], g->qmin);
+        int8_t c = qs_hd_int8_encode(x, g->b[u], g->zp[u], g->qmin);
         code = (uint8_t)c;
         v = (float)((int32_t)c - g->zp[u]) * g->a[u];
         break;
     }
     case QS_FORMAT_LLM_INT8: {
-        int8_t c = qs_ref_int8_encode(x, g->b[u], 0, -127);
+        int8_t c = qs_hd_int8_encode(x, g->b[u], 0, -127);
         code = (uint8_t)c;
         v = ((float)c * g->a[u]) * 0x1.020408p-7f; /* fl(fl(q * SCB) * fl(1/127)) */
         break;
@@ -137,7 +138,7 @@ float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, float x)
         v = qs_grid_mx_round(g->sb[u], x, &code);
         break;
     default: /* NVFP4 */
-        code = g->a[u] != 0.0f ? qs_ref_e2m1_encode(x / g->a[u]) : 0;
+        code = g->a[u] != 0.0f ? qs_hd_e2m1_encode(x / g->a[u]) : 0;
         v = qs_e2m1_values[code] * g->a[u];
         break;
     }

@@ -22,9 +22,12 @@
 #include "../core/parallel.h"
 #include "gptq_internal.h"
 
-/* Rows per f32 partial sum: small enough that an f32 sum of squares keeps about 2^-24 * 512^0.5
- * relative error, large enough that the double additions cost under a tenth of the ssyrk. */
-#define HS_CHUNK 512
+/* Rows per f32 partial sum. The double additions of a chunk read the K x K f32 partial and
+ * read and write the double S: memory-bound, about a fifth of a 512-row ssyrk's time at K = 4096,
+ * a twentieth of a 2048-row one's. The f32 sums stay short anyway: OpenBLAS's kernels sum a few
+ * hundred rows in registers per pass and add the passes into C, so a 2048-row sum is a handful
+ * of those partial sums (the documented bound, calibration.md §14, is the plain 2048-term one). */
+#define HS_CHUNK 2048
 #define HS_HEADER 32
 #define HS_MAGIC "QSHS"
 
@@ -102,12 +105,16 @@ struct hs_add_job {
     int64_t k;
 };
 
-/* Upper-triangle rows [16 i, 16 i + 16) of s += part: fixed chunks, one writer per element. */
+/* Upper-triangle rows of s += part, 16 at a time, one writer per element. Row r holds K - r
+ * entries, so the tasks alternate between the two ends of the triangle (0, last, 1, last - 1,
+ * ...): any contiguous half of the tasks, as a static schedule hands them out, gets half the
+ * work. */
 static void hs_add_task(void *arg, int64_t t, float *tile)
 {
     const struct hs_add_job *j = arg;
+    int64_t nb = qs_ceil_div(j->k, 16), b = t % 2 ? nb - 1 - t / 2 : t / 2;
     (void)tile;
-    for (int64_t r = t * 16; r < j->k && r < t * 16 + 16; r++) {
+    for (int64_t r = b * 16; r < j->k && r < b * 16 + 16; r++) {
         double *d = j->s + r * j->k;
         const float *p = j->part + r * j->k;
         for (int64_t c = r; c < j->k; c++)

@@ -3,7 +3,7 @@
  * The dense linear algebra of GPTQ and SparseGPT (docs/calibration.md §15.2): the dampened
  * Hessian, its inverse's upper Cholesky factor U (H^-1 = U^T U, the factor whose rows carry a
  * column's quantization error to the columns after it), and the trailing update of the lazy
- * blocks. With OpenBLAS: LAPACK dpotrf / dpotri / dpotrf in double and cblas_sgemm; without it,
+ * blocks. With OpenBLAS: LAPACK dpotrf / dtrtri in double and cblas_sgemm; without it,
  * plain C loops that compute the same factors (slower, O(K^3) scalar work).
  */
 #include <math.h>
@@ -16,74 +16,126 @@
 #include "../core/parallel.h"
 #include "gptq_internal.h"
 
+/*
+ * U comes from one Cholesky of H and one triangular inverse (2 K^3 / 3 flops, half of the
+ * textbook dpotrf / dpotri / dpotrf route). With J the reversal permutation, factor
+ * J H J = L L^T (L lower); then H = R R^T with R = J L J upper, so H^-1 = R^-T R^-1 and
+ * U = R^-1 = J L^-1 J: upper with a positive diagonal, hence the (unique) Cholesky factor of H^-1.
+ * Both helpers work on a row-major lower triangle (LAPACK's column-major upper, the same bytes).
+ */
 #ifdef QS_HAVE_LAPACK
 /* The Fortran LAPACK entry points OpenBLAS exports (no LAPACKE header is needed); the trailing
- * size_t is the hidden length of the character argument. */
+ * size_t are the hidden lengths of the character arguments. */
 extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
-extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
+extern void dtrtri_(const char *uplo, const char *diag, const int *n, double *a, const int *lda,
+                    int *info, size_t, size_t);
 
-/* Lower Cholesky in column-major of a symmetric matrix (row-major upper = column-major lower). */
-static int chol(double *a, int n)
+/* A = L L^T, L into the row-major lower triangle (column-major upper: A = U^T U, U = L^T). */
+static int chol_lower(double *a, int n)
 {
     int info = 0;
-    dpotrf_("L", &n, a, &n, &info, 1);
+    dpotrf_("U", &n, a, &n, &info, 1);
     return info;
 }
 
-static int chol_inverse(double *a, int n)
+/* L^-1 in place of L (row-major lower). */
+static int tri_inverse_lower(double *a, int n)
 {
     int info = 0;
-    dpotri_("L", &n, a, &n, &info, 1);
+    dtrtri_("U", "N", &n, a, &n, &info, 1, 1);
     return info;
 }
 #else
-/* Row-major upper triangle a holds symmetric A; on return it holds U with A = U^T U
- * (the column-major lower factor of LAPACK seen row-major). */
-static int chol(double *a, int n)
+/* A = L L^T in place of A's row-major lower triangle (row-contiguous dot products). */
+static int chol_lower(double *a, int n)
 {
     for (int64_t j = 0; j < n; j++) {
-        double d = a[j * n + j];
+        const double *lj = a + j * n;
+        double d = lj[j];
         for (int64_t p = 0; p < j; p++)
-            d -= a[p * n + j] * a[p * n + j];
+            d -= lj[p] * lj[p];
         if (!(d > 0.0))
             return (int)j + 1;
         d = sqrt(d);
         a[j * n + j] = d;
-        for (int64_t c = j + 1; c < n; c++) {
-            double v = a[j * n + c];
+        for (int64_t i = j + 1; i < n; i++) {
+            double *li = a + i * n;
+            double v = li[j];
             for (int64_t p = 0; p < j; p++)
-                v -= a[p * n + j] * a[p * n + c];
-            a[j * n + c] = v / d;
+                v -= li[p] * lj[p];
+            li[j] = v / d;
         }
     }
     return 0;
 }
 
-/* From U (A = U^T U, row-major upper), A^-1 = U^-1 U^-T into the upper triangle. */
-static int chol_inverse(double *a, int n)
+/* L^-1 in place of L (row-major lower), column by column from the left: row i's entries at
+ * columns >= j are still L's when column j is computed, rows above i already hold L^-1's. */
+static int tri_inverse_lower(double *a, int n)
 {
-    /* V = U^-1, upper triangular, in place column by column from the right. */
-    for (int64_t j = n - 1; j >= 0; j--) {
+    for (int64_t j = 0; j < n; j++) {
         a[j * n + j] = 1.0 / a[j * n + j];
-        for (int64_t i = j - 1; i >= 0; i--) {
+        for (int64_t i = j + 1; i < n; i++) {
             double v = 0.0;
-            for (int64_t p = i + 1; p <= j; p++)
+            for (int64_t p = j; p < i; p++)
                 v += a[i * n + p] * a[p * n + j];
             a[i * n + j] = -v / a[i * n + i];
         }
     }
-    /* A^-1 = V V^T: (i, j) for j >= i is sum over p >= j of V[i][p] V[j][p]; row i is read after
-     * being overwritten only at columns < j, which the sum never touches for rows below. */
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = i; j < n; j++) {
-            double v = 0.0;
-            for (int64_t p = j; p < n; p++)
-                v += a[i * n + p] * a[j * n + p];
-            a[i * n + j] = v;
-        }
     return 0;
 }
 #endif
+
+/* The copies around the factorization, HINV_ROWS rows a task, the tasks alternating between
+ * the two ends of the triangle so that a static schedule splits the work evenly. */
+#define HINV_ROWS 16
+
+struct hinv_job {
+    const struct qs_hessian *h;
+    const int32_t *perm;
+    double *a;
+    float *u;
+    int64_t k;
+};
+
+static int64_t hinv_rows(const struct hinv_job *j, int64_t t, int64_t *r1)
+{
+    int64_t nb = qs_ceil_div(j->k, HINV_ROWS), b = t % 2 ? nb - 1 - t / 2 : t / 2;
+    *r1 = (b + 1) * HINV_ROWS < j->k ? (b + 1) * HINV_ROWS : j->k;
+    return b * HINV_ROWS;
+}
+
+static void hinv_fill_task(void *arg, int64_t t, float *tile)
+{
+    const struct hinv_job *jb = arg;
+    const int64_t k = jb->k;
+    int64_t r1, r0 = hinv_rows(jb, t, &r1);
+    (void)tile;
+    for (int64_t i = r0; i < r1; i++) {
+        int64_t pi = jb->perm ? jb->perm[k - 1 - i] : k - 1 - i;
+        for (int64_t j = 0; j <= i; j++) {
+            int64_t pj = jb->perm ? jb->perm[k - 1 - j] : k - 1 - j;
+            int64_t r = pi < pj ? pi : pj, c = pi < pj ? pj : pi;
+            jb->a[i * k + j] = 2.0 * jb->h->s[r * k + c];
+        }
+    }
+}
+
+static void hinv_copy_task(void *arg, int64_t t, float *tile)
+{
+    const struct hinv_job *jb = arg;
+    const int64_t k = jb->k;
+    int64_t r1, r0 = hinv_rows(jb, t, &r1);
+    (void)tile;
+    for (int64_t i = r0; i < r1; i++) {
+        const double *l = jb->a + (k - 1 - i) * k + (k - 1);
+        float *u = jb->u + i * k;
+        for (int64_t j = 0; j < i; j++)
+            u[j] = 0.0f;
+        for (int64_t j = i; j < k; j++)
+            u[j] = (float)l[-j];
+    }
+}
 
 qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
                        const int32_t *perm, uint8_t *dead, float *u)
@@ -95,40 +147,30 @@ qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
 
     if (!a)
         return QS_ERR_OUT_OF_MEMORY;
-    /* H = 2 S in the processing order, upper triangle (row-major). */
-    for (int64_t i = 0; i < k; i++) {
-        int64_t pi = perm ? perm[i] : i;
-        for (int64_t j = i; j < k; j++) {
-            int64_t pj = perm ? perm[j] : j;
-            int64_t r = pi < pj ? pi : pj, c = pi < pj ? pj : pi;
-            a[i * k + j] = 2.0 * h->s[r * k + c];
-        }
-    }
+    /* B = J H J with H = 2 S in the processing order, lower triangle (row-major): B_ij is
+     * H_(k-1-i)(k-1-j), an entry of S's upper triangle for j <= i. */
+    struct hinv_job j = {h, perm, a, u, k};
+    qs_parallel_for(ctx, qs_ceil_div(k, HINV_ROWS), hinv_fill_task, &j);
     /* Dead inputs (never active): their weights cannot matter; GPTQ sets H_jj = 1. */
-    for (int64_t i = 0; i < k; i++) {
-        dead[i] = a[i * k + i] == 0.0;
-        if (dead[i])
-            a[i * k + i] = 1.0;
-        mean += a[i * k + i];
+    for (int64_t t = 0; t < k; t++) {
+        double *d = &a[(k - 1 - t) * k + (k - 1 - t)];
+        dead[t] = *d == 0.0;
+        if (dead[t])
+            *d = 1.0;
+        mean += *d;
     }
     mean = percdamp * mean / (double)k;
     for (int64_t i = 0; i < k; i++)
         a[i * k + i] += mean;
-    info = chol(a, (int)k);
+    info = chol_lower(a, (int)k);
     if (info == 0)
-        info = chol_inverse(a, (int)k);
-    if (info == 0)
-        info = chol(a, (int)k);
+        info = tri_inverse_lower(a, (int)k);
     if (info != 0) {
         qs_scratch_free(ctx, a);
         return QS_ERR_BAD_DATA;
     }
-    for (int64_t i = 0; i < k; i++) {
-        for (int64_t j = 0; j < i; j++)
-            u[i * k + j] = 0.0f;
-        for (int64_t j = i; j < k; j++)
-            u[i * k + j] = (float)a[i * k + j];
-    }
+    /* U_ij = (L^-1)_(k-1-i)(k-1-j): row i of U is row k-1-i of L^-1 read backwards */
+    qs_parallel_for(ctx, qs_ceil_div(k, HINV_ROWS), hinv_copy_task, &j);
     qs_scratch_free(ctx, a);
     return QS_OK;
 }

@@ -6,12 +6,21 @@ linear replaced by a libqsparse weight, on docstring sentences of Python's stand
 tokenizer.json.
 
 Checked: the float32 forward against sentence-transformers (1e-4, when installed); with one
-evaluation of every method (bench/minilm_eval.evaluate, 96 calibration / 96 held-out sentences):
+evaluation of every method (bench/minilm_eval.evaluate, 192 calibration / 96 held-out sentences):
 in every format (NF4, FP4, INT8 by row and by group of 128, MXFP4, NVFP4), GPTQ's held-out
-output error below round-to-nearest's on every one of the 36 linear layers, its embedding cosine
-above round-to-nearest's at the same bits per weight; at 2:4, SparseGPT's embedding cosine above
-Wanda's above magnitude pruning's, SparseGPT's output error below Wanda's on every layer, and
-SparseGPT + NF4 above magnitude + NF4.
+output error strictly below round-to-nearest's on every one of the 36 linear layers, its
+embedding cosine above round-to-nearest's at the same bits per weight; at 2:4, SparseGPT's
+embedding cosine above Wanda's above magnitude pruning's, SparseGPT's output error below Wanda's
+on every layer, and SparseGPT + NF4 above magnitude + NF4.
+
+Why 192 calibration sentences: the Hessian of the last layer's attention output
+(encoder.layer.5.attention.output.dense, K = 384) does not generalize from 96 sentences (about
+2500 tokens). There GPTQ halves the output error on the calibration tokens in every format
+(0.45 of RTN's) but on held-out text only reaches 0.97 - 1.00 of RTN's (FP4 1.0006): the
+sweep fits directions the calibration text excites and the held-out text does not. That is
+the estimate's variance, not a defect of the sweep (percdamp 0.1 or more text both fix it);
+with 192 sentences (about 4900 tokens) the layer is at 0.92 of RTN in FP4 and the other layers
+keep their margins.
 The full table (all formats) is `python3 bench/minilm_eval.py --markdown`."""
 
 import os
@@ -33,14 +42,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 import minilm_eval as me  # noqa: E402
 
 SENTENCE = "The quick brown fox jumps over the lazy dog."
+CALIB = 192  # calibration sentences (the module docstring says why not fewer)
 
 
 @pytest.fixture(scope="module")
 def setup():
     model = me.MiniLM()
-    calib = me.sentences(me.CALIB_MODULES, 96)
     held = me.sentences(me.EVAL_MODULES, 96)
-    assert len(calib) == 96 and len(held) == 96 and not set(calib) & set(held)
+    calib = me.sentences(me.CALIB_MODULES, CALIB, exclude=held)
+    assert len(calib) == CALIB and len(held) == 96 and not set(calib) & set(held)
     return model, calib, held
 
 
@@ -74,10 +84,6 @@ def test_gptq_beats_rtn_on_every_layer(table):
         rtn, gq = table[(f, "rtn")][7], table[(f, "gptq")][7]
         assert len(gq) == 36
         worse = {n: (gq[n], rtn[n]) for n in gq if not gq[n] < rtn[n]}
-        if f == "fp4":  # open: at 96 calibration sentences one layer (layer 5 attention output)
-            # is 0.06% above RTN (below it at 128); held to 0.1% and to one layer at most
-            assert len(worse) <= 1 and all(g < 1.001 * r for g, r in worse.values()), worse
-            continue
         assert not worse, (f, worse)
         assert better[(f, "gptq")]
     assert better[("2:4", "sparsegpt")], table[("2:4", "sparsegpt")][7]
