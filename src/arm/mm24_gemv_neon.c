@@ -195,6 +195,6 @@ void qs_mm_gemv_sp24_nf4__neon_1x1x32(const float *x, int64_t n, const uint16_t 
                                   int32_t block, int64_t rows, float *y)
 {
     for (int64_t r = 0; r < rows; r++)
-        y[r] = qs_mm_dot_sp24_nf4__neon_1x1x32(x, meta + r * words, n, data, start + r * (n / 2),
-                                               absmax, block);
+        qs_st_f32(y + r, qs_mm_dot_sp24_nf4__neon_1x1x32(x, meta + r * words, n, data,
+                                                         start + r * (n / 2), absmax, block));
 }

@@ -492,8 +492,8 @@ void qs_mm_gemv_sp24_nf4__ref(const float *x, int64_t n, const uint16_t *meta, i
                               int32_t block, int64_t rows, float *y)
 {
     for (int64_t r = 0; r < rows; r++)
-        y[r] = qs_mm_dot_sp24_nf4__ref(x, meta + r * words, n, data, start + r * (n / 2), absmax,
-                                       block);
+        qs_st_f32(y + r, qs_mm_dot_sp24_nf4__ref(x, meta + r * words, n, data, start + r * (n / 2),
+                                                 absmax, block));
 }
 
 int qs_mm_sp24_meta_bad__ref(const uint16_t *w, int64_t n)

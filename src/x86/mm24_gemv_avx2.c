@@ -212,8 +212,8 @@ void qs_mm_gemv_sp24_nf4__avx2_1x1x16(const float *x, int64_t n, const uint16_t 
                                   int32_t block, int64_t rows, float *y)
 {
     for (int64_t r = 0; r < rows; r++)
-        y[r] = qs_mm_dot_sp24_nf4__avx2_1x1x16(x, meta + r * words, n, data, start + r * (n / 2),
-                                               absmax, block);
+        qs_st_f32(y + r, qs_mm_dot_sp24_nf4__avx2_1x1x16(x, meta + r * words, n, data,
+                                                         start + r * (n / 2), absmax, block));
 }
 
 /* The meta check (slot mm_sp24_meta_bad): 16 words a step, the low and the high nibble of every

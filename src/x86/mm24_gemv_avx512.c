@@ -306,10 +306,10 @@ static void sp24_nf4_rows4_avx512(const float *x, int64_t n, const uint16_t *met
         a2 = scale_add_avx512(a2, p2, qs_ld_f32(absmax + b + 2 * bs));
         a3 = scale_add_avx512(a3, p3, qs_ld_f32(absmax + b + 3 * bs));
     }
-    y[0] = finish_avx512(a0);
-    y[1] = finish_avx512(a1);
-    y[2] = finish_avx512(a2);
-    y[3] = finish_avx512(a3);
+    qs_st_f32(y + 0, finish_avx512(a0));
+    qs_st_f32(y + 1, finish_avx512(a1));
+    qs_st_f32(y + 2, finish_avx512(a2));
+    qs_st_f32(y + 3, finish_avx512(a3));
 }
 
 void qs_mm_gemv_sp24_nf4__avx512_1x4x16(const float *x, int64_t n, const uint16_t *meta,
@@ -324,8 +324,8 @@ void qs_mm_gemv_sp24_nf4__avx512_1x4x16(const float *x, int64_t n, const uint16_
             sp24_nf4_rows4_avx512(x, n, meta + r * words, words, data, start + r * kept, absmax,
                                   block, y + r);
     for (; r < rows; r++)
-        y[r] = qs_mm_dot_sp24_nf4__avx512_1x1x32(x, meta + r * words, n, data, start + r * kept,
-                                                 absmax, block);
+        qs_st_f32(y + r, qs_mm_dot_sp24_nf4__avx512_1x1x32(x, meta + r * words, n, data,
+                                                           start + r * kept, absmax, block));
 }
 
 /* ---- the meta check (slot mm_sp24_meta_bad) -----------------------------------------------------
