@@ -21,23 +21,13 @@
 #include "common.h"
 
 #include "core/kernels.h"
+#include "kernel_entries.h"
 #include "ref/ref.h"
-
-static const struct qs_kernel_entry *ref_entry_of(int32_t slot)
-{
-    int32_t count;
-    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-
-    for (int32_t i = 0; i < count; i++)
-        if (e[i].slot == slot && e[i].isa == 0)
-            return &e[i];
-    return NULL;
-}
 
 /* Quantize x[0..n) with every entry this CPU runs and with the reference; 0 entries: skip. */
 static int compare_all(const float *x, int64_t n, float s_global, const char *what)
 {
-    const struct qs_kernel_entry *ref = ref_entry_of(QS_SLOT_nvfp4_quant);
+    const struct qs_kernel_entry *ref = test_ref_entry(QS_SLOT_nvfp4_quant);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     const size_t data = (size_t)(n + 1) / 2, nsb = (size_t)(n + 15) / 16;
@@ -206,7 +196,7 @@ static void test_specials_in_fast_blocks(void **state)
 /* MXFP4 over x[0..n) (n a multiple of 32) with every entry against the reference. */
 static int compare_mxfp4(const float *x, int64_t n, int32_t rounding)
 {
-    const struct qs_kernel_entry *ref = ref_entry_of(QS_SLOT_mxfp4_quant);
+    const struct qs_kernel_entry *ref = test_ref_entry(QS_SLOT_mxfp4_quant);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     const size_t data = (size_t)n / 2, nsb = (size_t)n / 32;

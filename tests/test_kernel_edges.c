@@ -22,18 +22,8 @@
 #include "common.h"
 
 #include "core/kernels.h"
+#include "kernel_entries.h"
 #include "ref/ref.h"
-
-static const struct qs_kernel_entry *ref_entry(int32_t slot)
-{
-    int32_t count;
-    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-
-    for (int32_t i = 0; i < count; i++)
-        if (e[i].slot == slot && e[i].isa == 0)
-            return &e[i];
-    return NULL;
-}
 
 static void test_e8m0_inline_all(void **state)
 {
@@ -92,7 +82,7 @@ static void fill_mx(t_rng *r, float *x, int64_t n, int special_block)
 
 static void check_mx_slot(int32_t slot)
 {
-    const struct qs_kernel_entry *ref = ref_entry(slot);
+    const struct qs_kernel_entry *ref = test_ref_entry(slot);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     const int per_byte = slot == QS_SLOT_mxfp4_quant ? 2 : 1;
@@ -148,7 +138,7 @@ static void test_mxfp8_quant_groups(void **state)
 
 static void check_bnb4_dequant_slot(int32_t slot)
 {
-    const struct qs_kernel_entry *ref = ref_entry(slot);
+    const struct qs_kernel_entry *ref = test_ref_entry(slot);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     static const float absmax_edge[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 0x1p-149f,
@@ -219,7 +209,7 @@ static void test_e4m3_dequant_scales(void **state)
     static const float scales[] = {1.0f, 0x1p119f, 0x1.fffffep119f, 0x1p120f, 0x1.8p125f,
                                    0x1.fffffep127f, -0x1p120f, INFINITY, -INFINITY, NAN,
                                    0x1p-149f, 0x1p-127f, 0.0f, -0.0f, -1.5f, 7.0f / 448.0f};
-    const struct qs_kernel_entry *ref = ref_entry(QS_SLOT_e4m3_dequant);
+    const struct qs_kernel_entry *ref = test_ref_entry(QS_SLOT_e4m3_dequant);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     const int64_t n = 256 * 3 + 5;
@@ -245,7 +235,7 @@ static void test_e4m3_dequant_scales(void **state)
 
 static void test_mxfp8_dequant_all(void **state)
 {
-    const struct qs_kernel_entry *ref = ref_entry(QS_SLOT_mxfp8_dequant);
+    const struct qs_kernel_entry *ref = test_ref_entry(QS_SLOT_mxfp8_dequant);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     const int64_t n = 256 * 256 + 17; /* every code in every block, a partial last block */
@@ -282,7 +272,7 @@ static void test_mxfp8_dequant_all(void **state)
  * end inside a group and inside a block. */
 static void check_bnb_quant_groups(int32_t slot)
 {
-    const struct qs_kernel_entry *ref = ref_entry(slot);
+    const struct qs_kernel_entry *ref = test_ref_entry(slot);
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     static const int64_t lengths[] = {1024, 2048, 4096 + 64, 3000, 1024 + 37};

@@ -15,6 +15,7 @@
 #include "common.h"
 #include "core/internal.h"
 #include "core/kernels.h"
+#include "kernel_entries.h"
 #include "ref/ref.h"
 
 #define MAX_N 20000
@@ -775,16 +776,6 @@ static k_in view(const k_inputs *b, int64_t n, int variant)
     return in;
 }
 
-static const struct qs_kernel_entry *ref_of(int32_t slot)
-{
-    int32_t count;
-    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-    for (int32_t i = 0; i < count; i++)
-        if (e[i].slot == slot && e[i].isa == 0)
-            return &e[i];
-    return NULL;
-}
-
 /* ---- comparison rules per family ---------------------------------------------------------------- */
 
 /* A family's comparison: the index of the first output byte outside the rule, or -1. */
@@ -888,7 +879,7 @@ static k_compare_fn *const family_compare[QS_FAMILY_COUNT] = {
 static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *o_ref,
                      t_buf *o_impl, int quick)
 {
-    const struct qs_kernel_entry *ref = ref_of(impl->slot);
+    const struct qs_kernel_entry *ref = test_ref_entry(impl->slot);
     static const int64_t big[] = {2047, 2048, 4095, 4096, 4097, 8191, 12345, MAX_N};
     t_rng r = {0x5EED0000ull + (uint64_t)impl->slot};
     k_compare_fn *compare = is_gemv_slot(impl->slot) || is_sp24_dot_slot(impl->slot)
@@ -993,7 +984,7 @@ static void exh_compare(const struct qs_kernel_entry *e, const float *got, const
  */
 static void exhaustive_dequant(const struct qs_kernel_entry *e)
 {
-    const struct qs_kernel_entry *ref = ref_of(e->slot);
+    const struct qs_kernel_entry *ref = test_ref_entry(e->slot);
     enum { N = 256 * 512 };
     uint8_t *codes = malloc(N), *sb = malloc(N / 16);
     float *got = malloc(N * sizeof(float)), *want = malloc(N * sizeof(float));

@@ -25,22 +25,13 @@
 #include "common.h"
 #include "core/internal.h"
 #include "core/kernels.h"
+#include "kernel_entries.h"
 #include "qsparse/profile.h"
 #include "quant_helpers.h"
 #include "ref/ref.h"
 
 /* ---- the kernels ------------------------------------------------------------------------------
  */
-
-static const struct qs_kernel_entry *ref_entry(int32_t slot)
-{
-    int32_t count;
-    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-    for (int32_t i = 0; i < count; i++)
-        if (e[i].slot == slot && e[i].isa == 0)
-            return &e[i];
-    return NULL;
-}
 
 #define KMAX_ROWS 25
 #define KMAX_MP 3
@@ -91,7 +82,7 @@ static void test_gemm_kernels(void **state)
 {
     int32_t count, done = 0;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-    const struct qs_kernel_entry *ref = ref_entry(QS_SLOT_mm_gemm_f32);
+    const struct qs_kernel_entry *ref = test_ref_entry(QS_SLOT_mm_gemm_f32);
     uint32_t cpu = qs_cpu_isa();
 
     (void)state;

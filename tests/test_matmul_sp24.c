@@ -28,6 +28,7 @@
 #include "common.h"
 #include "core/internal.h"
 #include "core/kernels.h"
+#include "kernel_entries.h"
 #include "quant_helpers.h"
 #include "ref/ref.h"
 
@@ -43,22 +44,12 @@ static void make_meta(uint16_t *meta, int64_t groups, int shift)
         meta[g / 4] |= (uint16_t)(valid_nibbles[(g + shift) % 6] << (4 * (g % 4)));
 }
 
-static const struct qs_kernel_entry *ref_entry(int32_t slot)
-{
-    int32_t count;
-    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
-    for (int32_t i = 0; i < count; i++)
-        if (e[i].slot == slot && e[i].isa == 0)
-            return &e[i];
-    return NULL;
-}
-
 /* Run `check` for every entry of `slot` other than the reference that this CPU can run. */
 static int for_each_impl(int32_t slot, void (*check)(const struct qs_kernel_entry *impl,
                                                      const struct qs_kernel_entry *ref))
 {
     int32_t count, done = 0;
-    const struct qs_kernel_entry *e = qs_kernel_entries(&count), *ref = ref_entry(slot);
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count), *ref = test_ref_entry(slot);
     uint32_t cpu = qs_cpu_isa();
 
     assert_non_null(ref);
