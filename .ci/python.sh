@@ -27,7 +27,7 @@ cd tests/python
 # -rs: a skipped test says why (the real-loader test skips only when a package is missing)
 table=$(mktemp)
 QSPARSE_LOADER_TABLE="$table" QSPARSE_TOOL="$scripts/qsparse" \
-  python3 -m pytest -q -rs -p no:cacheprovider .
+  python3 -m pytest -q -rs -p no:cacheprovider --durations=12 .
 # The loader table of test_loaders.py (format x layout x loader), for the record of this run.
 if [ -s "$table" ]; then
   echo "python.sh: real-loader table from this run:"

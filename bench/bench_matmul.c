@@ -10,8 +10,9 @@
  *
  * This machine may be shared and its memory bandwidth drifts between runs, so each case runs
  * interleaved rounds (ROUNDS_GEMV, ROUNDS_GEMM; the thread order alternates between rounds),
- * each of them one pass of OpenBLAS, one pass of qs_matmul over the copies and one read pass at
- * every thread count, and keeps each one's minimum: the ratios of a row (to OpenBLAS, to the read
+ * each of them one pass of OpenBLAS, one pass of qs_matmul over the copies (after one untimed
+ * call: the steady state of a decode loop, see wake_latency) and one read pass at every thread
+ * count, and keeps each one's minimum: the ratios of a row (to OpenBLAS, to the read
  * bandwidth, to the 1-thread time) come from the same rounds. Columns: time per call, GFLOP/s
  * (2 M N K), GB/s of weight bytes (every plane), that rate as a fraction of the read bandwidth
  * (GEMV rows: the case's own read passes; GEMM rows: the header's), OpenBLAS's time over ours
@@ -259,10 +260,16 @@ static void settle(int threads)
         nanosleep(&ts, NULL);
 }
 
-/* One pass of qs_matmul over the copies. */
+/* One pass of qs_matmul over the copies, after one untimed call on the last copy. The pass
+ * before it ended with a pause (settle), and on this kind of virtual machine a core that went
+ * idle takes milliseconds to wake (measured: 2-4 ms on average for a worker thread after 1-100 ms
+ * asleep, against under 1 us when the worker still spins): the first call of a pass would pay
+ * that once, which no decode loop of back-to-back calls does. */
 static void pass_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M, int64_t K,
                     const wcopy *c, int copies, int64_t N, float *y, tpair *best)
 {
+    must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[copies - 1].w, N, NULL, y, M * N * 4), ctx,
+         "qs_matmul");
     double t0 = now(), c0 = cpu_now(), ti = t0;
     for (int i = 0; i < copies; i++) {
         must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y, M * N * 4), ctx,
@@ -291,38 +298,112 @@ static void pass_blas(float *const *wf, int fcopies, const float *x, int64_t M, 
 }
 
 typedef struct {
-    const char *p;
-    size_t bytes;
+    float *const *wf;
+    int fcopies;
+    size_t offset, bytes;
 } rd_arg;
 
+/* Thread t's part of every copy, one after the other. */
 static void *rd_thread(void *a)
 {
     const rd_arg *r = a;
-    read_pass(r->p, r->bytes);
+    for (int i = 0; i < r->fcopies; i++)
+        read_pass((const char *)r->wf[i] + r->offset, r->bytes);
     return NULL;
 }
 
 /* One pass of `threads` threads reading disjoint parts of each f32 copy: seconds per copy (the
- * read bandwidth is bytes over the minimum). */
+ * read bandwidth is bytes over the minimum). The threads start once per pass, not once per copy:
+ * a thread started on an idle core may wait milliseconds to run (wake_latency), which at one
+ * start per copy made the 2-thread read bandwidth of 4 MiB copies lower than one thread's. */
 static void pass_read(float *const *wf, int fcopies, size_t bytes, int threads, double *best)
 {
+    pthread_t th[8];
+    rd_arg a[8];
+    size_t part = bytes / (size_t)threads & ~(size_t)63;
     double t0 = now();
-    for (int i = 0; i < fcopies; i++) {
-        pthread_t th[8];
-        rd_arg a[8];
-        size_t part = bytes / (size_t)threads & ~(size_t)63;
-        for (int t = 0; t < threads; t++) {
-            a[t].p = (const char *)wf[i] + (size_t)t * part;
-            a[t].bytes = t == threads - 1 ? bytes - (size_t)t * part : part;
-            if (t > 0)
-                pthread_create(&th[t], NULL, rd_thread, &a[t]);
-        }
-        rd_thread(&a[0]);
-        for (int t = 1; t < threads; t++)
-            pthread_join(th[t], NULL);
+    for (int t = 0; t < threads; t++) {
+        a[t].wf = wf;
+        a[t].fcopies = fcopies;
+        a[t].offset = (size_t)t * part;
+        a[t].bytes = t == threads - 1 ? bytes - (size_t)t * part : part;
+        if (t > 0)
+            pthread_create(&th[t], NULL, rd_thread, &a[t]);
     }
+    rd_thread(&a[0]);
+    for (int t = 1; t < threads; t++)
+        pthread_join(th[t], NULL);
     double t = (now() - t0) / fcopies;
     *best = t < *best ? t : *best;
+}
+
+/* How long a thread asleep on another core takes to run after it is signalled, the core idle
+ * for 10 ms before: the price the first call of a pass pays on more than one thread (a worker
+ * that still spins starts within a microsecond). Median and maximum over WAKE_TRIES, in us. */
+#define WAKE_TRIES 21
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go, quit;
+    double woke;
+} wake_arg;
+
+static void *wake_thread(void *a)
+{
+    wake_arg *w = a;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->go && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit)
+            break;
+        w->woke = now();
+        w->go = 0;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void wake_latency(double *median_us, double *max_us)
+{
+    wake_arg w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0.0};
+    double d[WAKE_TRIES];
+    pthread_t th;
+    struct timespec ts = {0, 10 * 1000000L};
+
+    *median_us = *max_us = -1.0;
+    if (pthread_create(&th, NULL, wake_thread, &w) != 0)
+        return;
+    for (int i = 0; i < WAKE_TRIES; i++) {
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&w.mu);
+        double t0 = now();
+        w.go = 1;
+        pthread_cond_signal(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        for (;;) { /* spin until the thread has run */
+            pthread_mutex_lock(&w.mu);
+            int done = !w.go;
+            pthread_mutex_unlock(&w.mu);
+            if (done)
+                break;
+        }
+        d[i] = (w.woke - t0) * 1e6;
+    }
+    pthread_mutex_lock(&w.mu);
+    w.quit = 1;
+    pthread_cond_signal(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    pthread_join(th, NULL);
+    qsort(d, WAKE_TRIES, sizeof d[0], cmp_dbl);
+    *median_us = d[WAKE_TRIES / 2];
+    *max_us = d[WAKE_TRIES - 1];
 }
 
 /* The thread count of step i of round r: ascending in even rounds, descending in odd ones, so
@@ -401,6 +482,13 @@ int main(int argc, char **argv)
                 settle(t);
             }
         }
+    if (max_threads > 1) {
+        double wm, wx;
+        wake_latency(&wm, &wx);
+        printf("wake of a thread on an idle core: median %.0f us, worst %.0f us (so every pass "
+               "starts after one untimed call)\n",
+               wm, wx);
+    }
     for (int t = 1; t <= max_threads; t++)
         printf("%d thread%s: read bandwidth %.1f GB/s; OpenBLAS sgemv %.3f ms (%.1f GB/s), "
                "sgemm M=%d %.1f ms\n",
