@@ -3,8 +3,8 @@
 # Hostile-input and concurrency checks (SECURITY.md), run by .ci/test after the other steps:
 #   1. the fuzz targets, built with clang, AddressSanitizer, UndefinedBehaviorSanitizer (every
 #      report fatal, misaligned accesses included) and libFuzzer (tests/fuzz/build.sh);
-#   2. each fuzz target for FUZZ_SECONDS (default 40) from its seed corpus: a crash, a leak, a hang
-#      (10 s per input) or a broken promise fails the job;
+#   2. each fuzz target for FUZZ_SECONDS (default 40) from its seed corpus, two side by side: a
+#      crash, a leak, a hang (10 s per input) or a broken promise fails the job;
 #   3. the C suite built with clang and UBSan alone, trapping on every report, misaligned
 #      accesses included, at every ISA tier (without ASan and coverage it runs several times
 #      faster; gcc's ASan + UBSan build of .ci/test covers the rest);
@@ -57,16 +57,21 @@ rm -rf build-hard-fuzz
 BUILD_DIR=build-hard-fuzz FUZZ_CC=$CLANG bash tests/fuzz/build.sh
 
 # The long-run form is in tests/fuzz/README.md; here each target runs briefly on a scratch copy of
-# its corpus (the committed seeds stay as they are).
-for t in fuzz_quantize fuzz_dequantize fuzz_sp24 fuzz_observer fuzz_safetensors fuzz_matmul; do
-  step "fuzz: $t for $FUZZ_SECONDS s"
+# its corpus (the committed seeds stay as they are), two at a time (one core each: each target
+# still gets its FUZZ_SECONDS of one core).
+fuzz_one() {
+  local t=$1
   mkdir -p "$work/$t" "$work/$t-artifacts"
-  if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-     TMPDIR="$work" "build-hard-fuzz/tests/fuzz/$t" -max_total_time="$FUZZ_SECONDS" \
-     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-     -artifact_prefix="$work/$t-artifacts/" "$work/$t" "tests/fuzz/corpus/$t" \
-     >"$work/$t.log" 2>&1; then
-    grep -E '^#[0-9]+[[:space:]]+DONE' "$work/$t.log" || true
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    TMPDIR="$work" "build-hard-fuzz/tests/fuzz/$t" -max_total_time="$FUZZ_SECONDS" \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$work/$t-artifacts/" "$work/$t" "tests/fuzz/corpus/$t" \
+    >"$work/$t.log" 2>&1
+}
+fuzz_report() {
+  local t=$1 rc=$2
+  if [ "$rc" = 0 ]; then
+    echo "fuzz: $t: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$work/$t.log" || echo done)"
   else
     grep -E '^fuzz:|runtime error|ERROR|SUMMARY|ALARM' "$work/$t.log" | head -n 20
     for a in "$work/$t-artifacts"/*; do
@@ -75,6 +80,17 @@ for t in fuzz_quantize fuzz_dequantize fuzz_sp24 fuzz_observer fuzz_safetensors 
     echo "hardening: $t failed; reproduce with build-hard-fuzz/tests/fuzz/$t FILE (tests/fuzz/README.md)"
     failed+=("$t")
   fi
+}
+for pair in "fuzz_quantize fuzz_dequantize" "fuzz_sp24 fuzz_observer" "fuzz_safetensors fuzz_matmul"; do
+  read -r a b <<<"$pair"
+  step "fuzz: $a and $b for $FUZZ_SECONDS s each, side by side"
+  rc_a=0 rc_b=0
+  fuzz_one "$a" & pid_a=$!
+  fuzz_one "$b" & pid_b=$!
+  wait "$pid_a" || rc_a=$?
+  wait "$pid_b" || rc_b=$?
+  fuzz_report "$a" "$rc_a"
+  fuzz_report "$b" "$rc_b"
 done
 
 step "UBSan (clang, traps on misaligned access): build"
@@ -129,17 +145,30 @@ if [ ! -x "$VALGRIND_BUILD/tests/test_api" ]; then
   ninja -C "$VALGRIND_BUILD" "${vg_tests[@]/#/tests/}"
 fi
 step "valgrind memcheck: fast C tests ($VALGRIND_BUILD)"
-# Valgrind's CPU has no AVX-512, so the library picks AVX2 there (and scalar when forced).
+# Valgrind's CPU has no AVX-512, so the library picks AVX2 there (and scalar when forced). The
+# tiers run side by side (valgrind runs one thread at a time, so one core each).
 tiers=scalar
 [ "$(uname -m)" = x86_64 ] && tiers="scalar avx2"
-for t in "${vg_tests[@]}"; do
-  for tier in $tiers; do
+vg_tier() {
+  local tier=$1 t rc
+  for t in "${vg_tests[@]}"; do
     rc=0
     QS_FORCE_ISA=$tier OMP_NUM_THREADS=2 valgrind --quiet --error-exitcode=1 --leak-check=full \
-      --errors-for-leak-kinds=definite "$VALGRIND_BUILD/tests/$t" >"$work/vg.log" 2>&1 || rc=$?
-    echo "valgrind: $t ($tier) exit $rc"
-    [ "$rc" = 0 ] || { tail -n 60 "$work/vg.log"; failed+=("valgrind:$t:$tier"); }
+      --errors-for-leak-kinds=definite "$VALGRIND_BUILD/tests/$t" >"$work/vg-$tier-$t.log" 2>&1 || rc=$?
+    echo "$t $rc" >>"$work/vg-$tier.rc"
   done
+}
+pids=()
+for tier in $tiers; do
+  : >"$work/vg-$tier.rc"
+  vg_tier "$tier" & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+for tier in $tiers; do
+  while read -r t rc; do
+    echo "valgrind: $t ($tier) exit $rc"
+    [ "$rc" = 0 ] || { tail -n 60 "$work/vg-$tier-$t.log"; failed+=("valgrind:$t:$tier"); }
+  done <"$work/vg-$tier.rc"
 done
 
 step "done"

