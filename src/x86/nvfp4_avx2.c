@@ -190,6 +190,10 @@ void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *
         __m256 next_den = _mm256_setzero_ps();
         __m256i next_code = _mm256_setzero_si256();
 
+        /* the group after it into L1, so that those early loads do not miss (as in
+         * nvfp4_avx512.c); a prefetch never faults and changes no data */
+        for (int k = 0; k < 8; k++)
+            _mm_prefetch((const char *)(src + i + 256 + 16 * k), _MM_HINT_T0);
         if (i + 256 <= n)
             next_code = nvfp4_group_scales_avx2(src + i + 128, s_global, &next_den);
         nvfp4_group_avx2(src + i, code, den, &rows, dst + i / 2, scales + i / 16);
