@@ -15,7 +15,8 @@
  *   F16C decode multiplies by it), Inf, NaN, subnormal and negative scales, and MXFP8 dequantize
  *   of all 256 codes under all 256 scale bytes (exhaustive);
  * - NF4 / FP4 / dynamic 8-bit quantize with blocks of 64 over lengths of several groups, with and
- *   without a NaN.
+ *   without a NaN;
+ * - NVFP4 quantize over sequences of groups that take different paths (test_nvfp4_quant_groups).
  * Every registry entry of the slot that this CPU runs is compared bit for bit with the slot's
  * __ref entry, so each run covers every tier the machine has.
  */
@@ -326,6 +327,71 @@ static void test_bnb_quant_groups(void **state)
     check_bnb_quant_groups(QS_SLOT_dyn8_quant);
 }
 
+/*
+ * NVFP4 quantize over several groups of 16 blocks (the AVX2 and AVX-512 kernels compute a group's
+ * block scales while the previous group's codes are made): each group of 256 values is, at random,
+ * ordinary finite data (mx_edge_value ties included), data holding a NaN, data holding an Inf, all
+ * zeros, or values near the smallest subnormal; under tensor scales for which the dens stay finite
+ * (0.37, 1), overflow where a block holds Inf (1e36: 448 * 1e36), round to zero for tiny blocks
+ * (the smallest subnormal) or are all NaN. So groups that take the thresholds, the division and the
+ * NaN amax path follow each other in every order; lengths end at, inside and past a group.
+ */
+static void test_nvfp4_quant_groups(void **state)
+{
+    (void)state;
+    const struct qs_kernel_entry *ref = test_ref_entry(QS_SLOT_nvfp4_quant);
+    int32_t count;
+    const struct qs_kernel_entry *e = qs_kernel_entries(&count);
+    static const int64_t lengths[] = {256, 512, 1280, 4096, 1287, 255, 257, 4095, 2053, 17, 1};
+    const float sgs[] = {0.37f, 1.0f, 1e36f, 0x1p-149f, NAN};
+    t_rng r = {0x5EED4u};
+    int tested = 0;
+
+    assert_non_null(ref);
+    for (int32_t i = 0; i < count; i++) {
+        if (e[i].slot != QS_SLOT_nvfp4_quant || e[i].isa == 0 || (e[i].isa & ~qs_cpu_isa()) != 0)
+            continue;
+        tested++;
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+            const int64_t n = lengths[li], nb = (n + 15) / 16, bytes = (n + 1) / 2;
+            float *x = malloc((size_t)n * sizeof(float));
+            uint8_t *d0 = malloc((size_t)(bytes + nb) + 1), *d1 = malloc((size_t)(bytes + nb) + 1);
+            assert_true(x && d0 && d1);
+            for (int trial = 0; trial < 30; trial++) {
+                float sg = sgs[trial % (int)(sizeof sgs / sizeof sgs[0])];
+                for (int64_t g = 0; g * 256 < n; g++) {
+                    int kind = (int)(t_next(&r) % 5);
+                    int64_t end = (g + 1) * 256 < n ? (g + 1) * 256 : n;
+                    for (int64_t k = g * 256; k < end; k++) {
+                        uint64_t u = t_next(&r);
+                        x[k] = kind == 3    ? 0.0f
+                               : kind == 4  ? (float)(int)(u % 7) * 0x1p-149f * (u & 8 ? -1 : 1)
+                               : u % 3 == 0 ? mx_edge_value(&r)
+                                            : (float)t_normal(&r) * ldexpf(1.0f, (int)(u >> 8) % 9);
+                    }
+                    if (kind == 1 || kind == 2) { /* one NaN or +-Inf somewhere in the group */
+                        uint64_t u = t_next(&r);
+                        x[g * 256 + (int64_t)(u % (uint64_t)(end - g * 256))] =
+                            kind == 1 ? NAN : (u & 256 ? INFINITY : -INFINITY);
+                    }
+                }
+                memset(d0, 0xAB, (size_t)(bytes + nb) + 1);
+                memset(d1, 0xAB, (size_t)(bytes + nb) + 1);
+                ((qs_nvfp4_quant_fn *)ref->fn)(x, n, sg, d0, d0 + bytes);
+                ((qs_nvfp4_quant_fn *)e[i].fn)(x, n, sg, d1, d1 + bytes);
+                if (memcmp(d0, d1, (size_t)(bytes + nb) + 1) != 0)
+                    fail_msg("%s: n %lld trial %d s_global %g differs from %s", e[i].name,
+                             (long long)n, trial, (double)sg, ref->name);
+            }
+            free(x);
+            free(d0);
+            free(d1);
+        }
+    }
+    if (!tested)
+        skip();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_e4m3_dequant_scales),
         cmocka_unit_test(test_mxfp8_dequant_all),
         cmocka_unit_test(test_bnb_quant_groups),
+        cmocka_unit_test(test_nvfp4_quant_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -304,9 +304,10 @@ qs_status qs_cpu_dequantize(qs_ctx *ctx, const struct qs_layout *l, const qs_qua
     default:
         j.scales = q->scale;
         j.scale = q->global_scale;
+        qs_qjob_flatten_rows(&j);
         {
-            struct dq_plan plan = {&j, row_span, row_decode, l->rows * j.chunks_per_row, 1};
-            run_plan(ctx, &plan, l->cols < QS_TILE ? l->cols : QS_TILE);
+            struct dq_plan plan = {&j, row_span, row_decode, j.rows * j.chunks_per_row, 1};
+            run_plan(ctx, &plan, j.cols < QS_TILE ? j.cols : QS_TILE);
         }
         break;
     }

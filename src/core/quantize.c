@@ -182,6 +182,7 @@ static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
                        : qs_ref_nvfp4_global_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n));
         q->global_scale = j->scale;
     }
+    qs_qjob_flatten_rows(j);
     qs_parallel_for(ctx, j->rows * j->chunks_per_row, row_block_task, j);
 }
 

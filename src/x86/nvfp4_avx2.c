@@ -103,18 +103,23 @@ static inline __m256i nvfp4_row_codes_avx2(__m256 x, const float *row, __m256 t)
     return _mm256_or_si256(c, _mm256_and_si256(neg, _mm256_set1_epi32(8)));
 }
 
-/* 8 full blocks (128 values): 64 data bytes and 8 scale bytes. */
-static inline void nvfp4_group_avx2(const float *v, struct nvfp4_rows *rows, uint8_t *dst,
-                                    uint8_t *scales)
+/* The scale bytes (one per lane) and dens of the 8 full blocks at v. */
+static inline __m256i nvfp4_group_scales_avx2(const float *v, float s_global, __m256 *den)
 {
-    const float s_global = rows->s_global;
-    float am[8], dens[8];
-    uint8_t sb[8];
-    __m256 den;
+    float am[8];
 
     for (int k = 0; k < 8; k++)
         am[k] = nvfp4_amax_avx2(_mm256_loadu_ps(v + 16 * k), _mm256_loadu_ps(v + 16 * k + 8));
-    __m256i code = nvfp4_scales_avx2(_mm256_loadu_ps(am), s_global, &den);
+    return nvfp4_scales_avx2(_mm256_loadu_ps(am), s_global, den);
+}
+
+/* 8 full blocks (128 values) with their scale bytes `code` and dens: 64 data bytes and 8 scale
+ * bytes. */
+static inline void nvfp4_group_avx2(const float *v, __m256i code, __m256 den,
+                                    struct nvfp4_rows *rows, uint8_t *dst, uint8_t *scales)
+{
+    float dens[8];
+    uint8_t sb[8];
     __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
     _mm_storel_epi64((__m128i *)sb, _mm_packus_epi16(c16, c16));
     memcpy(scales, sb, 8);
@@ -173,10 +178,28 @@ void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *
 {
     struct nvfp4_rows rows;
     int64_t i = 0;
+    __m256 den = _mm256_setzero_ps();
+    __m256i code = _mm256_setzero_si256();
 
     nvfp4_rows_init(&rows, s_global);
-    for (; i + 128 <= n; i += 128)
-        nvfp4_group_avx2(src + i, &rows, dst + i / 2, scales + i / 16);
+    /* the next group's block scales before this group's codes: their chain of dependent steps
+     * (amaxes through memory, division, E4M3 rounding) then overlaps this group's code work */
+    if (128 <= n)
+        code = nvfp4_group_scales_avx2(src, s_global, &den);
+    for (; i + 128 <= n; i += 128) {
+        __m256 next_den = _mm256_setzero_ps();
+        __m256i next_code = _mm256_setzero_si256();
+
+        /* the group after it into L1, so that those early loads do not miss (as in
+         * nvfp4_avx512.c); a prefetch never faults and changes no data */
+        for (int k = 0; k < 8; k++)
+            _mm_prefetch((const char *)(src + i + 256 + 16 * k), _MM_HINT_T0);
+        if (i + 256 <= n)
+            next_code = nvfp4_group_scales_avx2(src + i + 128, s_global, &next_den);
+        nvfp4_group_avx2(src + i, code, den, &rows, dst + i / 2, scales + i / 16);
+        code = next_code;
+        den = next_den;
+    }
     for (; i + 32 <= n; i += 32)
         nvfp4_pair_avx2(src + i, s_global, dst + i / 2, scales + i / 16);
     if (i < n) {

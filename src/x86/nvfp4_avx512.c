@@ -167,23 +167,47 @@ static inline void nvfp4_store4_avx512(__m512i c0, __m512i c1, __m512i c2, __m51
     _mm256_storeu_si256((__m256i *)dst, b);
 }
 
+/* The scale bytes (one per lane) and dens of the 16 full blocks at v: the group's amaxes, then
+ * its block scales. */
+static inline __m512i nvfp4_group_scales_avx512(const float *v, float s_global, __m512 *den)
+{
+    __m512i am = nvfp4_amax16_bits_avx512(v);
+
+    return nvfp4_scales_avx512(_mm512_cmpgt_epu32_mask(am, _mm512_set1_epi32(0x7F800000))
+                                   ? nvfp4_amax16_nan_avx512(v)
+                                   : _mm512_castsi512_ps(am),
+                               s_global, den);
+}
+
 void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t *dst,
                             uint8_t *scales)
 {
     struct nvfp4_rows rows;
     int64_t b = 0;
+    __m512 den = _mm512_setzero_ps();
+    __m512i code = _mm512_setzero_si512();
 
     nvfp4_rows_init(&rows, s_global);
-    /* 16 blocks at a time: the block scales of the group take one vector pass */
+    /* 16 blocks at a time: the block scales of the group take one vector pass. The scales of the
+     * next group are computed before the codes of this one: their chain of dependent steps
+     * (amax, division, E4M3 rounding and decoding) then runs while this group's codes are
+     * made, instead of stalling the start of every group (the group's work is more than the
+     * out-of-order window holds) */
+    if (16 * 16 <= n)
+        code = nvfp4_group_scales_avx512(src, s_global, &den);
     for (; (b + 16) * 16 <= n; b += 16) {
         const float *v = src + b * 16;
-        __m512 den;
-        __m512i am = nvfp4_amax16_bits_avx512(v);
-        __m512i code = nvfp4_scales_avx512(
-            _mm512_cmpgt_epu32_mask(am, _mm512_set1_epi32(0x7F800000))
-                ? nvfp4_amax16_nan_avx512(v)
-                : _mm512_castsi512_ps(am),
-            s_global, &den);
+        __m512 next_den = _mm512_setzero_ps();
+        __m512i next_code = _mm512_setzero_si512();
+
+        /* and the group after it into L1: the next group's amax loads are the oldest work in
+         * flight, and a miss there held up everything after it (4096 x 4096: slower on average
+         * than without the early scales, 7-9% faster with this). A prefetch never faults and
+         * changes no data; past n it warms the caller's next span */
+        for (int k = 0; k < 16; k++)
+            _mm_prefetch((const char *)(v + 512 + 16 * k), _MM_HINT_T0);
+        if ((b + 32) * 16 <= n)
+            next_code = nvfp4_group_scales_avx512(v + 256, s_global, &next_den);
         _Alignas(16) uint8_t sb[16]; /* the scale bytes, also indices of the rows */
         _mm_store_si128((__m128i *)sb, _mm512_cvtepi32_epi8(code));
         memcpy(scales + b, sb, 16);
@@ -195,31 +219,32 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
                 __m512i c = nvfp4_block_codes_avx512(_mm512_loadu_ps(v + 16 * k), d);
                 _mm_storel_epi64((__m128i *)(dst + (b + k) * 8), _mm512_cvtepi64_epi8(c));
             }
-            continue;
+        } else {
+            /* rows for the group's scale bytes (rarely new after the first groups) */
+            if (_mm512_cmplt_epi32_mask(code, _mm512_set1_epi32(rows.lo)) |
+                _mm512_cmpgt_epi32_mask(code, _mm512_set1_epi32(rows.hi)))
+                nvfp4_rows_cover(&rows, _mm512_reduce_min_epi32(code),
+                                 _mm512_reduce_max_epi32(code), nvfp4_row_fill_avx512);
+            for (int k = 0; k < 16; k += 4) {
+                const uint8_t *s = sb + k;
+                nvfp4_store4_avx512(
+                    nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k), rows.f[s[0]]),
+                    nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 16), rows.f[s[1]]),
+                    nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 32), rows.f[s[2]]),
+                    nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 48), rows.f[s[3]]),
+                    dst + (b + k) * 8);
+            }
         }
-        /* rows for the group's scale bytes (rarely new after the first groups) */
-        if (_mm512_cmplt_epi32_mask(code, _mm512_set1_epi32(rows.lo)) |
-            _mm512_cmpgt_epi32_mask(code, _mm512_set1_epi32(rows.hi)))
-            nvfp4_rows_cover(&rows, _mm512_reduce_min_epi32(code), _mm512_reduce_max_epi32(code),
-                             nvfp4_row_fill_avx512);
-        for (int k = 0; k < 16; k += 4) {
-            const uint8_t *s = sb + k;
-            nvfp4_store4_avx512(nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k), rows.f[s[0]]),
-                                nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 16),
-                                                       rows.f[s[1]]),
-                                nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 32),
-                                                       rows.f[s[2]]),
-                                nvfp4_row_codes_avx512(_mm512_loadu_ps(v + 16 * k + 48),
-                                                       rows.f[s[3]]),
-                                dst + (b + k) * 8);
-        }
+        code = next_code;
+        den = next_den;
     }
     for (; b * 16 < n; b++) {
         int64_t len = n - b * 16 < 16 ? n - b * 16 : 16;
         int64_t nbytes = (len + 1) / 2;
         __mmask16 k = lane_mask_avx512(len);
-        __m512 x = _mm512_maskz_loadu_ps(k, src + b * 16), den;
-        __m512i code = nvfp4_scales_avx512(_mm512_set1_ps(nvfp4_amax_avx512(x)), s_global, &den);
+        __m512 x = _mm512_maskz_loadu_ps(k, src + b * 16);
+
+        code = nvfp4_scales_avx512(_mm512_set1_ps(nvfp4_amax_avx512(x)), s_global, &den);
 
         scales[b] = (uint8_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(code));
         _mm512_mask_cvtepi64_storeu_epi8(dst + b * 8, (__mmask8)((1u << nbytes) - 1),
@@ -227,17 +252,16 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
     }
 }
 
-/* 16 bytes of nibbles -> 32 codes in two vectors, element order (low nibble first). */
+/* 16 bytes of nibbles -> 32 codes in two vectors, element order (low nibble first). The bytes
+ * are interleaved with themselves shifted right by 4 in 128-bit registers, then widened: two
+ * 512-bit operations instead of four. The table permute reads only bits 0..3 of an index, so
+ * neither nibble needs a mask (the high bits left by the 16-bit shift are never read). */
 static inline void nvfp4_unpack32_avx512(__m128i b, __m512i *c0, __m512i *c1)
 {
-    __m512i w = _mm512_cvtepu8_epi32(b);
-    /* the table permute reads only bits 0..3 of an index: the high nibble needs no mask */
-    __m512i lo = w, hi = _mm512_srli_epi32(w, 4);
+    __m128i h = _mm_srli_epi16(b, 4);
 
-    *c0 = _mm512_permutex2var_epi32(lo, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
-                                                          21, 6, 22, 7, 23), hi);
-    *c1 = _mm512_permutex2var_epi32(lo, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
-                                                          13, 29, 14, 30, 15, 31), hi);
+    *c0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, h));
+    *c1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, h));
 }
 
 /* Sixteen full blocks (256 values) with their dens, two blocks per step; canon: the NaN fix-up
