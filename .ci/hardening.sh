@@ -146,29 +146,25 @@ if [ ! -x "$VALGRIND_BUILD/tests/test_api" ]; then
 fi
 step "valgrind memcheck: fast C tests ($VALGRIND_BUILD)"
 # Valgrind's CPU has no AVX-512, so the library picks AVX2 there (and scalar when forced). The
-# tiers run side by side (valgrind runs one thread at a time, so one core each).
+# (test, tier) runs go two at a time (valgrind runs one thread at a time: one core each).
 tiers=scalar
 [ "$(uname -m)" = x86_64 ] && tiers="scalar avx2"
-vg_tier() {
-  local tier=$1 t rc
-  for t in "${vg_tests[@]}"; do
-    rc=0
-    QS_FORCE_ISA=$tier OMP_NUM_THREADS=2 valgrind --quiet --error-exitcode=1 --leak-check=full \
-      --errors-for-leak-kinds=definite "$VALGRIND_BUILD/tests/$t" >"$work/vg-$tier-$t.log" 2>&1 || rc=$?
-    echo "$t $rc" >>"$work/vg-$tier.rc"
-  done
+vg_one() { # tier test: exit status into $work/vg-<tier>-<test>.rc
+  local rc=0
+  QS_FORCE_ISA=$1 OMP_NUM_THREADS=2 valgrind --quiet --error-exitcode=1 --leak-check=full \
+    --errors-for-leak-kinds=definite "$VALGRIND_BUILD/tests/$2" >"$work/vg-$1-$2.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/vg-$1-$2.rc"
 }
-pids=()
-for tier in $tiers; do
-  : >"$work/vg-$tier.rc"
-  vg_tier "$tier" & pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p"; done
-for tier in $tiers; do
-  while read -r t rc; do
+export -f vg_one
+export work VALGRIND_BUILD
+for t in "${vg_tests[@]}"; do for tier in $tiers; do echo "$tier $t"; done; done |
+  xargs -P 2 -L 1 bash -c 'vg_one "$0" "$1"'
+for t in "${vg_tests[@]}"; do
+  for tier in $tiers; do
+    rc=$(cat "$work/vg-$tier-$t.rc" 2>/dev/null || echo missing)
     echo "valgrind: $t ($tier) exit $rc"
     [ "$rc" = 0 ] || { tail -n 60 "$work/vg-$tier-$t.log"; failed+=("valgrind:$t:$tier"); }
-  done <"$work/vg-$tier.rc"
+  done
 done
 
 step "done"
