@@ -276,6 +276,10 @@ static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
 
+    if (j->meta_bad && j->ctx->k.mm_sp24_meta_bad(j->meta + n0 * j->words, (n1 - n0) * j->words)) {
+        __atomic_store_n(j->meta_bad, 1, __ATOMIC_RELAXED);
+        return;
+    }
     if (gemv_rows(j, n0, n1 - n0) || sp24_nf4_rows(j, n0, n1 - n0)) {
         for (int64_t m = 0; m < j->M; m++)
             for (int64_t n = n0; n < n1; n++)

@@ -18,6 +18,11 @@ struct qs_mm_job {
     int32_t block;          /* NF4/FP4 block */
     const void *wdata;      /* DENSE, SP24 values; QUANT data plane */
     const uint16_t *meta;
+    /* 2:4 GEMV with f32 activations: the meta check runs inside the tasks, on each task's rows
+     * just before its kernel reads them (no pass of its own over the meta), y goes to scratch
+     * and reaches the caller's y only if every row passed; a task that finds a bad word sets
+     * *meta_bad (NULL: checked before the call) */
+    int *meta_bad;
     const float *fscale;   /* INT8, LLM_INT8, FP8 scale plane */
     const int8_t *zp;      /* INT8 asymmetric zero points, else NULL */
     const uint8_t *bscale; /* MX / NVFP4 scale bytes */
