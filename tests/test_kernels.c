@@ -274,9 +274,10 @@ static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uin
             r = ((qs_mm_dot_sp24_nf4_fn *)fn)(in->x, meta, n4, in->codes, in->variant & 1,
                                               in->absmax, blocks[in->variant % 4]);
         if (slot == QS_SLOT_mm_gemv_sp24_nf4) { /* one row here; test_matmul_sp24 takes several */
-            ((qs_mm_gemv_sp24_nf4_fn *)fn)(in->x, n4, meta, (n4 + 15) / 16, in->codes,
-                                           in->variant & 1, in->absmax, blocks[in->variant % 4],
-                                           1, &r);
+            if (((qs_mm_gemv_sp24_nf4_fn *)fn)(in->x, n4, meta, (n4 + 15) / 16, in->codes,
+                                               in->variant & 1, in->absmax,
+                                               blocks[in->variant % 4], 1, &r) != 0)
+                r = -12345.0f; /* valid meta here: a nonzero return is a mismatch */
             slot = QS_SLOT_mm_dot_sp24_nf4; /* the same bound */
         }
         if (slot != QS_SLOT_mm_sp24_axpy)

@@ -284,10 +284,11 @@ static void check_gemv_rows(const struct qs_kernel_entry *impl, const struct qs_
                 for (size_t i = 0; i < sizeof amax / sizeof amax[0]; i++)
                     amax[i] = special && i % 7 == 2 ? amax_special[i / 7 % 4] : (float)t_unif(&r);
                 got[rows] = 12345.0f; /* canary */
-                f(x, k, meta, words, codes, st, amax, b, rows, got);
+                assert_int_equal(f(x, k, meta, words, codes, st, amax, b, rows, got), 0);
                 assert_true(got[rows] == 12345.0f);
-                ((qs_mm_gemv_sp24_nf4_fn *)ref->fn)(x, k, meta, words, codes, st, amax, b, rows,
-                                                    want);
+                assert_int_equal(((qs_mm_gemv_sp24_nf4_fn *)ref->fn)(x, k, meta, words, codes, st,
+                                                                     amax, b, rows, want),
+                                 0);
                 for (int64_t row = 0; row < rows; row++) {
                     int overflow = 0;
                     double unscaled = 0.0; /* block sums before their scale (see test_kernels.c) */
@@ -328,6 +329,70 @@ static void test_gemv_rows_kernels(void **state)
     (void)state;
     if (for_each_impl(QS_SLOT_mm_gemv_sp24_nf4, check_gemv_rows) == 0)
         print_message("  no mm_gemv_sp24_nf4 implementation runs here beside the reference\n");
+}
+
+/* mm_gemv_sp24_nf4's own meta check: over 1 ... 9 rows of row lengths with and without a
+ * partial last word (its unused nibbles 0, as qs_sp24_compress writes them) and blocks that
+ * take the 4-row path and the one-row one, valid meta gives 0 and any one used nibble of any
+ * row made invalid gives nonzero (the first, a middle and the last nibble of every row). */
+static void check_gemv_rows_meta(const struct qs_kernel_entry *impl)
+{
+    static const int64_t ks[] = {128, 256, 36, 32, 100, 8};
+    static const int32_t blocks[] = {64, 16, 48};
+    static const uint8_t bad[10] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x6, 0x7, 0xA, 0xB, 0xF};
+    enum { ROWS = 9, KMAX = 256, WORDS = KMAX / 16 };
+    qs_mm_gemv_sp24_nf4_fn *f = (qs_mm_gemv_sp24_nf4_fn *)impl->fn;
+    static float x[KMAX], amax[ROWS * KMAX / 2 / 16 + 1], y[ROWS];
+    static uint16_t meta[ROWS * WORDS];
+    static uint8_t codes[ROWS * KMAX / 4];
+    int64_t runs = 0;
+
+    for (int64_t i = 0; i < KMAX; i++)
+        x[i] = (float)(i % 7) - 3.0f;
+    for (size_t i = 0; i < sizeof amax / sizeof amax[0]; i++)
+        amax[i] = 0.5f;
+    for (size_t i = 0; i < sizeof codes; i++)
+        codes[i] = (uint8_t)(i * 37);
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+            for (int64_t rows = 1; rows <= ROWS; rows++) {
+                int64_t k = ks[ki], words = (k + 15) / 16, groups = k / 4;
+                for (int64_t row = 0; row < rows; row++)
+                    make_meta(meta + row * words, groups, (int)(row % 6));
+                assert_int_equal(f(x, k, meta, words, codes, 0, amax, blocks[bi], rows, y), 0);
+                for (int64_t row = 0; row < rows; row++) {
+                    const int64_t at3[3] = {0, groups / 2, groups - 1};
+                    for (int a = 0; a < 3; a++) {
+                        uint16_t *w = meta + row * words + at3[a] / 4, keep = *w;
+                        int sh = (int)(4 * (at3[a] % 4));
+                        *w = (uint16_t)((keep & ~(15u << sh)) |
+                                        (unsigned)bad[(row + a) % 10] << sh);
+                        if (f(x, k, meta, words, codes, 0, amax, blocks[bi], rows, y) == 0)
+                            fail_msg("%s: k = %lld, block %d, %lld rows: invalid nibble %lld of "
+                                     "row %lld not seen",
+                                     impl->name, (long long)k, blocks[bi], (long long)rows,
+                                     (long long)at3[a], (long long)row);
+                        *w = keep;
+                        runs++;
+                    }
+                }
+            }
+    print_message("  %-36s %lld invalid nibbles found, valid meta passes\n", impl->name,
+                  (long long)runs);
+}
+
+static void gemv_rows_meta_impl(const struct qs_kernel_entry *impl,
+                                const struct qs_kernel_entry *ref)
+{
+    (void)ref;
+    check_gemv_rows_meta(impl);
+}
+
+static void test_gemv_rows_meta(void **state)
+{
+    (void)state;
+    check_gemv_rows_meta(test_ref_entry(QS_SLOT_mm_gemv_sp24_nf4));
+    for_each_impl(QS_SLOT_mm_gemv_sp24_nf4, gemv_rows_meta_impl);
 }
 
 /* mm_sp24_meta_bad: 0 over words of valid nibbles only (every code at every position), 1 with
@@ -575,56 +640,63 @@ static void test_gemm_definition(void **state)
     qs_ctx_destroy(ctx);
 }
 
-/* The meta check of qs_matmul (word-parallel for K % 16 == 0, nibble by nibble otherwise):
- * every one of the 16 nibble values at every group of a middle row, for K = 32 and K = 40
- * (a partial last word, whose unused nibbles must be 0): the ten invalid codes return
+/* The meta check of qs_matmul (word-parallel for K % 16 == 0, nibble by nibble otherwise; the
+ * 2:4 + NF4 GEMV kernel's own check for K % 16 == 0): every one of the 16 nibble values at
+ * every group of a middle row, for K = 32 and K = 40 (a partial last word, whose unused nibbles
+ * must be 0), with f32 kept values and with NF4 ones: the ten invalid codes return
  * QS_ERR_BAD_DATA naming the row and group, with y untouched; the six valid ones run. */
 static void test_meta_check(void **state)
 {
     static const int64_t Ks[] = {32, 40};
+    static const sp_kind kinds[] = {{QS_WEIGHT_SP24, QS_DTYPE_F32}, {QS_WEIGHT_SP24_QUANT, 0}};
     qs_ctx *ctx = t_ctx();
-    float x[40], vals[3 * 20];
+    float x[40], w0[3 * 40], dense[3 * 40];
 
     (void)state;
     for (int i = 0; i < 40; i++)
         x[i] = (float)i;
-    for (int i = 0; i < 60; i++)
-        vals[i] = 0.25f * (float)i;
-    for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; c++) {
-        int64_t K = Ks[c], words = (K + 15) / 16, groups = 4 * words;
-        for (int64_t g = 0; g < groups; g++)
-            for (unsigned nib = 0; nib < 16; nib++) {
-                uint16_t meta[3 * 3];
-                t_buf y = t_buf_new(3 * 4);
-                qs_weight w;
-                char want[96];
-                int valid = g < K / 4 ? (nib >> 2) > (nib & 3u) : nib == 0;
+    for (int i = 0; i < 3 * 40; i++)
+        w0[i] = 0.25f * (float)(i % 11) - 1.0f;
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+        for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; c++) {
+            int64_t K = Ks[c], words = (K + 15) / 16, groups = 4 * words;
+            uint16_t *meta, good[3 * 3];
+            qs_quant_params p;
+            qs_weight w;
+            void *vals;
+            tq t;
 
-                make_meta(meta, K / 4, 0);
-                make_meta(meta + words, K / 4, 1);
-                make_meta(meta + 2 * words, K / 4, 2);
-                meta[words + g / 4] = (uint16_t)((meta[words + g / 4] & ~(0xFu << (4 * (g % 4)))) |
-                                                 nib << (4 * (g % 4)));
-                memset(&w, 0, sizeof w);
-                w.kind = QS_WEIGHT_SP24;
-                w.dtype = QS_DTYPE_F32;
-                w.data = vals;
-                w.data_bytes = 3 * K / 2 * 4;
-                w.meta = meta;
-                w.meta_count = 3 * words;
-                qs_status st = qs_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, K, &w, 3, NULL, y.p, 12);
-                if (valid) {
-                    assert_int_equal(st, QS_OK);
-                } else {
-                    assert_int_equal(st, QS_ERR_BAD_DATA);
-                    assert_true(t_buf_untouched(&y));
-                    snprintf(want, sizeof want, "row 1, group %lld holds the invalid nibble 0x%X",
-                             (long long)g, nib);
-                    assert_non_null(strstr(qs_ctx_last_error(ctx), want));
+            make_weight(ctx, kinds[ki], w0, 3, K, &w, &vals, &meta, &t, &p, dense);
+            memcpy(good, meta, (size_t)(3 * words) * 2);
+            for (int64_t g = 0; g < groups; g++)
+                for (unsigned nib = 0; nib < 16; nib++) {
+                    t_buf y = t_buf_new(3 * 4);
+                    char want[96];
+                    int valid = g < K / 4 ? (nib >> 2) > (nib & 3u) : nib == 0;
+
+                    memcpy(meta, good, (size_t)(3 * words) * 2);
+                    meta[words + g / 4] =
+                        (uint16_t)((meta[words + g / 4] & ~(0xFu << (4 * (g % 4)))) |
+                                   nib << (4 * (g % 4)));
+                    qs_status st =
+                        qs_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, K, &w, 3, NULL, y.p, 12);
+                    if (valid) {
+                        assert_int_equal(st, QS_OK);
+                    } else {
+                        assert_int_equal(st, QS_ERR_BAD_DATA);
+                        assert_true(t_buf_untouched(&y));
+                        snprintf(want, sizeof want,
+                                 "row 1, group %lld holds the invalid nibble 0x%X", (long long)g,
+                                 nib);
+                        assert_non_null(strstr(qs_ctx_last_error(ctx), want));
+                    }
+                    t_buf_free(&y);
                 }
-                t_buf_free(&y);
-            }
-    }
+            if (kinds[ki].kind == QS_WEIGHT_SP24_QUANT)
+                tq_free(&t);
+            free(vals);
+            free(meta);
+        }
     qs_ctx_destroy(ctx);
 }
 
@@ -633,7 +705,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_axpy_hand),       cmocka_unit_test(test_axpy_kernels),
         cmocka_unit_test(test_gather_kernels),  cmocka_unit_test(test_dot_kernels),
-        cmocka_unit_test(test_gemv_rows_kernels), cmocka_unit_test(test_meta_bad_kernels),
+        cmocka_unit_test(test_gemv_rows_kernels), cmocka_unit_test(test_gemv_rows_meta),
+        cmocka_unit_test(test_meta_bad_kernels),
         cmocka_unit_test(test_transpose_kernels),
         cmocka_unit_test(test_gemm_definition), cmocka_unit_test(test_meta_check),
     };

@@ -259,28 +259,41 @@ static int gemv_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
     }
 }
 
+static int is_sp24_nf4(const struct qs_mm_job *j)
+{
+    return j->kind == QS_WEIGHT_SP24_QUANT && j->format == QS_FORMAT_NF4;
+}
+
 /* Rows [n0, n0 + nb) of a 2:4 + NF4 W against each row of x through the multi-row kernel, raw
- * sums into y; 0 for other weights. */
+ * sums into y: 1, or -1 if the kernel found a bad meta word in them (*meta_bad set). The
+ * kernel checks the rows' meta itself, as it reads them (again for each further row of x, from
+ * cache). */
 static int sp24_nf4_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
 {
-    if (j->kind != QS_WEIGHT_SP24_QUANT || j->format != QS_FORMAT_NF4)
-        return 0;
     for (int64_t m = 0; m < j->M; m++)
-        j->ctx->k.mm_gemv_sp24_nf4(j->x + m * j->K, j->K, j->meta + n0 * j->words, j->words,
-                                   j->wdata, n0 * j->wcols, j->absmax, j->block, nb,
-                                   j->y + m * j->N + n0);
+        if (j->ctx->k.mm_gemv_sp24_nf4(j->x + m * j->K, j->K, j->meta + n0 * j->words, j->words,
+                                       j->wdata, n0 * j->wcols, j->absmax, j->block, nb,
+                                       j->y + m * j->N + n0)) {
+            if (j->meta_bad)
+                __atomic_store_n(j->meta_bad, 1, __ATOMIC_RELAXED);
+            return -1;
+        }
     return 1;
 }
 
 static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     int64_t n0 = t * MM_GEMV_ROWS, n1 = n0 + MM_GEMV_ROWS < j->N ? n0 + MM_GEMV_ROWS : j->N;
+    int sp_nf4 = is_sp24_nf4(j);
 
-    if (j->meta_bad && j->ctx->k.mm_sp24_meta_bad(j->meta + n0 * j->words, (n1 - n0) * j->words)) {
+    if (j->meta_bad && !sp_nf4 &&
+        j->ctx->k.mm_sp24_meta_bad(j->meta + n0 * j->words, (n1 - n0) * j->words)) {
         __atomic_store_n(j->meta_bad, 1, __ATOMIC_RELAXED);
         return;
     }
-    if (gemv_rows(j, n0, n1 - n0) || sp24_nf4_rows(j, n0, n1 - n0)) {
+    if (sp_nf4 && sp24_nf4_rows(j, n0, n1 - n0) < 0)
+        return;
+    if (sp_nf4 || gemv_rows(j, n0, n1 - n0)) {
         for (int64_t m = 0; m < j->M; m++)
             for (int64_t n = n0; n < n1; n++)
                 qs_st_f32(j->y + m * j->N + n, finish(j, qs_ld_f32(j->y + m * j->N + n), n));

@@ -487,13 +487,18 @@ float qs_mm_dot_sp24_nf4__ref(const float *x, const uint16_t *meta, int64_t n, c
     return qs_ref_nan_canon(acc);
 }
 
-void qs_mm_gemv_sp24_nf4__ref(const float *x, int64_t n, const uint16_t *meta, int64_t words,
-                              const uint8_t *data, int64_t start, const float *absmax,
-                              int32_t block, int64_t rows, float *y)
+int qs_mm_gemv_sp24_nf4__ref(const float *x, int64_t n, const uint16_t *meta, int64_t words,
+                             const uint8_t *data, int64_t start, const float *absmax,
+                             int32_t block, int64_t rows, float *y)
 {
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
+        if (qs_mm_sp24_meta_bad__ref(meta + r * words, n / 16) ||
+            qs_sp24_partial_word_bad(meta + r * words, n))
+            return 1;
         qs_st_f32(y + r, qs_mm_dot_sp24_nf4__ref(x, meta + r * words, n, data, start + r * (n / 2),
                                                  absmax, block));
+    }
+    return 0;
 }
 
 int qs_mm_sp24_meta_bad__ref(const uint16_t *w, int64_t n)

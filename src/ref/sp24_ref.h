@@ -89,4 +89,19 @@ static inline int qs_sp24_nibble_valid(unsigned nib)
     return nib == 0x4 || nib == 0x8 || nib == 0xC || nib == 0x9 || nib == 0xD || nib == 0xE;
 }
 
+/* 1 if a nibble of the partial last meta word of a row of n columns (its n % 16 / 4 used
+ * nibbles, the word at row_meta + n / 16) is not a valid code; 0 if n % 16 == 0. The full
+ * words before it are the word-parallel checks' (mm_sp24_meta_bad). */
+static inline int qs_sp24_partial_word_bad(const uint16_t *row_meta, int64_t n)
+{
+    uint16_t w = 0;
+    if (n % 16 == 0)
+        return 0;
+    memcpy(&w, row_meta + n / 16, 2);
+    for (int t = 0; t < (int)(n % 16) / 4; t++)
+        if (!qs_sp24_nibble_valid((w >> (4 * t)) & 15u))
+            return 1;
+    return 0;
+}
+
 #endif /* QS_REF_SP24_REF_H */

@@ -24,6 +24,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "../ref/sp24_ref.h"
 
 /* x at the 8 kept columns of 16 columns of x (one meta word). */
 static inline __m256 gather8_avx2(const float *x, const uint16_t *meta)
@@ -206,14 +207,20 @@ float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int6
     return qs_ref_nan_canon(hsum_avx2(acc));
 }
 
-/* Several rows: this tier's fused dot product row by row (x needs no rearranging here). */
-void qs_mm_gemv_sp24_nf4__avx2_1x1x16(const float *x, int64_t n, const uint16_t *meta, int64_t words,
-                                  const uint8_t *data, int64_t start, const float *absmax,
-                                  int32_t block, int64_t rows, float *y)
+/* Several rows: this tier's fused dot product row by row (x needs no rearranging here), each
+ * row's meta checked just before its products. */
+int qs_mm_gemv_sp24_nf4__avx2_1x1x16(const float *x, int64_t n, const uint16_t *meta, int64_t words,
+                                     const uint8_t *data, int64_t start, const float *absmax,
+                                     int32_t block, int64_t rows, float *y)
 {
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
+        if (qs_mm_sp24_meta_bad__avx2_1x1x16(meta + r * words, n / 16) ||
+            qs_sp24_partial_word_bad(meta + r * words, n))
+            return 1;
         qs_st_f32(y + r, qs_mm_dot_sp24_nf4__avx2_1x1x16(x, meta + r * words, n, data,
                                                          start + r * (n / 2), absmax, block));
+    }
+    return 0;
 }
 
 /* The meta check (slot mm_sp24_meta_bad): 16 words a step, the low and the high nibble of every
