@@ -67,6 +67,8 @@ static qs_status quantize_bnb4(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_pa
 
 /* ---- INT8 (formats.md §8, §9) ---------------------------------------------------------------- */
 
+#define INT8_PF_PIECE 512 /* values quantized per prefetch of the next unit (2 KiB of f32) */
+
 /* One scale unit (a row or a group): its range, its scale, then its codes. */
 static void int8_unit_task(void *arg, int64_t u, float *tile)
 {
@@ -90,6 +92,21 @@ static void int8_unit_task(void *arg, int64_t u, float *tile)
         qs_st_f32(j->fscale + u, scale);
         j->zp[u] = (int8_t)zp;
         qmin = -128;
+    }
+    /* f32 units of up to QS_TILE: the codes in pieces, each after prefetching the same piece of
+     * the next unit into L2, so that the next unit's range pass (the one pass from memory)
+     * finds it there instead of waiting for memory while the core has nothing to do. */
+    if (j->dtype == QS_DTYPE_F32 && j->unit_len <= QS_TILE && u + 1 < j->units) {
+        const float *x = qs_stage_f32(j->ctx, j->src, j->dtype, start, j->unit_len, tile);
+        const char *next = (const char *)j->src + (start + j->unit_len) * 4;
+        for (int64_t off = 0; off < j->unit_len; off += INT8_PF_PIECE) {
+            int64_t len = j->unit_len - off < INT8_PF_PIECE ? j->unit_len - off : INT8_PF_PIECE;
+            for (int64_t b = 0; b < len * 4; b += 64)
+                __builtin_prefetch(next + off * 4 + b, 0, 2);
+            ((qs_int8_quant_fn *)j->quant)(x + off, len, mul, zp, qmin,
+                                           (int8_t *)j->data + start + off);
+        }
+        return;
     }
     for (int64_t off = 0; off < j->unit_len; off += QS_TILE) {
         int64_t len = j->unit_len - off < QS_TILE ? j->unit_len - off : QS_TILE;
