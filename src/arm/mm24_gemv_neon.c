@@ -196,12 +196,6 @@ int qs_mm_gemv_sp24_nf4__neon_1x1x32(const float *x, int64_t n, const uint16_t *
                                      const uint8_t *data, int64_t start, const float *absmax,
                                      int32_t block, int64_t rows, float *y)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        if (qs_mm_sp24_meta_bad__ref(meta + r * words, n / 16) ||
-            qs_sp24_partial_word_bad(meta + r * words, n))
-            return 1;
-        qs_st_f32(y + r, qs_mm_dot_sp24_nf4__neon_1x1x32(x, meta + r * words, n, data,
-                                                         start + r * (n / 2), absmax, block));
-    }
-    return 0;
+    return qs_sp24_nf4_rows_by_dot(x, n, meta, words, data, start, absmax, block, rows, y,
+                                   qs_mm_dot_sp24_nf4__neon_1x1x32, qs_mm_sp24_meta_bad__ref);
 }

@@ -236,10 +236,10 @@ typedef void qs_mm_gemm_f32_fn(const float *xt, int64_t xs, int64_t mp, int64_t 
 /* Multi-row 2:4 + NF4 GEMV for one x row (n dense columns): y[r] = mm_dot_sp24_nf4(x, meta +
  * r * words, n, data, start + r * (n / 2), absmax, block) for r < rows, within the matmul
  * tolerance of it (the reference calls it row by row; SIMD versions run several rows at once).
- * It also checks the rows' meta words (rows * words of them from meta, as mm_sp24_meta_bad):
- * nonzero if one holds a nibble that is not one of the six codes, y[0 .. rows) then
- * unspecified; the check reads each row's meta just before the row's products do (so the
- * meta comes from memory once, with the codes). */
+ * It also checks the used nibbles of the rows' meta (the first n / 4 of each row's words, as
+ * mm_sp24_meta_bad and qs_sp24_partial_word_bad): nonzero if one is not one of the six codes,
+ * y[0 .. rows) then unspecified; the check reads each row's meta just before the row's products
+ * do (so the meta comes from memory once, with the codes). */
 typedef int qs_mm_gemv_sp24_nf4_fn(const float *x, int64_t n, const uint16_t *meta, int64_t words,
                                     const uint8_t *data, int64_t start, const float *absmax,
                                     int32_t block, int64_t rows, float *y);

@@ -104,4 +104,27 @@ static inline int qs_sp24_partial_word_bad(const uint16_t *row_meta, int64_t n)
     return 0;
 }
 
+/* mm_gemv_sp24_nf4 (src/core/kernels.h) row by row through a one-row dot product, for the
+ * reference and the rows a multi-row kernel leaves: each row's used meta nibbles checked (`bad`,
+ * a tier's mm_sp24_meta_bad, over its full words, then its partial last word) just before its
+ * product; 1 at the first bad row. */
+static inline int qs_sp24_nf4_rows_by_dot(
+    const float *x, int64_t n, const uint16_t *meta, int64_t words, const uint8_t *data,
+    int64_t start, const float *absmax, int32_t block, int64_t rows, float *y,
+    float (*dot)(const float *, const uint16_t *, int64_t, const uint8_t *, int64_t, const float *,
+                 int32_t),
+    int (*bad)(const uint16_t *, int64_t))
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *m = meta + r * words;
+        float v;
+
+        if (bad(m, n / 16) || qs_sp24_partial_word_bad(m, n))
+            return 1;
+        v = dot(x, m, n, data, start + r * (n / 2), absmax, block);
+        memcpy(y + r, &v, 4); /* y may sit at any byte */
+    }
+    return 0;
+}
+
 #endif /* QS_REF_SP24_REF_H */

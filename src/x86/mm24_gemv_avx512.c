@@ -357,13 +357,8 @@ int qs_mm_gemv_sp24_nf4__avx512_1x4x16(const float *x, int64_t n, const uint16_t
             sp24_nf4_rows4_avx512(x, n, meta + r * words, words, data, start + r * kept, absmax,
                                   block, y + r);
         }
-    for (; r < rows; r++) {
-        if (meta_bad_avx512(meta + r * words, n / 16) ||
-            qs_sp24_partial_word_bad(meta + r * words, n))
-            return 1;
-        qs_st_f32(y + r, qs_mm_dot_sp24_nf4__avx512_1x1x32(x, meta + r * words, n, data,
-                                                           start + r * kept, absmax, block));
-    }
-    return 0;
+    return qs_sp24_nf4_rows_by_dot(x, n, meta + r * words, words, data, start + r * kept, absmax,
+                                   block, rows - r, y + r, qs_mm_dot_sp24_nf4__avx512_1x1x32,
+                                   meta_bad_avx512);
 }
 
