@@ -265,7 +265,7 @@ static int is_sp24_nf4(const struct qs_mm_job *j)
 }
 
 /* Rows [n0, n0 + nb) of a 2:4 + NF4 W against each row of x through the multi-row kernel, raw
- * sums into y: 1, or -1 if the kernel found a bad meta word in them (*meta_bad set). The
+ * sums into y; nonzero if the kernel found a bad meta nibble in them (*meta_bad set). The
  * kernel checks the rows' meta itself, as it reads them (again for each further row of x, from
  * cache). */
 static int sp24_nf4_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
@@ -276,9 +276,9 @@ static int sp24_nf4_rows(const struct qs_mm_job *j, int64_t n0, int64_t nb)
                                        j->y + m * j->N + n0)) {
             if (j->meta_bad)
                 __atomic_store_n(j->meta_bad, 1, __ATOMIC_RELAXED);
-            return -1;
+            return 1;
         }
-    return 1;
+    return 0;
 }
 
 static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
@@ -291,7 +291,7 @@ static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
         __atomic_store_n(j->meta_bad, 1, __ATOMIC_RELAXED);
         return;
     }
-    if (sp_nf4 && sp24_nf4_rows(j, n0, n1 - n0) < 0)
+    if (sp_nf4 && sp24_nf4_rows(j, n0, n1 - n0))
         return;
     if (sp_nf4 || gemv_rows(j, n0, n1 - n0)) {
         for (int64_t m = 0; m < j->M; m++)

@@ -11,15 +11,15 @@
  * in one ternary-logic operation, and the result selects the 16 x values out of the 32 with one
  * two-register permutation. NF4 values come out of the codebook register with one permutation
  * per 16 (the codes widened to one per lane; the permutation reads only the low 4 bits).
- * Products are FMAs into 16-lane partial sums, two registers alternating; an NF4 block's partial sums are multiplied by its
- * absmax once per block (one FMA into the row's accumulator), and the 16 lanes are added at the
- * end. The order differs from the reference's (FMA, lane-wise scaling), as the matmul tolerance
- * allows. An infinite absmax multiplies the block's total instead (a lane holding 0 would make a
- * NaN of 0 * Inf where the reference's nonzero sum times Inf is an infinity). NF4 takes this
- * path when its scale blocks and the row start on multiples of 16 kept values (every default
- * shape with K a multiple of 32) and calls the reference otherwise. The last fewer than 32 columns
- * run under masks: x, meta words and code bytes past the row are never read, and lanes past it
- * keep their partial sums.
+ * Products are FMAs into 16-lane partial sums, two registers alternating; an NF4 block's
+ * partial sums are multiplied by its absmax once per block (one FMA into the row's accumulator),
+ * and the 16 lanes are added at the end. The order differs from the reference's (FMA, lane-wise
+ * scaling), as the matmul tolerance allows. An infinite absmax multiplies the block's total
+ * instead (a lane holding 0 would make a NaN of 0 * Inf where the reference's nonzero sum times
+ * Inf is an infinity). NF4 takes this path when its scale blocks and the row start on multiples
+ * of 16 kept values (every default shape with K a multiple of 32) and calls the reference
+ * otherwise. The last fewer than 32 columns run under masks: x, meta words and code bytes past
+ * the row are never read, and lanes past it keep their partial sums.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -276,9 +276,9 @@ static inline int meta_bad_avx512(const uint16_t *w, int64_t n)
     int64_t i = 0;
 
     for (; i < n; i += 32) {
+        __mmask32 tail = (__mmask32)((1ull << (n - i < 32 ? n - i : 0)) - 1u);
         __m512i v = i + 32 <= n ? _mm512_loadu_si512(w + i)
-                                : _mm512_mask_loadu_epi16(valid, (__mmask32)((1ull << (n - i)) - 1u),
-                                                          w + i);
+                                : _mm512_mask_loadu_epi16(valid, tail, w + i);
         __m512i a = _mm512_shuffle_epi8(table, _mm512_and_si512(v, lo4));
         __m512i b = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4));
         ok = _mm512_ternarylogic_epi32(ok, a, b, 0x80); /* ok & a & b */
