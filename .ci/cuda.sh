@@ -35,10 +35,14 @@ done
 ninja -C "$build" "${targets[@]}" >/dev/null
 
 # libqsparse links no CUDA library; the plugin needs no CUDA library but the driver at run time.
-if ldd "$build/libqsparse.so" | grep -qi cuda; then
+# (ldd's output is taken whole first: under pipefail, "ldd | grep -q" fails when grep's early
+# exit kills ldd with SIGPIPE, which would make these checks pass unseen.)
+lib_deps=$(ldd "$build/libqsparse.so")
+plugin_deps=$(ldd "$plugin")
+if grep -qi cuda <<<"$lib_deps"; then
   echo "libqsparse.so links a CUDA library" >&2; exit 1
 fi
-if ldd "$plugin" | grep -qi 'cudart\|cublas'; then
+if grep -qi 'cudart\|cublas' <<<"$plugin_deps"; then
   echo "libqsparse-cuda.so links the CUDA runtime dynamically" >&2; exit 1
 fi
 exports=$(nm -D --defined-only "$plugin" | awk '$2 ~ /[TDBR]/ {print $3}' | grep -v '^_' || true)

@@ -73,9 +73,9 @@ fuzz_report() {
   if [ "$rc" = 0 ]; then
     echo "fuzz: $t: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$work/$t.log" || echo done)"
   else
-    grep -E '^fuzz:|runtime error|ERROR|SUMMARY|ALARM' "$work/$t.log" | head -n 20
+    grep -m 20 -E '^fuzz:|runtime error|ERROR|SUMMARY|ALARM' "$work/$t.log" || true
     for a in "$work/$t-artifacts"/*; do
-      [ -f "$a" ] && { echo "input that failed ($(basename "$a")):"; od -A x -t x1 -v "$a" | head -n 16; }
+      [ -f "$a" ] && { echo "input that failed ($(basename "$a")):"; od -A x -t x1 -v -N 256 "$a"; }
     done
     echo "hardening: $t failed; reproduce with build-hard-fuzz/tests/fuzz/$t FILE (tests/fuzz/README.md)"
     failed+=("$t")
@@ -110,10 +110,16 @@ rm -rf build-hard-tsan
 CC=$CLANG meson setup build-hard-tsan --buildtype=debugoptimized -Db_sanitize=thread \
   -Db_lundef=false -Dbench=false >/dev/null
 ninja -C build-hard-tsan $(c_test_targets)
-archer=$(find /usr/lib/llvm-14/lib -name libarcher.so | head -n 1)
+archer=$(find /usr/lib/llvm-14/lib -name libarcher.so -print -quit)
+# ldd's output whole, then the test: under pipefail, "ldd | grep -q" fails whenever grep's
+# early exit kills ldd with SIGPIPE, which ldd's line-by-line writes meet now and then on a
+# loaded machine (29 of 1500 tries here; stop 23's CI failed that way with libomp linked).
+tsan_deps=$(ldd build-hard-tsan/tests/test_threads)
 step "ThreadSanitizer: C tests (test_kernels excepted: single-threaded kernel sweeps, slow here)"
-if [ -z "$archer" ] || ! ldd build-hard-tsan/tests/test_threads | grep -q 'libomp'; then
-  echo "hardening: the TSan build needs LLVM's libomp and libarcher.so (libomp-14-dev)"
+if [ -z "$archer" ] || ! grep -q 'libomp' <<<"$tsan_deps"; then
+  echo "hardening: the TSan build needs LLVM's libomp and libarcher.so (libomp-14-dev);" \
+    "libarcher.so: ${archer:-not found}; test_threads links:"
+  echo "$tsan_deps"
   failed+=("tsan")
 else
   for t in $c_test_names; do

@@ -25,7 +25,7 @@ command -v meson >/dev/null || meson=(python3 -m mesonbuild.mesonmain)
 { nvidia-smi 2>&1 || true; "$nvcc" --version; } > "$OUT/device.txt"
 # This GPU's compute capability (e.g. 90 on an H200) unless GPU_ARCH says otherwise.
 arch=${GPU_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
-                   head -n 1 | tr -d ' .')}
+                   sed -n 1p | tr -d ' .')}
 arch=${arch:-90}
 elapsed "nvcc $nvcc, building for sm_$arch"
 
