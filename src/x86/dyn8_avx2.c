@@ -81,7 +81,8 @@ static inline __m256i dyn8_encode_avx2(__m256 x, const dyn8_tab_avx2 *t)
 }
 
 /* Codes of one block of len elements whose absmax m is known. */
-static void dyn8_block_avx2(const float *v, int64_t len, float m, uint8_t *d, const void *tab)
+static void dyn8_block_avx2(const float *v, int64_t len, float m, uint8_t *d, const void *tab,
+                            int64_t ahead)
 {
     const dyn8_tab_avx2 *t = tab;
     int64_t i = 0;
@@ -93,6 +94,7 @@ static void dyn8_block_avx2(const float *v, int64_t len, float m, uint8_t *d, co
     const float inv = 1.0f / m;
     const __m256 vinv = _mm256_set1_ps(inv);
     for (; i + 32 <= len; i += 32) {
+        bnb_prefetch32_avx2(v + i, ahead);
         __m256i c0 = dyn8_encode_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + i), vinv), t);
         __m256i c1 = dyn8_encode_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + i + 8), vinv), t);
         __m256i c2 = dyn8_encode_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + i + 16), vinv), t);

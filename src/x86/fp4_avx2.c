@@ -55,9 +55,10 @@ static inline __m256i fp4_encode_avx2(__m256 x, const void *tab)
     return _mm256_or_si256(s, _mm256_permutevar8x32_epi32(t->rank, r));
 }
 
-static void fp4_block_avx2(const float *v, int64_t len, float absmax, uint8_t *dst, const void *t)
+static void fp4_block_avx2(const float *v, int64_t len, float absmax, uint8_t *dst, const void *t,
+                           int64_t ahead)
 {
-    bnb4_block_avx2(v, len, absmax, dst, t, fp4_encode_avx2, qs_ref_fp4_encode);
+    bnb4_block_avx2(v, len, absmax, dst, t, ahead, fp4_encode_avx2, qs_ref_fp4_encode);
 }
 
 void qs_fp4_quant__avx2(const float *src, int64_t n, int32_t block, uint8_t *dst, float *absmax)

@@ -50,9 +50,10 @@ static inline __m256i nf4_encode_avx2(__m256 x, const void *tab)
     return _mm256_sub_epi32(c, _mm256_castps_si256(m)); /* a true compare is -1 */
 }
 
-static void nf4_block_avx2(const float *v, int64_t len, float absmax, uint8_t *dst, const void *t)
+static void nf4_block_avx2(const float *v, int64_t len, float absmax, uint8_t *dst, const void *t,
+                           int64_t ahead)
 {
-    bnb4_block_avx2(v, len, absmax, dst, t, nf4_encode_avx2, qs_ref_nf4_encode);
+    bnb4_block_avx2(v, len, absmax, dst, t, ahead, nf4_encode_avx2, qs_ref_nf4_encode);
 }
 
 void qs_nf4_quant__avx2(const float *src, int64_t n, int32_t block, uint8_t *dst, float *absmax)

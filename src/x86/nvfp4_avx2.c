@@ -193,7 +193,7 @@ void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *
         /* the group after it into L1, so that those early loads do not miss (as in
          * nvfp4_avx512.c); a prefetch never faults and changes no data */
         for (int k = 0; k < 8; k++)
-            _mm_prefetch((const char *)(src + i + 256 + 16 * k), _MM_HINT_T0);
+            _mm_prefetch((const char *)(src + i + 2048 + 16 * k), _MM_HINT_T0);
         if (i + 256 <= n)
             next_code = nvfp4_group_scales_avx2(src + i + 128, s_global, &next_den);
         nvfp4_group_avx2(src + i, code, den, &rows, dst + i / 2, scales + i / 16);
