@@ -190,8 +190,10 @@ void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *
         __m256 next_den = _mm256_setzero_ps();
         __m256i next_code = _mm256_setzero_si256();
 
-        /* the group after it into L1, so that those early loads do not miss (as in
-         * nvfp4_avx512.c); a prefetch never faults and changes no data */
+        /* the group 2048 values (8 KiB) ahead into L1, so that the next groups' early loads do
+         * not miss (a Zen 2's hardware prefetcher alone left them waiting; 256 ahead gained
+         * less: 4096 x 4096, 0.85-0.86 ns per value against 0.89); a prefetch never faults and
+         * changes no data */
         for (int k = 0; k < 8; k++)
             _mm_prefetch((const char *)(src + i + 2048 + 16 * k), _MM_HINT_T0);
         if (i + 256 <= n)
