@@ -95,22 +95,45 @@ static inline __m256i nvfp4_row_codes_avx2(__m256 x, const float *row, __m256 t)
     __m256i c = _mm256_or_si256(_mm256_and_si256(_mm256_castps_si256(m1), _mm256_set1_epi32(4)),
                                 _mm256_and_si256(_mm256_castps_si256(m2), _mm256_set1_epi32(2)));
     __m256 m3 = _mm256_cmp_ps(a, _mm256_permutevar8x32_ps(t, c), _CMP_GT_OQ);
-    /* all ones where v is negative (sign bit) and not NaN */
-    __m256i neg = _mm256_and_si256(_mm256_srai_epi32(_mm256_castps_si256(x), 31),
-                                   _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_ORD_Q)));
+    /* v with NaN turned into +0: its sign bit says "negative and not NaN" */
+    __m256 sv = _mm256_and_ps(x, _mm256_cmp_ps(x, x, _CMP_ORD_Q));
 
     c = _mm256_sub_epi32(c, _mm256_castps_si256(m3)); /* m3 is -1 where it holds */
-    return _mm256_or_si256(c, _mm256_and_si256(neg, _mm256_set1_epi32(8)));
+    return _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(c),
+                         _mm256_castsi256_ps(_mm256_or_si256(c, _mm256_set1_epi32(8))), sv));
+}
+
+/* The amaxes of the 8 full blocks at v, block k in lane k, NaN ignored: per block the maximum
+ * of its two vectors' magnitudes (maxps returns its second operand when the first is NaN, so a
+ * NaN lane becomes 0 first), then a transposing reduction of the 8 NaN-free vectors: 128-bit
+ * halves of blocks k and k + 4, pairs of lanes, lanes. Maxima are exact, so their order does not
+ * matter; 7 shuffles and maxima per level instead of a horizontal maximum per block through
+ * memory. */
+static inline __m256 nvfp4_amax8_avx2(const float *v)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m[8], t[4], u[2];
+
+    for (int k = 0; k < 8; k++)
+        m[k] = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + 16 * k + 8), absm),
+                             _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + 16 * k), absm),
+                                           _mm256_setzero_ps()));
+    /* t[k]: block k in the low half, block k + 4 in the high half (four lanes each) */
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm256_max_ps(_mm256_permute2f128_ps(m[k], m[k + 4], 0x20),
+                             _mm256_permute2f128_ps(m[k], m[k + 4], 0x31));
+    /* u[h], per half: two lanes of block 2h (resp. + 4), two of block 2h + 1 (resp. + 4) */
+    for (int h = 0; h < 2; h++)
+        u[h] = _mm256_max_ps(_mm256_shuffle_ps(t[2 * h], t[2 * h + 1], 0x44),
+                             _mm256_shuffle_ps(t[2 * h], t[2 * h + 1], 0xEE));
+    return _mm256_max_ps(_mm256_shuffle_ps(u[0], u[1], 0x88), _mm256_shuffle_ps(u[0], u[1], 0xDD));
 }
 
 /* The scale bytes (one per lane) and dens of the 8 full blocks at v. */
 static inline __m256i nvfp4_group_scales_avx2(const float *v, float s_global, __m256 *den)
 {
-    float am[8];
-
-    for (int k = 0; k < 8; k++)
-        am[k] = nvfp4_amax_avx2(_mm256_loadu_ps(v + 16 * k), _mm256_loadu_ps(v + 16 * k + 8));
-    return nvfp4_scales_avx2(_mm256_loadu_ps(am), s_global, den);
+    return nvfp4_scales_avx2(nvfp4_amax8_avx2(v), s_global, den);
 }
 
 /* 8 full blocks (128 values) with their scale bytes `code` and dens: 64 data bytes and 8 scale
