@@ -17,6 +17,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "lut16_avx2.h"
 #include "nan_avx2.h"
 
 /* Codes of one block of len elements whose absmax is known; tab is the family's table. The
@@ -141,14 +142,30 @@ static inline __m256 bnb4_dequant8_avx2(uint32_t w, __m256 lo, __m256 hi, __m256
     return canon ? nan_canon_avx2(v) : v;
 }
 
+/* 32 values (16 bytes of codes, element 2j in the high nibble of byte j) times vs, through the
+ * codebook's byte planes (lut16_avx2.h); canon: the NaN rule (bnb4_dequant8_avx2). */
+static inline void bnb4_dequant32_avx2(const uint8_t *s, const lut16_avx2 *t, __m256 vs, float *d,
+                                       int canon)
+{
+    __m256 v[4];
+
+    lut16_decode32_avx2(s, t, 1, v);
+    for (int k = 0; k < 4; k++) {
+        __m256 x = _mm256_mul_ps(v[k], vs); /* §5.3 */
+        _mm256_storeu_ps(d + 8 * k, canon ? nan_canon_avx2(x) : x);
+    }
+}
+
 /* One block's whole words of codes (len rounded down to 8), then its scalar tail. */
 static inline void bnb4_dequant_block_avx2(const uint8_t *s, float scale, int64_t len,
-                                           const float *codebook, __m256 lo, __m256 hi, float *d,
-                                           int canon)
+                                           const float *codebook, __m256 lo, __m256 hi,
+                                           const lut16_avx2 *planes, float *d, int canon)
 {
     const __m256 vs = _mm256_set1_ps(scale);
     int64_t i = 0;
 
+    for (; i + 32 <= len; i += 32)
+        bnb4_dequant32_avx2(s + i / 2, planes, vs, d + i, canon);
     for (; i + 16 <= len; i += 16) {
         uint32_t w0, w1;
         memcpy(&w0, s + i / 2, sizeof w0);
@@ -172,6 +189,7 @@ static inline void bnb4_dequant_avx2(const uint8_t *src, const float *absmax, in
                                      int32_t block, const float *codebook, float *dst)
 {
     const __m256 lo = _mm256_loadu_ps(codebook), hi = _mm256_loadu_ps(codebook + 8);
+    const lut16_avx2 planes = lut16_avx2_load(codebook);
 
     for (int64_t b = 0; b * block < n; b++) {
         int64_t start = b * block;
@@ -179,9 +197,11 @@ static inline void bnb4_dequant_avx2(const uint8_t *src, const float *absmax, in
         const float scale = qs_ld_f32(absmax + b);
 
         if ((qs_f32_bits(scale) & 0x7F800000u) != 0x7F800000u) /* finite */
-            bnb4_dequant_block_avx2(src + start / 2, scale, len, codebook, lo, hi, dst + start, 0);
+            bnb4_dequant_block_avx2(src + start / 2, scale, len, codebook, lo, hi, &planes,
+                                    dst + start, 0);
         else
-            bnb4_dequant_block_avx2(src + start / 2, scale, len, codebook, lo, hi, dst + start, 1);
+            bnb4_dequant_block_avx2(src + start / 2, scale, len, codebook, lo, hi, &planes,
+                                    dst + start, 1);
     }
 }
 

@@ -4,9 +4,10 @@
  * e5m2_avx2.c, mxfp4_avx2.c, mxfp8_avx2.c, nvfp4_avx2.c; docs/formats.md §10-§14): RNE encoders
  * for E4M3, E5M2 and E2M1 that round in the integer domain on the f32 bits for normal results and
  * with one exact power-of-two scaling plus VCVTPS2DQ (RNE in the default MXCSR) for subnormal
- * ones, the exact E4M3 and E2M1 decoders, byte and nibble packing, the OCP MX (E8M0) block scale
- * and the quantize/dequantize drivers of the MX formats, whose partial last block goes through a
- * zero-padded local block (the format's +0.0 padding) so nothing past n is read or written.
+ * ones, the exact E4M3 decoder (E2M1 decodes through lut16_avx2.h), byte and nibble packing, the
+ * OCP MX (E8M0) block scale and the quantize/dequantize drivers of the MX formats, whose partial
+ * last block goes through a zero-padded local block (the format's +0.0 padding) so nothing past
+ * n is read or written.
  * Everything is `static inline`; the format constants and the block routines passed to the
  * drivers are compile-time constants, so each kernel file gets its own inlined copy. Include only
  * from files compiled with the AVX2 flags (*_avx2.c).
@@ -119,15 +120,6 @@ static inline void e4m3_decode16_f16_avx2(__m128i b, __m256 *v0, __m256 *v1)
     *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
-/* E2M1 values of 8 codes (0...15): two 8-entry lookups, chosen by bit 3 of the code. */
-static inline __m256 e2m1_decode_avx2(__m256i c)
-{
-    __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(qs_e2m1_values), c);
-    __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(qs_e2m1_values + 8), c);
-
-    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
-}
-
 /* Bytes 0...31 from the low bytes of four vectors of 32-bit codes (each <= 255). */
 static inline __m256i pack_bytes_avx2(__m256i c0, __m256i c1, __m256i c2, __m256i c3)
 {
@@ -145,20 +137,6 @@ static inline __m128i pack_nibbles_avx2(__m256i c0, __m256i c1, __m256i c2, __m2
         _mm256_and_si256(_mm256_or_si256(b, _mm256_srli_epi16(b, 4)), _mm256_set1_epi16(0x00FF));
     w = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08);
     return _mm256_castsi256_si128(w);
-}
-
-/* 16 bytes of nibbles (element 2j in the low nibble of byte j) -> 32 codes, 8 per vector. */
-static inline void unpack_nibbles_avx2(const uint8_t *src, __m256i c[4])
-{
-    const __m128i nib = _mm_set1_epi8(0x0F);
-    __m128i b = _mm_loadu_si128((const __m128i *)src);
-    __m128i lo = _mm_and_si128(b, nib), hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
-    __m128i e0 = _mm_unpacklo_epi8(lo, hi), e1 = _mm_unpackhi_epi8(lo, hi);
-
-    c[0] = _mm256_cvtepu8_epi32(e0);
-    c[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(e0, 8));
-    c[2] = _mm256_cvtepu8_epi32(e1);
-    c[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(e1, 8));
 }
 
 static inline float hmax_avx2(__m256 m)
@@ -236,7 +214,9 @@ static inline void fp8_dequant_avx2(const uint8_t *src, int64_t n, float scale, 
 /* Element codes of 32 values x[k] * mul (a finite block), stored as the block's data bytes. */
 typedef void (*mx_encode32_avx2_fn)(const __m256 x[4], __m256 mul, uint8_t *dst);
 /* 32 codes of one MX block -> 32 floats, each times the block's scale. */
-typedef void (*mx_dequant32_avx2_fn)(const uint8_t *src, __m256 scale, float *dst);
+/* 32 codes -> 32 floats times the block's scale; tab: the format's table (or NULL). */
+typedef void (*mx_dequant32_avx2_fn)(const uint8_t *src, __m256 scale, float *dst,
+                                     const void *tab);
 
 /* The E8M0 byte of a block without NaN/Inf from its amax (>= 0), FLOOR or RCEIL (§13), for an
  * element format whose largest value has exponent emax and f32 mantissa bits max_mant. */
@@ -371,19 +351,20 @@ static inline void mx_quant_avx2(const float *src, int64_t n, int32_t rounding, 
 
 /* The MX dequantize driver over blocks of 32; a block takes 32 / per_byte data bytes. */
 static inline void mx_dequant_avx2(const uint8_t *src, const uint8_t *scales, int64_t n,
-                                   int32_t per_byte, float *dst, mx_dequant32_avx2_fn dequant32)
+                                   int32_t per_byte, float *dst, mx_dequant32_avx2_fn dequant32,
+                                   const void *tab)
 {
     int64_t b = 0;
 
     for (; (b + 1) * 32 <= n; b++)
         dequant32(src + b * 32 / per_byte, _mm256_set1_ps(qs_e8m0_decode_inline(scales[b])),
-                  dst + b * 32);
+                  dst + b * 32, tab);
     if (b * 32 < n) {
         size_t len = (size_t)(n - b * 32);
         uint8_t buf[32] = {0};
         float out[32];
         memcpy(buf, src + b * 32 / per_byte, (len + (size_t)per_byte - 1) / (size_t)per_byte);
-        dequant32(buf, _mm256_set1_ps(qs_e8m0_decode_inline(scales[b])), out);
+        dequant32(buf, _mm256_set1_ps(qs_e8m0_decode_inline(scales[b])), out, tab);
         memcpy(dst + b * 32, out, len * sizeof(float));
     }
 }

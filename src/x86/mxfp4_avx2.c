@@ -14,6 +14,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "lut16_avx2.h"
 #include "minifloat_avx2.h"
 #include "nan_avx2.h"
 
@@ -36,19 +37,23 @@ void qs_mxfp4_quant__avx2(const float *src, int64_t n, int32_t rounding, uint8_t
     mx_quant_avx2(src, n, rounding, 2, 0x400000u, 2, mxfp4_encode32_avx2, dst, scales);
 }
 
-/* 16 bytes (32 codes) -> 32 floats, each times the block's scale. No NaN fix-up: E2M1 values are
- * finite and the scale a power of two or the canonical NaN (0xFF), so a NaN product is a copy of
- * that canonical operand (tests/test_kernels.c proves it over every code and scale byte). */
-static inline void mxfp4_dequant32_avx2(const uint8_t *src, __m256 scale, float *dst)
+/* 16 bytes (32 codes) -> 32 floats, each times the block's scale; tab: the E2M1 values' byte
+ * planes (lut16_avx2.h). No NaN fix-up: E2M1 values are finite and the scale a power of two or
+ * the canonical NaN (0xFF), so a NaN product is a copy of that canonical operand
+ * (tests/test_kernels.c proves it over every code and scale byte). */
+static inline void mxfp4_dequant32_avx2(const uint8_t *src, __m256 scale, float *dst,
+                                        const void *tab)
 {
-    __m256i c[4];
+    __m256 v[4];
 
-    unpack_nibbles_avx2(src, c);
+    lut16_decode32_avx2(src, tab, 0, v);
     for (int k = 0; k < 4; k++)
-        _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(e2m1_decode_avx2(c[k]), scale));
+        _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(v[k], scale));
 }
 
 void qs_mxfp4_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n, float *dst)
 {
-    mx_dequant_avx2(src, scales, n, 2, dst, mxfp4_dequant32_avx2);
+    const lut16_avx2 e2m1 = lut16_avx2_load(qs_e2m1_values);
+
+    mx_dequant_avx2(src, scales, n, 2, dst, mxfp4_dequant32_avx2, &e2m1);
 }

@@ -37,8 +37,10 @@ void qs_mxfp8_quant__avx2(const float *src, int64_t n, int32_t rounding, uint8_t
 }
 
 /* 32 codes -> 32 floats, each times the block's scale. */
-static inline void mxfp8_dequant32_avx2(const uint8_t *src, __m256 scale, float *dst)
+static inline void mxfp8_dequant32_avx2(const uint8_t *src, __m256 scale, float *dst,
+                                        const void *tab)
 {
+    (void)tab;
     for (int k = 0; k < 4; k++) {
         __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(src + 8 * k)));
         _mm256_storeu_ps(dst + 8 * k, nan_canon_avx2(_mm256_mul_ps(e4m3_decode_avx2(c), scale)));
@@ -73,9 +75,9 @@ void qs_mxfp8_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n
                 dst + b * 32);
         else /* 2^(e - 119) would overflow */
             mxfp8_dequant32_avx2(src + b * 32, _mm256_set1_ps(qs_e8m0_decode_inline(e)),
-                                 dst + b * 32);
+                                 dst + b * 32, NULL);
     }
     if (b * 32 < n) /* the partial last block, through a zero-padded copy */
         mx_dequant_avx2(src + b * 32, scales + b, n - b * 32, 1, dst + b * 32,
-                        mxfp8_dequant32_avx2);
+                        mxfp8_dequant32_avx2, NULL);
 }

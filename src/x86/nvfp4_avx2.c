@@ -17,6 +17,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "lut16_avx2.h"
 #include "minifloat_avx2.h"
 #include "nan_avx2.h"
 #include "nvfp4_rows.h"
@@ -238,19 +239,20 @@ void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *
     }
 }
 
-/* 16 bytes (32 codes, two blocks) -> 32 floats, den0/den1 the blocks' dens. canon: the NaN
- * fix-up, needed only where a den is NaN or infinite (Inf * 0, a NaN s_global's payload); with
- * finite dens the products of finite E2M1 values are never NaN. */
-static inline void nvfp4_dequant32_avx2(const uint8_t *src, __m256 den0, __m256 den1, float *dst,
-                                        int canon)
+/* 16 bytes (32 codes, two blocks) -> 32 floats, den0/den1 the blocks' dens, through the E2M1
+ * values' byte planes e2m1 (lut16_avx2.h). canon: the NaN fix-up, needed only where a den is NaN
+ * or infinite (Inf * 0, a NaN s_global's payload); with finite dens the products of finite E2M1
+ * values are never NaN. */
+static inline void nvfp4_dequant32_avx2(const uint8_t *src, const lut16_avx2 *e2m1, __m256 den0,
+                                        __m256 den1, float *dst, int canon)
 {
-    __m256i c[4];
+    __m256 c[4];
 
-    unpack_nibbles_avx2(src, c);
+    lut16_decode32_avx2(src, e2m1, 0, c);
     for (int h = 0; h < 2; h++) {
         __m256 den = h ? den1 : den0;
-        __m256 v0 = _mm256_mul_ps(e2m1_decode_avx2(c[2 * h]), den);
-        __m256 v1 = _mm256_mul_ps(e2m1_decode_avx2(c[2 * h + 1]), den);
+        __m256 v0 = _mm256_mul_ps(c[2 * h], den);
+        __m256 v1 = _mm256_mul_ps(c[2 * h + 1], den);
         _mm256_storeu_ps(dst + 16 * h, canon ? nan_canon_avx2(v0) : v0);
         _mm256_storeu_ps(dst + 16 * h + 8, canon ? nan_canon_avx2(v1) : v1);
     }
@@ -264,18 +266,19 @@ static inline __m256 nvfp4_den_avx2(uint8_t scale, __m256 s_global)
 
 /* Sixteen blocks (256 values): their dens first, then the blocks with or without the NaN fix-up
  * (a constant at each call: two loops, neither with a select). */
-static inline void nvfp4_dequant256_avx2(const uint8_t *src, const float *den, float *dst,
-                                         int canon)
+static inline void nvfp4_dequant256_avx2(const uint8_t *src, const lut16_avx2 *e2m1,
+                                         const float *den, float *dst, int canon)
 {
     for (int k = 0; k < 16; k += 2)
-        nvfp4_dequant32_avx2(src + k * 8, _mm256_set1_ps(den[k]), _mm256_set1_ps(den[k + 1]),
-                             dst + k * 16, canon);
+        nvfp4_dequant32_avx2(src + k * 8, e2m1, _mm256_set1_ps(den[k]),
+                             _mm256_set1_ps(den[k + 1]), dst + k * 16, canon);
 }
 
 void qs_nvfp4_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n,
                             float s_global, float *dst)
 {
     const __m256 sg = _mm256_set1_ps(s_global);
+    const lut16_avx2 e2m1 = lut16_avx2_load(qs_e2m1_values);
     int64_t i = 0;
 
     for (; i + 256 <= n; i += 256) {
@@ -287,12 +290,12 @@ void qs_nvfp4_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n
             finite &= (qs_f32_bits(den[k]) & 0x7F800000u) != 0x7F800000u;
         }
         if (finite)
-            nvfp4_dequant256_avx2(src + i / 2, den, dst + i, 0);
+            nvfp4_dequant256_avx2(src + i / 2, &e2m1, den, dst + i, 0);
         else
-            nvfp4_dequant256_avx2(src + i / 2, den, dst + i, 1);
+            nvfp4_dequant256_avx2(src + i / 2, &e2m1, den, dst + i, 1);
     }
     for (; i + 32 <= n; i += 32)
-        nvfp4_dequant32_avx2(src + i / 2, nvfp4_den_avx2(scales[i / 16], sg),
+        nvfp4_dequant32_avx2(src + i / 2, &e2m1, nvfp4_den_avx2(scales[i / 16], sg),
                              nvfp4_den_avx2(scales[i / 16 + 1], sg), dst + i, 1);
     if (i < n) {
         size_t len = (size_t)(n - i);
@@ -300,7 +303,8 @@ void qs_nvfp4_dequant__avx2(const uint8_t *src, const uint8_t *scales, int64_t n
         float out[32];
         memcpy(buf, src + i / 2, (len + 1) / 2);
         memcpy(sc, scales + i / 16, (len + 15) / 16);
-        nvfp4_dequant32_avx2(buf, nvfp4_den_avx2(sc[0], sg), nvfp4_den_avx2(sc[1], sg), out, 1);
+        nvfp4_dequant32_avx2(buf, &e2m1, nvfp4_den_avx2(sc[0], sg), nvfp4_den_avx2(sc[1], sg),
+                             out, 1);
         memcpy(dst + i, out, len * sizeof(float));
     }
 }
