@@ -213,8 +213,8 @@ static inline void fp8_dequant_avx2(const uint8_t *src, int64_t n, float scale, 
 
 /* Element codes of 32 values x[k] * mul (a finite block), stored as the block's data bytes. */
 typedef void (*mx_encode32_avx2_fn)(const __m256 x[4], __m256 mul, uint8_t *dst);
-/* 32 codes of one MX block -> 32 floats, each times the block's scale. */
-/* 32 codes -> 32 floats times the block's scale; tab: the format's table (or NULL). */
+/* 32 codes of one MX block -> 32 floats, each times the block's scale; tab: the format's table
+ * (or NULL). */
 typedef void (*mx_dequant32_avx2_fn)(const uint8_t *src, __m256 scale, float *dst,
                                      const void *tab);
 

@@ -246,13 +246,13 @@ void qs_nvfp4_quant__avx2(const float *src, int64_t n, float s_global, uint8_t *
 static inline void nvfp4_dequant32_avx2(const uint8_t *src, const lut16_avx2 *e2m1, __m256 den0,
                                         __m256 den1, float *dst, int canon)
 {
-    __m256 c[4];
+    __m256 v[4];
 
-    lut16_decode32_avx2(src, e2m1, 0, c);
+    lut16_decode32_avx2(src, e2m1, 0, v);
     for (int h = 0; h < 2; h++) {
         __m256 den = h ? den1 : den0;
-        __m256 v0 = _mm256_mul_ps(c[2 * h], den);
-        __m256 v1 = _mm256_mul_ps(c[2 * h + 1], den);
+        __m256 v0 = _mm256_mul_ps(v[2 * h], den);
+        __m256 v1 = _mm256_mul_ps(v[2 * h + 1], den);
         _mm256_storeu_ps(dst + 16 * h, canon ? nan_canon_avx2(v0) : v0);
         _mm256_storeu_ps(dst + 16 * h + 8, canon ? nan_canon_avx2(v1) : v1);
     }
