@@ -11,9 +11,10 @@
 #define QS_X86_LUT16_AVX2_H
 
 #include <stdint.h>
-#include <string.h>
 
 #include <immintrin.h>
+
+#include "../ref/ref.h"
 
 /* Plane p: byte p of each entry's bits, in both 128-bit lanes. */
 typedef struct {
@@ -26,11 +27,8 @@ static inline lut16_avx2 lut16_avx2_load(const float *table)
 
     for (int p = 0; p < 4; p++) {
         uint8_t b[16];
-        for (int k = 0; k < 16; k++) {
-            uint32_t u;
-            memcpy(&u, table + k, sizeof u);
-            b[k] = (uint8_t)(u >> (8 * p));
-        }
+        for (int k = 0; k < 16; k++)
+            b[k] = (uint8_t)(qs_f32_bits(table[k]) >> (8 * p));
         r.plane[p] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b));
     }
     return r;
