@@ -70,6 +70,10 @@ uint32_t qs_cpu_detect(void)
             isa |= QS_ISA_AMX_BF16;
     }
 
+#if defined(QS_AVX512_EMULATION)
+    /* a test build whose AVX-512 tiers run on SIMDe (meson option avx512_emulation) */
+    return isa | QS_ISA_AVX512 | QS_ISA_AVX512_VNNI;
+#endif
     /* AVX-512 F (16), DQ (17), BW (30), VL (31); the OS saves opmask, ZMM_Hi256, Hi16_ZMM */
     const uint32_t avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
     if ((b7 & avx512) != avx512 || (xcr0 & (XCR0_AVX | XCR0_AVX512)) != (XCR0_AVX | XCR0_AVX512))
