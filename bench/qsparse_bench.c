@@ -255,7 +255,8 @@ static float sum_span(const float *x, int64_t n)
     int64_t i = 0;
 
     for (; i + 16 <= n; i += 16) {
-        __builtin_prefetch(x + i + 2048);
+        /* the address as an integer: past the end of x, a pointer would be undefined */
+        __builtin_prefetch((const void *)((uintptr_t)(x + i) + 4 * 2048));
         for (int k = 0; k < 16; k++)
             acc[k] += x[i + k];
     }

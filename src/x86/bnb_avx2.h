@@ -19,6 +19,7 @@
 #include "../ref/ref.h"
 #include "lut16_avx2.h"
 #include "nan_avx2.h"
+#include "prefetch_x86.h"
 
 /* Codes of one block of len elements whose absmax is known; tab is the family's table. The
  * block prefetches v[i + ahead] as it reads v[i] (bnb_quant_avx2). */
@@ -91,8 +92,8 @@ static inline __m128i bnb4_nibbles_pack_avx2(__m256i c0, __m256i c1, __m256i c2,
  * next span. */
 static inline void bnb_prefetch32_avx2(const float *v, int64_t ahead)
 {
-    _mm_prefetch((const char *)(v + ahead), _MM_HINT_T0);
-    _mm_prefetch((const char *)(v + ahead + 16), _MM_HINT_T0);
+    qs_prefetch_l1(v, 4 * ahead);
+    qs_prefetch_l1(v, 4 * (ahead + 16));
 }
 
 /* NF4/FP4 codes of one block (§5): x = v * (1 / absmax), the vector encoder on 32 elements at a

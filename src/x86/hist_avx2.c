@@ -13,6 +13,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "prefetch_x86.h"
 
 #define ABS_MASK 0x7FFFFFFF
 #define INF_BITS 0x7F800000
@@ -245,7 +246,7 @@ int32_t qs_hist_scan_update__avx2(const float *src, int64_t n, int32_t k, int32_
         for (; i + 8 <= n; i += 8) {
             /* the loop is bound by its counter updates, not by loads: ask for the data early so
              * memory latency overlaps that work (a hint only, it never faults) */
-            _mm_prefetch((const char *)(src + i) + PREFETCH_BYTES, _MM_HINT_T0);
+            qs_prefetch_l1(src + i, PREFETCH_BYTES);
             __m256 x = _mm256_loadu_ps(src + i);
             __m256i u = _mm256_and_si256(_mm256_castps_si256(x), absm);
             __m256i finv = _mm256_cmpgt_epi32(inf, u);

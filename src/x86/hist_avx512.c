@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../core/kernels.h"
+#include "prefetch_x86.h"
 
 #define ABS_MASK 0x7FFFFFFF
 #define INF_BITS 0x7F800000
@@ -211,7 +212,7 @@ int32_t qs_hist_scan_update__avx512(const float *src, int64_t n, int32_t k, int3
         for (int64_t i = 0; i < n; i += 16) {
             __mmask16 m = tail_mask_avx512(n - i);
             /* a hint only (never faults): memory latency overlaps the counter updates */
-            _mm_prefetch((const char *)(src + i) + PREFETCH_BYTES, _MM_HINT_T0);
+            qs_prefetch_l1(src + i, PREFETCH_BYTES);
             __m512 x = _mm512_maskz_loadu_ps(m, src + i);
             __m512i u = _mm512_and_si512(_mm512_castps_si512(x), absm);
             __mmask16 fin = _mm512_mask_cmplt_epu32_mask(m, u, inf);

@@ -21,6 +21,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "prefetch_x86.h"
 
 /* Magnitude codes of 8 values from their bits without sign, a = |y| (NaN excluded), for a format
  * with mbits mantissa bits and exponent bias `bias`, RNE, saturating to max_code (Inf included). */
@@ -172,8 +173,8 @@ static inline void fp8_quant_avx2(const float *src, int64_t n, float scale, uint
 
     /* the two lines 2048 values (8 KiB) ahead into L1 as each 32 are read (see mx_quant_avx2) */
     for (; i + 32 <= n; i += 32) {
-        _mm_prefetch((const char *)(src + i + 2048), _MM_HINT_T0);
-        _mm_prefetch((const char *)(src + i + 2048 + 16), _MM_HINT_T0);
+        qs_prefetch_l1(src + i, 4 * 2048);
+        qs_prefetch_l1(src + i, 4 * (2048 + 16));
         fp8_quant32_avx2(src + i, vs, dst + i, mbits, bias, max_code);
     }
     if (i < n) {
@@ -328,7 +329,7 @@ static inline void mx_quant_avx2(const float *src, int64_t n, int32_t rounding, 
          * on a Zen 2: 0.50 ns per value against 0.77). A prefetch never faults and changes no
          * data; past n it warms the caller's next span */
         for (int k = 0; k < 8; k++)
-            _mm_prefetch((const char *)(src + b * 32 + 2048 + 16 * k), _MM_HINT_T0);
+            qs_prefetch_l1(src + b * 32, 4 * (2048 + 16 * k));
         if (mx_quad_avx2(src + b * 32, rounding, emax, max_mant, per_byte, encode32,
                          dst + b * 32 / per_byte, scales + b))
             continue;

@@ -21,6 +21,7 @@
 #include "minifloat_avx512.h"
 #include "nan_avx512.h"
 #include "nvfp4_rows.h"
+#include "prefetch_x86.h"
 
 /* E2M1 codes (0...15) of 16 floats, one per 32-bit lane; NaN -> 0 (§11), Inf saturates. */
 static inline __m512i e2m1_encode_avx512(__m512 y)
@@ -205,7 +206,7 @@ void qs_nvfp4_quant__avx512(const float *src, int64_t n, float s_global, uint8_t
          * than without the early scales, 7-9% faster with this). A prefetch never faults and
          * changes no data; past n it warms the caller's next span */
         for (int k = 0; k < 16; k++)
-            _mm_prefetch((const char *)(v + 512 + 16 * k), _MM_HINT_T0);
+            qs_prefetch_l1(v, 4 * (512 + 16 * k));
         if ((b + 32) * 16 <= n)
             next_code = nvfp4_group_scales_avx512(v + 256, s_global, &next_den);
         _Alignas(16) uint8_t sb[16]; /* the scale bytes, also indices of the rows */

@@ -12,6 +12,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "prefetch_x86.h"
 
 static inline float hmax_avx2(__m256 v)
 {
@@ -30,8 +31,8 @@ float qs_amax_f32__avx2(const float *src, int64_t n)
 
     for (; i + 32 <= n; i += 32) {
         /* 8 KiB ahead into L1, as the quantize kernels read (minifloat_avx2.h) */
-        _mm_prefetch((const char *)(src + i + 2048), _MM_HINT_T0);
-        _mm_prefetch((const char *)(src + i + 2048 + 16), _MM_HINT_T0);
+        qs_prefetch_l1(src + i, 4 * 2048);
+        qs_prefetch_l1(src + i, 4 * (2048 + 16));
         a0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(src + i), abs), a0);
         a1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(src + i + 8), abs), a1);
         a2 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(src + i + 16), abs), a2);
