@@ -36,16 +36,10 @@
 #include "../core/kernels.h"
 #include "../ref/mm8_ref.h"
 #include "../ref/ref.h"
+#include "prefetch_x86.h"
 
 #define CH 64
 #define INLINE static inline __attribute__((always_inline))
-
-/* Prefetch into L2 the line `off` bytes past p (an address computed as an integer: it may lie past
- * the weight, where a prefetch does nothing). */
-INLINE void prefetch_l2(const void *p, int64_t off)
-{
-    _mm_prefetch((const char *)((uintptr_t)p + (uintptr_t)off), _MM_HINT_T1);
-}
 
 /* The four sums of four int32 vectors, lane r holding the sum of the r-th. */
 INLINE __m128i hsum4(__m512i a, __m512i b, __m512i c, __m512i d)
@@ -98,7 +92,7 @@ INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, in
             __m512i wv[4];
             if (pf)
                 for (int r = 0; r < 4; r++)
-                    prefetch_l2(w, (4 + r) * n + k);
+                    qs_prefetch_l2(w, (4 + r) * n + k);
             for (int r = 0; r < 4; r++)
                 wv[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(msk, wr[r] + k), sign);
             for (int i = 0; i < mr; i++) {
@@ -191,12 +185,12 @@ INLINE void bnb4_tile(int mr, const int8_t *x, const int32_t *xs, int64_t nc, in
                 acc[i][r] = _mm512_setzero_si512();
         if (pf && s % 16 == 0)
             for (int r = 0; r < 4; r++)
-                prefetch_l2(ar[r], (4 * n / block + s) * 4);
+                qs_prefetch_l2(ar[r], (4 * n / block + s) * 4);
         for (; k < k1; k += CH) {
             __m512i wv[4];
             if (pf && k % (2 * CH) == 0)
                 for (int r = 0; r < 4; r++)
-                    prefetch_l2(wr[r], 2 * n + k / 2);
+                    qs_prefetch_l2(wr[r], 2 * n + k / 2);
             for (int r = 0; r < 4; r++)
                 wv[r] = bnb4_decode(wr[r] + k / 2, tab);
             for (int i = 0; i < mr; i++) {
@@ -287,12 +281,12 @@ INLINE void bnb4_quad(int q, const int8_t *x, const int32_t *xs, int64_t n, cons
     for (; (s + 4) * CH <= n; s += 4) {
         __m512i xv[4];
         for (int r = 0; r < 4 * q && pf; r++) {
-            prefetch_l2(wr[r], 2 * q * n + s * CH / 2);
-            prefetch_l2(wr[r], 2 * q * n + s * CH / 2 + 64);
+            qs_prefetch_l2(wr[r], 2 * q * n + s * CH / 2);
+            qs_prefetch_l2(wr[r], 2 * q * n + s * CH / 2 + 64);
         }
         if (pf && s % 16 == 0)
             for (int r = 0; r < 4 * q; r++)
-                prefetch_l2(ar[r], (4 * q * n / block + s) * 4);
+                qs_prefetch_l2(ar[r], (4 * q * n / block + s) * 4);
         x_quad(x + s * CH, xv);
         __m512i sx = _mm512_permutexvar_epi32(
             bcast, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(xs + s))));
