@@ -24,7 +24,7 @@
 
 /* ---- masked loads and stores: only the selected lanes touch memory ---- */
 
-#define QS_EMU_MASKZ_LOAD(name, vec_t, lane_t, lanes, mask_t)                                     \
+#define QS_EMU_MASKZ_LOAD(name, vec_t, lane_t, lanes, mask_t)                                      \
     static inline vec_t name(mask_t k, const void *p)                                              \
     {                                                                                              \
         lane_t a[lanes];                                                                           \
@@ -38,7 +38,7 @@
         return r;                                                                                  \
     }
 
-#define QS_EMU_MASK_STORE(name, vec_t, lane_t, lanes, mask_t)                                     \
+#define QS_EMU_MASK_STORE(name, vec_t, lane_t, lanes, mask_t)                                      \
     static inline void name(void *p, mask_t k, vec_t v)                                            \
     {                                                                                              \
         lane_t a[lanes];                                                                           \
@@ -77,7 +77,7 @@ QS_EMU_MASK_STORE(qs_emu_mm512_mask_storeu_pd, simde__m512d, double, 8, simde__m
 
 /* Merge-masked 16-bit load: unselected lanes keep src. */
 static inline simde__m512i qs_emu_mm512_mask_loadu_epi16(simde__m512i src, simde__mmask32 k,
-                                                          const void *p)
+                                                         const void *p)
 {
     int16_t a[32];
     QS_EMU_TO(a, src);
@@ -94,7 +94,7 @@ static inline simde__m512i qs_emu_mm512_mask_loadu_epi16(simde__m512i src, simde
 
 /* ---- narrowing (truncating) moves and their masked stores ---- */
 
-#define QS_EMU_NARROW(name, in_t, from_t, in_lanes, out_t, to_t)                                  \
+#define QS_EMU_NARROW(name, in_t, from_t, in_lanes, out_t, to_t)                                   \
     static inline out_t name(in_t v)                                                               \
     {                                                                                              \
         from_t a[in_lanes];                                                                        \
@@ -135,19 +135,21 @@ static inline void qs_emu_mm512_mask_cvtepi64_storeu_epi8(void *p, simde__mmask8
         if (QS_EMU_BIT(k, i))
             ((uint8_t *)p)[i] = (uint8_t)a[i];
 }
-#define _mm512_mask_cvtepi32_storeu_epi8(p, k, v) qs_emu_mm512_mask_cvtepi32_storeu_epi8((p), (k), (v))
-#define _mm512_mask_cvtepi64_storeu_epi8(p, k, v) qs_emu_mm512_mask_cvtepi64_storeu_epi8((p), (k), (v))
+#define _mm512_mask_cvtepi32_storeu_epi8(p, k, v)                                                  \
+    qs_emu_mm512_mask_cvtepi32_storeu_epi8((p), (k), (v))
+#define _mm512_mask_cvtepi64_storeu_epi8(p, k, v)                                                  \
+    qs_emu_mm512_mask_cvtepi64_storeu_epi8((p), (k), (v))
 
 /* ---- widening moves ---- */
 
-#define QS_EMU_WIDEN(name, in_t, from_t, to_t)                                                    \
+#define QS_EMU_WIDEN(name, in_t, from_t, to_t)                                                     \
     static inline simde__m512i name(in_t v)                                                        \
     {                                                                                              \
         from_t a[sizeof(in_t) / sizeof(from_t)];                                                   \
         to_t b[64 / sizeof(to_t)];                                                                 \
         simde__m512i r;                                                                            \
         QS_EMU_TO(a, v);                                                                           \
-        for (int i = 0; i < (int)(64 / sizeof(to_t)); i++)                                        \
+        for (int i = 0; i < (int)(64 / sizeof(to_t)); i++)                                         \
             b[i] = (to_t)a[i];                                                                     \
         QS_EMU_FROM(r, b);                                                                         \
         return r;                                                                                  \
@@ -260,14 +262,10 @@ static inline float qs_emu_pd_to_ps_round(double d, int rounding)
     if (d != d)
         return f;
     switch (rounding & 3) {
-    case 1: /* toward -Inf */
-        return (double)f > d ? nextafterf(f, -INFINITY) : f;
-    case 2: /* toward +Inf */
-        return (double)f < d ? nextafterf(f, INFINITY) : f;
-    case 3: /* toward zero */
-        return fabs((double)f) > fabs(d) ? nextafterf(f, 0.0f) : f;
-    default:
-        return f;
+    case 1: /* toward -Inf */ return (double)f > d ? nextafterf(f, -INFINITY) : f;
+    case 2: /* toward +Inf */ return (double)f < d ? nextafterf(f, INFINITY) : f;
+    case 3: /* toward zero */ return fabs((double)f) > fabs(d) ? nextafterf(f, 0.0f) : f;
+    default: return f;
     }
 }
 static inline simde__m256 qs_emu_mm512_cvt_roundpd_ps(simde__m512d v, int rounding)
@@ -287,7 +285,7 @@ static inline simde__m256 qs_emu_mm512_cvt_roundpd_ps(simde__m512d v, int roundi
 
 /* ---- compares into masks ---- */
 
-#define QS_EMU_CMP(name, lane_t, lanes, mask_t, op)                                               \
+#define QS_EMU_CMP(name, lane_t, lanes, mask_t, op)                                                \
     static inline mask_t name(mask_t k, simde__m512i x, simde__m512i y)                            \
     {                                                                                              \
         lane_t a[lanes], b[lanes];                                                                 \
@@ -314,7 +312,7 @@ QS_EMU_CMP(qs_emu_cmpneq_epi8, int8_t, 64, simde__mmask64, !=)
 #define _mm512_mask_cmpgt_epu32_mask(k, a, b) qs_emu_cmpgt_epu32((k), (a), (b))
 #define _mm512_mask_cmplt_epu32_mask(k, a, b) qs_emu_cmplt_epu32((k), (a), (b))
 #define _mm512_mask_cmp_ps_mask(k, a, b, imm)                                                      \
-    ((simde__mmask16)((k) & simde_mm512_cmp_ps_mask((a), (b), (imm))))
+    ((simde__mmask16)((k)&simde_mm512_cmp_ps_mask((a), (b), (imm))))
 
 static inline simde__mmask16 qs_emu_mm256_cmpeq_epi16_mask(simde__m256i x, simde__m256i y)
 {
@@ -441,7 +439,7 @@ static inline simde__m128i qs_emu_mm_maskz_set1_epi8(simde__mmask16 k, char c)
  * 128 op low 128, then lanes {2,3,0,1}, then {1,0,1,0}; vmaxps / vminps keep their operand order,
  * which decides the result for NaNs and for zeros of both signs ---- */
 
-#define QS_EMU_REDUCE_PS(name, op256, op128)                                                      \
+#define QS_EMU_REDUCE_PS(name, op256, op128)                                                       \
     static inline float name(simde__m512 v)                                                        \
     {                                                                                              \
         __m256 lo, hi;                                                                             \
@@ -472,7 +470,7 @@ static inline float qs_emu_mm512_reduce_add_ps(simde__m512 v)
 }
 #define _mm512_reduce_add_ps(v) qs_emu_mm512_reduce_add_ps(v)
 
-#define QS_EMU_REDUCE_I32(name, lane_t, pick)                                                     \
+#define QS_EMU_REDUCE_I32(name, lane_t, pick)                                                      \
     static inline lane_t name(simde__m512i v)                                                      \
     {                                                                                              \
         lane_t a[16], r;                                                                           \
