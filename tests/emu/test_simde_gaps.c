@@ -26,20 +26,6 @@ static const void *opaque(const void *p)
     return p;
 }
 
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static void check_f32(const char *what, __m512 v, const float want[16])
 {
     float got[16];
@@ -175,8 +161,9 @@ static void test_half(void **state)
                         _mm512_cvtps_ph(_mm512_loadu_ps(opaque(in)), _MM_FROUND_TO_NEAREST_INT));
     t_check_bytes("cvtps_ph", got, want, sizeof got, 1);
 
-    const float back[16] = {1.0f,  1.0f + 0x1p-9f,        INFINITY, 65504.0f, 0.0f,     0x1p-23f,
-                            -0.0f, from_bits(0x7FC00000), -2.0f,    0x1p-24f, 65504.0f, -INFINITY};
+    const float back[16] = {1.0f,  1.0f + 0x1p-9f, INFINITY, 65504.0f,
+                            0.0f,  0x1p-23f,       -0.0f,    t_f32_from_bits(0x7FC00000),
+                            -2.0f, 0x1p-24f,       65504.0f, -INFINITY};
     check_f32("cvtph_ps", _mm512_cvtph_ps(_mm256_loadu_si256(opaque(want))), back);
 }
 
@@ -215,11 +202,11 @@ static void test_reductions(void **state)
     assert_true(_mm512_reduce_max_ps(_mm512_loadu_ps(a)) == 1.0f);
     memset(a, 0, sizeof a);
     a[3] = -0.0f;
-    assert_int_equal(bits(_mm512_reduce_max_ps(_mm512_loadu_ps(a))), 0x80000000);
-    assert_int_equal(bits(_mm512_reduce_min_ps(_mm512_loadu_ps(a))), 0x80000000);
+    assert_int_equal(t_bits(_mm512_reduce_max_ps(_mm512_loadu_ps(a))), 0x80000000);
+    assert_int_equal(t_bits(_mm512_reduce_min_ps(_mm512_loadu_ps(a))), 0x80000000);
     a[3] = 0.0f;
     a[11] = -0.0f;
-    assert_int_equal(bits(_mm512_reduce_max_ps(_mm512_loadu_ps(a))), 0x00000000);
+    assert_int_equal(t_bits(_mm512_reduce_max_ps(_mm512_loadu_ps(a))), 0x00000000);
     /* the sum: (2^24 + 0) + (1 + 1) exactly, where a left-to-right sum would lose both ones */
     memset(a, 0, sizeof a);
     a[0] = 0x1p24f;
