@@ -19,7 +19,7 @@
  *   NaN and Inf in x.
  * - the bits are the same for 1, 2 and 3 threads.
  * - the profile names the GEMM path's kernel.
- * A build that runs OpenBLAS on this path (no SIMD GEMM kernel in its table: ARM today) is held
+ * A build that runs OpenBLAS on this path (no SIMD GEMM kernel in its table: -Dsimd=false) is held
  * to the float64 bound of the header instead of the restated bits.
  */
 #include "common.h"

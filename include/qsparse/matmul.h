@@ -14,7 +14,8 @@
  *   its row's statistic); a NaN in y is the canonical quiet NaN 0x7FC00000 (docs/nan.md).
  * - Every path runs on the context's threads. OpenBLAS (with its own threads,
  *   OPENBLAS_NUM_THREADS) is called only for plain f32 weights on the GEMM path, and on a build
- *   whose kernel table has no SIMD GEMM kernel (ARM for now) for every non-2:4 GEMM.
+ *   whose kernel table has no SIMD GEMM kernel (a build with -Dsimd=false) for every non-2:4
+ *   GEMM.
  * - Results never depend on the thread count. For a fixed build, ISA and shape they are
  *   deterministic; they may differ in the last bits between ISA tiers (within the tolerance
  *   below) and between the GEMV path (M < QS_MATMUL_GEMM_MIN_M) and the GEMM path.
@@ -32,12 +33,13 @@
  * - GEMM path: W is dequantized (qs_dequantize's rules) and cut into slices of 256 columns; per
  *   slice j, s_j is a chain of fused multiply-adds s = fma(x[m, k], W[n, k], s) over the slice's
  *   k in ascending order from +0, and acc = s_0, then acc = fl(acc + s_j) for the next slices in
- *   ascending order. This is the same on every ISA tier of a build with a SIMD GEMM kernel (x86;
- *   the scalar tier runs the reference kernel) and for any thread count. Plain f32 weights in a
- *   build with OpenBLAS (QS_MATMUL_BLAS in qs_matmul_info) are multiplied by sgemm in place; a
- *   build without a SIMD GEMM kernel multiplies dequantized tiles with sgemm, or without OpenBLAS
- *   uses the slice definition above. 2:4 weights use the outer-product form: each kept value of
- *   W[n, :] is multiplied with a row of x^T and accumulated in ascending kept order.
+ *   ascending order. This is the same on every ISA tier of a build with a SIMD GEMM kernel (x86
+ *   and ARM alike: AVX2, AVX-512 and NEON give the reference kernel's bits, which the scalar tier
+ *   runs) and for any thread count. Plain f32 weights in a build with OpenBLAS (QS_MATMUL_BLAS
+ *   in qs_matmul_info) are multiplied by sgemm in place; a build without a SIMD GEMM kernel
+ *   multiplies dequantized tiles with sgemm, or without OpenBLAS uses the slice definition
+ *   above. 2:4 weights use the outer-product form: each kept value of W[n, :] is multiplied with
+ *   a row of x^T and accumulated in ascending kept order.
  * - bias: y = fl(acc + bias[n]).
  * - K = 0: y = fl(+0 + bias[n]) (+0 without bias) for every weight and activation type; no
  *   element of x or W is read.

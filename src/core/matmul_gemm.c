@@ -39,8 +39,8 @@ int qs_mm_gemm_tiled(const struct qs_mm_job *j)
     for (int32_t i = 0; i < count; i++)
         simd |= e[i].slot == QS_SLOT_mm_gemm_f32 && e[i].rank > 0;
 #ifdef QS_HAVE_BLAS
-    /* sgemm reads a plain f32 weight in place; and a build without a SIMD GEMM kernel (an
-     * architecture that has none yet) keeps OpenBLAS on dequantized panels. */
+    /* sgemm reads a plain f32 weight in place; and a build without a SIMD GEMM kernel
+     * (-Dsimd=false, or an architecture that has none) keeps OpenBLAS on dequantized panels. */
     if (j->kind == QS_WEIGHT_DENSE && j->wdtype == QS_DTYPE_F32)
         return 0;
     return simd;
