@@ -2,8 +2,9 @@
 /*
  * Fused NF4 / FP4 GEMV for AVX2 + FMA (include/qsparse/matmul.h; the reference is
  * src/ref/matmul_ref.c): codes (element 2i in the high nibble of byte i) widen in element order
- * and look up the 16-entry codebook with two vpermps and a blend; each block's 8-lane sum of
- * code value * x gets the block's absmax once. Tiles and tails: mm_gemv_avx2.h. The fast path
+ * and look up the 16-entry codebook (32 codes a step by the byte planes of lut16_avx2.h, the
+ * last columns of a block by two vpermps and a blend); each block's 8-lane sum of code value * x
+ * gets the block's absmax once. Tiles and tails: mm_gemv_avx2.h. The fast path
  * needs rows that start on a block (start and k multiples of the block) and blocks of a multiple
  * of 8; other shapes (odd blocks, rows that cut blocks) run the reference.
  */
@@ -39,8 +40,9 @@ bnb4_gemv_avx2(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int64_
         ref(x, ldx, m, k, data, start, absmax, block, rows, y, ldy);
         return;
     }
+    const lut16_avx2 lut = lut16_avx2_load(book);
     gemv_rows_avx2 w = {data + start / 2, k / 2, (const uint8_t *)(absmax + start / block),
-                        (k / block) * 4, block};
+                        (k / block) * 4, block, &lut, 1};
     gemv_avx2(x, ldx, m, k, 4, &w, rows, bnb4_dec_avx2, bnb4_scl_avx2, book, y, ldy);
 }
 

@@ -42,7 +42,7 @@ void qs_mm_gemv_e4m3__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t
                                  const uint8_t *q, float scale, int64_t rows, float *y,
                                  int64_t ldy)
 {
-    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1};
+    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0};
     gemv_avx2(x, ldx, m, k, 8, &w, rows, e4m3_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
 }
 
@@ -50,6 +50,6 @@ void qs_mm_gemv_e5m2__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t
                                  const uint8_t *q, float scale, int64_t rows, float *y,
                                  int64_t ldy)
 {
-    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1};
+    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0};
     gemv_avx2(x, ldx, m, k, 8, &w, rows, e5m2_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
 }

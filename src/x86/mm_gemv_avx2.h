@@ -26,18 +26,23 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "lut16_avx2.h"
 
 typedef __m256 (*gemv_dec_avx2_fn)(const uint8_t *p, int32_t aux, const void *fmt);
 typedef float (*gemv_scl_avx2_fn)(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
                                   const void *fmt);
 
-/* Row r's codes at data + r * dstride, its scales at scale + r * sstride (bytes). */
+/* Row r's codes at data + r * dstride, its scales at scale + r * sstride (bytes). lut: for 4-bit
+ * codes whose dec is a 16-entry table lookup, that table as byte planes (lut16_avx2.h) and the
+ * nibble order (hi_first as in gemv_nibbles_avx2); NULL for every other format. */
 typedef struct {
     const uint8_t *data;
     int64_t dstride;
     const uint8_t *scale;
     int64_t sstride;
     int64_t seg;
+    const lut16_avx2 *lut;
+    int hi_first;
 } gemv_rows_avx2;
 
 /* 8 4-bit codes of 4 bytes in element order, one per 32-bit lane (hi_first: bitsandbytes' order,
@@ -147,6 +152,54 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
             for (int i = 0; i < MI; i++)
                 b[i][r] = _mm256_setzero_ps();
         }
+        /* 4-bit table formats with 16-column segments (NVFP4): two whole segments per lut16
+         * decode, each summed and scaled as the 8-column steps would, in the same order. */
+        if (BITS == 4 && w->lut && w->seg == 16 && s0 + 32 <= k) {
+            __m256 b2[4][4];
+            float sc2[4];
+            int32_t aux2[4];
+            for (int r = 0; r < R; r++) {
+                sc2[r] = scl(srow[r], r0 + r, s + 1, &aux2[r], fmt);
+                for (int i = 0; i < MI; i++)
+                    b2[i][r] = _mm256_setzero_ps();
+            }
+            for (int q = 0; q < 4; q++)
+                gemv_pf_step_avx2(&pf);
+            for (int r = 0; r < R; r++) {
+                __m256 v[4];
+                lut16_decode32_avx2(drow[r] + c / 2, w->lut, w->hi_first, v);
+                for (int i = 0; i < MI; i++) {
+                    const float *xi = x + i * ldx + c;
+                    b[i][r] = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(xi), b[i][r]);
+                    b[i][r] = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(xi + 8), b[i][r]);
+                    b2[i][r] = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(xi + 16), b2[i][r]);
+                    b2[i][r] = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xi + 24), b2[i][r]);
+                }
+            }
+            for (int i = 0; i < MI; i++)
+                for (int r = 0; r < R; r++)
+                    acc[i][r] = gemv_scale_add_avx2(
+                        gemv_scale_add_avx2(acc[i][r], b[i][r], sc[r]), b2[i][r], sc2[r]);
+            s0 += 16; /* the loop's own step passes the second segment */
+            s++;
+            continue;
+        }
+        /* 4-bit table formats, 32 columns a step: one lut16 decode per row gives the same values
+         * as four dec calls (the table's bits) in a third of the operations and no lane-crossing
+         * permute but one; the FMAs into b are the 8-column steps' in the same order. */
+        if (BITS == 4 && w->lut)
+            for (; c + 32 <= s1; c += 32) {
+                for (int q = 0; q < 4; q++)
+                    gemv_pf_step_avx2(&pf);
+                for (int r = 0; r < R; r++) {
+                    __m256 v[4];
+                    lut16_decode32_avx2(drow[r] + c / 2, w->lut, w->hi_first, v);
+                    for (int i = 0; i < MI; i++)
+                        for (int q = 0; q < 4; q++)
+                            b[i][r] = _mm256_fmadd_ps(
+                                v[q], _mm256_loadu_ps(x + i * ldx + c + 8 * q), b[i][r]);
+                }
+            }
         for (; c + 8 <= s1; c += 8) {
             __m256 v[4];
             gemv_pf_step_avx2(&pf);
