@@ -6,7 +6,8 @@
  * row its meta index selects, into 64 accumulators held in sixteen registers for the whole row.
  * Multiply and add stay separate operations (no FMLA), as in the reference, so the result is
  * the reference's bit for bit (a NaN is canonical at the end). Rows past the last multiple of
- * 64 run 4 at a time, the last 1 to 3 with the reference's scalar steps.
+ * 64 run 4 at a time, the last 1 to 3 with the reference's scalar steps. The transposed copy
+ * that packs x^T for it (slot mm_transpose_f32) is at the end.
  */
 #include <arm_neon.h>
 
@@ -69,4 +70,32 @@ void qs_mm_sp24_axpy__neon_64x1x4(const float *values, const uint16_t *meta, int
         rows4_neon(values, meta, n, xt + i, ldxt, acc + i);
     if (i < m)
         qs_mm_sp24_axpy__ref(values, meta, n, xt + i, ldxt, m - i, acc + i);
+}
+
+/* ---- transposed copy (slot mm_transpose_f32) ---------------------------------------------------
+ * 4 x 4 blocks in registers: 4 row loads, TRN1/TRN2 of row pairs, then the 64-bit halves
+ * recombined, and 4 stores of whole columns; the edges (fewer than 4 rows or columns) as the
+ * reference. Only bits move (permutes never compute). */
+static inline void t4x4_neon(const float *s, int64_t lds, float *d, int64_t ldd)
+{
+    const float32x4x2_t p01 = vtrnq_f32(vld1q_f32(s), vld1q_f32(s + lds));
+    const float32x4x2_t p23 = vtrnq_f32(vld1q_f32(s + 2 * lds), vld1q_f32(s + 3 * lds));
+
+    vst1q_f32(d, vcombine_f32(vget_low_f32(p01.val[0]), vget_low_f32(p23.val[0])));
+    vst1q_f32(d + ldd, vcombine_f32(vget_low_f32(p01.val[1]), vget_low_f32(p23.val[1])));
+    vst1q_f32(d + 2 * ldd, vcombine_f32(vget_high_f32(p01.val[0]), vget_high_f32(p23.val[0])));
+    vst1q_f32(d + 3 * ldd, vcombine_f32(vget_high_f32(p01.val[1]), vget_high_f32(p23.val[1])));
+}
+
+void qs_mm_transpose_f32__neon_4x4x1(const float *src, int64_t lds, int64_t rows, int64_t cols,
+                                     float *dst, int64_t ldd)
+{
+    int64_t r = 0, c;
+
+    for (; r + 4 <= rows; r += 4) {
+        for (c = 0; c + 4 <= cols; c += 4)
+            t4x4_neon(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+        qs_mm_transpose_f32__ref(src + r * lds + c, lds, 4, cols - c, dst + c * ldd + r, ldd);
+    }
+    qs_mm_transpose_f32__ref(src + r * lds, lds, rows - r, cols, dst + r, ldd);
 }

@@ -7,7 +7,8 @@
  * into 64 accumulators held in eight registers for the whole row. Multiply and add stay separate
  * operations, as in the reference, so the result is the reference's bit for bit (a NaN is
  * canonical at the end). Rows beyond the last multiple of 64 run 8 at a time, the last ones
- * under a load mask.
+ * under a load mask. The transposed copy that packs x^T for it (slot mm_transpose_f32) is at the
+ * end.
  */
 #include <immintrin.h>
 
@@ -101,4 +102,45 @@ void qs_mm_sp24_axpy__avx2_64x1x4(const float *values, const uint16_t *meta, int
                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         rows8_avx2(values, meta, n, xt + i, ldxt, k, acc + i);
     }
+}
+
+/* ---- transposed copy (slot mm_transpose_f32) ---------------------------------------------------
+ * 8 x 8 blocks in registers: 8 row loads, the classic three rounds (unpack pairs of rows, shuffle
+ * pairs of pairs, swap 128-bit halves) and 8 stores of whole columns; the edges (fewer than 8 rows
+ * or columns) as the reference. Only bits move: the shuffles never compute, so NaN payloads, Inf
+ * and -0 arrive as they left. Without it the reference's element loop took 18% of a 2:4 GEMM. */
+static inline void t8x8_avx2(const float *s, int64_t lds, float *d, int64_t ldd)
+{
+    __m256 r[8], t[8], u[8];
+
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_loadu_ps(s + i * lds);
+    /* t[i]: rows i and i + 1 interleaved, lanes 0, 1 | 4, 5; t[i + 1]: lanes 2, 3 | 6, 7 */
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int h = 0; h < 8; h += 4) { /* u[h + c]: column c (and c + 4) of rows h ... h + 3 */
+        u[h + 0] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+        u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+        u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+        u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_ps(d + c * ldd, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20));
+        _mm256_storeu_ps(d + (c + 4) * ldd, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
+    }
+}
+
+void qs_mm_transpose_f32__avx2_8x8x1(const float *src, int64_t lds, int64_t rows, int64_t cols,
+                                     float *dst, int64_t ldd)
+{
+    int64_t r = 0, c;
+
+    for (; r + 8 <= rows; r += 8) {
+        for (c = 0; c + 8 <= cols; c += 8)
+            t8x8_avx2(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+        qs_mm_transpose_f32__ref(src + r * lds + c, lds, 8, cols - c, dst + c * ldd + r, ldd);
+    }
+    qs_mm_transpose_f32__ref(src + r * lds, lds, rows - r, cols, dst + r, ldd);
 }
