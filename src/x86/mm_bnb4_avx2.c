@@ -42,7 +42,7 @@ bnb4_gemv_avx2(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int64_
     }
     const lut16_avx2 lut = lut16_avx2_load(book);
     gemv_rows_avx2 w = {data + start / 2, k / 2, (const uint8_t *)(absmax + start / block),
-                        (k / block) * 4, block, &lut, 1};
+                        (k / block) * 4, block, &lut, 1, 0};
     gemv_avx2(x, ldx, m, k, 4, &w, rows, bnb4_dec_avx2, bnb4_scl_avx2, book, y, ldy);
 }
 

@@ -2,9 +2,9 @@
 /*
  * Fused FP8 (E4M3, E5M2) GEMV with f32 activations for AVX2 + FMA + F16C
  * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c): codes decode exactly in
- * registers (E4M3 as an f16 of value * 2^-8, times 2^8; E5M2 as the high byte of an f16), the
- * whole row is one segment and the per-tensor scale multiplies the row's sum once. Tiles and
- * tails: mm_gemv_avx2.h.
+ * registers (E4M3 as an f16 of value * 2^-8, times 2^8, 16 codes a step; E5M2 as the high byte
+ * of an f16), the whole row is one segment and the per-tensor scale multiplies the row's sum
+ * once. Tiles and tails: mm_gemv_avx2.h.
  */
 #include <immintrin.h>
 
@@ -42,7 +42,7 @@ void qs_mm_gemv_e4m3__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t
                                  const uint8_t *q, float scale, int64_t rows, float *y,
                                  int64_t ldy)
 {
-    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0};
+    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0, 1};
     gemv_avx2(x, ldx, m, k, 8, &w, rows, e4m3_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
 }
 
@@ -50,6 +50,6 @@ void qs_mm_gemv_e5m2__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t
                                  const uint8_t *q, float scale, int64_t rows, float *y,
                                  int64_t ldy)
 {
-    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0};
+    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0, 0};
     gemv_avx2(x, ldx, m, k, 8, &w, rows, e5m2_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
 }

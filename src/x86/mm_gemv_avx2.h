@@ -32,9 +32,10 @@ typedef __m256 (*gemv_dec_avx2_fn)(const uint8_t *p, int32_t aux, const void *fm
 typedef float (*gemv_scl_avx2_fn)(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
                                   const void *fmt);
 
-/* Row r's codes at data + r * dstride, its scales at scale + r * sstride (bytes). lut: for 4-bit
- * codes whose dec is a 16-entry table lookup, that table as byte planes (lut16_avx2.h) and the
- * nibble order (hi_first as in gemv_nibbles_avx2); NULL for every other format. */
+/* Row r's codes at data + r * dstride, its scales at scale + r * sstride (bytes). Wider steps
+ * for formats that have them: lut, for 4-bit codes whose dec is a 16-entry table lookup, that
+ * table as byte planes (lut16_avx2.h) and the nibble order (hi_first as in gemv_nibbles_avx2),
+ * else NULL; e4m3x16, 1 for E4M3 codes (dec is gemv_e4m3_f16_avx2), decoded 16 at a time. */
 typedef struct {
     const uint8_t *data;
     int64_t dstride;
@@ -43,6 +44,7 @@ typedef struct {
     int64_t seg;
     const lut16_avx2 *lut;
     int hi_first;
+    int e4m3x16;
 } gemv_rows_avx2;
 
 /* 8 4-bit codes of 4 bytes in element order, one per 32-bit lane (hi_first: bitsandbytes' order,
@@ -69,6 +71,22 @@ static inline __m256 gemv_lut16_avx2(__m256i c, __m256 lo, __m256 hi)
 static inline __m256i gemv_bytes_avx2(const uint8_t *p)
 {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+/* gemv_e4m3_f16_avx2 (below) for 16 codes (16 bytes): their f16 forms in one 256-bit register,
+ * so each integer step serves 16 lanes, then two VCVTPH2PS; v[0] holds elements 0-7, v[1] 8-15. */
+static inline void gemv_e4m3x16_f16_avx2(const uint8_t *p, __m256 v[2])
+{
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
+                                _mm256_and_si256(_mm256_slli_epi16(w, 8),
+                                                 _mm256_set1_epi16((short)0x8000)));
+    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)),
+                                            _mm256_set1_epi16(0x7E00)));
+    v[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_set1_ps(256.0f));
+    v[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)),
+                         _mm256_set1_ps(256.0f));
 }
 
 static inline float gemv_hsum_avx2(__m256 v)
@@ -196,6 +214,21 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
                     lut16_decode32_avx2(drow[r] + c / 2, w->lut, w->hi_first, v);
                     for (int i = 0; i < MI; i++)
                         for (int q = 0; q < 4; q++)
+                            b[i][r] = _mm256_fmadd_ps(
+                                v[q], _mm256_loadu_ps(x + i * ldx + c + 8 * q), b[i][r]);
+                }
+            }
+        /* E4M3 codes, 16 columns a step: the same values as two dec calls, each integer step
+         * of the f16 form done once for 16 lanes; the FMAs into b in the same order. */
+        if (BITS == 8 && w->e4m3x16)
+            for (; c + 16 <= s1; c += 16) {
+                gemv_pf_step_avx2(&pf);
+                gemv_pf_step_avx2(&pf);
+                for (int r = 0; r < R; r++) {
+                    __m256 v[2];
+                    gemv_e4m3x16_f16_avx2(drow[r] + c, v);
+                    for (int i = 0; i < MI; i++)
+                        for (int q = 0; q < 2; q++)
                             b[i][r] = _mm256_fmadd_ps(
                                 v[q], _mm256_loadu_ps(x + i * ldx + c + 8 * q), b[i][r]);
                 }

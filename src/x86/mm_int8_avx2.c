@@ -39,6 +39,6 @@ void qs_mm_gemv_int8__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t
 {
     int8_fmt_avx2 f = {zp, sstride};
     gemv_rows_avx2 w = {(const uint8_t *)q, k, (const uint8_t *)scale, sstride * 4,
-                        group > 0 ? group : 1, NULL, 0};
+                        group > 0 ? group : 1, NULL, 0, 0};
     gemv_avx2(x, ldx, m, k, 8, &w, rows, int8_dec_avx2, int8_scl_avx2, &f, y, ldy);
 }

@@ -3,8 +3,9 @@
  * Fused MXFP4, MXFP8 and NVFP4 GEMV with f32 activations for AVX2 + FMA
  * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c): E2M1 codes (element 2i in
  * the low nibble of byte i) look up a 16-entry table, 32 codes a step by the byte planes of
- * lut16_avx2.h (two NVFP4 blocks a step), a short last piece by two vpermps and a blend; E4M3 codes
- * decode through VCVTPH2PS (an f16 of value * 2^-8, times 2^8); each block's sum gets the block
+ * lut16_avx2.h (two NVFP4 blocks a step), a short last piece by two vpermps and a blend; E4M3
+ * codes decode through VCVTPH2PS (an f16 of value * 2^-8, times 2^8), 16 a step; each block's
+ * sum gets the block
  * scale once: the E8M0 power of two (NaN for 0xFF) for MX, fl(E4M3(S & 0x7F) * s_global) for
  * NVFP4, as the reference forms it (both from a table formed once per call). Tiles and tails:
  * mm_gemv_avx2.h.
@@ -60,7 +61,7 @@ void qs_mm_gemv_mxfp4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_
                                   int64_t spr, int64_t rows, float *y, int64_t ldy)
 {
     const lut16_avx2 lut = lut16_avx2_load(qs_e2m1_values);
-    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 32, &lut, 0};
+    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 32, &lut, 0, 0};
     float e8m0[256];
     e8m0_table_avx2(e8m0);
     gemv_avx2(x, ldx, m, k, 4, &w, rows, e2m1_dec_avx2, mx_scl_avx2, e8m0, y, ldy);
@@ -70,7 +71,7 @@ void qs_mm_gemv_mxfp8__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_
                                   const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
                                   int64_t spr, int64_t rows, float *y, int64_t ldy)
 {
-    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 32, NULL, 0};
+    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 32, NULL, 0, 1};
     float e8m0[256];
     e8m0_table_avx2(e8m0);
     gemv_avx2(x, ldx, m, k, 8, &w, rows, e4m3_dec_avx2, mx_scl_avx2, e8m0, y, ldy);
@@ -82,7 +83,7 @@ void qs_mm_gemv_nvfp4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_
                                   int64_t ldy)
 {
     const lut16_avx2 lut = lut16_avx2_load(qs_e2m1_values);
-    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 16, &lut, 0};
+    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 16, &lut, 0, 0};
     float den[128];
     for (int i = 0; i < 128; i++)
         den[i] = gemv_e4m3_pos_avx2((uint8_t)i) * s_global;
