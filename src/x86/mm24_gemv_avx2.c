@@ -8,11 +8,11 @@
  * The structure of the AVX-512 kernels (mm24_gemv_avx512.c) in 8 lanes: only the kept products
  * are computed and x is never gathered element by element. One meta word (4 groups, 16 columns
  * of x, 8 kept values) a step: the 8 two-bit indices are spread into the 8 lanes with one
- * variable shift, offset by 4 per group inside each 8-column half, used to permute both halves,
- * and the halves blended (groups 0-1 from the first, 2-3 from the second). NF4 codes are widened
- * to one per lane (the high nibbles shifted into the low 4 bits of their own bytes, interleaved
- * with the bytes) and looked up in the two 8-entry halves of the codebook, the upper one where
- * code bit 3 is set. Products are FMAs into two 8-lane partial sums; an NF4 block's sums are
+ * variable shift and select, by in-lane permutes, from groups 0 and 2 loaded into the halves of
+ * one register and groups 1 and 3 into another; one blend puts them in order. NF4 codes: 32 a
+ * step by the byte planes of lut16_avx2.h; 16 a step (the last of a block) widened to one per
+ * lane and looked up in the two 8-entry halves of the codebook, the upper one where code bit 3
+ * is set. Products are FMAs into two 8-lane partial sums; an NF4 block's sums are
  * multiplied by its absmax once per block (an infinite absmax multiplies the block's total, as
  * the reference does), and the lanes are added at the end. NF4 takes this path when its scale
  * blocks and the row start on multiples of 16 kept values and calls the reference otherwise. The
@@ -25,17 +25,22 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
+#include "lut16_avx2.h"
 
-/* x at the 8 kept columns of 16 columns of x (one meta word). */
+/* x at the 8 kept columns of 16 columns of x (one meta word): groups 0 and 2 (columns 0-3,
+ * 8-11) in the two halves of one register, groups 1 and 3 in another, so that in-lane permutes
+ * (VPERMILPS) by the 2-bit indices and one blend give the kept values in order, with no
+ * lane-crossing permute (two of those and an index offset before). */
 static inline __m256 gather8_avx2(const float *x, const uint16_t *meta)
 {
     const __m256i shift = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    const __m256i base = _mm256_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4);
-    __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)qs_ld_u16(meta)), shift);
-    idx = _mm256_add_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(3)), base);
-    __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x), idx);
-    __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + 8), idx);
-    return _mm256_blend_ps(lo, hi, 0xF0);
+    const __m256i idx = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)qs_ld_u16(meta)), shift), _mm256_set1_epi32(3));
+    const __m256 g02 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(x)),
+                                            _mm_loadu_ps(x + 8), 1);
+    const __m256 g13 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(x + 4)),
+                                            _mm_loadu_ps(x + 12), 1);
+    return _mm256_blend_ps(_mm256_permutevar_ps(g02, idx), _mm256_permutevar_ps(g13, idx), 0xCC);
 }
 
 static inline float hsum_avx2(__m256 a)
@@ -175,6 +180,7 @@ float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int6
 {
     const __m256 book_lo = _mm256_loadu_ps(qs_nf4_codebook);
     const __m256 book_hi = _mm256_loadu_ps(qs_nf4_codebook + 8);
+    const lut16_avx2 book = lut16_avx2_load(qs_nf4_codebook);
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0, kept = n / 2;
 
@@ -186,6 +192,16 @@ float qs_mm_dot_sp24_nf4__avx2_1x1x16(const float *x, const uint16_t *meta, int6
         __m256 p0 = _mm256_setzero_ps(), p1 = _mm256_setzero_ps();
         int64_t stop = end < kept ? end : kept;
 
+        /* 32 kept values a step: their codes by one byte-plane decode (lut16_avx2.h), a third
+         * of the permutes of two nf4x16 steps, into p0 and p1 in the same order */
+        for (; i + 32 <= stop; i += 32) {
+            __m256 v[4];
+            lut16_decode32_avx2(data + i / 2, &book, 1, v);
+            p0 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i, meta + i / 8), v[0], p0);
+            p1 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i + 16, meta + i / 8 + 1), v[1], p1);
+            p0 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i + 32, meta + i / 8 + 2), v[2], p0);
+            p1 = _mm256_fmadd_ps(gather8_avx2(x + 2 * i + 48, meta + i / 8 + 3), v[3], p1);
+        }
         for (; i + 16 <= stop; i += 16) {
             uint64_t bytes;
             __m256 v0, v1;
