@@ -5,6 +5,7 @@
  * the scalar reference.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -18,6 +19,25 @@ uint32_t qs_cpu_detect(void)
 QS_API uint32_t qs_cpu_isa(void)
 {
     return qs_cpu_detect();
+}
+
+/* Asked once per process: glibc answers by CPUID, which a virtual machine traps. Threads that
+ * race here store the same value. */
+int64_t qs_cpu_l2_bytes(void)
+{
+    static int64_t cached = -1;
+    int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+
+    if (v < 0) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+        long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        v = l2 > 0 ? (int64_t)l2 : 0;
+#else
+        v = 0;
+#endif
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 
 static const struct {

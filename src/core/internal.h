@@ -73,6 +73,9 @@ QS_INTERNAL int32_t qs_threads(const qs_ctx *ctx);
 
 /* Detected CPU features (src/x86/cpu_x86.c or src/arm/cpu_arm.c; 0 elsewhere). */
 QS_INTERNAL uint32_t qs_cpu_detect(void);
+/* Bytes of one core's L2 cache as the C library reports it (glibc's sysconf, which reads CPUID on
+ * x86), 0 where it is not known. Only for sizing cache blocks: it never changes a result. */
+QS_INTERNAL int64_t qs_cpu_l2_bytes(void);
 /* The ISA mask that QS_FORCE_ISA allows: the named tier's `allowed` (isa_tiers.inc), QS_ISA_ALL if
  * unset or unknown. */
 QS_INTERNAL uint32_t qs_force_isa_mask(const char *value);

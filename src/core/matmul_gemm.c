@@ -3,15 +3,15 @@
  * The tiled GEMM path of qs_matmul with f32 activations (M >= QS_MATMUL_GEMM_MIN_M) for quantized
  * and f16/bf16 weights: the table's mm_gemm_f32 kernel on tiles of dequantized W, no BLAS.
  *
- * x is taken in blocks of at most GM_MB rows, packed once per block into panels of 16 rows,
- * column by column (j->xt, zero rows past M). A task owns about GM_NT rows of W: slice after slice
- * of QS_MM_GEMM_KC columns it dequantizes its rows of the slice into a tile in its own scratch (the
- * table's dequantize kernels, qs_dequantize's values: the tile stays in L1/L2, so the
- * dequantization costs a few percent of the multiply and nothing of memory bandwidth), and runs
- * the kernel over every panel of the block, accumulating into a per-task block of y^T; the last
- * slice done, it adds the bias (NaN rule) while writing its columns of y. Each thread works on
- * its own W rows and its own scratch (the packing of x is split over the threads too): no BLAS
- * threads nested under OpenMP, nothing serial.
+ * x is taken in blocks of at most block_rows_max() rows (by the L2's size), packed once per block
+ * into panels of 16 rows, column by column (j->xt, zero rows past M). A task owns about GM_NT rows
+ * of W: slice after slice of QS_MM_GEMM_KC columns it dequantizes its rows of the slice into a tile
+ * in its own scratch (the table's dequantize kernels, qs_dequantize's values: the tile stays in
+ * L1/L2, so the dequantization costs a few percent of the multiply and nothing of memory
+ * bandwidth), and runs the kernel over every panel of the block, accumulating into a per-task block
+ * of y^T; the last slice done, it adds the bias (NaN rule) while writing its columns of y. Each
+ * thread works on its own W rows and its own scratch (the packing of x is split over the threads
+ * too): no BLAS threads nested under OpenMP, nothing serial.
  *
  * Every y element is the kernel's fused multiply-add chain per slice, slices added in ascending
  * order (src/ref/mm_gemm_ref.c): fixed by the shape, so the bits are the same for any thread
@@ -24,7 +24,6 @@
 
 #define GM_NT 96      /* rows of W per task, about: every kernel's nr (12, 6) divides it */
 #define GM_NT_MAX 108 /* the most a task gets (GM_NT plus a rounding to 12) */
-#define GM_MB 512     /* rows of x per block, at most: its packed slice and y^T block stay in L2 */
 #define GM_KC QS_MM_GEMM_KC
 #define GM_LDW QS_MM_GEMM_LDW
 
@@ -50,11 +49,28 @@ int qs_mm_gemm_tiled(const struct qs_mm_job *j)
 #endif
 }
 
+/* Rows of x per block, at most: the block's packed slice of x (rows x GM_KC floats), a task's
+ * y^T block (GM_NT_MAX x rows) and its W tile stay in the core's L2 while the kernel runs over
+ * them. 512 on a 1 MiB L2 (Zen 4); 256 on a 512 KiB one: there 512 rows spilled to the L3 and
+ * M = 512 GEMMs ran at 0.85-0.96 x sgemm against 0.95-1.03 (Zen 2, bench_matmul, same session).
+ * The blocking never changes a bit of y (each element is its slices' chains, added in order). */
+static int64_t block_rows_max(void)
+{
+    int64_t l2 = qs_cpu_l2_bytes();
+
+    if (l2 <= 0)
+        return 512;
+    for (int64_t mb = 512; mb > 128; mb /= 2)
+        if ((mb * (GM_KC + GM_NT_MAX) + GM_NT_MAX * GM_LDW) * (int64_t)sizeof(float) <= l2)
+            return mb;
+    return 128;
+}
+
 /* Rows of x per block: the blocks of one call are equal (a multiple of 16, the last shorter), so
  * M = 600 runs as 304 + 296 rather than 512 + 88. */
 static int64_t block_rows_pad(const struct qs_mm_job *j)
 {
-    int64_t blocks = qs_ceil_div(j->M, GM_MB);
+    int64_t blocks = qs_ceil_div(j->M, block_rows_max());
     return qs_ceil_div(qs_ceil_div(j->M, blocks), 16) * 16;
 }
 
