@@ -356,6 +356,70 @@ static void test_gemv_nonfinite_x(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* An infinite scale (an f32 scale plane's first value) multiplies its segment's total, as the
+ * reference does (matmul.h): with one nonzero term in x the total is
+ * v and y is +-Inf by the code value's sign (NaN where v = 0), never the NaN of 0 * Inf
+ * that a SIMD kernel scaling its partial sums lane by lane would give. Rows whose scales stay
+ * finite give their one product (within two ulps: LLM.int8 scales by SCB / 127). Every tier runs
+ * this (QS_FORCE_ISA). */
+static void test_gemv_infinite_scale(void **state)
+{
+    enum { N = 6, K = 256, C = 3 }; /* column C lies in the first block, group and segment */
+    qs_ctx *ctx = t_ctx();
+    t_rng r = {57};
+    int checked = 0;
+
+    (void)state;
+    for (int s = 0; s < NSPECS; s++) {
+        const wspec *sp = &specs[s];
+        qs_plane_info pi;
+        float w0[N * K], x[K], y[N];
+        int per_tensor;
+        wobj o;
+
+        if (sp->kind != QS_WEIGHT_QUANT)
+            continue;
+        fill(&r, w0, N * K, 0.05);
+        wobj_make(ctx, sp, w0, N, K, &o);
+        assert_int_equal(qs_quant_plane_info(ctx, &o.p, N, K, QS_PLANE_SCALE, &pi), QS_OK);
+        if (pi.elem == QS_ELEM_F32) {
+            ((float *)o.t.q.scale)[0] = INFINITY;
+            per_tensor = pi.values == 1;
+        } else { /* E8M0, E4M3 (NVFP4) or double-quantized scales: never infinite */
+            wobj_free(&o);
+            continue;
+        }
+        memset(x, 0, sizeof x);
+        x[C] = 1.0f;
+        for (int m = 1; m <= 2; m++) { /* the 1-row and the multi-row tiles */
+            float xm[2 * K], ym[2 * N];
+            memcpy(xm, x, sizeof x);
+            memcpy(xm + K, x, sizeof x);
+            assert_int_equal(qs_matmul(ctx, NULL, xm, QS_DTYPE_F32, m, K, &o.w, N, NULL, ym,
+                                       (int64_t)(m * N * sizeof(float))),
+                             QS_OK);
+            memcpy(y, ym + (m - 1) * N, sizeof y);
+            for (int n = 0; n < N; n++) {
+                float v = o.dense[n * K + C]; /* the finite scale's value: its sign is the code's */
+                if (n == 0 || per_tensor) {
+                    uint32_t want = v > 0 ? 0x7F800000u : v < 0 ? 0xFF800000u : 0x7FC00000u;
+                    if (t_bits(y[n]) != want)
+                        fail_msg("%s, M = %d, row %d: y = %a (0x%08x), want 0x%08x", sp->name, m,
+                                 n, (double)y[n], t_bits(y[n]), want);
+                } else {
+                    if (!(fabsf(y[n] - v) <= 0x1p-21f * fabsf(v))) /* LLM.int8: SCB / 127 */
+                        fail_msg("%s, M = %d, row %d: y = %a, want %a", sp->name, m, n,
+                                 (double)y[n], (double)v);
+                }
+            }
+        }
+        checked++;
+        wobj_free(&o);
+    }
+    assert_true(checked >= 8);
+    qs_ctx_destroy(ctx);
+}
+
 /* The GEMV summation order of matmul.h, restated: 16 partial sums by position in the segment,
  * the pairwise tree, acc = acc + fl(sum * scale) per segment. Plain f32 (one segment per row,
  * K not a multiple of 16) and NF4 with blocks of 32 over the flattened tensor, so that row 1
@@ -1165,6 +1229,7 @@ int main(void)
         cmocka_unit_test(test_kinds_f32),
         cmocka_unit_test(test_gemv_fused),
         cmocka_unit_test(test_gemv_nonfinite_x),
+        cmocka_unit_test(test_gemv_infinite_scale),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_empty_k_llm_int8),
         cmocka_unit_test(test_empty_k_huge_n_sp24),
