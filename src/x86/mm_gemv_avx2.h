@@ -106,6 +106,25 @@ static inline __m256 gemv_scale_add_avx2(__m256 acc, __m256 sum, float s)
     return _mm256_fmadd_ps(sum, _mm256_set1_ps(s), acc);
 }
 
+/* acc[i][r] = gemv_scale_add_avx2(acc[i][r], b[i][r], sc[r]) over the tile, with one vector test
+ * of the R scales for an infinity instead of one test and branch per row (that cost MXFP4's
+ * GEMV 7% of its time); plain FMAs unless a scale is infinite. sc[R...3] are 0. */
+static inline __attribute__((always_inline)) void
+gemv_scale_tile_avx2(__m256 acc[4][4], __m256 b[4][4], const float sc[4], const int MI,
+                     const int R)
+{
+    const __m128 mag = _mm_and_ps(_mm_loadu_ps(sc), _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF)));
+    if (__builtin_expect(_mm_movemask_ps(_mm_cmpeq_ps(mag, _mm_set1_ps(__builtin_inff()))), 0)) {
+        for (int i = 0; i < MI; i++)
+            for (int r = 0; r < R; r++)
+                acc[i][r] = gemv_scale_add_avx2(acc[i][r], b[i][r], sc[r]);
+        return;
+    }
+    for (int i = 0; i < MI; i++)
+        for (int r = 0; r < R; r++)
+            acc[i][r] = _mm256_fmadd_ps(b[i][r], _mm256_set1_ps(sc[r]), acc[i][r]);
+}
+
 /* Software prefetch of the next tile's rows and scales, as in mm_gemv_avx512.h: a cursor over
  * the next tile's bytes advanced a few lines per step of 8 columns, so that it reaches their end
  * when this tile ends; the hardware prefetcher would restart its streams at every tile.
@@ -162,7 +181,7 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
     for (int64_t s0 = 0, s = 0; s0 < k; s0 += w->seg, s++) {
         int64_t s1 = k - s0 < w->seg ? k : s0 + w->seg, c = s0;
         __m256 b[4][4];
-        float sc[4];
+        float sc[4] = {0};
         int32_t aux[4];
 
         for (int r = 0; r < R; r++) {
@@ -174,7 +193,7 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
          * decode, each summed and scaled as the 8-column steps would, in the same order. */
         if (BITS == 4 && w->lut && w->seg == 16 && s0 + 32 <= k) {
             __m256 b2[4][4];
-            float sc2[4];
+            float sc2[4] = {0};
             int32_t aux2[4];
             for (int r = 0; r < R; r++) {
                 sc2[r] = scl(srow[r], r0 + r, s + 1, &aux2[r], fmt);
@@ -194,10 +213,8 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
                     b2[i][r] = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xi + 24), b2[i][r]);
                 }
             }
-            for (int i = 0; i < MI; i++)
-                for (int r = 0; r < R; r++)
-                    acc[i][r] = gemv_scale_add_avx2(
-                        gemv_scale_add_avx2(acc[i][r], b[i][r], sc[r]), b2[i][r], sc2[r]);
+            gemv_scale_tile_avx2(acc, b, sc, MI, R);
+            gemv_scale_tile_avx2(acc, b2, sc2, MI, R);
             s0 += 16; /* the loop's own step passes the second segment */
             s++;
             continue;
@@ -260,9 +277,7 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
                     b[i][r] = _mm256_fmadd_ps(v[r], xv, b[i][r]);
             }
         }
-        for (int i = 0; i < MI; i++)
-            for (int r = 0; r < R; r++)
-                acc[i][r] = gemv_scale_add_avx2(acc[i][r], b[i][r], sc[r]);
+        gemv_scale_tile_avx2(acc, b, sc, MI, R);
     }
     for (int i = 0; i < MI; i++)
         for (int r = 0; r < R; r++)
