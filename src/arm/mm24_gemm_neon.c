@@ -13,6 +13,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "../ref/transpose_ref.h"
 #include "neon_common.h"
 
 #define MR 64 /* accumulator rows held in registers */
@@ -90,12 +91,5 @@ static inline void t4x4_neon(const float *s, int64_t lds, float *d, int64_t ldd)
 void qs_mm_transpose_f32__neon_4x4x1(const float *src, int64_t lds, int64_t rows, int64_t cols,
                                      float *dst, int64_t ldd)
 {
-    int64_t r = 0, c;
-
-    for (; r + 4 <= rows; r += 4) {
-        for (c = 0; c + 4 <= cols; c += 4)
-            t4x4_neon(src + r * lds + c, lds, dst + c * ldd + r, ldd);
-        qs_mm_transpose_f32__ref(src + r * lds + c, lds, 4, cols - c, dst + c * ldd + r, ldd);
-    }
-    qs_mm_transpose_f32__ref(src + r * lds, lds, rows - r, cols, dst + r, ldd);
+    qs_transpose_by_blocks(src, lds, rows, cols, dst, ldd, 4, t4x4_neon);
 }

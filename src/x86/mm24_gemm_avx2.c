@@ -14,6 +14,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "../ref/transpose_ref.h"
 #include "nan_avx2.h"
 
 #define MR 64 /* accumulator rows held in registers */
@@ -135,12 +136,5 @@ static inline void t8x8_avx2(const float *s, int64_t lds, float *d, int64_t ldd)
 void qs_mm_transpose_f32__avx2_8x8x1(const float *src, int64_t lds, int64_t rows, int64_t cols,
                                      float *dst, int64_t ldd)
 {
-    int64_t r = 0, c;
-
-    for (; r + 8 <= rows; r += 8) {
-        for (c = 0; c + 8 <= cols; c += 8)
-            t8x8_avx2(src + r * lds + c, lds, dst + c * ldd + r, ldd);
-        qs_mm_transpose_f32__ref(src + r * lds + c, lds, 8, cols - c, dst + c * ldd + r, ldd);
-    }
-    qs_mm_transpose_f32__ref(src + r * lds, lds, rows - r, cols, dst + r, ldd);
+    qs_transpose_by_blocks(src, lds, rows, cols, dst, ldd, 8, t8x8_avx2);
 }

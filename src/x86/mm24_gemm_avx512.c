@@ -13,6 +13,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
+#include "../ref/transpose_ref.h"
 #include "nan_avx512.h"
 
 #define MR 64 /* accumulator rows held in registers */
@@ -132,12 +133,5 @@ static inline void t16x16_avx512(const float *s, int64_t lds, float *d, int64_t 
 void qs_mm_transpose_f32__avx512_16x16x1(const float *src, int64_t lds, int64_t rows,
                                          int64_t cols, float *dst, int64_t ldd)
 {
-    int64_t r = 0, c;
-
-    for (; r + 16 <= rows; r += 16) {
-        for (c = 0; c + 16 <= cols; c += 16)
-            t16x16_avx512(src + r * lds + c, lds, dst + c * ldd + r, ldd);
-        qs_mm_transpose_f32__ref(src + r * lds + c, lds, 16, cols - c, dst + c * ldd + r, ldd);
-    }
-    qs_mm_transpose_f32__ref(src + r * lds, lds, rows - r, cols, dst + r, ldd);
+    qs_transpose_by_blocks(src, lds, rows, cols, dst, ldd, 16, t16x16_avx512);
 }
