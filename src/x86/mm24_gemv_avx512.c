@@ -27,6 +27,7 @@
 #include "../core/kernels.h"
 #include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
+#include "prefetch_x86.h"
 
 /* The 16 permutation indices of 32 columns from their two meta words: lane l holds kept value
  * l of group l / 2, index bits 2l + 1 .. 2l, offset by 4 per group. */
@@ -240,8 +241,8 @@ float qs_mm_dot_sp24_nf4__avx512_1x1x32(const float *x, const uint16_t *meta, in
         int64_t stop = end < kept ? end : kept;
 
         for (; i + 32 <= stop; i += 32) {
-            _mm_prefetch((const char *)(data + i / 2) + PF_DATA, _MM_HINT_T0);
-            _mm_prefetch((const char *)(meta + i / 8) + PF_META, _MM_HINT_T0);
+            qs_prefetch_l1(data, i / 2 + PF_DATA);
+            qs_prefetch_l1(meta, 2 * (i / 8) + PF_META);
             p0 = nf4_kept16_avx512(x + 2 * i, meta + i / 8, data + i / 2, book, p0);
             p1 = nf4_kept16_avx512(x + 2 * i + 32, meta + i / 8 + 2, data + i / 2 + 8, book, p1);
         }
@@ -315,16 +316,15 @@ static void sp24_nf4_rows4_avx512(const float *x, int64_t n, const uint16_t *met
     /* The next four rows (codes and meta, each contiguous) are fetched while these run: eight
      * streams at once are more than the hardware prefetcher follows. Per 16 kept values, 32 of
      * their 2 * kept code bytes and 8 of their 4 * words meta words (a prefetch never faults,
-     * past the last row either). */
-    const char *pc = (const char *)(d3 + kept / 2), *pm = (const char *)(m3 + words);
+     * past the last row either; qs_prefetch_l1 forms those addresses on integers). */
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 
     for (int64_t i = 0; i < kept; i += block, b++) {
         __m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0;
         for (int64_t c = i; c < i + block; c += 16) {
             __m512 x0 = _mm512_loadu_ps(x + 2 * c), x1 = _mm512_loadu_ps(x + 2 * c + 16);
-            _mm_prefetch(pc + 2 * c, _MM_HINT_T0);
-            _mm_prefetch(pm + c, _MM_HINT_T0);
+            qs_prefetch_l1(d3, kept / 2 + 2 * c);
+            qs_prefetch_l1(m3, 2 * words + c);
             p0 = nf4_row16_avx512(x0, x1, m0 + c / 8, d0 + c / 2, book, p0);
             p1 = nf4_row16_avx512(x0, x1, m1 + c / 8, d1 + c / 2, book, p1);
             p2 = nf4_row16_avx512(x0, x1, m2 + c / 8, d2 + c / 2, book, p2);
