@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,12 +42,18 @@ def formats() -> List[str]:
     return [lib.qs_format_name(f).decode() for f in range(1, lib.qs_format_count() + 1)]
 
 
+_FORMAT_CODES: Dict[str, int] = {}  # the known names seen so far: one C call per name
+
+
 def _format_code(name: str) -> int:
     if not isinstance(name, str):
         raise ValueError(f"format must be a string, got {type(name).__name__}")
-    code = _lib.lib().qs_format_from_name(name.encode())
-    if code < 0:
-        raise ValueError(f"unknown format {name!r}: expected one of {formats()}")
+    code = _FORMAT_CODES.get(name)
+    if code is None:
+        code = _lib.lib().qs_format_from_name(name.encode())
+        if code < 0:
+            raise ValueError(f"unknown format {name!r}: expected one of {formats()}")
+        _FORMAT_CODES[name] = code
     return code
 
 
@@ -55,6 +61,8 @@ def _f32(name: str, value: Any, *, zero_ok: bool = False) -> float:
     """value rounded to the float32 the C struct holds; ValueError when that rounding changes its
     meaning: a finite value overflowing to inf, or (unless zero_ok) a non-zero one becoming 0,
     which the library would read as "derive from the data"."""
+    if type(value) is np.float32:  # already one (QTensor keeps its scalars so): nothing to round
+        return float(value)
     v = _arrays.option_float(name, value)
     with np.errstate(over="ignore", under="ignore"):
         f = float(np.float32(v))
@@ -290,7 +298,7 @@ def _plane_infos(p: _capi.QuantParams, shape: Sequence[int], rows: int,
     return out
 
 
-def _plane_shape(info: _capi.PlaneInfo, plane: int, shape: Sequence[int],
+def _plane_shape(info: _PlaneLayout, plane: int, shape: Sequence[int],
                  cols: int) -> Tuple[int, ...]:
     """numpy shape of a plane (same bytes as the C plane, see the module docstring)."""
     if info.ndim == 1:
@@ -303,7 +311,7 @@ def _plane_shape(info: _capi.PlaneInfo, plane: int, shape: Sequence[int],
     return (tuple(shape[:-1]) if len(shape) > 1 else ()) + (k,)
 
 
-def _plane_dtype(info: _capi.PlaneInfo) -> np.dtype:
+def _plane_dtype(info: _PlaneLayout) -> np.dtype:
     return _ELEM_DTYPES[info.elem]
 
 
@@ -338,10 +346,8 @@ def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_qua
     x, src_dtype, dtype_name = _lib.as_float_array(a, dtype)
     shape = x.shape
     rows, cols = _rows_cols(shape)
-    p = _params(format, code, blocksize=blocksize, double_quant=double_quant,
-                granularity=granularity, group_size=group_size, symmetric=symmetric, scale=scale,
-                scale_rounding=scale_rounding)
-    infos = _plane_infos(p, shape, rows, cols)
+    p, infos = _layout_of(format, shape, blocksize, double_quant, granularity, group_size,
+                          symmetric, scale_rounding, scale)
     planes = [np.empty(_plane_shape(i, pl, shape, cols), _plane_dtype(i)) if i.elem else None
               for pl, i in enumerate(infos)]
     for arr, i in zip(planes, infos):
@@ -351,7 +357,7 @@ def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_qua
     qt = _lib.QTensorC()
     for field, arr in zip(("data", "scale", "zero_point", "nested_scale"), planes):
         if arr is not None:
-            setattr(qt, field, arr.ctypes.data)
+            setattr(qt, field, _lib.address(arr))
             setattr(qt, field + "_bytes", arr.nbytes)
     _lib.check(_lib.lib().qs_quantize(_lib.ctx(), ctypes.byref(p), _lib.ptr(x), src_dtype, rows,
                                       cols, ctypes.byref(qt)))
@@ -395,25 +401,61 @@ def _plane(q: QTensor, name: str, arr: Optional[np.ndarray], dtypes: Sequence[np
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
+class _PlaneLayout(NamedTuple):
+    """The fields of qs_plane_info this module reads, frozen (cached by _layout_cached)."""
+    elem: int
+    ndim: int
+    shape: Tuple[int, int]
+    bytes: int
+
+
+def _layout(fmt: str, shape: Tuple[int, ...], blocksize: Any, double_quant: Any,
+            granularity: Any, group_size: Any, symmetric: Any, scale_rounding: Any,
+            scale: Any = None) -> Tuple[_capi.QuantParams, Tuple[_PlaneLayout, ...]]:
+    """(qs_quant_params, the library's description of each plane) of a format, a shape and
+    options (None / False for those not given): every check of _params and _plane_infos, which
+    raise for a bad combination."""
+    rows, cols = _rows_cols(shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative shape {shape}")
+    p = _params(fmt, _format_code(fmt), blocksize=blocksize, double_quant=double_quant,
+                granularity=granularity, group_size=group_size, symmetric=symmetric,
+                scale=scale, scale_rounding=scale_rounding)
+    return p, tuple(_PlaneLayout(int(i.elem), int(i.ndim), (int(i.shape[0]), int(i.shape[1])),
+                                 int(i.bytes)) for i in _plane_infos(p, shape, rows, cols))
+
+
+# _layout of the tensors seen so far, which quantize(), dequantize() and qs.matmul() would
+# otherwise ask the library for on every call (two thirds of a small qs.matmul call's time).
+# typed: blocksize 64.0 (a ValueError) is not 64; an option of a type that cannot be hashed (a
+# list) skips the cache and meets _layout's checks. Callers get their own copy of the
+# parameters; the plane descriptions are immutable.
+_layout_cached = functools.lru_cache(maxsize=1024, typed=True)(_layout)
+
+
+def _layout_of(*key: Any) -> Tuple[_capi.QuantParams, Tuple[_PlaneLayout, ...]]:
+    try:
+        p, infos = _layout_cached(*key)
+    except TypeError:  # an unhashable option or shape
+        p, infos = _layout(*key)
+    return type(p).from_buffer_copy(p), infos
+
+
+
 def _c_tensor(q: QTensor) -> Tuple[_capi.QuantParams, _capi.QTensorC, Tuple[Any, ...]]:
     """(qs_quant_params, qs_qtensor, the plane arrays to keep alive) of a QTensor, every plane's
     dtype and size checked: what dequantize() and qs.matmul() hand to C."""
-    code = _format_code(q.format)
-    rows, cols = _rows_cols(q.shape)
-    if any(s < 0 for s in q.shape):
-        raise ValueError(f"negative shape {q.shape}")
     fmt = q.format
-    bnb = _has(fmt, _capi.QS_OPT_DOUBLE_QUANT)
-    grouped = _has(fmt, _capi.QS_OPT_GRANULARITY)
-    p = _params(fmt, code,
-                blocksize=q.blocksize if _takes_blocksize(fmt) else None,
-                double_quant=q.double_quant if bnb else False,
-                granularity=q.granularity if grouped else None,
-                group_size=q.group_size if grouped else None,
-                symmetric=q.symmetric if _has(fmt, _capi.QS_OPT_SYMMETRIC) else None,
-                scale_rounding=q.scale_rounding if _has(fmt, _capi.QS_OPT_SCALE_ROUNDING)
-                else None)
-    infos = _plane_infos(p, q.shape, rows, cols)
+    code = _format_code(fmt)
+    opts = _info(code)[2]  # _has(fmt, ...) of each option, from one lookup
+    bnb = bool(opts & _capi.QS_OPT_DOUBLE_QUANT)
+    grouped = bool(opts & _capi.QS_OPT_GRANULARITY)
+    p, infos = _layout_of(fmt, q.shape,
+                          q.blocksize if opts & _capi.QS_OPT_BLOCK_SIZE and not grouped else None,
+                          q.double_quant if bnb else False, q.granularity if grouped else None,
+                          q.group_size if grouped else None,
+                          q.symmetric if opts & _capi.QS_OPT_SYMMETRIC else None,
+                          q.scale_rounding if opts & _capi.QS_OPT_SCALE_ROUNDING else None)
 
     i8, u8 = np.dtype(np.int8), np.dtype(np.uint8)
     # the codes are bytes: int8 and uint8 arrays both hold them
@@ -429,7 +471,7 @@ def _c_tensor(q: QTensor) -> Tuple[_capi.QuantParams, _capi.QTensorC, Tuple[Any,
     for field, arr in (("data", data), ("scale", sc), ("zero_point", zp),
                        ("nested_scale", nested)):
         if arr is not None:
-            setattr(qt, field, arr.ctypes.data)
+            setattr(qt, field, _lib.address(arr))
             setattr(qt, field + "_bytes", arr.nbytes)
     if _info(code)[4]:
         if q.global_scale is None:

@@ -19,6 +19,7 @@ from typing import Any, Dict, Tuple
 import numpy as np
 
 from . import _arrays, _lib, _quant
+from .sparse import Compressed24, SparseQTensor
 
 from ._capi import (QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_BLAS, QS_WEIGHT_DENSE,
                     QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT, MatmulParams, WeightC)
@@ -47,8 +48,6 @@ def matmul_info() -> Dict[str, bool]:
 
 def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
     """(WeightC, (N, K), objects to keep alive) for any weight qs.matmul accepts."""
-    from .sparse import Compressed24, SparseQTensor
-
     wc = WeightC()
     if isinstance(w, _quant.QTensor):
         shape = w.shape
@@ -61,7 +60,7 @@ def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
         p, qt, keep = _quant._c_tensor(w.q)
         meta = np.ascontiguousarray(_arrays.as_array(w.meta), dtype=np.uint16)
         wc.kind = QS_WEIGHT_SP24_QUANT
-        wc.meta, wc.meta_count = meta.ctypes.data, meta.size
+        wc.meta, wc.meta_count = _lib.address(meta), meta.size
         keep = keep + (meta,)
     elif isinstance(w, Compressed24):
         shape = w.shape
@@ -69,14 +68,14 @@ def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
                                               else None)
         meta = np.ascontiguousarray(_arrays.as_array(w.meta), dtype=np.uint16)
         wc.kind, wc.dtype = QS_WEIGHT_SP24, code
-        wc.data, wc.data_bytes = values.ctypes.data, values.nbytes
-        wc.meta, wc.meta_count = meta.ctypes.data, meta.size
+        wc.data, wc.data_bytes = _lib.address(values), values.nbytes
+        wc.meta, wc.meta_count = _lib.address(meta), meta.size
         keep = (values, meta)
     else:
         values, code, _ = _lib.as_float_array(w)
         shape = values.shape
         wc.kind, wc.dtype = QS_WEIGHT_DENSE, code
-        wc.data, wc.data_bytes = values.ctypes.data, values.nbytes
+        wc.data, wc.data_bytes = _lib.address(values), values.nbytes
         keep = (values,)
     if wc.kind in (QS_WEIGHT_QUANT, QS_WEIGHT_SP24_QUANT):
         wc.quant = ctypes.addressof(p)

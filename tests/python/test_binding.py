@@ -565,6 +565,70 @@ def test_dequantize_checks_hand_built_planes():
     assert "nf4" in repr(q) and q.bits_per_weight == pytest.approx(4.5)
 
 
+def test_cached_layouts_follow_the_tensor():
+    """The binding asks the library for a format's parameters and plane sizes once per format,
+    shape and options (qsparse._quant._layout_cached). A QTensor changed after a call must still
+    meet every check; options equal in value but not in type must not share an entry; the
+    parameters handed to C are each call's own copy."""
+    from qsparse import _quant
+
+    x = rand((8, 64), seed=10)
+    a = rand((3, 64), seed=11)
+    q = qs.quantize(x, "nf4")
+    y = qs.matmul(a, q)
+    want = qs.dequantize(q).tobytes()
+    q.blocksize = 32                         # a valid size, but the absmax plane is for 64
+    with pytest.raises(ValueError, match="absmax holds 32 bytes"):
+        qs.matmul(a, q)
+    q.blocksize = 64.0                       # == 64 and hashes alike: a float is refused
+    with pytest.raises(ValueError, match="blocksize must be an int"):
+        qs.dequantize(q)
+    q.blocksize = 64
+    q.shape = (4, 64)                        # planes of 8 rows
+    with pytest.raises(ValueError, match="data holds 256 bytes"):
+        qs.dequantize(q)
+    q.shape = [8, 64]                        # a list cannot key the cache: checked uncached
+    assert qs.dequantize(q).tobytes() == want
+    q.shape = (8, 64)
+    assert qs.matmul(a, q).tobytes() == y.tobytes()
+    p, _, _ = _quant._c_tensor(q)
+    p.block_size = 7
+    assert _quant._c_tensor(q)[0].block_size == 64
+    # read-only planes and x: their addresses come from ndarray.ctypes, not a writable buffer
+    ro = [arr.copy() for arr in (q.data, q.absmax, a)]
+    for arr in ro:
+        arr.flags.writeable = False
+    q2 = qs.QTensor("nf4", (8, 64), ro[0], absmax=ro[1])
+    assert qs.matmul(ro[2], q2).tobytes() == y.tobytes()
+    assert qs.matmul(np.broadcast_to(a[0], (3, 64)), q)[2].tobytes() == y[0].tobytes()
+    # quantize shares the cache: a scale is part of the key
+    s1 = qs.quantize(x, "fp8_e4m3", scale=1.0)
+    s2 = qs.quantize(x, "fp8_e4m3", scale=0.5)
+    assert s1.scale[0] == 1.0 and s2.scale[0] == 0.5
+
+def test_python_overhead_bench_compares_like_with_like():
+    """bench/python_overhead.py's bare ctypes calls give the binding's results (status 0, the
+    same bytes), so its ratio compares the same work; and the script runs."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "bench"))
+    try:
+        import python_overhead as po
+    finally:
+        sys.path.pop(0)
+    old = qs.get_num_threads()
+    try:
+        table = po.cases()
+        assert len(table) == 7
+        for name, call, bare in table[1:]:
+            status, out = bare()
+            got = call()
+            assert status == 0, name
+            want = got.data if isinstance(got, qs.QTensor) else got
+            assert out.tobytes() == want.tobytes(), name
+        po.main(rounds=1, calls=3)
+    finally:
+        qs.set_num_threads(old)
+
 def test_quantize_hook_protocol():
     class Compressed:
         def __qsparse_quantize__(self, fmt, **options):
