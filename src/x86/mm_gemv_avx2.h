@@ -162,6 +162,77 @@ static inline void gemv_pf_step_avx2(gemv_pf_avx2 *pf)
     }
 }
 
+/* The values of 32 codes at column c of row `drow` for the formats with a 32-column step: a
+ * lut16 decode (4-bit table codes) or two 16-code E4M3 decodes. */
+static inline __attribute__((always_inline)) void
+gemv_dec32_avx2(const int BITS, const gemv_rows_avx2 *w, const uint8_t *drow, int64_t c,
+                __m256 v[4])
+{
+    if (BITS == 4) {
+        lut16_decode32_avx2(drow + c / 2, w->lut, w->hi_first, v);
+    } else {
+        gemv_e4m3x16_f16_avx2(drow + c, v);
+        gemv_e4m3x16_f16_avx2(drow + c + 16, v + 2);
+    }
+}
+
+/* gemv_tile_avx2 for rows of whole segments of whole 32-column steps (MX blocks, NF4/FP4 blocks
+ * of 32 or more; PAIR: two NVFP4 blocks of 16 a step; k a multiple of the step and the segment):
+ * the same FMAs into b and the same scale steps in the same order, in a loop with nothing else to
+ * test per segment. With blocks of 32 the general loop's tests and spills between segments cost
+ * as much as a third of the decode (MXFP4 0.158 against 0.126 ns per weight in L2, Zen 2; NF4
+ * with blocks of 32 against 128: 0.145 against 0.111). */
+static inline __attribute__((always_inline)) void
+gemv_tile_seg32_avx2(const float *x, int64_t ldx, const int MI, const int R, const int BITS,
+                     const int PAIR, int64_t k, const gemv_rows_avx2 *w, int64_t r0,
+                     int64_t rows, gemv_scl_avx2_fn scl, const void *fmt, float *y, int64_t ldy)
+{
+    __m256 acc[4][4];
+    const uint8_t *drow[4], *srow[4];
+    const int64_t seg = PAIR ? 32 : w->seg;
+    gemv_pf_avx2 pf;
+
+    gemv_pf_init_avx2(&pf, w, k, r0, R, rows);
+    for (int r = 0; r < R; r++) {
+        drow[r] = w->data + (r0 + r) * w->dstride;
+        srow[r] = w->scale + (r0 + r) * w->sstride;
+        for (int i = 0; i < MI; i++)
+            acc[i][r] = _mm256_setzero_ps();
+    }
+    for (int64_t s0 = 0, s = 0; s0 < k; s0 += seg, s += 1 + PAIR) {
+        __m256 b[4][4], b2[4][4];
+        float sc[4] = {0}, sc2[4] = {0};
+        int32_t aux;
+
+        for (int r = 0; r < R; r++) {
+            sc[r] = scl(srow[r], r0 + r, s, &aux, fmt);
+            if (PAIR)
+                sc2[r] = scl(srow[r], r0 + r, s + 1, &aux, fmt);
+            for (int i = 0; i < MI; i++)
+                b[i][r] = b2[i][r] = _mm256_setzero_ps();
+        }
+        for (int64_t c = s0; c < s0 + seg; c += 32) {
+            for (int q = 0; q < 4; q++)
+                gemv_pf_step_avx2(&pf);
+            for (int r = 0; r < R; r++) {
+                __m256 v[4];
+                gemv_dec32_avx2(BITS, w, drow[r], c, v);
+                for (int i = 0; i < MI; i++)
+                    for (int q = 0; q < 4; q++) {
+                        __m256 *t = PAIR && q >= 2 ? &b2[i][r] : &b[i][r];
+                        *t = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + i * ldx + c + 8 * q), *t);
+                    }
+            }
+        }
+        gemv_scale_tile_avx2(acc, b, sc, MI, R);
+        if (PAIR)
+            gemv_scale_tile_avx2(acc, b2, sc2, MI, R);
+    }
+    for (int i = 0; i < MI; i++)
+        for (int r = 0; r < R; r++)
+            qs_st_f32(y + i * ldy + r0 + r, qs_ref_nan_canon(gemv_hsum_avx2(acc[i][r])));
+}
+
 static inline __attribute__((always_inline)) void
 gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int BITS, int64_t k,
                const gemv_rows_avx2 *w, int64_t r0, int64_t rows, gemv_dec_avx2_fn dec,
@@ -290,6 +361,21 @@ gemv_rows_run_avx2(const float *x, int64_t ldx, const int MI, const int R, const
                    gemv_scl_avx2_fn scl, const void *fmt, float *y, int64_t ldy)
 {
     int64_t r = 0;
+    if (((BITS == 4 && w->lut) || (BITS == 8 && w->e4m3x16)) && w->seg % 32 == 0 &&
+        k % w->seg == 0) {
+        for (; r + R <= rows; r += R)
+            gemv_tile_seg32_avx2(x, ldx, MI, R, BITS, 0, k, w, r, rows, scl, fmt, y, ldy);
+        for (; r < rows; r++)
+            gemv_tile_seg32_avx2(x, ldx, MI, 1, BITS, 0, k, w, r, rows, scl, fmt, y, ldy);
+        return;
+    }
+    if (BITS == 4 && w->lut && w->seg == 16 && k % 32 == 0) {
+        for (; r + R <= rows; r += R)
+            gemv_tile_seg32_avx2(x, ldx, MI, R, BITS, 1, k, w, r, rows, scl, fmt, y, ldy);
+        for (; r < rows; r++)
+            gemv_tile_seg32_avx2(x, ldx, MI, 1, BITS, 1, k, w, r, rows, scl, fmt, y, ldy);
+        return;
+    }
     for (; r + R <= rows; r += R)
         gemv_tile_avx2(x, ldx, MI, R, BITS, k, w, r, rows, dec, scl, fmt, y, ldy);
     for (; r < rows; r++)
