@@ -162,6 +162,30 @@ static inline void gemv_pf_step_avx2(gemv_pf_avx2 *pf)
     }
 }
 
+/* A tile's start: its rows' codes and scales, zeroed accumulators, the prefetch cursor. */
+static inline __attribute__((always_inline)) void
+gemv_tile_begin_avx2(const gemv_rows_avx2 *w, int64_t k, int64_t r0, const int MI, const int R,
+                     int64_t rows, const uint8_t *drow[4], const uint8_t *srow[4],
+                     __m256 acc[4][4], gemv_pf_avx2 *pf)
+{
+    gemv_pf_init_avx2(pf, w, k, r0, R, rows);
+    for (int r = 0; r < R; r++) {
+        drow[r] = w->data + (r0 + r) * w->dstride;
+        srow[r] = w->scale + (r0 + r) * w->sstride;
+        for (int i = 0; i < MI; i++)
+            acc[i][r] = _mm256_setzero_ps();
+    }
+}
+
+/* A tile's end: y[i][r] = the lanes of acc[i][r] added, a NaN made canonical. */
+static inline __attribute__((always_inline)) void
+gemv_tile_end_avx2(__m256 acc[4][4], const int MI, const int R, float *y, int64_t ldy)
+{
+    for (int i = 0; i < MI; i++)
+        for (int r = 0; r < R; r++)
+            qs_st_f32(y + i * ldy + r, qs_ref_nan_canon(gemv_hsum_avx2(acc[i][r])));
+}
+
 /* The values of 32 codes at column c of row `drow` for the formats with a 32-column step: a
  * lut16 decode (4-bit table codes) or two 16-code E4M3 decodes. */
 static inline __attribute__((always_inline)) void
@@ -192,13 +216,7 @@ gemv_tile_seg32_avx2(const float *x, int64_t ldx, const int MI, const int R, con
     const int64_t seg = PAIR ? 32 : w->seg;
     gemv_pf_avx2 pf;
 
-    gemv_pf_init_avx2(&pf, w, k, r0, R, rows);
-    for (int r = 0; r < R; r++) {
-        drow[r] = w->data + (r0 + r) * w->dstride;
-        srow[r] = w->scale + (r0 + r) * w->sstride;
-        for (int i = 0; i < MI; i++)
-            acc[i][r] = _mm256_setzero_ps();
-    }
+    gemv_tile_begin_avx2(w, k, r0, MI, R, rows, drow, srow, acc, &pf);
     for (int64_t s0 = 0, s = 0; s0 < k; s0 += seg, s += 1 + PAIR) {
         __m256 b[4][4], b2[4][4];
         float sc[4] = {0}, sc2[4] = {0};
@@ -228,9 +246,7 @@ gemv_tile_seg32_avx2(const float *x, int64_t ldx, const int MI, const int R, con
         if (PAIR)
             gemv_scale_tile_avx2(acc, b2, sc2, MI, R);
     }
-    for (int i = 0; i < MI; i++)
-        for (int r = 0; r < R; r++)
-            qs_st_f32(y + i * ldy + r0 + r, qs_ref_nan_canon(gemv_hsum_avx2(acc[i][r])));
+    gemv_tile_end_avx2(acc, MI, R, y + r0, ldy);
 }
 
 static inline __attribute__((always_inline)) void
@@ -242,13 +258,7 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
     const uint8_t *drow[4], *srow[4];
     gemv_pf_avx2 pf;
 
-    gemv_pf_init_avx2(&pf, w, k, r0, R, rows);
-    for (int r = 0; r < R; r++) {
-        drow[r] = w->data + (r0 + r) * w->dstride;
-        srow[r] = w->scale + (r0 + r) * w->sstride;
-        for (int i = 0; i < MI; i++)
-            acc[i][r] = _mm256_setzero_ps();
-    }
+    gemv_tile_begin_avx2(w, k, r0, MI, R, rows, drow, srow, acc, &pf);
     for (int64_t s0 = 0, s = 0; s0 < k; s0 += w->seg, s++) {
         int64_t s1 = k - s0 < w->seg ? k : s0 + w->seg, c = s0;
         __m256 b[4][4];
@@ -350,9 +360,7 @@ gemv_tile_avx2(const float *x, int64_t ldx, const int MI, const int R, const int
         }
         gemv_scale_tile_avx2(acc, b, sc, MI, R);
     }
-    for (int i = 0; i < MI; i++)
-        for (int r = 0; r < R; r++)
-            qs_st_f32(y + i * ldy + r0 + r, qs_ref_nan_canon(gemv_hsum_avx2(acc[i][r])));
+    gemv_tile_end_avx2(acc, MI, R, y + r0, ldy);
 }
 
 static inline __attribute__((always_inline)) void
