@@ -166,7 +166,7 @@ QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
     int32_t stat = gparams->act_order || gparams->static_groups;
     if ((st = qs_grid_init(ctx, &g, qparams, rows, cols, w, cols, stat, q, who)) != QS_OK)
         return st;
-    g.search = gparams->scale_search && g.format == QS_FORMAT_MXFP4 && g.dynamic;
+    g.search = gparams->scale_search && g.t->driver == QS_DRIVER_MX && g.dynamic;
     const int64_t k = cols;
     /* the lazy block holds whole scale groups, so a group's values are current when fitted */
     int64_t bk = gparams->block_size;

@@ -9,6 +9,7 @@
 
 #include <math.h>
 
+#include "../core/format_traits.h"
 #include "../core/internal.h"
 #include "../ref/element_hd.h"
 #include "../ref/mx_ref.h"
@@ -40,6 +41,8 @@ QS_INTERNAL void qs_gptq_gemm_sub(const qs_ctx *ctx, int64_t m, int64_t n, int64
 
 struct qs_grid {
     int32_t format;
+    const struct qs_format_traits *t; /* its descriptor: the grid switches on its driver family */
+    int32_t unit_tensor; /* one scale for the whole tensor (INT8 per tensor) */
     int32_t group;      /* scale group length in logical columns (lcols for a row or tensor) */
     int32_t dynamic;    /* 1: groups are fitted when reached (qs_grid_fit), 0: fixed at init */
     int32_t search;     /* MXFP4, dynamic: groups are fitted by qs_grid_fit_search */
@@ -101,8 +104,6 @@ QS_INTERNAL float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, flo
 /* Write the planes of *q (as qs_quantize lays them out for rows x lcols). */
 QS_INTERNAL qs_status qs_grid_store(qs_ctx *ctx, const struct qs_grid *g,
                                     const qs_quant_params *p, qs_qtensor *q);
-/* Scale-group length of a format in logical columns for rows x lcols (0 on bad params). */
-QS_INTERNAL int64_t qs_grid_group_len(const qs_quant_params *p, int64_t lcols);
 
 /* gptq.c: the argument checks GPTQ and SparseGPT share (parameters, shapes, a finite w). */
 QS_INTERNAL qs_status qs_gptq_check_common(qs_ctx *ctx, const float *w, int64_t rows,

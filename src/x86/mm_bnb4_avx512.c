@@ -81,13 +81,18 @@ bnb4_m1_avx512(const float *x, int64_t k, const uint8_t *data, const float *absm
         qs_st_f32(y + r0 + r, gemv_canon_avx512(_mm512_reduce_add_ps(acc[r])));
 }
 
+/* Rows r0 ... of the view: flat elements from start = r0 * k, absmax in blocks of w->group. */
 static inline __attribute__((always_inline)) void
-bnb4_gemv_avx512(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int64_t ldx, int64_t m,
-                 int64_t k, const uint8_t *data, int64_t start, const float *absmax, int32_t block,
-                 int64_t rows, float *y, int64_t ldy)
+bnb4_gemv_avx512(const float *book, qs_mm_gemv_fn *ref, const qs_mm_weight *wv, int64_t r0,
+                 int64_t rows, const float *x, int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
+    const int64_t k = wv->k, start = r0 * k;
+    const int32_t block = (int32_t)wv->group;
+    const uint8_t *data = wv->data;
+    const float *absmax = wv->scale;
+
     if (block % 16 != 0 || k % block != 0 || start % block != 0) {
-        ref(x, ldx, m, k, data, start, absmax, block, rows, y, ldy);
+        ref(wv, r0, rows, x, ldx, m, y, ldy);
         return;
     }
     data += start / 2;
@@ -105,18 +110,14 @@ bnb4_gemv_avx512(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int6
     gemv_avx512(x, ldx, m, k, &w, rows, bnb4_dec_avx512, bnb4_scl_avx512, book, y, ldy);
 }
 
-void qs_mm_gemv_nf4__avx512_1x4x32(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                   const uint8_t *data, int64_t start, const float *absmax,
-                                   int32_t block, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_nf4__avx512_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                   int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    bnb4_gemv_avx512(qs_nf4_codebook, qs_mm_gemv_nf4__ref, x, ldx, m, k, data, start, absmax,
-                     block, rows, y, ldy);
+    bnb4_gemv_avx512(qs_nf4_codebook, qs_mm_gemv_nf4__ref, w, r0, rows, x, ldx, m, y, ldy);
 }
 
-void qs_mm_gemv_fp4__avx512_1x4x32(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                   const uint8_t *data, int64_t start, const float *absmax,
-                                   int32_t block, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_fp4__avx512_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                   int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    bnb4_gemv_avx512(qs_fp4_codebook, qs_mm_gemv_fp4__ref, x, ldx, m, k, data, start, absmax,
-                     block, rows, y, ldy);
+    bnb4_gemv_avx512(qs_fp4_codebook, qs_mm_gemv_fp4__ref, w, r0, rows, x, ldx, m, y, ldy);
 }

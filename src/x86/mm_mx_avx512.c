@@ -61,36 +61,30 @@ static inline float nvfp4_scl_avx512(const uint8_t *srow, int64_t row, int64_t s
     return ((const float *)fmt)[srow[s] & 0x7F];
 }
 
-void qs_mm_gemv_mxfp4__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                     const uint8_t *data, int64_t row_bytes,
-                                     const uint8_t *scales, int64_t spr, int64_t rows, float *y,
-                                     int64_t ldy)
+void qs_mm_gemv_mxfp4__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                     const float *x, int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx512 w = {data, row_bytes, scales, spr, 32};
+    gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 1, 32);
     float e8m0[256];
     e8m0_table_avx512(e8m0);
-    gemv_avx512(x, ldx, m, k, &w, rows, e2m1_dec_avx512, mx_scl_avx512, e8m0, y, ldy);
+    gemv_avx512(x, ldx, m, w->k, &wr, rows, e2m1_dec_avx512, mx_scl_avx512, e8m0, y, ldy);
 }
 
-void qs_mm_gemv_mxfp8__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                     const uint8_t *data, int64_t row_bytes,
-                                     const uint8_t *scales, int64_t spr, int64_t rows, float *y,
-                                     int64_t ldy)
+void qs_mm_gemv_mxfp8__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                     const float *x, int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx512 w = {data, row_bytes, scales, spr, 32};
+    gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 1, 32);
     float e8m0[256];
     e8m0_table_avx512(e8m0);
-    gemv_avx512(x, ldx, m, k, &w, rows, e4m3_dec_avx512, mx_scl_avx512, e8m0, y, ldy);
+    gemv_avx512(x, ldx, m, w->k, &wr, rows, e4m3_dec_avx512, mx_scl_avx512, e8m0, y, ldy);
 }
 
-void qs_mm_gemv_nvfp4__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                     const uint8_t *data, int64_t row_bytes,
-                                     const uint8_t *scales, int64_t spr, float s_global,
-                                     int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_nvfp4__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                     const float *x, int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx512 w = {data, row_bytes, scales, spr, 16};
+    gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 1, 16);
     float den[128];
     for (int i = 0; i < 128; i++)
-        den[i] = gemv_e4m3_pos_avx512((uint8_t)i) * s_global;
-    gemv_avx512(x, ldx, m, k, &w, rows, e2m1_dec_avx512, nvfp4_scl_avx512, den, y, ldy);
+        den[i] = gemv_e4m3_pos_avx512((uint8_t)i) * w->s_global;
+    gemv_avx512(x, ldx, m, w->k, &wr, rows, e2m1_dec_avx512, nvfp4_scl_avx512, den, y, ldy);
 }

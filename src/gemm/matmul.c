@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * qs_matmul: checks the parameters, shapes, activations and the weight (its planes against an
- * N x K weight of its format, 2:4 meta nibbles), allocates every scratch buffer, and only then
- * converts x, decodes double-quantized scales and runs the f32 path (matmul_f32.c) or the int8
- * activation path (matmul_act8.c). Nothing is written to y before all of that succeeded.
+ * qs_matmul: checks the parameters, shapes and activations, builds the weight view (weight.c: its
+ * planes against an N x K weight of its format, 2:4 meta nibbles), plans the call (plan.c),
+ * allocates every scratch buffer the plan needs, and only then converts x, decodes double-quantized
+ * scales and runs the plan's path (f32 activations) or the int8-activation part (act8.c). Nothing
+ * is written to y before all of that succeeded.
  */
 #include <math.h>
 #include <string.h>
@@ -12,12 +13,11 @@
 #include <omp.h>
 #endif
 
+#include "../core/parallel.h"
+#include "../core/profile_internal.h"
+#include "../core/quant_common.h"
 #include "../ref/ref.h"
-#include "../ref/sp24_ref.h"
-#include "matmul_internal.h"
-#include "parallel.h"
-#include "quant_common.h"
-#include "profile_internal.h"
+#include "gemm_internal.h"
 
 QS_API void qs_matmul_params_init(qs_matmul_params *params)
 {
@@ -105,152 +105,6 @@ static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
     return QS_OK;
 }
 
-/* Words per piece of the parallel meta check (fixed, so the pieces never depend on threads). */
-#define META_PIECE 32768
-
-/* Whether the four nibbles of every word w[0 .. n) are valid codes: the table's
- * mm_sp24_meta_bad over pieces of META_PIECE words on the context's threads (the check reads
- * every meta word once per call, as the GEMV kernels do, so it must run at their speed). */
-static int words_valid(const qs_ctx *ctx, const uint16_t *w, int64_t n)
-{
-    int64_t pieces = qs_ceil_div(n, META_PIECE);
-    int32_t threads = qs_threads(ctx);
-    uint64_t bad = 0;
-
-    (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : bad) if (threads > 1 && pieces > 1)
-#endif
-    for (int64_t p = 0; p < pieces; p++) {
-        int64_t len = n - p * META_PIECE < META_PIECE ? n - p * META_PIECE : META_PIECE;
-        bad |= (uint64_t)(ctx->k.mm_sp24_meta_bad(w + p * META_PIECE, len) != 0);
-    }
-    return bad == 0;
-}
-
-/* Every nibble of the N rows' meta words: used ones one of the six codes, unused ones 0. The
- * full words of every row are checked word-parallel first; a failure (or a row's partial last
- * word) is located nibble by nibble for the message. */
-static qs_status check_meta(qs_ctx *ctx, const uint16_t *meta, int64_t N, int64_t K, int64_t words)
-{
-    if (words == 0)
-        return QS_OK; /* K = 0: no meta; N may be huge (M = 0), so no loop over empty rows */
-    if (K % 16 == 0 && words_valid(ctx, meta, N * words))
-        return QS_OK;
-    for (int64_t r = 0; r < N; r++)
-        for (int64_t g = 0; g < 4 * words; g++) {
-            unsigned nib = (qs_ld_u16(meta + r * words + g / 4) >> (4 * (g % 4))) & 15u;
-            if (g < K / 4 ? !qs_sp24_nibble_valid(nib) : nib != 0)
-                return qs_fail(ctx, QS_ERR_BAD_DATA,
-                               "2:4 meta of row %lld, group %lld holds the invalid nibble 0x%X",
-                               (long long)r, (long long)g, nib);
-        }
-    return QS_OK;
-}
-
-static qs_status check_quant(qs_ctx *ctx, struct qs_mm_job *j, const qs_weight *w, int64_t rows,
-                             int64_t cols)
-{
-    const qs_quant_params *p = w->quant;
-    const qs_qtensor *q = w->q;
-    struct qs_layout l;
-    qs_status st;
-
-    if (!p || !q)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight %s is NULL", p ? "q" : "quant");
-    if (w->data || w->data_bytes || w->dtype)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "a quantized weight has no data / dtype fields");
-    if ((st = qs_layout_compute(ctx, p, rows, cols, &l)) != QS_OK)
-        return st;
-    if ((st = qs_check_planes(ctx, &l, q)) != QS_OK)
-        return st;
-    j->format = p->format;
-    j->wdata = q->data;
-    j->block = p->block_size;
-    j->gran = p->granularity;
-    j->group = cols;
-    if (p->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_GROUP)
-        j->group = p->block_size;
-    j->fscale = q->scale;
-    j->zp = p->format == QS_FORMAT_INT8 && !p->symmetric ? q->zero_point : NULL;
-    j->bscale = q->scale;
-    j->absmax = q->scale;
-    j->s_global = q->global_scale;
-    j->spr = qs_ceil_div(cols, p->format == QS_FORMAT_NVFP4 ? 16 : 32);
-    j->row_bytes = p->format == QS_FORMAT_MXFP8 ? cols : cols / 2 + (cols & 1);
-    return QS_OK;
-}
-
-static qs_status check_weight(qs_ctx *ctx, struct qs_mm_job *j, const qs_weight *w)
-{
-    int64_t need, n = j->N * j->K;
-    qs_status st;
-
-    for (size_t i = 0; i < sizeof w->reserved / sizeof w->reserved[0]; i++)
-        if (w->reserved[i] != 0)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_weight reserved fields must be zero");
-    j->kind = w->kind;
-    j->wcols = j->K;
-    switch (w->kind) {
-    case QS_WEIGHT_DENSE:
-    case QS_WEIGHT_SP24:
-        if (qs_dtype_size(w->dtype) == 0)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown weight dtype %d", w->dtype);
-        if (w->quant || w->q)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "a plain or 2:4 weight has no quant / q");
-        j->wdtype = w->dtype;
-        j->wdata = w->data;
-        if (w->kind == QS_WEIGHT_SP24) {
-            if (j->K % 4 != 0)
-                return qs_fail(ctx, QS_ERR_SHAPE, "K = %lld is not a multiple of 4 (2:4 weight)",
-                               (long long)j->K);
-            j->wcols = j->K / 2;
-            n /= 2;
-        } else if (w->meta || w->meta_count) {
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "a plain weight has no meta");
-        }
-        need = n * qs_dtype_size(w->dtype); /* N * K * 4 was overflow-checked */
-        if (!w->data && need > 0)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight data is NULL");
-        if (w->data_bytes < need)
-            return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
-                           "weight data holds %lld bytes, an %lld x %lld weight needs %lld",
-                           (long long)w->data_bytes, (long long)j->N, (long long)j->K,
-                           (long long)need);
-        break;
-    case QS_WEIGHT_QUANT:
-        if (w->meta || w->meta_count)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "a quantized dense weight has no meta");
-        if ((st = check_quant(ctx, j, w, j->N, j->K)) != QS_OK)
-            return st;
-        break;
-    case QS_WEIGHT_SP24_QUANT:
-        if (j->K % 4 != 0)
-            return qs_fail(ctx, QS_ERR_SHAPE, "K = %lld is not a multiple of 4 (2:4 weight)",
-                           (long long)j->K);
-        j->wcols = j->K / 2;
-        if ((st = check_quant(ctx, j, w, j->N, j->wcols)) != QS_OK)
-            return st;
-        break;
-    default: return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown weight kind %d", w->kind);
-    }
-    if (w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT) {
-        j->words = qs_ceil_div(j->K, 16);
-        need = j->N * j->words;
-        if (!w->meta && need > 0)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight meta is NULL");
-        if (w->meta_count < need)
-            return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
-                           "weight meta holds %lld words, an %lld x %lld weight needs %lld",
-                           (long long)w->meta_count, (long long)j->N, (long long)j->K,
-                           (long long)need);
-        j->meta = w->meta;
-        if (!j->meta_bad && (st = check_meta(ctx, w->meta, j->N, j->K, j->words)) != QS_OK)
-            return st;
-    }
-    return QS_OK;
-}
-
 /* ---- x conversion and double-quantized scales -------------------------------------------------
  */
 
@@ -290,9 +144,12 @@ static void dyn8_task(void *arg, int64_t i, float *tile)
 /* ---- entry point ------------------------------------------------------------------------------
  */
 
+/* The call; *kernel gets the name of the registry entry of its inner loop (the plan's), for the
+ * profiler ("" where sgemm runs on the caller's weight). */
 static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
-                           int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
-                           const float *bias, float *y, int64_t y_bytes)
+                                int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w,
+                                int64_t N, const float *bias, float *y, int64_t y_bytes,
+                                const char **kernel)
 {
     qs_matmul_params defaults;
     struct qs_mm_job j;
@@ -340,12 +197,14 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
      * Full meta words only (K % 16 == 0: the word-parallel check); an empty y keeps the check
      * up front, since no task runs. */
     if ((w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT) && M > 0 && N > 0 &&
-        M < QS_MATMUL_GEMM_MIN_M && K % 16 == 0 && params->activations == QS_MATMUL_ACT_F32)
+        !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, M, N, K) && K % 16 == 0 &&
+        params->activations == QS_MATMUL_ACT_F32)
         j.meta_bad = &meta_bad;
-    if ((st = check_weight(ctx, &j, w)) != QS_OK)
+    if ((st = qs_mm_weight_build(ctx, w, &j)) != QS_OK)
         return st;
-    if (params->activations == QS_MATMUL_ACT_INT8 && qs_mm_integer_weight(&j) &&
-        K > QS_MATMUL_INT8_MAX_K)
+    qs_mm_plan_make(ctx, &j, params->activations);
+    *kernel = j.plan.entry ? j.plan.entry->name : "";
+    if (j.plan.path == QS_MM_A8 && K > QS_MATMUL_INT8_MAX_K)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED,
                        "int8 activations with INT8, LLM_INT8, NF4 or FP4 weights support "
                        "K <= %d, got %lld",
@@ -365,10 +224,10 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
 
     /* Scratch, all of it before any output. */
     need_x = x_dtype != QS_DTYPE_F32;
-    need_absmax =
-        (j.format == QS_FORMAT_NF4 || j.format == QS_FORMAT_FP4) && w->quant->double_quant;
+    /* double-quantized scales: the view gets them decoded to f32 */
+    need_absmax = j.t && (j.t->options & QS_OPT_DOUBLE_QUANT) && w->quant->double_quant;
     if (need_absmax) {
-        nb = qs_ceil_div(j.N * j.wcols, j.block);
+        nb = qs_ceil_div(j.N * j.w.k, j.w.group);
         if (!(absmax = qs_scratch_alloc(ctx, (size_t)(nb > 0 ? nb : 1) * sizeof(float))))
             return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld absmax values",
                            (long long)nb);
@@ -411,7 +270,7 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
         struct cvt_job c = {
             ctx, NULL, 0, nb, absmax, w->q->scale, w->q->nested_scale, w->q->nested_offset};
         qs_parallel_for(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), dyn8_task, &c);
-        j.absmax = absmax;
+        j.w.scale = absmax;
     }
 
     st = QS_OK;
@@ -424,7 +283,7 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
              * first bad nibble (check_meta locates it) and y untouched */
             if (!meta_bad)
                 memcpy(y, ydefer, (size_t)mn);
-            else if ((st = check_meta(ctx, w->meta, N, K, j.words)) == QS_OK)
+            else if ((st = qs_mm_check_meta(ctx, w->meta, N, K, j.w.words)) == QS_OK)
                 st = qs_fail(ctx, QS_ERR_BAD_DATA, "2:4 meta holds an invalid nibble");
         }
     } else {
@@ -439,61 +298,6 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
 }
 
 /* ---- profiling ------------------------------------------------------------------------------- */
-
-/* The kernel slot of a call's inner loop, for the profiling table: the fused GEMV kernel below
- * QS_MATMUL_GEMM_MIN_M rows of x, the integer kernel with int8 activations, and for the GEMM
- * path its tiled kernel (mm_gemm_f32), or where OpenBLAS multiplies the kernel that makes its
- * panels (the dequantize kernel), or the 2:4 outer-product step. */
-static int32_t profile_slot(const qs_matmul_params *p, const qs_weight *w, int64_t M)
-{
-    static const int32_t gemv[] = {
-        [QS_FORMAT_NF4] = QS_SLOT_mm_gemv_nf4,       [QS_FORMAT_FP4] = QS_SLOT_mm_gemv_fp4,
-        [QS_FORMAT_INT8] = QS_SLOT_mm_gemv_int8,     [QS_FORMAT_LLM_INT8] = QS_SLOT_mm_gemv_int8,
-        [QS_FORMAT_FP8_E4M3] = QS_SLOT_mm_gemv_e4m3, [QS_FORMAT_FP8_E5M2] = QS_SLOT_mm_gemv_e5m2,
-        [QS_FORMAT_MXFP4] = QS_SLOT_mm_gemv_mxfp4,   [QS_FORMAT_MXFP8] = QS_SLOT_mm_gemv_mxfp8,
-        [QS_FORMAT_NVFP4] = QS_SLOT_mm_gemv_nvfp4,
-    };
-    int32_t f = w->quant ? w->quant->format : 0;
-    int gemm = M >= QS_MATMUL_GEMM_MIN_M;
-    const struct qs_format_traits *t = w->quant ? qs_format_traits(f) : NULL;
-    struct qs_mm_job tj; /* the tiled GEMM kernel, where that path takes the weight */
-
-    memset(&tj, 0, sizeof tj);
-    tj.kind = w->kind;
-    tj.wdtype = w->dtype;
-    if (p && p->activations == QS_MATMUL_ACT_INT8 && w->kind == QS_WEIGHT_QUANT) {
-        if (f == QS_FORMAT_INT8 || f == QS_FORMAT_LLM_INT8)
-            return QS_SLOT_mm_w8a8;
-        if (f == QS_FORMAT_NF4)
-            return QS_SLOT_mm_nf4a8;
-        if (f == QS_FORMAT_FP4)
-            return QS_SLOT_mm_fp4a8;
-    }
-    if (gemm && qs_mm_gemm_tiled(&tj))
-        return QS_SLOT_mm_gemm_f32;
-    switch (w->kind) {
-    case QS_WEIGHT_SP24:
-        if (gemm)
-            return QS_SLOT_mm_sp24_axpy;
-        return w->dtype == QS_DTYPE_F16    ? QS_SLOT_mm_dot_sp24_f16
-               : w->dtype == QS_DTYPE_BF16 ? QS_SLOT_mm_dot_sp24_bf16
-                                           : QS_SLOT_mm_dot_sp24_f32;
-    case QS_WEIGHT_SP24_QUANT:
-        if (gemm)
-            return QS_SLOT_mm_sp24_axpy;
-        return f == QS_FORMAT_NF4 ? QS_SLOT_mm_gemv_sp24_nf4 : QS_SLOT_mm_gather_sp24;
-    case QS_WEIGHT_QUANT:
-        if (gemm)
-            return t ? t->dequant_slot : -1;
-        return f > 0 && f < (int32_t)(sizeof gemv / sizeof gemv[0]) ? gemv[f] : -1;
-    default:
-        if (w->dtype == QS_DTYPE_F32)
-            return gemm ? -1 : QS_SLOT_mm_dot_f32; /* GEMM: sgemm on the caller's weight */
-        if (gemm)
-            return w->dtype == QS_DTYPE_F16 ? QS_SLOT_cvt_f16_f32 : QS_SLOT_cvt_bf16_f32;
-        return w->dtype == QS_DTYPE_F16 ? QS_SLOT_mm_gemv_f16 : QS_SLOT_mm_gemv_bf16;
-    }
-}
 
 /* Bytes of the weight a call reads: its planes for the shape (the capacities may be larger). */
 static uint64_t weight_bytes(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K)
@@ -514,14 +318,15 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
     if (!ctx)
         return QS_ERR_INVALID_ARG;
     uint64_t t0 = qs_prof_start(ctx);
-    qs_status st = matmul_checked(ctx, params, x, x_dtype, M, K, w, N, bias, y, y_bytes);
+    const char *kernel = "";
+    qs_status st = matmul_checked(ctx, params, x, x_dtype, M, K, w, N, bias, y, y_bytes, &kernel);
     if (t0 && st == QS_OK)
-        qs_prof_record(ctx, t0, "matmul", profile_slot(params, w, M),
-                       w->quant && w->kind != QS_WEIGHT_DENSE && w->kind != QS_WEIGHT_SP24
-                           ? w->quant->format
-                           : 0,
-                       (uint64_t)M * (uint64_t)N * (uint64_t)K,
-                       (uint64_t)(M * K * qs_dtype_size(x_dtype)) + weight_bytes(ctx, w, N, K),
-                       (uint64_t)(M * N) * 4u);
+        qs_prof_record_kernel(
+            ctx, t0, "matmul", kernel,
+            w->quant && w->kind != QS_WEIGHT_DENSE && w->kind != QS_WEIGHT_SP24 ? w->quant->format
+                                                                                : 0,
+            (uint64_t)M * (uint64_t)N * (uint64_t)K,
+            (uint64_t)(M * K * qs_dtype_size(x_dtype)) + weight_bytes(ctx, w, N, K),
+            (uint64_t)(M * N) * 4u);
     return st;
 }
