@@ -90,7 +90,7 @@ static const bcase cases[] = {
     {"NF4 GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
     {"INT8 row W8A8 GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, GEMM_M,
      QS_MATMUL_ACT_INT8},
-    /* The tiled f32 GEMM path (src/core/matmul_gemm.c): every format family at M = 512, NF4 at
+    /* The tiled f32 GEMM path (src/gemm/gemm_tiled.c): every format family at M = 512, NF4 at
      * the smallest GEMM M and between. */
     {"NF4 GEMM M=16", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 16, QS_MATMUL_ACT_F32},
     {"NF4 GEMM M=64", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 64, QS_MATMUL_ACT_F32},

@@ -84,7 +84,8 @@ static void print_words(const struct facts *f)
            env_or("OPENBLAS_CORETYPE", "unset"), env_or("OPENBLAS_NUM_THREADS", "unset"));
     printf("matmul GEMM:    %s\n",
            qs_matmul_info() & QS_MATMUL_BLAS ? "cblas_sgemm" : "the library's own loop");
-    for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
+    /* CPU, CUDA, then any plugin backend of another name: codes run on without a gap */
+    for (int32_t b = QS_BACKEND_CPU; qs_backend_name(b); b++) {
         int avail = qs_backend_available(b); /* tries the plugin first: then the message says why */
         const char *msg = qs_backend_message(b);
         printf("backend %-6s  %s%s%s\n", qs_backend_name(b), avail ? "available" : "not available",
@@ -114,7 +115,7 @@ static void print_json(const struct facts *f)
     json_str(env_or("OPENBLAS_CORETYPE", ""));
     printf(", \"matmul_blas\": %s, \"backends\": {",
            qs_matmul_info() & QS_MATMUL_BLAS ? "true" : "false");
-    for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
+    for (int32_t b = QS_BACKEND_CPU; qs_backend_name(b); b++) {
         printf("%s", b > QS_BACKEND_CPU ? ", " : "");
         json_str(qs_backend_name(b));
         int avail = qs_backend_available(b); /* before the message, as above */

@@ -50,12 +50,30 @@ def backend() -> str:
     return lib.qs_backend_name(lib.qs_ctx_backend(_lib.ctx())).decode()
 
 
+def _backend_names() -> List[str]:
+    """Every backend the library knows now: the built-in ones ("auto", "cpu", "cuda"), then the
+    backends of plugins loaded under other names (codes run on without a gap)."""
+    lib = _lib.lib()
+    names = []
+    while True:
+        name = lib.qs_backend_name(len(names))
+        if name is None:
+            return names
+        names.append(name.decode())
+
+
 def backends() -> List[str]:
     """Backends that can run in this process: "cpu" always, "cuda" when its plugin loads and
-    finds a device (backend_message("cuda") says why not)."""
+    finds a device (backend_message("cuda") says why not), and the backend of any plugin loaded
+    with load_backend() that can run here."""
     lib = _lib.lib()
-    return [name for name in ("cpu", "cuda")
-            if lib.qs_backend_available(lib.qs_backend_from_name(name.encode()))]
+    return [name for code, name in enumerate(_backend_names())
+            if code != _lib.QS_BACKEND_AUTO and lib.qs_backend_available(code)]
+
+
+def _unknown_backend(name: object) -> ValueError:
+    return ValueError(f"unknown backend {name!r}: expected one of {_backend_names()} "
+                      "(a plugin's backend is known once load_backend() loaded it)")
 
 
 def backend_message(name: str) -> str:
@@ -63,20 +81,39 @@ def backend_message(name: str) -> str:
     lib = _lib.lib()
     code = lib.qs_backend_from_name(name.encode()) if isinstance(name, str) else -1
     if code < 0:
-        raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or 'cuda'")
+        raise _unknown_backend(name)
     return (lib.qs_backend_message(code) or b"").decode("utf-8", "replace")
 
 
+def load_backend(path: str) -> None:
+    """Load the backend plugin in file `path` (an absolute path) and register its backend under
+    the name it gives (a built-in one such as "cuda", or its own), for set_backend(). Loading
+    the same backend again replaces it for contexts made afterwards.
+    QsparseError (QS_ERR_BACKEND) with the library's reason (no such file, not loadable, no init
+    symbol, another backend ABI version, a bad name) if the plugin is refused."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"path must be a non-empty string, got {path!r}")
+    lib = _lib.lib()
+    status = lib.qs_backend_load(path.encode())
+    if status != _lib.QS_OK:
+        # a file that fails before naming its backend leaves the reason with the built-in
+        # plugin backends (qs_backend_load in include/qsparse.h)
+        raise QsparseError(status, (lib.qs_backend_message(_lib.QS_BACKEND_CUDA) or b"")
+                           .decode("utf-8", "replace") or _lib.status_str(status))
+
+
 def set_backend(name: str) -> None:
-    """Run on backend `name`: "auto" (the CPU for host arrays), "cpu" or "cuda" (host arrays
-    through the GPU; qsparse.cuda takes arrays already on it).
-    QsparseError (QS_ERR_BACKEND, with the reason) if it cannot run here."""
+    """Run on backend `name`: "auto" (the CPU for host arrays), "cpu", "cuda" (host arrays
+    through the GPU; qsparse.cuda takes arrays already on it) or a loaded plugin's backend.
+    QsparseError (QS_ERR_BACKEND, with the reason) if it cannot run here. A call the backend does
+    not implement (matmul, 2:4 compression or act_sumsq on "cuda") then raises QsparseError
+    (QS_ERR_UNSUPPORTED, naming backend and operation); it never runs on the CPU instead."""
     if not isinstance(name, str):
         raise ValueError(f"backend name must be a string, got {type(name).__name__}")
     lib = _lib.lib()
     code = lib.qs_backend_from_name(name.encode())
     if code < 0:
-        raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or 'cuda'")
+        raise _unknown_backend(name)
     if not lib.qs_backend_available(code):
         raise QsparseError(_lib.QS_ERR_BACKEND,
                            f"backend {name!r} is not available: {backend_message(name)}")
@@ -160,5 +197,5 @@ def kernels() -> Dict[str, str]:
 __all__ = ["Hessian", "Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
            "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
            "formats", "get_num_threads", "gptq", "int8_vectorwise_quant", "isa", "isas", "kernels",
-           "load", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
+           "load", "load_backend", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
            "set_backend", "sparsegpt", "set_isa", "set_num_threads"]

@@ -61,7 +61,7 @@ static int params_valid(const qs_ctx_params *p)
 QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out)
 {
     qs_ctx_params defaults;
-    const struct qs_backend_ops *ops;
+    const qs_backend_ops *ops;
     qs_ctx *ctx;
 
     if (!out)
@@ -89,7 +89,7 @@ QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out)
     ctx->allocator = a;
     ctx->num_threads = params->num_threads;
     ctx->nonfinite = params->nonfinite;
-    ctx->backend = ops->backend;
+    ctx->backend = params->backend == QS_BACKEND_AUTO ? QS_BACKEND_CPU : params->backend;
     ctx->ops = ops;
     ctx->isa = qs_cpu_detect() & params->isa_mask & qs_force_isa_mask(getenv("QS_FORCE_ISA"));
     qs_kernels_init(&ctx->k, ctx->kernel_names, ctx->isa);

@@ -339,12 +339,16 @@ QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "dst holds %lld bytes, %lld needed",
                        (long long)dst_bytes, (long long)need);
 
+    if (!ctx->ops->dequantize)
+        return qs_backend_unsupported(ctx, "dequantize (qs_dequantize)");
+
+    struct qs_call_layout cl;
+    qs_call_layout_init(ctx, &cl, &l, params);
     ctx->last_error[0] = '\0';
     uint64_t t0 = qs_prof_start(ctx);
-    if ((st = ctx->ops->dequantize(ctx, &l, params, q, dst, dst_dtype)) != QS_OK)
-        return ctx->last_error[0]
-                   ? st
-                   : qs_fail(ctx, st, "%s backend: dequantize failed", ctx->ops->name);
+    st = ctx->ops->dequantize(qs_backend_handle(ctx), &cl.plain, params, q, dst, dst_dtype);
+    if (st != QS_OK)
+        return qs_backend_result(ctx, st, "dequantize (qs_dequantize)");
     if (t0)
         qs_prof_record(ctx, t0, "dequantize", l.traits->dequant_slot, l.format, (uint64_t)l.n,
                        qs_layout_total_bytes(&l), (uint64_t)need);

@@ -25,12 +25,12 @@ struct qs_ctx {
     int32_t nonfinite;
     uint32_t isa;
     int32_t backend;                  /* QS_BACKEND_CPU or a plugin's; never AUTO */
-    const struct qs_backend_ops *ops; /* the backend's operations (backend.h) */
+    const struct qs_backend_ops *ops; /* the backend's operations (backend.h); plugins see
+                                       * the context only as an opaque handle */
     qs_allocator allocator;
     struct qs_kernels k;
     const char *kernel_names[QS_SLOT_COUNT];
     char last_error[256];
-    /* last, so a plugin built against the fields above still reads them where they were */
     struct qs_prof *prof; /* profiling counters; NULL while off (profile.c) */
 };
 

@@ -243,15 +243,19 @@ QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const v
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "src is NULL");
     if ((st = qs_check_planes(ctx, &l, q)) != QS_OK)
         return st;
+    if (!ctx->ops->quantize)
+        return qs_backend_unsupported(ctx, "quantize (qs_quantize)");
     if (ctx->nonfinite == QS_NONFINITE_REJECT && qs_tensor_nonfinite(ctx, src, src_dtype, l.n))
         return qs_fail(ctx, QS_ERR_NONFINITE,
                        "input holds NaN or Inf and the context rejects non-finite values");
 
+    struct qs_call_layout cl;
+    qs_call_layout_init(ctx, &cl, &l, params);
     ctx->last_error[0] = '\0';
     uint64_t t0 = qs_prof_start(ctx);
-    if ((st = ctx->ops->quantize(ctx, &l, params, src, src_dtype, q)) != QS_OK)
-        return ctx->last_error[0] ? st
-                                  : qs_fail(ctx, st, "%s backend: quantize failed", ctx->ops->name);
+    st = ctx->ops->quantize(qs_backend_handle(ctx), &cl.plain, params, src, src_dtype, q);
+    if (st != QS_OK)
+        return qs_backend_result(ctx, st, "quantize (qs_quantize)");
     if (t0)
         qs_prof_record(ctx, t0, "quantize", l.traits->quant_slot, l.format, (uint64_t)l.n,
                        (uint64_t)(l.n * qs_dtype_size(src_dtype)), qs_layout_total_bytes(&l));

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * qs_matmul: checks the parameters, shapes and activations, builds the weight view (weight.c: its
- * planes against an N x K weight of its format, 2:4 meta nibbles), plans the call (plan.c),
- * allocates every scratch buffer the plan needs, and only then converts x, decodes double-quantized
- * scales and runs the plan's path (f32 activations) or the int8-activation part (act8.c). Nothing
- * is written to y before all of that succeeded.
+ * qs_matmul: checks the parameters, shapes and activations and builds the weight view (weight.c:
+ * its planes against an N x K weight of its format), then calls the context's backend (backend.h).
+ * The CPU backend's run, qs_cpu_matmul, checks the 2:4 meta nibbles, plans the call (plan.c),
+ * allocates every scratch buffer the plan needs, and only then converts x, decodes
+ * double-quantized scales and runs the plan's path (f32 activations) or the int8-activation part
+ * (act8.c). Nothing is written to y before all of that succeeded.
  */
 #include <math.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "../core/profile_internal.h"
 #include "../core/quant_common.h"
 #include "../ref/ref.h"
+#include "../core/backend.h"
 #include "gemm_internal.h"
 
 QS_API void qs_matmul_params_init(qs_matmul_params *params)
@@ -144,27 +146,16 @@ static void dyn8_task(void *arg, int64_t i, float *tile)
 /* ---- entry point ------------------------------------------------------------------------------
  */
 
-/* The call; *kernel gets the name of the registry entry of its inner loop (the plan's), for the
- * profiler ("" where sgemm runs on the caller's weight). */
-static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
-                                int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w,
-                                int64_t N, const float *bias, float *y, int64_t y_bytes,
-                                const char **kernel)
+/* Every check of qs_matmul but the 2:4 meta nibbles, which the backend's run checks (the CPU's
+ * below, inside its GEMV tasks where it can). Fills *j with the weight view and the shape. */
+static qs_status matmul_check(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
+                              int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
+                              float *y, int64_t y_bytes, struct qs_mm_job *j)
 {
-    qs_matmul_params defaults;
-    struct qs_mm_job j;
     qs_status st;
-    int64_t mk, nk, mn, nb = 0, per_thread = 0, panel = 0, xt = 0, threads;
-    int need_x, need_absmax;
-    float *xf = NULL, *absmax = NULL, *scratch = NULL, *big = NULL, *ydefer = NULL;
-    int meta_bad = 0;
+    int64_t mk, nk, mn;
+    int meta_later = 0;
 
-    if (!ctx)
-        return QS_ERR_INVALID_ARG;
-    if (!params) {
-        qs_matmul_params_init(&defaults);
-        params = &defaults;
-    }
     if ((st = check_params(ctx, params)) != QS_OK)
         return st;
     if (!w)
@@ -185,30 +176,50 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
     if (y_bytes < mn)
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "y holds %lld bytes, %lld needed",
                        (long long)y_bytes, (long long)mn);
-    memset(&j, 0, sizeof j);
-    j.ctx = ctx;
-    j.M = M;
-    j.K = K;
-    j.N = N;
+    memset(j, 0, sizeof *j);
+    j->ctx = ctx;
+    j->M = M;
+    j->K = K;
+    j->N = N;
+    j->meta_bad = &meta_later; /* the view leaves the nibbles to the run */
+    if ((st = qs_mm_weight_build(ctx, w, j)) != QS_OK)
+        return st;
+    j->meta_bad = NULL;
+    if (params->activations == QS_MATMUL_ACT_INT8 && j->kind == QS_WEIGHT_QUANT &&
+        j->mt->a8_slot >= 0 && K > QS_MATMUL_INT8_MAX_K)
+        return qs_fail(ctx, QS_ERR_UNSUPPORTED,
+                       "int8 activations with INT8, LLM_INT8, NF4 or FP4 weights support "
+                       "K <= %d, got %lld",
+                       QS_MATMUL_INT8_MAX_K, (long long)K);
+    return QS_OK;
+}
+
+/* The CPU backend's matmul (backend.h): the run of the job matmul_check filled. */
+qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
+                        const qs_matmul_params *params, const void *x, int32_t x_dtype, int64_t M,
+                        int64_t K, const qs_weight *w, int64_t N, const float *bias, float *y)
+{
+    struct qs_mm_job j = *checked;
+    qs_status st;
+    int64_t mk = M * K * 4, mn = M * N * 4, nb = 0, per_thread = 0, panel = 0, xt = 0, threads;
+    int need_x, need_absmax;
+    float *xf = NULL, *absmax = NULL, *scratch = NULL, *big = NULL, *ydefer = NULL;
+    int meta_bad = 0;
+
     j.bias = bias;
     j.y = y;
     /* A 2:4 GEMV with f32 activations checks its meta in the tasks (qs_mm_job.meta_bad): the
      * check's own pass over the meta cost 2:4 + NF4 at 4096 x 4096 about an eighth of its time.
      * Full meta words only (K % 16 == 0: the word-parallel check); an empty y keeps the check
      * up front, since no task runs. */
-    if ((w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT) && M > 0 && N > 0 &&
-        !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, M, N, K) && K % 16 == 0 &&
-        params->activations == QS_MATMUL_ACT_F32)
-        j.meta_bad = &meta_bad;
-    if ((st = qs_mm_weight_build(ctx, w, &j)) != QS_OK)
-        return st;
+    if (w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT) {
+        if (M > 0 && N > 0 && !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, M, N, K) &&
+            K % 16 == 0 && params->activations == QS_MATMUL_ACT_F32)
+            j.meta_bad = &meta_bad;
+        else if ((st = qs_mm_check_meta(ctx, w->meta, N, K, j.w.words)) != QS_OK)
+            return st;
+    }
     qs_mm_plan_make(ctx, &j, params->activations);
-    *kernel = j.plan.entry ? j.plan.entry->name : "";
-    if (j.plan.path == QS_MM_A8 && K > QS_MATMUL_INT8_MAX_K)
-        return qs_fail(ctx, QS_ERR_UNSUPPORTED,
-                       "int8 activations with INT8, LLM_INT8, NF4 or FP4 weights support "
-                       "K <= %d, got %lld",
-                       QS_MATMUL_INT8_MAX_K, (long long)K);
     if (mn == 0)
         return qs_ok(ctx);
     if (K == 0) {
@@ -315,11 +326,25 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
                            const float *bias, float *y, int64_t y_bytes)
 {
+    qs_matmul_params defaults;
+
     if (!ctx)
         return QS_ERR_INVALID_ARG;
+    if (!params) {
+        qs_matmul_params_init(&defaults);
+        params = &defaults;
+    }
+    struct qs_mm_job j;
     uint64_t t0 = qs_prof_start(ctx);
     const char *kernel = "";
-    qs_status st = matmul_checked(ctx, params, x, x_dtype, M, K, w, N, bias, y, y_bytes, &kernel);
+    qs_status st = matmul_check(ctx, params, x, x_dtype, M, K, w, N, y, y_bytes, &j);
+    if (st == QS_OK)
+        st = qs_backend_matmul(ctx, &j, params, x, x_dtype, M, K, w, N, bias, y);
+    if (t0 && st == QS_OK && ctx->backend == QS_BACKEND_CPU) {
+        /* the entry the CPU's plan runs (the plan depends only on the context and the call) */
+        qs_mm_plan_make(ctx, &j, params->activations);
+        kernel = j.plan.entry ? j.plan.entry->name : "";
+    }
     if (t0 && st == QS_OK)
         qs_prof_record_kernel(
             ctx, t0, "matmul", kernel,

@@ -5,6 +5,7 @@ every error path (ValueError before the C call, QsparseError with the library's 
 
 import ctypes
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -94,6 +95,69 @@ def test_backends_cpu_and_cuda(tmp_path):
         qs.backend_message("gpu")
     with pytest.raises(ValueError):
         qs.set_backend(None)
+
+
+_PLUGIN_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import qsparse as qs
+from qsparse import _lib
+
+plugin, missing = sys.argv[2], sys.argv[3]
+try:
+    qs.load_backend(missing)
+    raise SystemExit("a missing plugin file was accepted")
+except qs.QsparseError as e:
+    assert e.status == _lib.QS_ERR_BACKEND and "no such file" in str(e), str(e)
+try:
+    qs.set_backend("recorder")
+    raise SystemExit("an unknown backend was accepted")
+except ValueError as e:
+    assert "unknown backend" in str(e), str(e)
+qs.load_backend(plugin)
+assert "recorder" in qs.backends(), qs.backends()
+assert qs.backend_message("recorder") == ""
+assert qs.doctor()["backends"]["recorder"]["available"]
+w = np.arange(4 * 64, dtype=np.float32).reshape(4, 64) / 256
+x = np.ones((2, 64), np.float32)
+q = qs.quantize(w, "nf4")  # on the CPU
+qs.set_backend("recorder")
+assert qs.backend() == "recorder"
+# the recorder's matmul: y[m][n] = 1000 m + n (tests/plugins/test_plugin.h)
+y = qs.matmul(x, w)
+assert (y == 1000 * np.arange(2)[:, None] + np.arange(4)[None, :]).all(), y
+try:
+    qs.dequantize(q)
+    raise SystemExit("a missing operation ran")
+except qs.QsparseError as e:
+    assert e.status == _lib.QS_ERR_UNSUPPORTED, e.status
+    assert "recorder backend: dequantize (qs_dequantize) is not implemented" in str(e), str(e)
+qs.set_backend("auto")
+assert np.allclose(qs.matmul(x, w), x @ w.T, rtol=1e-5)  # the CPU again
+print("plugin ok")
+"""
+
+
+def test_plugin_backend(tmp_path):
+    # A plugin of its own name (tests/plugins/test_plugin.c, built against the plugin ABI header
+    # alone): loaded, listed, selected, its matmul called, its missing dequantize refused by name.
+    # In a fresh interpreter, since the registry is per process.
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the test plugin")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    plugin = str(tmp_path / "libqs-test-plugin-recorder.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-DPLUGIN_VARIANT=RECORDER",
+                    "-I", os.path.join(root, "include"),
+                    os.path.join(root, "tests", "plugins", "test_plugin.c"), "-o", plugin],
+                   check=True)
+    pkg_parent = os.path.dirname(os.path.dirname(qs.__file__))
+    r = subprocess.run([sys.executable, "-c", _PLUGIN_SCRIPT, pkg_parent, plugin,
+                        str(tmp_path / "none.so")],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, QSPARSE_LIB=qs._lib.library_path()))
+    assert r.returncode == 0 and r.stdout.strip() == "plugin ok", r.stdout + r.stderr
 
 
 def test_struct_layouts_match_the_library():
