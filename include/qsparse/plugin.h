@@ -87,9 +87,19 @@ typedef struct qs_backend_host {
 #define QS_BACKEND_LAYOUT_DOUBLE_QUANT 8u /* scale holds uint8 codes, nested_scale their scales */
 
 /* A rows x cols tensor quantized with some qs_quant_params, as the library computed it. */
+/* The element rule of a format's codes (qs_backend_layout.element): what a backend decodes and
+ * encodes, so that it never needs to switch on the format code. */
+#define QS_BACKEND_ELEM_NF4  0 /* the NF4 codebook (4-bit, bitsandbytes) */
+#define QS_BACKEND_ELEM_FP4  1 /* the bitsandbytes FP4 codebook (4-bit) */
+#define QS_BACKEND_ELEM_INT8 2 /* int8 codes */
+#define QS_BACKEND_ELEM_E4M3 3 /* OCP FP8 E4M3 "fn" (8-bit) */
+#define QS_BACKEND_ELEM_E5M2 4 /* OCP FP8 E5M2 (8-bit) */
+#define QS_BACKEND_ELEM_E2M1 5 /* OCP FP4 E2M1 (4-bit) */
+
 typedef struct qs_backend_layout {
-    int32_t format;    /* QS_FORMAT_* */
+    int32_t format;    /* QS_FORMAT_* (for messages; the fields below say what it is) */
     int32_t family;    /* QS_BACKEND_FAMILY_* */
+    int32_t element;   /* QS_BACKEND_ELEM_* */
     int32_t unit_rule; /* QS_BACKEND_UNITS_* */
     int32_t block;     /* block length, or INT8 group length; 0 without blocks */
     int64_t rows, cols;

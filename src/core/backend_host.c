@@ -21,6 +21,11 @@ _Static_assert(QS_UNITS_TENSOR == QS_BACKEND_UNITS_TENSOR &&
                    QS_UNITS_FLAT_BLOCKS == QS_BACKEND_UNITS_FLAT_BLOCKS &&
                    QS_UNITS_ROW_BLOCKS == QS_BACKEND_UNITS_ROW_BLOCKS,
                "enum qs_unit_rule and QS_BACKEND_UNITS_* differ: map them in qs_backend_layout_fill");
+_Static_assert(QS_ELEMENT_NF4 == QS_BACKEND_ELEM_NF4 && QS_ELEMENT_FP4 == QS_BACKEND_ELEM_FP4 &&
+                   QS_ELEMENT_INT8 == QS_BACKEND_ELEM_INT8 &&
+                   QS_ELEMENT_E4M3 == QS_BACKEND_ELEM_E4M3 &&
+                   QS_ELEMENT_E5M2 == QS_BACKEND_ELEM_E5M2 && QS_ELEMENT_E2M1 == QS_BACKEND_ELEM_E2M1,
+               "enum qs_element and QS_BACKEND_ELEM_* differ: map them in qs_backend_layout_fill");
 
 /* ---- host services --------------------------------------------------------------------------- */
 
@@ -76,6 +81,7 @@ void qs_backend_layout_fill(const struct qs_layout *l, const qs_quant_params *p,
     memset(out, 0, sizeof *out);
     out->format = l->format;
     out->family = t->driver;
+    out->element = t->element;
     out->unit_rule = l->unit_rule;
     out->block = l->block;
     out->rows = l->rows;

@@ -103,7 +103,7 @@ static qs_status quant_bnb4(struct run *r, const qs_backend_layout *l, const qs_
     a.src = src;
     a.n = l->n;
     a.block = l->block;
-    a.fp4 = l->format == QS_FORMAT_FP4;
+    a.fp4 = l->element == QS_BACKEND_ELEM_FP4;
     a.data = q->data;
     a.absmax = q->scale;
     if (p->double_quant) {
@@ -214,7 +214,7 @@ static qs_status quant_fp8(struct run *r, const qs_backend_layout *l, const qs_q
     memset(&a, 0, sizeof a);
     a.src = src;
     a.scale = q->scale;
-    a.e5m2 = l->format == QS_FORMAT_FP8_E5M2;
+    a.e5m2 = l->element == QS_BACKEND_ELEM_E5M2;
     a.dst_codes = q->data;
     LAUNCH(r, QS_CU_K_FP8_QUANT, &a, l->n);
     return QS_OK;
@@ -224,9 +224,9 @@ static void rows_init(struct qs_cu_rows *a, const struct run *r, const qs_backen
                       const qs_quant_params *p)
 {
     memset(a, 0, sizeof *a);
-    a->kind = l->format == QS_FORMAT_MXFP4   ? QS_CU_ROW_MXFP4
-              : l->format == QS_FORMAT_MXFP8 ? QS_CU_ROW_MXFP8
-                                             : QS_CU_ROW_NVFP4;
+    a->kind = l->family == QS_BACKEND_FAMILY_NV      ? QS_CU_ROW_NVFP4
+              : l->element == QS_BACKEND_ELEM_E2M1 ? QS_CU_ROW_MXFP4
+                                                   : QS_CU_ROW_MXFP8;
     a->block = l->block;
     a->rounding = p->scale_rounding;
     a->cols = l->cols;
@@ -329,7 +329,7 @@ static qs_status dequant_bnb4(struct run *r, const qs_backend_layout *l, const q
 
     a.data = q->data;
     a.absmax = q->scale;
-    a.book = l->format == QS_FORMAT_FP4 ? r->x->tables.fp4 : r->x->tables.nf4;
+    a.book = l->element == QS_BACKEND_ELEM_FP4 ? r->x->tables.fp4 : r->x->tables.nf4;
     a.block = l->block;
     a.dst = dst;
     if (p->double_quant) {
@@ -357,7 +357,7 @@ static qs_status dequant_units(struct run *r, const qs_backend_layout *l, const 
         memset(&a, 0, sizeof a);
         a.codes = q->data;
         a.scale = q->scale;
-        a.e5m2 = l->format == QS_FORMAT_FP8_E5M2;
+        a.e5m2 = l->element == QS_BACKEND_ELEM_E5M2;
         a.dst = dst;
         LAUNCH(r, QS_CU_K_FP8_DEQUANT, &a, l->n);
     } else {
@@ -484,7 +484,7 @@ qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const qs_backend_layout *l,
     g.x = xv;
     g.w = q->data;
     g.y = y;
-    if (l->format == QS_FORMAT_NF4) {
+    if (l->element == QS_BACKEND_ELEM_NF4) {
         g.kind = QS_CU_GEMV_NF4;
         g.book = x->tables.nf4;
         g.block = l->block;
