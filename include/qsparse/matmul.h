@@ -103,6 +103,7 @@ extern "C" {
 #define QS_WEIGHT_SP24 2  /* qs_sp24_compress output: `data` values (N x K/2 of `dtype`), `meta` */
 #define QS_WEIGHT_SP24_QUANT                                                                       \
     3 /* qs_sp24_quantize output: `q` (N x K/2 quantized with `quant`), `meta` */
+#define QS_WEIGHT_PACKED 4 /* `data` (`data_bytes`): a weight qs_matmul_pack wrote; nothing else */
 
 /**
  * A weight W (N x K) as the library stores it. Zero the struct, then set the fields of its kind;
@@ -159,6 +160,37 @@ QS_API void qs_matmul_params_init(qs_matmul_params *params);
 QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
                            const float *bias, float *y, int64_t y_bytes);
+
+/**
+ * Packed weights: a weight of any other kind copied once into the form this context's matmul
+ * kernels read fastest, for a model that is multiplied many times (an inference engine's
+ * weights). qs_matmul then takes it as {.kind = QS_WEIGHT_PACKED, .data = buffer, .data_bytes =
+ * bytes} for the same N x K, with the same results as the weight it came from.
+ *
+ * Layout version 1: a 64-byte-aligned header, then the weight's planes, NF4/FP4 absmax decoded
+ * to f32 where it was double-quantized (every call would decode it again), and the 2:4 meta. The
+ * header binds the buffer to this build of the library and to the ISA mask of the context that
+ * packed it (qs_ctx_isa_name names its tier): a packed weight is valid only for contexts of the
+ * same build and tier on the CPU backend, and qs_matmul refuses any other use with a status
+ * saying why (QS_ERR_BAD_DATA: another build, another tier, not a packed weight, a damaged
+ * header; QS_ERR_SHAPE: another N x K; QS_ERR_UNSUPPORTED: a GPU backend), never misreading it.
+ * Its planes are checked again on every call, like an unpacked weight's. The buffer holds its own
+ * copy of everything: the weight it came from may be freed. Store it only as a cache (it is not
+ * an interchange format: another build or CPU packs again).
+ */
+
+/** Bytes qs_matmul_pack needs for w (N x K): *bytes. Errors as qs_matmul's weight checks. */
+QS_API qs_status qs_matmul_pack_size(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K,
+                                     int64_t *bytes);
+
+/**
+ * Pack w (N x K, any kind but QS_WEIGHT_PACKED) for this context into dst (capacity dst_bytes,
+ * any alignment). Returns QS_OK; the errors of qs_matmul's weight checks (QS_ERR_INVALID_ARG,
+ * QS_ERR_SHAPE, QS_ERR_BUFFER_TOO_SMALL for a short plane, QS_ERR_BAD_DATA for 2:4 meta);
+ * QS_ERR_BUFFER_TOO_SMALL when dst_bytes < qs_matmul_pack_size. Nothing is written on error.
+ */
+QS_API qs_status qs_matmul_pack(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K, void *dst,
+                                int64_t dst_bytes);
 
 /* Bits of qs_matmul_info. QS_MATMUL_BLAS: the build found OpenBLAS; the GEMM path calls
  * cblas_sgemm for plain f32 weights (and for every weight but 2:4 ones where the build has no

@@ -25,7 +25,7 @@ from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
 from .checkpoint import load, save
 from .observer import Observer
 from .sparse import compress, decompress, prune
-from .matmul import int8_vectorwise_quant, matmul, matmul_info
+from .matmul import PackedWeight, int8_vectorwise_quant, matmul, matmul_info, pack
 from .profile import Profile, doctor, profile
 from .recommend import recommend
 from . import cuda  # the device API: arrays already on the GPU (qsparse.cuda)
@@ -194,8 +194,9 @@ def kernels() -> Dict[str, str]:
     return out
 
 
-__all__ = ["Hessian", "Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
+__all__ = ["Hessian", "Observer", "PackedWeight", "Profile", "QTensor", "QsparseError", "backend",
+           "backend_message",
            "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
            "formats", "get_num_threads", "gptq", "int8_vectorwise_quant", "isa", "isas", "kernels",
-           "load", "load_backend", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
+           "load", "load_backend", "matmul", "matmul_info", "pack", "profile", "prune", "quantize", "recommend", "save",
            "set_backend", "sparsegpt", "set_isa", "set_num_threads"]

@@ -4,6 +4,7 @@
     y = qs.matmul(x, w)                              # x (..., K), w (N, K): y (..., N) float32
     y = qs.matmul(x, qs.quantize(w, "nf4"), bias)    # any QTensor, Compressed24, SparseQTensor
     y = qs.matmul(x, q8, activations="int8", threshold=6.0)  # LLM.int8 with the outlier split
+    pw = qs.pack(q); y = qs.matmul(x, pw)            # packed once for this context's kernels
     codes, row_stats, outlier_cols = qs.int8_vectorwise_quant(x, threshold=6.0)
 
 Every number is computed by the C library; this module checks arguments, describes the weight to
@@ -22,7 +23,8 @@ from . import _arrays, _lib, _quant
 from .sparse import Compressed24, SparseQTensor
 
 from ._capi import (QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_BLAS, QS_WEIGHT_DENSE,
-                    QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT, MatmulParams, WeightC)
+                    QS_WEIGHT_PACKED, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT,
+                    MatmulParams, WeightC)
 
 _ACTIVATIONS = {"f32": QS_MATMUL_ACT_F32, "float32": QS_MATMUL_ACT_F32, "int8": QS_MATMUL_ACT_INT8}
 
@@ -46,9 +48,48 @@ def matmul_info() -> Dict[str, bool]:
     return {"blas": blas()}
 
 
+class PackedWeight:
+    """A weight packed by qs.pack for this process's library and ISA tier (qs_matmul_pack):
+    qs.matmul takes it like the weight it came from, with the same results. `buffer` (uint8) is
+    its own copy of everything; `shape` is (N, K). It is valid only for the library build and
+    tier that packed it (qs.set_backend / QS_FORCE_ISA changes make qs.matmul refuse it)."""
+
+    __slots__ = ("buffer", "shape")
+
+    def __init__(self, buffer: np.ndarray, shape: Tuple[int, int]) -> None:
+        self.buffer = buffer
+        self.shape = shape
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes)
+
+    def __repr__(self) -> str:
+        return f"PackedWeight(shape={self.shape}, nbytes={self.nbytes})"
+
+
+def pack(w: Any) -> PackedWeight:
+    """Pack any weight qs.matmul accepts (a float array, QTensor, Compressed24, SparseQTensor)
+    into the form this context's matmul kernels read fastest (qs_matmul_pack): double-quantized
+    absmax is decoded once instead of on every call. The result holds its own copy."""
+    if isinstance(w, PackedWeight):
+        raise ValueError("the weight is packed already")
+    wc, (n, k), keep = _weight_c(w)
+    size = _I64(0)
+    _lib.check(_fn("qs_matmul_pack_size")(_lib.ctx(), ctypes.byref(wc), n, k, ctypes.byref(size)))
+    buf = np.empty(size.value, np.uint8)
+    _lib.check(_fn("qs_matmul_pack")(_lib.ctx(), ctypes.byref(wc), n, k, _lib.ptr(buf), buf.nbytes))
+    del keep
+    return PackedWeight(buf, (n, k))
+
+
 def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
     """(WeightC, (N, K), objects to keep alive) for any weight qs.matmul accepts."""
     wc = WeightC()
+    if isinstance(w, PackedWeight):
+        wc.kind = QS_WEIGHT_PACKED
+        wc.data, wc.data_bytes = _lib.address(w.buffer), w.buffer.nbytes
+        return wc, w.shape, (w.buffer,)
     if isinstance(w, _quant.QTensor):
         shape = w.shape
         p, qt, keep = _quant._c_tensor(w)
@@ -90,7 +131,8 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
            threshold: float = 0.0) -> np.ndarray:
     """y = x . w^T (+ bias) as float32, x of shape (..., K) (float32, float16 or bfloat16),
     w of shape (N, K): a float32/float16/bfloat16 array, a QTensor of any format, a
-    Compressed24 or a SparseQTensor (qs.compress / qs.quantize of one). Returns (..., N).
+    Compressed24, a SparseQTensor (qs.compress / qs.quantize of one) or a PackedWeight (qs.pack
+    of any of them). Returns (..., N).
 
     activations="int8" quantizes x per token on the fly (LLM.int8 vector-wise, integer dot
     products against INT8 / LLM_INT8 weights, and against NF4 / FP4 through their codebooks

@@ -50,6 +50,11 @@ struct qs_mm_job {
     int32_t scale_bytes;              /* bytes of one scale (4: f32, 1: E8M0 / E4M3 byte) */
     int64_t M, K, N;
     qs_mm_weight w; /* the view (kernels.h); w.k = K or K / 2 (2:4) */
+    /* double-quantized absmax (NF4/FP4): the codes, their scales and offset, decoded to f32
+     * before the kernels run (dq_codes NULL: w.scale is f32 already) */
+    const uint8_t *dq_codes;
+    const float *dq_nested;
+    float dq_offset;
     struct qs_mm_plan plan;
     /* 2:4 GEMV with f32 activations: the meta check runs inside the tasks, on each task's rows
      * just before its kernel reads them (no pass of its own over the meta), y goes to scratch
@@ -100,6 +105,11 @@ QS_INTERNAL void qs_mm_parallel_dynamic(const struct qs_mm_job *j, int64_t count
  * double-quantized absmax into scratch and points j->w.scale there). 2:4 meta is checked here
  * unless j->meta_bad is set (the GEMV tasks check it then). */
 QS_INTERNAL qs_status qs_mm_weight_build(qs_ctx *ctx, const qs_weight *w, struct qs_mm_job *j);
+
+/* A packed weight (pack.c): its header checked against this context and an N x K call, and
+ * *plain (with *quant and *q) made to point at its planes, ready for qs_mm_weight_build. */
+QS_INTERNAL qs_status qs_mm_packed_weight(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K,
+                                          qs_weight *plain, qs_quant_params *quant, qs_qtensor *q);
 
 /* Whether every nibble of the N rows' meta words is valid (used ones one of the six codes,
  * unused ones 0); QS_ERR_BAD_DATA naming the first bad nibble otherwise. */

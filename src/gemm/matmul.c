@@ -199,24 +199,25 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
                         const qs_matmul_params *params, const void *x, int32_t x_dtype, int64_t M,
                         int64_t K, const qs_weight *w, int64_t N, const float *bias, float *y)
 {
-    struct qs_mm_job j = *checked;
+    struct qs_mm_job j = *checked; /* its view is the weight (w, packed or not, was checked) */
     qs_status st;
     int64_t mk = M * K * 4, mn = M * N * 4, nb = 0, per_thread = 0, panel = 0, xt = 0, threads;
     int need_x, need_absmax;
     float *xf = NULL, *absmax = NULL, *scratch = NULL, *big = NULL, *ydefer = NULL;
     int meta_bad = 0;
 
+    (void)w;
     j.bias = bias;
     j.y = y;
     /* A 2:4 GEMV with f32 activations checks its meta in the tasks (qs_mm_job.meta_bad): the
      * check's own pass over the meta cost 2:4 + NF4 at 4096 x 4096 about an eighth of its time.
      * Full meta words only (K % 16 == 0: the word-parallel check); an empty y keeps the check
      * up front, since no task runs. */
-    if (w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT) {
+    if (j.kind == QS_WEIGHT_SP24 || j.kind == QS_WEIGHT_SP24_QUANT) {
         if (M > 0 && N > 0 && !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, M, N, K) &&
             K % 16 == 0 && params->activations == QS_MATMUL_ACT_F32)
             j.meta_bad = &meta_bad;
-        else if ((st = qs_mm_check_meta(ctx, w->meta, N, K, j.w.words)) != QS_OK)
+        else if ((st = qs_mm_check_meta(ctx, j.w.meta, N, K, j.w.words)) != QS_OK)
             return st;
     }
     qs_mm_plan_make(ctx, &j, params->activations);
@@ -236,7 +237,7 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
     /* Scratch, all of it before any output. */
     need_x = x_dtype != QS_DTYPE_F32;
     /* double-quantized scales: the view gets them decoded to f32 */
-    need_absmax = j.t && (j.t->options & QS_OPT_DOUBLE_QUANT) && w->quant->double_quant;
+    need_absmax = j.dq_codes != NULL;
     if (need_absmax) {
         nb = qs_ceil_div(j.N * j.w.k, j.w.group);
         if (!(absmax = qs_scratch_alloc(ctx, (size_t)(nb > 0 ? nb : 1) * sizeof(float))))
@@ -278,8 +279,7 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
         j.x = xf;
     }
     if (need_absmax) {
-        struct cvt_job c = {
-            ctx, NULL, 0, nb, absmax, w->q->scale, w->q->nested_scale, w->q->nested_offset};
+        struct cvt_job c = {ctx, NULL, 0, nb, absmax, j.dq_codes, j.dq_nested, j.dq_offset};
         qs_parallel_for(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), dyn8_task, &c);
         j.w.scale = absmax;
     }
@@ -294,7 +294,7 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
              * first bad nibble (check_meta locates it) and y untouched */
             if (!meta_bad)
                 memcpy(y, ydefer, (size_t)mn);
-            else if ((st = qs_mm_check_meta(ctx, w->meta, N, K, j.w.words)) == QS_OK)
+            else if ((st = qs_mm_check_meta(ctx, j.w.meta, N, K, j.w.words)) == QS_OK)
                 st = qs_fail(ctx, QS_ERR_BAD_DATA, "2:4 meta holds an invalid nibble");
         }
     } else {
@@ -314,6 +314,9 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
 static uint64_t weight_bytes(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K)
 {
     int64_t cols = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT ? K / 2 : K;
+
+    if (w->kind == QS_WEIGHT_PACKED) /* its header and planes */
+        return (uint64_t)w->data_bytes;
     uint64_t meta = w->meta ? (uint64_t)(N * qs_ceil_div(K, 16)) * 2u : 0;
     struct qs_layout l;
 

@@ -233,3 +233,37 @@ def test_bnb4_int8_activations_match_numpy_model(fmt, book, m):
     want = ((inner + out) + bias).astype(np.float32)
     assert list(cols) == [3]
     np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_packed_weights_same_bits(m):
+    """qs.pack: every weight kind packed gives the bits of the weight it came from, with f32 and
+    int8 activations, and its buffer is its own (the source may go)."""
+    n, k = 24, 96
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    for name, wobj, _ in _weights(w):
+        pw = qs.pack(wobj)
+        assert isinstance(pw, qs.PackedWeight) and pw.shape == (n, k), name
+        for act in ("f32", "int8"):
+            want = qs.matmul(x, wobj, activations=act)
+            got = qs.matmul(x, pw, activations=act)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, act)
+    with pytest.raises(ValueError):
+        qs.pack(pw)
+
+
+def test_packed_weight_refused_when_damaged_or_misused():
+    w = (RNG.standard_normal((8, 64)) * 0.05).astype(np.float32)
+    pw = qs.pack(qs.quantize(w, "nf4"))
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    qs.matmul(x, pw)
+    with pytest.raises(ValueError, match="x has K"):
+        qs.matmul(RNG.standard_normal((2, 32)).astype(np.float32), pw)
+    bad = qs.PackedWeight(pw.buffer.copy(), pw.shape)
+    bad.buffer[20] ^= 0x40
+    with pytest.raises(qs.QsparseError, match="damaged|packed"):
+        qs.matmul(x, bad)
+    junk = qs.PackedWeight(np.zeros(pw.nbytes, np.uint8), pw.shape)
+    with pytest.raises(qs.QsparseError, match="no packed weight"):
+        qs.matmul(x, junk)
