@@ -236,7 +236,7 @@ static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
             for (int64_t n = n0; n < n1; n++) {
                 float a = scratch[(m - m0) * rows + (n - n0)], v, o = 0.0f;
                 if (j->format == QS_FORMAT_LLM_INT8)
-                    v = (a * (j->rstat[m] * qs_ld_f32(j->fscale + n))) * QS_MM_INV127SQ;
+                    v = ((a * j->rstat[m]) * qs_ld_f32(j->fscale + n)) * 0x1.040c2p-14f;
                 else if (mm8_bnb4(j))
                     v = a * (j->rstat[m] / 16129.0f);
                 else
