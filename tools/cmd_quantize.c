@@ -1288,6 +1288,21 @@ static int own_shard(const struct options *o, size_t j)
     return o->nparts == 0 || (int64_t)(j % (size_t)o->nparts) == o->part;
 }
 
+/* config.json's dtype where the layout's loader decodes into one dtype only
+ * (qs_layout_model_dtype): both spellings, "dtype" (transformers 5) and "torch_dtype" (what
+ * earlier versions read; transformers 5 reads it when "dtype" is absent). */
+static int set_model_dtype(struct ctx_all *c, json_t *config)
+{
+    const char *dt = qs_layout_model_dtype(c->layout, &c->req);
+
+    if (!dt)
+        return 0;
+    return json_object_set_new(config, "dtype", json_string(dt)) != 0 ||
+                   json_object_set_new(config, "torch_dtype", json_string(dt)) != 0
+               ? -1
+               : 0;
+}
+
 /* A model folder in, a model folder out (or one part of it, --shard). Returns the exit status. */
 static int process_folder(struct ctx_all *c, const char *in_dir, const char *out_dir)
 {
@@ -1348,6 +1363,8 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         cfg = NULL;
         goto oom;
     }
+    if (set_model_dtype(c, m.config) != 0)
+        goto oom;
     if (qs_model_out_json(&out, "config.json", m.config, err, sizeof err) != 0) {
         print_error(err);
         goto done;
@@ -1647,6 +1664,11 @@ int qs_cmd_quantize(int argc, char **argv)
                 c.nstat, o.format, c.layout->name, c.req.sparsity24 ? ", 2:4 sparse" : "",
                 c.ncopy, c.bytes_in / 1e6, c.bytes_out / 1e6,
                 c.bytes_out > 0 ? c.bytes_in / c.bytes_out : 0.0);
+        if (folder && qs_layout_model_dtype(c.layout, &c.req))
+            fprintf(f, "config.json: dtype %s (compressed-tensors decodes %s weights to %s; "
+                       "loaded as float32 they would fail)\n",
+                    qs_layout_model_dtype(c.layout, &c.req), o.format,
+                    qs_layout_model_dtype(c.layout, &c.req));
     }
     if ((o.stats || o.stats_json) && print_stats(&c, &t0) != 0)
         goto done;

@@ -55,4 +55,11 @@ const struct qs_layout *qs_layout_find(const char *name);
  * compressed-tensors otherwise. */
 const struct qs_layout *qs_layout_default(int32_t format);
 
+/* The dtype ("bfloat16") that config.json must name for the folder to compute as written, or
+ * NULL when the input's stays right. compressed-tensors decodes MXFP4, MXFP8 and NVFP4 weights
+ * to bfloat16 whatever the model's dtype, so a float32 model fails at its first forward
+ * ("self and mat2 must have the same dtype"); with the model's dtype bfloat16 it loads and runs
+ * as written (transformers' default dtype="auto" reads it from config.json). */
+const char *qs_layout_model_dtype(const struct qs_layout *layout, const struct qs_layout_req *r);
+
 #endif /* QS_TOOLS_LAYOUT_H */

@@ -113,8 +113,20 @@ def cosine(a, b):
     return float((a * b).sum(-1).min())
 
 
-def report(fmt, layout, loader, loads, cos, own):
-    REPORT.append((fmt, layout, loader, loads, cos, own))
+def in_dtype(path, enc, ref, dtype):
+    """'cos 0.9686' when from_pretrained(path, dtype=dtype) loads and computes, else why not."""
+    try:
+        e = embed(load(path, dtype=dtype), enc)
+    except Exception as ex:  # the table records the loader's own message
+        return f"fails: `{str(ex).splitlines()[0][:70]}`"
+    return f"cos {cosine(e.float(), ref):.4f}"
+
+
+def report(fmt, layout, loader, loads, cos, own, path=None, enc=None, ref=None):
+    """A row of the table; with `path`, the folder is also loaded with dtype float32 and
+    bfloat16 given explicitly."""
+    dts = [in_dtype(path, enc, ref, d) if path else "-" for d in (torch.float32, torch.bfloat16)]
+    REPORT.append((fmt, layout, loader, loads, cos, dts[0], dts[1], own))
 
 
 def bnb_config(**kw):
@@ -198,7 +210,7 @@ def test_bnb_4bit(quantized, model_dir, encoded, reference, weights, fmt, extra,
         assert 0 < code_diff < 0.05 and (not dq or absmax_diff < 0.05)
         why = f"no: {code_diff:.2%} of the code bytes differ (bitsandbytes' CPU FP4 quantizer)"
     report(fmt + (" + double quant" if dq else ""), "bitsandbytes", "transformers+bitsandbytes",
-           "yes", cos, why)
+           "yes", cos, why, out, encoded, reference)
 
 
 def test_bnb_llm_int8(quantized, model_dir, encoded, reference, weights, tmp_path):
@@ -240,7 +252,7 @@ def test_bnb_llm_int8(quantized, model_dir, encoded, reference, weights, tmp_pat
         diff += (d > 0).mean() / len(names)
     report("llm_int8", "bitsandbytes", "transformers+bitsandbytes", "yes", cos,
            f"no: SCB identical on float16 weights; {diff:.2%} of the codes differ by 1 "
-           "(bitsandbytes casts to float16, then its CPU int8 quantizer)")
+           "(bitsandbytes casts to float16, then its CPU int8 quantizer)", out, encoded, reference)
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -280,7 +292,7 @@ def lib_decode(w, fmt, **kw):
     return qs.dequantize(qs.quantize(np.ascontiguousarray(w), fmt, **kw))
 
 
-CT = [  # id, tool options, library decode options, float32 forward works, min cosine
+CT = [  # id, tool options, library decode options, float32 model, min cosine
     ("fp8_e4m3", ["--format", "fp8_e4m3"], ("fp8_e4m3", {}), True, 0.995),
     ("int8-channel", ["--format", "int8"], ("int8", {}), True, 0.999),
     ("int8-group128", ["--format", "int8", "--granularity", "group", "--blocksize", "128"],
@@ -304,17 +316,17 @@ def test_compressed_tensors(run_tool, quantized, encoded, reference, weights, na
     qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
     assert qc["quant_method"] == "compressed-tensors" and qc["ignore"] == SKIPPED
     w_ref = lib_decode(weights[QUERY + ".weight"], lib[0], **lib[1])
-    loads = "yes"
-    if not f32_ok:
-        # compressed-tensors 0.20 decodes FP4 and MX weights into bfloat16, whatever the
-        # model's dtype: a float32 model then fails at its first forward.
-        model = load(out)
-        with pytest.raises(RuntimeError, match="same dtype") as e:
-            embed(model, encoded)
-        loads = f"yes, as bfloat16 (float32: `{str(e.value)[:60]}`)"
-        model = model.to(torch.bfloat16)  # the weights were decoded by the failed forward
-    else:
-        model = load(out)
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    # A bare from_pretrained loads every folder as written and computes with it. compressed-
+    # tensors decodes FP4 and MX weights to bfloat16 whatever the model's dtype, so for those the
+    # tool names bfloat16 in config.json (a float32 model would fail at its first forward with
+    # "self and mat2 must have the same dtype"); the others stay the input's float32.
+    model = load(out)
+    want = torch.float32 if f32_ok else torch.bfloat16
+    assert cfg.get("dtype", "float32") == str(want)[len("torch."):]
+    assert cfg.get("torch_dtype", "float32") == str(want)[len("torch."):]
+    assert model.dtype == want and model.embeddings.word_embeddings.weight.dtype == want
+    loads = "yes" if f32_ok else "yes (config.json names bfloat16)"
     e = embed(model, encoded)
     cos = cosine(e, reference)
     assert cos > min_cos
@@ -327,7 +339,8 @@ def test_compressed_tensors(run_tool, quantized, encoded, reference, weights, na
         # bfloat16 products of the same codes and scales
         assert np.allclose(got, w_ref, rtol=1e-2, atol=1e-6 * np.abs(w_ref).max())
         own = "n/a (no quantizer on load); decoded weights = library's within bfloat16"
-    report(name, "compressed-tensors", "transformers+compressed-tensors", loads, cos, own)
+    report(name, "compressed-tensors", "transformers+compressed-tensors", loads, cos, own, out,
+           encoded, reference)
 
 
 @pytest.mark.parametrize("fmt", ["none", "fp8_e4m3"])
@@ -354,7 +367,7 @@ def test_compressed_tensors_sparse24(quantized, encoded, reference, weights, fmt
     assert cos > 0.3
     report(("" if fmt == "none" else fmt + " + ") + "2:4", "compressed-tensors",
            "transformers+compressed-tensors", "yes (sparsity_config read, weights dense)", cos,
-           "n/a; pruned weights = magnitude 2:4")
+           "n/a; pruned weights = magnitude 2:4", out, encoded, reference)
 
 
 # ---- modelopt ---------------------------------------------------------------------------------
@@ -405,10 +418,11 @@ def test_zz_print_table():
     if not REPORT:
         pytest.skip("no loader case ran")
     lines = ["| format | layout | loader | loads as written | cosine to fp32 | "
-             "identical to the loader's own quantization |", "|---|---|---|---|---|---|"]
-    for fmt, layout, loader, loads, cos, own in REPORT:
+             "dtype=float32 | dtype=bfloat16 | identical to the loader's own quantization |",
+             "|---|---|---|---|---|---|---|---|"]
+    for fmt, layout, loader, loads, cos, f32, bf16, own in REPORT:
         lines.append(f"| {fmt} | {layout} | {loader} | {loads} | "
-                     f"{'-' if cos is None else f'{cos:.4f}'} | {own} |")
+                     f"{'-' if cos is None else f'{cos:.4f}'} | {f32} | {bf16} | {own} |")
     print("\n" + "\n".join(lines))
     out = os.environ.get("QSPARSE_LOADER_TABLE")
     if out:
