@@ -129,6 +129,46 @@ def report(fmt, layout, loader, loads, cos, own, path=None, enc=None, ref=None):
     REPORT.append((fmt, layout, loader, loads, cos, dts[0], dts[1], own))
 
 
+def linear_names(weights):
+    names = sorted(k for k, v in weights.items() if v.ndim == 2 and "embeddings" not in k)
+    assert len(names) == 37
+    return names
+
+
+def lib_decode(w, fmt, ct_scale=False, **kw):
+    """The library's decode of w quantized to fmt. ct_scale: NVFP4 as compressed-tensors stores
+    it, a weight_global_scale g = fl(1 / s) that a reader turns back into fl(1 / g), which is s
+    for most but not all float32 values (1/x does not reach every float)."""
+    q = qs.quantize(np.ascontiguousarray(w), fmt, **kw)
+    if ct_scale:
+        g = np.float32(1) / np.float32(q.global_scale)
+        q = qs.QTensor(fmt, q.shape, q.data, scale=q.scale,
+                       global_scale=float(np.float32(1) / g), dtype=q.dtype)
+    return qs.dequantize(q)
+
+
+def check_qs_load(out, weights, fmt, kw=None, loader_weight=None, ct=False):
+    """qs.load reads the tool's folder as written: every linear weight is a QTensor (an array for
+    --format none) that decodes to the library's decode of the float weight, bit for bit, and,
+    where the loader's own decoded weight of QUERY is given (float32), to the same values."""
+    t = qs.load(out)
+    for k in linear_names(weights):
+        if fmt is None:
+            assert isinstance(t[k], np.ndarray) and t[k].shape == weights[k].shape
+            continue
+        assert isinstance(t[k], qs.QTensor) and t[k].format == fmt, (k, type(t[k]))
+        want = lib_decode(weights[k], fmt, ct_scale=ct and fmt == "nvfp4", **(kw or {}))
+        assert qs.dequantize(t[k]).tobytes() == want.tobytes(), k
+    if loader_weight is not None:
+        got = t[QUERY + ".weight"]
+        got = got if fmt is None else qs.dequantize(got)
+        # equal values (bitsandbytes' CPU FP4 decode gives +0.0 for the code of -0.0)
+        assert np.array_equal(got, loader_weight)
+    # nothing of the file is left over as a stray companion of a quantized weight
+    assert not [k for k in t if k.endswith(("_packed", "_global_scale", "_shape", ".absmax"))]
+    return t
+
+
 def bnb_config(**kw):
     return transformers.BitsAndBytesConfig(bnb_4bit_compute_dtype=torch.float32,
                                            llm_int8_skip_modules=SKIPPED, **kw)
@@ -162,6 +202,11 @@ def test_bnb_4bit(quantized, model_dir, encoded, reference, weights, fmt, extra,
     ours_model = load(out)
     assert type(ours_model.get_submodule(QUERY)).__name__ == "Linear4bit"
     assert type(ours_model.embeddings.word_embeddings).__name__ == "Embedding"
+    # qs.load reads the folder; its decode of QUERY is what bitsandbytes decodes from the
+    # loaded Linear4bit
+    p4 = ours_model.get_submodule(QUERY).weight
+    bnb_w = bnb.functional.dequantize_4bit(p4.data, p4.quant_state).float().numpy()
+    check_qs_load(out, weights, fmt, dict(blocksize=64, double_quant=dq), bnb_w)
     ours = embed(ours_model, encoded)
     cos = cosine(ours, reference)
     assert cos > min_cos
@@ -219,6 +264,9 @@ def test_bnb_llm_int8(quantized, model_dir, encoded, reference, weights, tmp_pat
     assert qc["load_in_8bit"] is True and qc["load_in_4bit"] is False
     ours_model = load(out)
     assert type(ours_model.get_submodule(QUERY)).__name__ == "Linear8bitLt"
+    p8 = ours_model.get_submodule(QUERY).weight
+    check_qs_load(out, weights, "llm_int8", None,
+                  bnb.functional.int8_vectorwise_dequant(p8.data, p8.SCB).float().numpy())
     ours = embed(ours_model, encoded)
     explicit = load(out, quantization_config=bnb_config(load_in_8bit=True))
     assert torch.equal(ours, embed(explicit, encoded))
@@ -288,10 +336,6 @@ def test_output_folder_rules(run_tool, model_dir, tmp_path):
 # ---- compressed-tensors -----------------------------------------------------------------------
 
 
-def lib_decode(w, fmt, **kw):
-    return qs.dequantize(qs.quantize(np.ascontiguousarray(w), fmt, **kw))
-
-
 CT = [  # id, tool options, library decode options, float32 model, min cosine
     ("fp8_e4m3", ["--format", "fp8_e4m3"], ("fp8_e4m3", {}), True, 0.995),
     ("int8-channel", ["--format", "int8"], ("int8", {}), True, 0.999),
@@ -331,6 +375,8 @@ def test_compressed_tensors(run_tool, quantized, encoded, reference, weights, na
     cos = cosine(e, reference)
     assert cos > min_cos
     got = model.get_submodule(QUERY).weight.detach().float().numpy()
+    # qs.load reads the folder (compressed-tensors' renamed keys folded into P.weight)
+    check_qs_load(out, weights, lib[0], lib[1], got if f32_ok else None, ct=True)
     if f32_ok:
         # the loader's decode is the library's, bit for bit
         assert got.tobytes() == w_ref.tobytes()
@@ -361,6 +407,11 @@ def test_compressed_tensors_sparse24(quantized, encoded, reference, weights, fmt
     assert not (kept & ~mask).any()
     if fmt == "none":
         assert np.array_equal(got.reshape(-1, 4)[mask], w.reshape(-1, 4)[mask])
+        check_qs_load(out, weights, None, loader_weight=got)
+    else:
+        pruned = {k: np.where(qs.prune(v, "2:4"), v, np.float32(0)) for k, v in weights.items()
+                  if v.ndim == 2}
+        check_qs_load(out, pruned, fmt, loader_weight=got)
     # one-shot magnitude pruning of every linear layer without retraining costs this model
     # most of its accuracy (cosine about 0.56): the test pins the loading, not the method.
     cos = cosine(e, reference)
@@ -408,6 +459,8 @@ def test_modelopt_layout(quantized, weights, tmp_path, fmt):
                        global_scale=np.frombuffer(raw[QUERY + ".weight_scale_2"][2],
                                                   np.float32)[0])
     assert qs.dequantize(q).tobytes() == lib_decode(w, fmt).tobytes()
+    t = check_qs_load(out, weights, fmt)
+    assert t[QUERY + ".input_scale"].tobytes() == inp.tobytes()
     report(fmt, "modelopt", "vLLM / TensorRT-LLM (GPU)", "not run: no CPU loader", None,
            "n/a; files match the layout, decode = library's")
 
