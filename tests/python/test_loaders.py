@@ -465,6 +465,34 @@ def test_modelopt_layout(quantized, weights, tmp_path, fmt):
            "n/a; files match the layout, decode = library's")
 
 
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "nvfp4"])
+def test_modelopt_in_transformers(run_tool, model_dir, encoded, reference, weights, tmp_path, fmt):
+    """transformers has no modelopt reader: it skips quant_method "modelopt" with a warning and
+    reads the FP8 codes as float weights without their scales (NVFP4's packed weights fail its
+    shape check). Nothing in the folder can stop that without stopping vLLM too, so the tool says
+    it on every run, --quiet or not: the warning names transformers and the layout to use."""
+    amax = {k[:-len(".weight")]: 4.0 for k in linear_names(weights)}
+    f = tmp_path / "amax.json"
+    f.write_text(json.dumps(amax))
+    out = tmp_path / "o"
+    r = run_tool("quantize", model_dir, "-o", out, "--format", fmt, "--layout", "modelopt",
+                 "--act-amax", f, "--quiet", check=0)
+    assert "transformers does not read the modelopt layout" in r.stderr
+    assert "--layout compressed-tensors" in r.stderr
+    if fmt == "fp8_e4m3":
+        e = embed(load(str(out)), encoded)  # loads and runs: the misreading the warning names
+        cos = cosine(e, reference)
+        assert cos < 0.5
+        loads = "misread: skips modelopt with a warning, FP8 codes taken as weights " \
+                "(the tool warns)"
+    else:
+        with pytest.raises(Exception, match="mismatch"):
+            load(str(out))
+        cos, loads = None, "no: size mismatch of the packed weights (the tool warns)"
+    report(fmt, "modelopt", "transformers (not its loader)", loads, cos,
+           "n/a: use vLLM / SGLang / TensorRT-LLM, or --layout compressed-tensors")
+
+
 def test_zz_print_table():
     """Prints the table of docs/layouts.md from this run (pytest -s shows it) and, when
     QSPARSE_LOADER_TABLE names a file, writes it there (.ci/python.sh prints that file)."""
