@@ -40,6 +40,7 @@
 #include "model_dir.h"
 #include "safetensors.h"
 #include "tool_ctx.h"
+#include "tool_threads.h"
 #include "heap.h"
 
 #define ERRLEN 1024
@@ -100,7 +101,13 @@ static void usage(FILE *f)
             "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
             "--sparsity N:M) take each layer's Hessian or inputs from --calib FILE\n"
             "(tools/README.md); rtn (the default) is plain rounding.\n"
-            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n"
+            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet;\n"
+            "--quiet also skips decoding the weights to measure it (the slowest step).\n"
+            "--threads N: threads per tensor. Default: one for tensors under 4M elements and\n"
+            "GPTQ/SparseGPT layers under K = 2048, else the cores the 1-minute load average\n"
+            "leaves idle (qsparse doctor shows the choice). On a machine shared with other busy\n"
+            "jobs use --threads 1 (and OPENBLAS_NUM_THREADS=1 with --method gptq|sparsegpt):\n"
+            "threads that wait for a core at every barrier make the run several times slower.\n"
             "Tensors stream: read from the memory-mapped input, quantized, written, freed, one\n"
             "at a time. --stats prints the heap peak against the largest tensor (stderr);\n"
             "--stats-json FILE writes those numbers as JSON.\n"
@@ -390,6 +397,7 @@ struct ctx_all {
     uint64_t largest;         /* bytes of the largest input tensor read (--stats) */
     uint64_t largest_q;       /* ... and of the largest one quantized */
     char *largest_name;
+    struct qs_tool_threads thr; /* threads per operation (tool_threads.h) */
     int tty;
     char err[ERRLEN];
 };
@@ -716,6 +724,14 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
     memset(&q, 0, sizeof q);
     if (!(prefix = module_prefix(t->name)))
         goto oom;
+    if (qs_ctx_set(c->ctx, QS_PARAM_NUM_THREADS,
+                   qs_tool_threads_for(&c->thr,
+                                       c->o->cal.method == QS_METHOD_RTN ? QS_TOOL_OP_ELEMENTWISE
+                                                                         : QS_TOOL_OP_GPTQ,
+                                       rows, cols)) != QS_OK) {
+        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+        goto fail;
+    }
     if (c->format == QS_FORMAT_INT8 && c->layout == &qs_layout_ct && cols % 4 != 0) {
         snprintf(c->err, sizeof c->err,
                  "%s: compressed-tensors packs int8 codes four to an int32 word: the row length "
@@ -777,7 +793,9 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
     } else {
-        if (layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
+        /* the error table is the only reader of the decode: --quiet skips it (it costs several
+         * times the quantization) */
+        if (!c->o->quiet && layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
             goto fail;
         st->bits = 8.0 * (double)total / (double)n;
     }
@@ -1645,7 +1663,8 @@ int qs_cmd_quantize(int argc, char **argv)
         goto done;
     }
     qs_ctx_params_init(&cp);
-    cp.num_threads = o.threads;
+    qs_tool_threads_init(&c.thr, o.threads);
+    cp.num_threads = o.threads > 0 ? o.threads : 1; /* auto: set per tensor (quantize_one) */
     cp.allocator = qs_heap_allocator(); /* the library's scratch counts in --stats */
     if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");

@@ -42,3 +42,24 @@ def test_installed_distribution_provides_the_package():
     assert os.path.realpath(os.path.dirname(qs.__file__)) == \
         os.path.realpath(str(dist.locate_file("qsparse")))
     assert dist.version == qs.__version__
+
+
+@pytest.mark.skipif(bool(os.environ.get("QSPARSE_LIB")),
+                    reason="QSPARSE_LIB: the source tree's package, not an installed one")
+def test_installed_doctor_looks_for_the_plugin_in_the_package(run_tool, tool):
+    """The wheel's tool is linked statically: the library's search beside "its" library would
+    look in the scripts folder; the wheel installs libqsparse-cuda.so in the package folder."""
+    import json
+    import subprocess
+
+    pkg = os.path.realpath(os.path.dirname(qs.__file__))
+    if os.path.realpath(os.path.dirname(tool)) == os.path.realpath(os.path.join(ROOT, "build",
+                                                                                  "tools")):
+        pytest.skip("QSPARSE_TOOL is the build tree's tool, not the installed one")
+    env = {k: v for k, v in os.environ.items() if k != "QS_PLUGIN_PATH"}
+    out = subprocess.run([tool, "doctor", "--json"], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout
+    j = json.loads(out)
+    assert os.path.realpath(os.path.dirname(j["cuda_plugin"])) == pkg
+    cuda = j["backends"]["cuda"]
+    assert cuda["available"] or os.path.dirname(j["cuda_plugin"]) in cuda["message"]
