@@ -47,8 +47,8 @@
 #define COPY_PIECE (16u << 20) /* bytes of a copied tensor written between two releases */
 
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
-#define DEFAULT_INCLUDE "\\.weight$"
-#define DEFAULT_EXCLUDE "norm|embed|lm_head|(^|\\.)(wte|wpe|ln_[a-z0-9]+)\\."
+#define DEFAULT_INCLUDE QS_SELECT_INCLUDE
+#define DEFAULT_EXCLUDE QS_SELECT_EXCLUDE
 /* Embedding tables: no loader layout replaces them (they are not linear layers). */
 #define EMBEDDING "embed|(^|\\.)(wte|wpe)\\."
 

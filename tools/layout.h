@@ -33,6 +33,12 @@ struct qs_layout_req {
 
 #define QS_FORMAT_NONE 0 /* --format none: weights stay float (with --sparsity) */
 
+/* The tensors `qsparse quantize` selects by default (POSIX extended regular expressions, the
+ * exclusion case-insensitive): linear layers' weights, not norms, biases or embeddings (nor the
+ * tied output head). */
+#define QS_SELECT_INCLUDE "\\.weight$"
+#define QS_SELECT_EXCLUDE "norm|embed|lm_head|(^|\\.)(wte|wpe|ln_[a-z0-9]+)\\."
+
 struct qs_layout {
     const char *name;
     /* 0, or -1 with a message naming what the layout cannot represent. */
