@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -945,7 +946,7 @@ static char *collision(const struct ctx_all *c, const struct qs_st_file *f, cons
 
 static int32_t cli_format(const char *name)
 {
-    if (strcmp(name, "none") == 0)
+    if (strcasecmp(name, "none") == 0)
         return QS_FORMAT_NONE;
     return qs_format_from_name(name);
 }
