@@ -46,6 +46,9 @@ const char *qs_layout_model_dtype(const struct qs_layout *layout, const struct q
 {
     if (layout != &qs_layout_ct)
         return NULL;
+    for (int32_t g = 0; g < r->ngroups; g++)
+        if (qs_layout_model_dtype(layout, &r->groups[g].req))
+            return "bfloat16";
     switch (r->format) {
     case QS_FORMAT_MXFP4:
     case QS_FORMAT_MXFP8:

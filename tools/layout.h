@@ -22,6 +22,8 @@
 #include "qsparse.h"
 #include "checkpoint_keys.h"
 
+struct qs_layout_group;
+
 /* What the user asked for, as far as a layout cares. */
 struct qs_layout_req {
     int32_t format;           /* QS_FORMAT_*, or QS_FORMAT_NONE for sparsity alone */
@@ -29,6 +31,17 @@ struct qs_layout_req {
     int32_t sparsity24;       /* 1: weights pruned to 2:4 (magnitude) before quantization */
     int32_t have_act_amax;    /* 1: activation ranges were given (--act-amax) */
     const char *weight_dtype; /* "float32", "float16" or "bfloat16": the weights' dtype */
+    /* --tensor-format: more than one scheme in the model, one group per scheme (NULL, 0 for
+     * one format); format and params above are then the first group's */
+    const struct qs_layout_group *groups;
+    int32_t ngroups;
+};
+
+/* One scheme of a model with per-tensor formats, and the modules (P of P.weight) it covers. */
+struct qs_layout_group {
+    struct qs_layout_req req;
+    json_t *modules; /* array of strings */
+    int rule;        /* the tool's rule it came from (tensor_rules.h) */
 };
 
 #define QS_FORMAT_NONE 0 /* --format none: weights stay float (with --sparsity) */

@@ -1059,3 +1059,17 @@ void qs_st_stream_abort(struct qs_st_stream *s)
     qs_heap_free(s->buf);
     s->buf = NULL;
 }
+
+uint64_t qs_st_writer_file_bytes(struct qs_st_writer *w)
+{
+    char err[256];
+    uint64_t hl = 0, data = 0;
+    char *h = build_header(w, &hl, err, sizeof err);
+
+    if (!h)
+        return 0;
+    qs_heap_free(h);
+    for (size_t i = 0; i < w->count; i++)
+        data += w->t[i].bytes;
+    return 8 + hl + data;
+}

@@ -421,6 +421,36 @@ def test_compressed_tensors_sparse24(quantized, encoded, reference, weights, fmt
            "n/a; pruned weights = magnitude 2:4", out, encoded, reference)
 
 
+def test_compressed_tensors_mixed_formats(quantized, encoded, reference, weights):
+    """--tensor-format: NVFP4 for the attention projections, FP8 for the feed-forward ones, the
+    pooler kept float; compressed-tensors reads one config group per format ("mixed-precision")
+    and the folder loads with a bare from_pretrained; qs.load reads each weight in its format."""
+    out = quantized("--format", "nvfp4", "--tensor-format", r"(intermediate|output)\.dense=fp8_e4m3",
+                    "--tensor-format", "pooler=none")
+    qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+    assert qc["format"] == "mixed-precision" and "pooler.dense" in qc["ignore"]
+    model = load(out)
+    ff = "encoder.layer.0.intermediate.dense"
+    assert type(model.pooler.dense).__name__ == "Linear"
+    e = embed(model, encoded)
+    cos = cosine(e, reference)
+    assert cos > 0.97
+    t = qs.load(out)
+    fmts = {k: v.format for k, v in t.items() if isinstance(v, qs.QTensor)}
+    assert fmts[ff + ".weight"] == "fp8_e4m3" and fmts[QUERY + ".weight"] == "nvfp4"
+    assert "pooler.dense.weight" not in fmts and len(fmts) == 36
+    for k, f in fmts.items():
+        want = lib_decode(weights[k], f, ct_scale=True)
+        assert qs.dequantize(t[k]).tobytes() == want.tobytes(), k
+    # the loader's FP8 weights (bfloat16 model) are the library's decode within bfloat16
+    got = model.get_submodule(ff).weight.detach().float().numpy()
+    w_ref = lib_decode(weights[ff + ".weight"], "fp8_e4m3")
+    assert np.allclose(got, w_ref, rtol=1e-2, atol=1e-6 * np.abs(w_ref).max())
+    report("nvfp4 + fp8_e4m3 (--tensor-format)", "compressed-tensors",
+           "transformers+compressed-tensors", "yes (mixed-precision, bfloat16)", cos,
+           "n/a; decoded weights = library's", out, encoded, reference)
+
+
 # ---- modelopt ---------------------------------------------------------------------------------
 
 
