@@ -277,8 +277,8 @@ int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
     }
     if (hl > QS_ST_MAX_HEADER) {
         fail(err, errlen,
-             "%s: not a safetensors file? its first 8 bytes give a header of %llu bytes, over "
-             "the %u-byte limit",
+             "%s: not a safetensors file? its first 8 bytes give a header of %llu bytes, larger "
+             "than the %u-byte limit",
              path, (unsigned long long)hl, QS_ST_MAX_HEADER);
         goto bad;
     }
