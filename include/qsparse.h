@@ -292,7 +292,7 @@ QS_API qs_status qs_ctx_kernel_info(const qs_ctx *ctx, int32_t index, const char
 QS_API int32_t qs_format_count(void);
 /** Lower-case name ("nf4", "fp8_e4m3", "llm_int8", ...) or NULL for an unknown format. */
 QS_API const char *qs_format_name(int32_t format);
-/** Format code for a name above, or -1. */
+/** Format code for a name above in any letter case ("NF4", "nf4"), or -1. */
 QS_API int32_t qs_format_from_name(const char *name);
 /** Default block size: 64 for NF4/FP4, 32 for MX, 16 for NVFP4, 0 for formats without blocks. */
 QS_API int32_t qs_format_block_size(int32_t format);

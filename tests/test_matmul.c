@@ -674,7 +674,7 @@ static void test_llm_int8_outliers(void **state)
             float out = 0.0f;
             for (int64_t k = 0; k < K; k++)
                 acc += codes[m * K + k] * wq[n * K + k];
-            float v = ((float)acc * (stats[m] * scb[n])) * 6.200124e-05f;
+            float v = (((float)acc * stats[m]) * scb[n]) * (1.0f / 16129.0f);
             for (int64_t c = 0; c < nout; c++) {
                 float wd = ((float)wq[n * K + cols[c]] * scb[n]) * (1.0f / 127.0f);
                 out = out + x[m * K + cols[c]] * wd;

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -40,14 +41,16 @@
 #include "model_dir.h"
 #include "safetensors.h"
 #include "tool_ctx.h"
+#include "tool_threads.h"
+#include "tensor_rules.h"
 #include "heap.h"
 
 #define ERRLEN 1024
 #define COPY_PIECE (16u << 20) /* bytes of a copied tensor written between two releases */
 
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
-#define DEFAULT_INCLUDE "\\.weight$"
-#define DEFAULT_EXCLUDE "norm|embed|lm_head|(^|\\.)(wte|wpe|ln_[a-z0-9]+)\\."
+#define DEFAULT_INCLUDE QS_SELECT_INCLUDE
+#define DEFAULT_EXCLUDE QS_SELECT_EXCLUDE
 /* Embedding tables: no loader layout replaces them (they are not linear layers). */
 #define EMBEDDING "embed|(^|\\.)(wte|wpe)\\."
 
@@ -55,7 +58,9 @@ struct options {
     const char *in, *out, *format, *include, *exclude, *layout, *config_out, *act_amax;
     const char *sparsity, *granularity, *method, *calib, *stats_json;
     int32_t blocksize;
-    int double_quant, threads, quiet, stats;
+    int double_quant, threads, quiet, stats, dry_run;
+    const char *tformat[QS_MAX_TENSOR_RULES]; /* --tensor-format REGEX=FORMAT, in order */
+    int ntformat;
     int64_t part, nparts; /* --shard part/nparts; nparts 0: every shard */
     int argc;
     char **argv;
@@ -65,6 +70,7 @@ struct options {
 struct layer_stat {
     char *name;
     int64_t rows, cols;
+    int32_t format;
     double bits, rel_rmse, max_abs;
 };
 
@@ -77,7 +83,8 @@ static void usage(FILE *f)
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
             "                        [--threads N] [--quiet]\n"
             "                        [--method rtn|gptq|sparsegpt --calib FILE]\n"
-            "                        [--shard I/N] [--stats] [--stats-json FILE]\n\n"
+            "                        [--shard I/N] [--stats] [--stats-json FILE]\n"
+            "                        [--tensor-format REGEX=FORMAT]... [--dry-run]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
             "    model.safetensors.index.json): OUT is a folder its loader reads as written.\n"
             "    Or one .safetensors file: OUT is a file.\n"
@@ -86,8 +93,9 @@ static void usage(FILE *f)
             "        fp8_e5m2, mxfp4, mxfp8, nvfp4; none (with --sparsity: prune only).\n"
             "LAYOUT: bitsandbytes (nf4, fp4, llm_int8; default for those in a folder),\n"
             "        compressed-tensors (fp8_e4m3, int8, mxfp4, mxfp8, nvfp4, 2:4; default for\n"
-            "        the others), modelopt (fp8_e4m3, nvfp4; needs --act-amax), qsparse (the\n"
-            "        tool's own keys, single files only; the default for a single file).\n"
+            "        the others), modelopt (fp8_e4m3, nvfp4; needs --act-amax; for vLLM, SGLang,\n"
+            "        TensorRT-LLM: transformers misreads it), qsparse (the tool's own keys,\n"
+            "        single files only; the default for a single file).\n"
             "Quantizes the 2-D float tensors whose name matches --include (default '%s')\n"
             "and not --exclude (default '%s', case-insensitive):\n"
             "the linear layers' weights. Everything else is copied unchanged. POSIX extended\n"
@@ -99,10 +107,24 @@ static void usage(FILE *f)
             "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
             "--sparsity N:M) take each layer's Hessian or inputs from --calib FILE\n"
             "(tools/README.md); rtn (the default) is plain rounding.\n"
-            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n"
+            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet;\n"
+            "--quiet also skips decoding the weights to measure it (the slowest step).\n"
+            "--threads N: threads per tensor. Default: one for tensors under 4M elements and\n"
+            "GPTQ/SparseGPT layers under K = 2048, else the cores the 1-minute load average\n"
+            "leaves idle (qsparse doctor shows the choice). On a machine shared with other busy\n"
+            "jobs use --threads 1 (and OPENBLAS_NUM_THREADS=1 with --method gptq|sparsegpt):\n"
+            "threads that wait for a core at every barrier make the run several times slower.\n"
             "Tensors stream: read from the memory-mapped input, quantized, written, freed, one\n"
             "at a time. --stats prints the heap peak against the largest tensor (stderr);\n"
             "--stats-json FILE writes those numbers as JSON.\n"
+            "--tensor-format REGEX=FORMAT (repeatable; --tensor-type is the same): a selected\n"
+            "tensor whose name matches REGEX gets FORMAT (its defaults; the first match wins;\n"
+            "'none' keeps it float), e.g. --format nf4 --tensor-format 'down_proj=fp8_e4m3'.\n"
+            "Mixed formats need a layout that holds them: compressed-tensors (one config group\n"
+            "per format) or the qsparse keys of a single file; bitsandbytes and modelopt hold\n"
+            "one format.\n"
+            "--dry-run: every check, the plan and the output size (per tensor unless --quiet);\n"
+            "nothing is quantized or written.\n"
             "--shard I/N (0 <= I < N, a folder): only the input shards whose position in the\n"
             "sorted list of shard files is I modulo N, into a part folder that\n"
             "`qsparse merge-index OUT PART...` joins with the other parts.\n",
@@ -179,6 +201,17 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->double_quant = 1;
         } else if (strcmp(a, "--stats") == 0) {
             o->stats = 1;
+        } else if (strcmp(a, "--dry-run") == 0) {
+            o->dry_run = 1;
+        } else if (strcmp(a, "--tensor-format") == 0 || strcmp(a, "--tensor-type") == 0) {
+            if (!next)
+                goto missing;
+            if (o->ntformat == QS_MAX_TENSOR_RULES) {
+                fprintf(stderr, "qsparse quantize: at most %d --tensor-format rules\n",
+                        QS_MAX_TENSOR_RULES);
+                return -1;
+            }
+            o->tformat[o->ntformat++] = argv[++i];
         } else if (strcmp(a, "--shard") == 0) {
             long long pi, pn;
             int used = 0;
@@ -389,6 +422,12 @@ struct ctx_all {
     uint64_t largest;         /* bytes of the largest input tensor read (--stats) */
     uint64_t largest_q;       /* ... and of the largest one quantized */
     char *largest_name;
+    struct qs_tool_threads thr; /* threads per operation (tool_threads.h) */
+    struct qs_tensor_rules rules; /* --tensor-format, and --format's rule (tensor_rules.h) */
+    int32_t base_format;          /* --format, and its parameters */
+    qs_quant_params base_params;
+    struct qs_layout_group groups[QS_MAX_TENSOR_RULES + 1]; /* schemes in use (after survey) */
+    int ngroups;
     int tty;
     char err[ERRLEN];
 };
@@ -442,6 +481,35 @@ static int check_params(struct ctx_all *c)
         return 0;
     snprintf(c->err, sizeof c->err, "%s", qs_ctx_last_error(c->ctx));
     return -1;
+}
+
+/* Each --tensor-format rule's format and parameters, as check_params and the layout check the
+ * base ones (before any work). Returns 0, or -1 with the message in c->err. */
+static int check_rules(struct ctx_all *c)
+{
+    char why[512];
+
+    for (int i = 0; i < c->rules.n; i++) {
+        const struct qs_tensor_rule *r = &c->rules.r[i];
+        qs_plane_info info;
+        if (r->keep_float)
+            continue;
+        c->req.format = r->format;
+        c->req.params = r->params;
+        if (c->layout->check(&c->req, why, sizeof why) != 0) {
+            snprintf(c->err, sizeof c->err, "--tensor-format '%s': %s", r->spec, why);
+            return -1;
+        }
+        if (qs_quant_plane_info(c->ctx, &c->req.params, 1, c->req.params.block_size,
+                                QS_PLANE_DATA, &info) != QS_OK) {
+            snprintf(c->err, sizeof c->err, "--tensor-format '%s': %s", r->spec,
+                     qs_ctx_last_error(c->ctx));
+            return -1;
+        }
+    }
+    c->req.format = c->base_format;
+    c->req.params = c->base_params;
+    return 0;
 }
 
 /* The bitsandbytes JSON quant_state of a 4-bit weight (a malloc'd string, NULL without memory). */
@@ -695,10 +763,30 @@ done:
  * the nested offset, so the plan quantizes such a tensor once to learn it. Returns 0 or -1 with
  * c->err.
  */
+/* The format and parameters of tensor `name` (tensor_rules.h) become the current ones: every
+ * per-tensor step reads c->format and c->req. Returns the rule. */
+static struct qs_tensor_rule *use_rule(struct ctx_all *c, const char *name)
+{
+    struct qs_tensor_rule *r = qs_tensor_rules_match(&c->rules, name);
+
+    c->format = r->format;
+    c->req.format = r->format;
+    c->req.params = r->params;
+    return r;
+}
+
+/* --format's format and parameters again (for the model-wide config and summary). */
+static void use_base(struct ctx_all *c)
+{
+    c->format = c->base_format;
+    c->req.format = c->base_format;
+    c->req.params = c->base_params;
+}
+
 static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t ti,
                         struct layer_stat *st)
 {
-    qs_quant_params p = c->req.params;
+    qs_quant_params p = (use_rule(c, t->name), c->req.params);
     qs_qtensor q;
     qs_plane_info info[QS_PLANE_COUNT];
     int64_t rows = t->shape[0], cols = t->shape[1], n = t->numel;
@@ -715,6 +803,14 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
     memset(&q, 0, sizeof q);
     if (!(prefix = module_prefix(t->name)))
         goto oom;
+    if (qs_ctx_set(c->ctx, QS_PARAM_NUM_THREADS,
+                   qs_tool_threads_for(&c->thr,
+                                       c->o->cal.method == QS_METHOD_RTN ? QS_TOOL_OP_ELEMENTWISE
+                                                                         : QS_TOOL_OP_GPTQ,
+                                       rows, cols)) != QS_OK) {
+        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+        goto fail;
+    }
     if (c->format == QS_FORMAT_INT8 && c->layout == &qs_layout_ct && cols % 4 != 0) {
         snprintf(c->err, sizeof c->err,
                  "%s: compressed-tensors packs int8 codes four to an int32 word: the row length "
@@ -775,8 +871,18 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             goto oom;
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
+        if (st) { /* --dry-run: the plan is all there is */
+            st->rows = rows;
+            st->cols = cols;
+            st->format = c->format;
+            st->bits = 8.0 * (double)total / (double)n;
+            st->rel_rmse = st->max_abs = NAN;
+        }
     } else {
-        if (layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
+        st->format = c->format;
+        /* the error table is the only reader of the decode: --quiet skips it (it costs several
+         * times the quantization) */
+        if (!c->o->quiet && layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
             goto fail;
         st->bits = 8.0 * (double)total / (double)n;
     }
@@ -899,10 +1005,10 @@ fail:
  * malloc, for the message), else NULL; *oom is set when memory ran out. Each lookup is a binary
  * search, so checking every tensor costs n log n.
  */
-static char *collision(const struct ctx_all *c, const struct qs_st_file *f, const char *name,
-                       int *oom)
+static char *collision(struct ctx_all *c, const struct qs_st_file *f, const char *name, int *oom)
 {
-    const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
+    const struct qs_ckpt_key *keys = (use_rule(c, name), c->format ? c->layout->keys(&c->req)
+                                                                   : NULL);
     char *prefix = NULL, *key = NULL;
 
     *oom = 0;
@@ -926,18 +1032,21 @@ static char *collision(const struct ctx_all *c, const struct qs_st_file *f, cons
 
 static int32_t cli_format(const char *name)
 {
-    if (strcmp(name, "none") == 0)
+    if (strcasecmp(name, "none") == 0)
         return QS_FORMAT_NONE;
     return qs_format_from_name(name);
 }
 
-/* Quantized: 2-D, non-empty, a float dtype, named by --include and not by --exclude. */
-static int selected(const struct ctx_all *c, const struct qs_st_tensor *t)
+/* Quantized: 2-D, non-empty, a float dtype, named by --include and not by --exclude, and not
+ * kept float by a --tensor-format rule. */
+static int selected(struct ctx_all *c, const struct qs_st_tensor *t)
 {
     int32_t sdt;
 
     return t->ndim == 2 && t->numel > 0 && src_dtype_name(t->dtype, &sdt) &&
-           regexec(c->inc, t->name, 0, NULL, 0) == 0 && regexec(c->exc, t->name, 0, NULL, 0) != 0;
+           regexec(c->inc, t->name, 0, NULL, 0) == 0 &&
+           regexec(c->exc, t->name, 0, NULL, 0) != 0 &&
+           !qs_tensor_rules_match(&c->rules, t->name)->keep_float;
 }
 
 /* A 2-D float weight left unquantized: its module goes to the loader's skip list. */
@@ -1018,6 +1127,13 @@ static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
             int32_t sdt;
             c->req.weight_dtype = src_dtype_name(t->dtype, &sdt);
         }
+        {
+            char *m = module_prefix(t->name);
+            int r = m ? qs_tensor_rules_note(use_rule(c, t->name), m) : -1;
+            qs_heap_free(m);
+            if (r != 0)
+                goto oom;
+        }
     }
     return 0;
 oom:
@@ -1038,6 +1154,33 @@ static int survey_file(struct ctx_all *c, const char *in_path)
     rc = survey_in(c, &in);
     qs_st_close(&in);
     return rc;
+}
+
+/*
+ * After the survey: the schemes the model's tensors use (tensor_rules.h). More than one needs a
+ * layout that holds mixed formats: compressed-tensors (a config group per scheme) or the qsparse
+ * keys (each tensor's format is in the record). Returns 0, or 1 after printing the error.
+ */
+static int plan_groups(struct ctx_all *c)
+{
+    c->ngroups = qs_tensor_rules_groups(&c->rules, &c->req, c->groups);
+    use_base(c);
+    if (c->ngroups < 0) {
+        c->ngroups = 0;
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        return 1;
+    }
+    if (c->ngroups > 1 && (c->layout == &qs_layout_bnb || c->layout == &qs_layout_modelopt)) {
+        fprintf(stderr,
+                "qsparse quantize: error: --tensor-format gives this model %d formats; the %s "
+                "layout holds one format per model (its loader reads one config): use --layout "
+                "compressed-tensors for a folder, or the qsparse layout for a single file\n",
+                c->ngroups, c->layout->name);
+        return 1;
+    }
+    c->req.groups = c->ngroups > 1 ? c->groups : NULL;
+    c->req.ngroups = c->ngroups > 1 ? c->ngroups : 0;
+    return 0;
 }
 
 /* The largest input tensor read so far (--stats). */
@@ -1088,9 +1231,17 @@ static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char 
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
         if (selected(c, t)) {
-            if (quantize_one(c, t, i, NULL) != 0) {
+            struct layer_stat *st = c->o->dry_run ? &c->stats[c->nstat] : NULL;
+            if (st)
+                memset(st, 0, sizeof *st);
+            if (quantize_one(c, t, i, st) != 0) {
                 print_error(c->err);
                 goto done;
+            }
+            if (st) {
+                if (!(st->name = qs_heap_strdup(t->name)))
+                    goto oom;
+                c->nstat++;
             }
         } else {
             if (emit(c, t->name, t->dtype, t->ndim, t->shape, NULL, t->end - t->begin) != 0) {
@@ -1113,6 +1264,14 @@ static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char 
             goto oom;
         }
         qs_heap_free(rec);
+    }
+
+    if (c->o->dry_run) { /* the plan's sizes are the output's: nothing more to do */
+        c->nsel += nsel;
+        c->bytes_in += file_size(in_path);
+        c->bytes_out += (double)qs_st_writer_file_bytes(&w);
+        rc = 0;
+        goto done;
     }
 
     /* The header, then the tensors one at a time. */
@@ -1215,6 +1374,8 @@ static int process_single(struct ctx_all *c, const char *in_path, const char *ou
     }
     rc = survey_in(c, &in);
     if (rc == 0)
+        rc = plan_groups(c);
+    if (rc == 0)
         rc = process_in(c, &in, in_path, out_path);
     qs_st_close(&in);
     return rc;
@@ -1223,6 +1384,7 @@ static int process_single(struct ctx_all *c, const char *in_path, const char *ou
 /* The quantization_config block of --config-out or config.json (a new reference, or NULL). */
 static json_t *layout_config(struct ctx_all *c)
 {
+    use_base(c);
     if (!c->req.weight_dtype)
         c->req.weight_dtype = "float32";
     return c->layout->config ? c->layout->config(&c->req, c->skipped) : NULL;
@@ -1288,6 +1450,67 @@ static int own_shard(const struct options *o, size_t j)
     return o->nparts == 0 || (int64_t)(j % (size_t)o->nparts) == o->part;
 }
 
+/* config.json's dtype where the layout's loader decodes into one dtype only
+ * (qs_layout_model_dtype): both spellings, "dtype" (transformers 5) and "torch_dtype" (what
+ * earlier versions read; transformers 5 reads it when "dtype" is absent). */
+static int set_model_dtype(struct ctx_all *c, json_t *config)
+{
+    const char *dt = qs_layout_model_dtype(c->layout, &c->req);
+
+    if (!dt)
+        return 0;
+    return json_object_set_new(config, "dtype", json_string(dt)) != 0 ||
+                   json_object_set_new(config, "torch_dtype", json_string(dt)) != 0
+               ? -1
+               : 0;
+}
+
+/* --dry-run of a folder: the survey, the plan of each shard (this part's, with --shard) and the
+ * config, with every check of a real run; no output folder. Returns the exit status. */
+static int dry_run_folder(struct ctx_all *c, const char *in_dir)
+{
+    struct qs_model_dir m;
+    char err[ERRLEN];
+    json_t *cfg;
+    int rc = 1;
+
+    if (qs_model_dir_open(&m, in_dir, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    for (size_t i = 0; i < m.nshards; i++) {
+        char *src = path_join(m.dir, m.shards[i]);
+        int r = src ? survey_file(c, src) : -1;
+        qs_heap_free(src);
+        if (r != 0)
+            goto done;
+    }
+    if (plan_groups(c) != 0)
+        goto done;
+    for (size_t i = 0; i < m.nshards; i++) {
+        char *src;
+        int r;
+        if (!own_shard(c->o, i))
+            continue;
+        if (!(src = path_join(m.dir, m.shards[i])))
+            goto done;
+        c->shard = m.shards[i];
+        r = process_file(c, src, NULL);
+        qs_heap_free(src);
+        if (r != 0)
+            goto done;
+    }
+    if (!(cfg = layout_config(c))) {
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        goto done;
+    }
+    json_decref(cfg);
+    rc = 0;
+done:
+    qs_model_dir_close(&m);
+    return rc;
+}
+
 /* A model folder in, a model folder out (or one part of it, --shard). Returns the exit status. */
 static int process_folder(struct ctx_all *c, const char *in_dir, const char *out_dir)
 {
@@ -1320,6 +1543,8 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         if (r != 0)
             goto done;
     }
+    if (plan_groups(c) != 0)
+        goto done;
     for (size_t i = 0; i < m.nshards; i++) {
         char *src = NULL, *dst = NULL;
         int r;
@@ -1348,6 +1573,8 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         cfg = NULL;
         goto oom;
     }
+    if (set_model_dtype(c, m.config) != 0)
+        goto oom;
     if (qs_model_out_json(&out, "config.json", m.config, err, sizeof err) != 0) {
         print_error(err);
         goto done;
@@ -1467,6 +1694,27 @@ static int print_stats(struct ctx_all *c, const struct timespec *t0)
     return rc;
 }
 
+/*
+ * transformers has no reader for the modelopt layout: it skips quant_method "modelopt" with a
+ * warning of its own and loads the FP8 codes into the float weights without their scales, so the
+ * model runs and computes garbage (cosine -0.07 on all-MiniLM-L6-v2); NVFP4's packed weights at
+ * least fail its shape check. Said on every run, --quiet or not, since nothing in the folder can
+ * stop that load without also stopping vLLM's.
+ */
+static void warn_modelopt(const char *out, int32_t format)
+{
+    fputs("qsparse quantize: warning: ", stderr);
+    qs_escape_print(stderr, out);
+    fprintf(stderr,
+            " is for vLLM, SGLang or TensorRT-LLM. transformers does not read the modelopt "
+            "layout: %s; for transformers write --layout compressed-tensors "
+            "(docs/layouts.md)\n",
+            format == QS_FORMAT_FP8_E4M3
+                ? "AutoModel.from_pretrained() skips it with a warning and loads the FP8 codes "
+                  "as weights without their scales, so the model runs and computes garbage"
+                : "AutoModel.from_pretrained() fails on the packed weights' shapes");
+}
+
 int qs_cmd_quantize(int argc, char **argv)
 {
     struct timespec t0;
@@ -1574,6 +1822,13 @@ int qs_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qsparse quantize: %s\n", c.err);
         goto done_early;
     }
+    c.base_format = c.format;
+    c.base_params = c.req.params;
+    if (qs_tensor_rules_init(&c.rules, o.tformat, o.ntformat, c.format, &c.req.params, c.err,
+                             sizeof c.err) != 0) {
+        fprintf(stderr, "qsparse quantize: %s\n", c.err);
+        goto done_early;
+    }
     if (regcomp(&inc, o.include ? o.include : DEFAULT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0) {
         fprintf(stderr, "qsparse quantize: bad --include regular expression\n");
         goto done_early;
@@ -1606,13 +1861,14 @@ int qs_cmd_quantize(int argc, char **argv)
         goto done;
     }
     qs_ctx_params_init(&cp);
-    cp.num_threads = o.threads;
+    qs_tool_threads_init(&c.thr, o.threads);
+    cp.num_threads = o.threads > 0 ? o.threads : 1; /* auto: set per tensor (quantize_one) */
     cp.allocator = qs_heap_allocator(); /* the library's scratch counts in --stats */
     if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
         goto done;
     }
-    if (check_params(&c) != 0) {
+    if (check_params(&c) != 0 || check_rules(&c) != 0) {
         fprintf(stderr, "qsparse quantize: %s\n", c.err);
         rc = 2;
         goto done;
@@ -1622,32 +1878,60 @@ int qs_cmd_quantize(int argc, char **argv)
         goto done;
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((folder ? process_folder(&c, o.in, o.out) : process_single(&c, o.in, o.out)) != 0)
+    if ((folder ? (o.dry_run ? dry_run_folder(&c, o.in) : process_folder(&c, o.in, o.out))
+                : process_single(&c, o.in, o.dry_run ? NULL : o.out)) != 0)
         goto done;
+    use_base(&c);
     if (c.nsel == 0)
         fprintf(stderr, "qsparse quantize: warning: no tensor matched; the weights were copied\n");
-    if (o.config_out && write_config_out(&c, o.config_out) != 0)
+    if (o.config_out && (!o.dry_run || strcmp(o.config_out, "-") == 0) &&
+        write_config_out(&c, o.config_out) != 0)
         goto done;
 
     if (!o.quiet) {
         FILE *f = o.config_out && strcmp(o.config_out, "-") == 0 ? stderr : stdout;
-        fprintf(f, "%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE",
-                "max|err|");
+        char formats[512];
+        if (o.ntformat)
+            qs_tensor_rules_summary(&c.rules, formats, sizeof formats);
+        else
+            snprintf(formats, sizeof formats, "%s", o.format);
+        fprintf(f, "%-52s %11s %6s %10s %10s%s\n", "layer", "shape", "bits/w", "rel.RMSE",
+                "max|err|", o.ntformat ? "  format" : "");
         for (size_t i = 0; i < c.nstat; i++) {
             char shape[32], *name = qs_escape_dup(c.stats[i].name);
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)c.stats[i].rows,
                      (long long)c.stats[i].cols);
-            fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape,
+            fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e", name ? name : "?", shape,
                     c.stats[i].bits, c.stats[i].rel_rmse, c.stats[i].max_abs);
+            if (o.ntformat)
+                fprintf(f, "  %s",
+                        c.stats[i].format ? qs_format_name(c.stats[i].format) : "none");
+            fputc('\n', f);
             qs_heap_free(name);
         }
+        if (o.dry_run)
+            fputs("dry run: ", f);
         qs_escape_print(f, o.out);
-        fprintf(f, ": %zu tensors quantized to %s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
-                   "(%.2fx)\n",
-                c.nstat, o.format, c.layout->name, c.req.sparsity24 ? ", 2:4 sparse" : "",
+        fprintf(f, ": %zu tensors %s%s%s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
+                   "(%.2fx)%s\n",
+                c.nstat, o.dry_run ? "to quantize" : "quantized", o.ntformat ? "" : " to ",
+                o.ntformat ? "" : formats, c.layout->name, c.req.sparsity24 ? ", 2:4 sparse" : "",
                 c.ncopy, c.bytes_in / 1e6, c.bytes_out / 1e6,
-                c.bytes_out > 0 ? c.bytes_in / c.bytes_out : 0.0);
+                c.bytes_out > 0 ? c.bytes_in / c.bytes_out : 0.0,
+                o.dry_run ? " in safetensors files; nothing written" : "");
+        if (o.ntformat)
+            fprintf(f, "formats: %s%s\n", formats,
+                    c.ngroups > 1 && c.layout == &qs_layout_ct
+                        ? " (compressed-tensors: one config group per format, mixed-precision)"
+                        : "");
+        if (folder && qs_layout_model_dtype(c.layout, &c.req))
+            fprintf(f, "config.json: dtype %s (compressed-tensors decodes %s weights to %s; "
+                       "loaded as float32 they would fail)\n",
+                    qs_layout_model_dtype(c.layout, &c.req), o.ntformat ? "FP4 and MX" : o.format,
+                    qs_layout_model_dtype(c.layout, &c.req));
     }
+    if (folder && c.layout == &qs_layout_modelopt)
+        warn_modelopt(o.out, c.format);
     if ((o.stats || o.stats_json) && print_stats(&c, &t0) != 0)
         goto done;
     rc = 0;
@@ -1668,6 +1952,9 @@ done:
         regfree(&emb);
     }
 done_early:
+    for (int g = 0; g < c.ngroups; g++)
+        json_decref(c.groups[g].modules);
+    qs_tensor_rules_free(&c.rules);
     if (c.act_amax)
         json_decref(c.act_amax);
     return rc;

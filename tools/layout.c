@@ -42,6 +42,21 @@ const struct qs_layout *qs_layout_find(const char *name)
     return NULL;
 }
 
+const char *qs_layout_model_dtype(const struct qs_layout *layout, const struct qs_layout_req *r)
+{
+    if (layout != &qs_layout_ct)
+        return NULL;
+    for (int32_t g = 0; g < r->ngroups; g++)
+        if (qs_layout_model_dtype(layout, &r->groups[g].req))
+            return "bfloat16";
+    switch (r->format) {
+    case QS_FORMAT_MXFP4:
+    case QS_FORMAT_MXFP8:
+    case QS_FORMAT_NVFP4: return "bfloat16";
+    default: return NULL;
+    }
+}
+
 const struct qs_layout *qs_layout_default(int32_t format)
 {
     switch (format) {

@@ -4,6 +4,7 @@
 #define _XOPEN_SOURCE 700
 
 #include "model_dir.h"
+#include "file_kind.h"
 #include "heap.h"
 
 #include <dirent.h>
@@ -88,6 +89,17 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
     memset(m, 0, sizeof *m);
     if (!(m->dir = qs_heap_strdup(dir)))
         return fail(err, errlen, "out of memory"), -1;
+    if (!(p = join(dir, "config.json")))
+        goto oom;
+    if (stat(p, &sb) != 0 && errno == ENOENT) {
+        fail(err, errlen,
+             "%s has no config.json: a Hugging Face model folder holds config.json beside its "
+             "weights (for one file, pass the .safetensors file itself)",
+             dir);
+        qs_heap_free(p);
+        goto bad;
+    }
+    qs_heap_free(p);
     if (!(m->config = load_json(dir, "config.json", err, errlen)))
         goto bad;
     if (json_object_get(m->config, "quantization_config")) {
@@ -151,6 +163,11 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
     for (size_t i = 0; i < m->nshards; i++) {
         if (!(p = join(dir, m->shards[i])))
             goto oom;
+        if (stat(p, &sb) != 0 && !m->indexed && qs_folder_kind_hint(dir)) {
+            fail(err, errlen, "%s: %s", dir, qs_folder_kind_hint(dir));
+            qs_heap_free(p);
+            goto bad;
+        }
         if (stat(p, &sb) != 0) {
             fail(err, errlen, "%s: %s%s", p, strerror(errno),
                  m->indexed ? ""

@@ -66,7 +66,9 @@
  * - INT8 weights (QS_FORMAT_INT8, any granularity, symmetric or not; QS_FORMAT_LLM_INT8), dense:
  *   integer dot products with int32 accumulation per segment, exact: a_s = sum q_x * (q_w - zp).
  *   INT8: t = sum over segments of fl(a_s * scale_s) (ascending), y = fl(t * fl(r_m / 127)).
- *   LLM_INT8: y = fl(fl(a * fl(r_m * SCB[n])) * fl(6.200124e-05)), bitsandbytes' int8_mm_dequant.
+ *   LLM_INT8: y = fl(fl(fl(a * r_m) * SCB[n]) * fl(1/16129)), fl(1/16129) = 6.200012e-05f:
+ *   bitsandbytes' CUDA int8_mm_dequant (before its float16 store; not its CPU backend's
+ *   6.200124e-05, a typo 1.8e-5 too large).
  * - NF4 / FP4 weights (dense, with or without double quantization): each 4-bit code stands for
  *   its codebook entry scaled to int8, w8 = rne(127 * c) (NF4: -127 -88 -67 -50 -36 -23 -12 0 10
  *   20 31 43 56 71 92 127; FP4: 0 1 85 127 42 64 21 32 and their negatives), so the weight gets

@@ -45,6 +45,16 @@ def formats() -> List[str]:
 _FORMAT_CODES: Dict[str, int] = {}  # the known names seen so far: one C call per name
 
 
+def canonical_format(name: Any) -> Any:
+    """The library's lower-case name of a format named in any letter case ("NF4" -> "nf4");
+    anything else as it is (the caller's check says what is wrong with it)."""
+    if isinstance(name, str) and not name.islower():
+        code = _lib.lib().qs_format_from_name(name.encode())
+        if code > 0:
+            return _lib.lib().qs_format_name(code).decode()
+    return name
+
+
 def _format_code(name: str) -> int:
     if not isinstance(name, str):
         raise ValueError(f"format must be a string, got {type(name).__name__}")
@@ -151,6 +161,7 @@ class QTensor:
                  double_quant: Optional[bool] = None, granularity: Optional[str] = None,
                  group_size: Optional[int] = None, symmetric: Optional[bool] = None,
                  scale_rounding: Optional[str] = None, dtype: DTypeArg = "float32") -> None:
+        format = canonical_format(format)
         self.format = format
         self.shape = tuple(int(s) for s in shape)
         self.data = data
@@ -335,6 +346,7 @@ def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_qua
     An object with a ``__qsparse_quantize__(format, **options)`` method (e.g. a 2:4-compressed
     tensor) quantizes itself through it.
     """
+    format = canonical_format(format)
     hook = getattr(a, "__qsparse_quantize__", None)
     if hook is not None and not isinstance(a, np.ndarray):
         options = dict(blocksize=blocksize, double_quant=double_quant, granularity=granularity,

@@ -21,7 +21,9 @@ format, shape and source dtype (plus the options that decoding needs: blocksize,
 granularity, group_size, symmetric, scale_rounding). layout="bnb" writes the bitsandbytes
 formats only (nf4, fp4, llm_int8: what transformers + bitsandbytes load) and refuses the others.
 
-load() reads the record when present; without it (a file from bitsandbytes or another writer)
+load() reads the record when present (every layout the tool writes: the record's "layout" says
+where compressed-tensors renamed a weight's keys); without it (a file from bitsandbytes or another
+writer)
 it recognises bitsandbytes 4-bit weights by their quant_state key, LLM.int8 ones by an I8
 weight beside P.SCB F32, FP8 by an F8 weight beside N_scale F32 [] and MXFP8 by an F8_E4M3
 weight beside N_scale U8; every other key comes back as a numpy array.
@@ -345,6 +347,57 @@ def _read_bnb4(raw: _Raw, used: set, name: str, fmt: str) -> QTensor:
     return QTensor.from_bnb_state(raw.plane(_take(raw, used, name), np.uint8), state)
 
 
+def _read_ct(raw: _Raw, used: set, name: str, fmt: str, shape: Tuple[int, ...],
+             dtype: str) -> QTensor:
+    """A weight of the tool's compressed-tensors layout (docs/layouts.md): keys on the module P
+    of N = P.weight, some renamed (P.weight_packed, P.weight_global_scale)."""
+    p = _module_prefix(name)
+    rows, cols = _rows_cols(shape)
+    if len(shape) != 2:
+        raise ValueError(f"{name}: a compressed-tensors weight is 2-D, the record says {shape}")
+    if fmt == "int8":
+        # codes + 128 as bytes, four to an I32 word, the first in the low byte
+        packed = raw.plane(_take(raw, used, p + ".weight_packed"), np.uint8, (-1,))
+        if packed.size != rows * cols:
+            raise ValueError(f"{name}: {p}.weight_packed holds {packed.size} codes, not "
+                             f"{rows} x {cols}")
+        if p + ".weight_shape" in raw.entries:
+            got = tuple(int(v) for v in raw.array(_take(raw, used, p + ".weight_shape")))
+            if got != shape:
+                raise ValueError(f"{name}: {p}.weight_shape says {got}, the record {shape}")
+        data = (packed ^ np.uint8(0x80)).view(np.int8).reshape(shape)
+        scale = raw.plane(_take(raw, used, p + ".weight_scale"), np.float32)
+        if scale.size == 1:
+            return QTensor(fmt, shape, data, scale=scale.reshape(1), granularity="tensor",
+                           dtype=dtype)
+        if scale.size == rows:
+            return QTensor(fmt, shape, data, scale=scale.reshape(rows), granularity="row",
+                           dtype=dtype)
+        g = scale.size // max(rows, 1)
+        if g * rows != scale.size or cols % g:
+            raise ValueError(f"{name}: {p}.weight_scale {list(scale.shape)} is not one scale "
+                             f"per tensor, row or group of a {rows} x {cols} weight")
+        return QTensor(fmt, shape, data, scale=scale.reshape(rows, g), granularity="group",
+                       group_size=cols // g, dtype=dtype)
+    if fmt in ("fp8_e4m3", "mxfp8"):
+        data = raw.plane(_take(raw, used, p + ".weight"), np.uint8).reshape(shape)
+    elif fmt in ("mxfp4", "nvfp4"):
+        data = raw.plane(_take(raw, used, p + ".weight_packed"), np.uint8).reshape(rows, -1)
+    else:
+        raise ValueError(f"{name}: the compressed-tensors layout has no format {fmt!r}")
+    if fmt == "fp8_e4m3":
+        scale = raw.plane(_take(raw, used, p + ".weight_scale"), np.float32).reshape(1)
+        return QTensor(fmt, shape, data, scale=scale, dtype=dtype)
+    scale = raw.plane(_take(raw, used, p + ".weight_scale"), np.uint8).reshape(rows, -1)
+    kw: Dict[str, Any] = {"dtype": dtype}
+    if fmt == "nvfp4":
+        # compressed-tensors divides by weight_global_scale: the library's per-tensor scale is
+        # its reciprocal (amax / 2688), as the tool wrote it (1 / scale in float32)
+        g = raw.plane(_take(raw, used, p + ".weight_global_scale"), np.float32).reshape(-1)[0]
+        kw["global_scale"] = float(np.float32(1.0) / g)
+    return QTensor(fmt, shape, data, scale=scale, **kw)
+
+
 def _read_quantized(raw: _Raw, used: set, name: str, r: Mapping[str, Any]) -> QTensor:
     fmt = r.get("format")
     if not isinstance(fmt, str):
@@ -358,6 +411,12 @@ def _read_quantized(raw: _Raw, used: set, name: str, r: Mapping[str, Any]) -> QT
     dtype = str(r.get("dtype", "float32"))
     rows, _ = _rows_cols(shape)
     kw: Dict[str, Any] = {"dtype": dtype}
+    layout = r.get("layout", "qsparse")
+    if layout == "compressed-tensors":
+        return _read_ct(raw, used, name, fmt, shape, dtype)
+    if layout not in ("qsparse", "bitsandbytes", "modelopt"):
+        # modelopt keeps the tool's names (P.weight, P.weight_scale, P.weight_scale_2)
+        raise ValueError(f"{name}: unknown layout {layout!r} in the qsparse.quantized record")
     if fmt == "llm_int8":
         p = _module_prefix(name)
         data = raw.plane(_take(raw, used, name), np.int8)
@@ -433,13 +492,53 @@ def _recognise(raw: _Raw) -> Dict[str, Dict[str, Any]]:
     return found
 
 
+def _folder_files(folder: str) -> List[str]:
+    """The safetensors files of a model folder: the shards its index names, else
+    model.safetensors."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{index}: not a safetensors index ({e})") from None
+        for s in shards:
+            if not isinstance(s, str) or os.path.basename(s) != s:
+                raise ValueError(f"{index}: shard name {s!r} is not a file of the folder")
+        return [os.path.join(folder, s) for s in shards]
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.isfile(single):
+        return [single]
+    raise ValueError(f"{folder}: a model folder holds model.safetensors or "
+                     f"model.safetensors.index.json; this one has neither")
+
+
 def load(path: Union[str, os.PathLike]) -> Dict[str, Tensor]:
     """Read a safetensors file: {name: QTensor} for every quantized weight (by the
     qsparse.quantized record, else recognised by its keys: module docstring), and {name: numpy
     array} for every other key (read-only views of the memory-mapped file; BF16 and F8 need
-    ml_dtypes). A file of the tool, of qs.save, or of bitsandbytes / transformers (a
-    save_pretrained of a 4-bit or 8-bit model) reads back; a malformed file is a ValueError."""
-    raw = _Raw(os.fspath(path))
+    ml_dtypes). A file of the tool (any --layout: qsparse, bitsandbytes, compressed-tensors,
+    modelopt; a weight that `--format none --sparsity 2:4` pruned is an array), of qs.save, or of
+    bitsandbytes / transformers (a save_pretrained of a 4-bit or 8-bit model) reads back; a
+    malformed file is a ValueError. A model folder (the tool's output folder, or any with
+    model.safetensors or a model.safetensors.index.json) gives the tensors of all its shards.
+    A compressed-tensors weight comes back under its weight's name (P.weight), not the file's
+    P.weight_packed; an activation scale (modelopt's P.input_scale) is an array."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        out: Dict[str, Tensor] = {}
+        for f in _folder_files(path):
+            for k, v in _load_file(f).items():
+                if k in out:
+                    raise ValueError(f"{f}: tensor {k!r} is also in another shard")
+                out[k] = v
+        return out
+    return _load_file(path)
+
+
+def _load_file(path: str) -> Dict[str, Tensor]:
+    raw = _Raw(path)
     record: Dict[str, Any] = {}
     if _RECORD in raw.metadata:
         try:
@@ -453,7 +552,10 @@ def load(path: Union[str, os.PathLike]) -> Dict[str, Tensor]:
     out: Dict[str, Tensor] = {}
     used: set = set()
     for name, r in record.items():
-        if name not in raw.entries:
+        if isinstance(r, dict) and r.get("format") == "none":
+            continue  # --format none --sparsity 2:4: the pruned weight, stored as it is
+        if name not in raw.entries and not (isinstance(r, dict) and
+                                             r.get("layout") == "compressed-tensors"):
             raise ValueError(f"{path}: the {_RECORD} record names {name!r}, which the file lacks")
         out[name] = _read_quantized(raw, used, name, r)
     for key in raw.entries:

@@ -128,11 +128,13 @@ def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
 
 
 def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
-           threshold: float = 0.0) -> np.ndarray:
+           threshold: float = 0.0) -> Any:
     """y = x . w^T (+ bias) as float32, x of shape (..., K) (float32, float16 or bfloat16),
     w of shape (N, K): a float32/float16/bfloat16 array, a QTensor of any format, a
     Compressed24, a SparseQTensor (qs.compress / qs.quantize of one) or a PackedWeight (qs.pack
-    of any of them). Returns (..., N).
+    of any of them). Returns (..., N) float32 of the caller's kind: a torch tensor (CPU) when x is
+    one, else a numpy array. A bias may be float32, float16 or bfloat16 (bfloat16 without
+    ml_dtypes too, as x and w).
 
     activations="int8" quantizes x per token on the fly (LLM.int8 vector-wise, integer dot
     products against INT8 / LLM_INT8 weights, and against NF4 / FP4 through their codebooks
@@ -155,11 +157,15 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     m = math.prod(xa.shape[:-1])
     b = None
     if bias is not None:
-        ba = _arrays.as_array(bias)
-        if ba.dtype.kind not in "fiu":
+        ba, bf16_bits = _arrays.read(bias)
+        if bf16_bits or ba.dtype.name == "bfloat16":
+            # widened by the library, with or without ml_dtypes (as x and w are read)
+            b = _quant.convert(bias, "float32")
+        elif ba.dtype.kind not in "fiu":
             raise ValueError(f"bias must hold numbers, got dtype {ba.dtype}")
-        with np.errstate(over="ignore"):
-            b = np.ascontiguousarray(ba, dtype=np.float32)
+        else:
+            with np.errstate(over="ignore"):
+                b = np.ascontiguousarray(ba, dtype=np.float32)
         if b.shape != (n,):
             raise ValueError(f"bias must have shape ({n},), got {ba.shape}")
     params = MatmulParams()
@@ -170,6 +176,16 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
                                 ctypes.byref(wc), n, None if b is None else _lib.ptr(b),
                                 _lib.ptr(y), y.nbytes))
     del keep
+    return _like(x, y)
+
+
+def _like(x: Any, y: np.ndarray) -> Any:
+    """y in the caller's kind: a torch tensor (CPU, float32, sharing y's memory) for a torch x,
+    else the numpy array."""
+    if type(x).__module__.split(".")[0] == "torch":
+        import torch
+
+        return torch.from_numpy(y)
     return y
 
 

@@ -216,9 +216,9 @@ static void a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
         for (int64_t m = m0; m < m0 + mc; m++)
             for (int64_t n = n0; n < n1; n++) {
                 float a = scratch[(m - m0) * rows + (n - n0)], v, o = 0.0f;
-                if (rule == QS_A8_ROWSTAT)
-                    v = (a * (j->rstat[m] * qs_ld_f32((const float *)j->w.scale + n))) *
-                        QS_MM_INV127SQ;
+                if (rule == QS_A8_ROWSTAT) /* bitsandbytes' CUDA rule, its order and constant */
+                    v = ((a * j->rstat[m]) * qs_ld_f32((const float *)j->w.scale + n)) *
+                        QS_MM_INV16129;
                 else if (rule == QS_A8_CODEBOOK_I8)
                     v = a * (j->rstat[m] / 16129.0f);
                 else

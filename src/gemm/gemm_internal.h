@@ -177,8 +177,9 @@ QS_INTERNAL void qs_mm_span_prefetch(const struct qs_mm_job *j, int64_t r, int64
 /* y = fl(acc + bias[n]) under the NaN rule: a computed NaN is the canonical quiet NaN. */
 QS_INTERNAL float qs_mm_finish(const struct qs_mm_job *j, float acc, int64_t n);
 
-/* fl(1/127), the LLM.int8 dequantize constant, and bitsandbytes' fl(1/(127*127)). */
+/* fl(1/127), the LLM.int8 dequantize constant, and fl(1/16129) = 6.200012e-05, bitsandbytes'
+ * MM_DEQUANT_CONST of its CUDA int8 matmul (its CPU backend's 6.200124e-05 is a typo). */
 #define QS_MM_INV127 0x1.020408p-7f
-#define QS_MM_INV127SQ 6.200124e-05f
+#define QS_MM_INV16129 0x1.040c2p-14f
 
 #endif /* QS_GEMM_INTERNAL_H */
