@@ -87,6 +87,13 @@ QS_INTERNAL int qs_x86_amx_request(void);
 #endif
 /* The name of the last tier of isa_tiers.inc whose `required` bits `isa` contains. */
 QS_INTERNAL const char *qs_isa_tier_name(uint32_t isa);
+/* The id of tier `index` of isa_tiers.inc ("avx512vnni" for avx512-vnni, "ref" for scalar): the
+ * suffix its kernels, their files and its static library carry. NULL out of range. */
+QS_INTERNAL const char *qs_isa_tier_id(int32_t index);
+/* The index of the tier whose id a kernel's name carries after "__" ("qs_nf4_quant__avx512",
+ * "qs_mm_w8a8__avx512vnni_4x4x64", "qs_nf4_quant__ref": 0); -1 for a null name, no "__" or an id
+ * no tier has. */
+QS_INTERNAL int32_t qs_isa_tier_of_kernel(const char *kernel);
 
 /* The kernel of `slot` this context runs for an m x n x k problem (qs_kernel_select over the
  * registry with the context's ISA): how matmul drivers pick GEMV, small-M or tiled kernels. */
