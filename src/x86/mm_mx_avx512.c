@@ -15,6 +15,7 @@
 #include "../ref/ref.h"
 #include "minifloat_avx512.h"
 #include "mm_gemv_avx512.h"
+#include "mm_e4m3_avx512.h"
 
 static inline __m512 e2m1_dec_avx512(const uint8_t *row, int64_t c, int32_t aux, __mmask16 mask,
                                      const void *fmt)
@@ -181,6 +182,10 @@ void qs_mm_gemv_mxfp8__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t 
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 1, 32);
     float e8m0[256];
     e8m0_table_avx512(e8m0);
+    if (m == 1 && w->k % 64 == 0 && w->k > 0) {
+        e4m3_m1_rows_avx512(x, w->k, &wr, rows, 1, e8m0, 1.0f, y);
+        return;
+    }
     gemv_avx512(x, ldx, m, w->k, &wr, rows, e4m3_dec_avx512, mx_scl_avx512, e8m0, y, ldy);
 }
 
