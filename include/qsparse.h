@@ -163,9 +163,14 @@ typedef struct qs_allocator {
  * always there. Other backends are plugins: shared modules loaded with dlopen the first time CUDA
  * is asked for (a context, qs_backend_available, qs_cuda_*, or qs_backend_load), from the file
  * named by the QS_PLUGIN_PATH environment variable, else libqsparse-cuda.so in the directory of
- * the loaded libqsparse. A plugin is accepted only if it exports its init symbol and was built
- * for this library's backend ABI version; every failure leaves the CPU backend working and a message naming the cause and
- * the file (qs_backend_message). Arguments are validated in the core before any backend runs.
+ * the loaded libqsparse. The current directory is never searched: a relative QS_PLUGIN_PATH (or
+ * qs_backend_load path) is joined to it once and that absolute file is checked and loaded, and
+ * where libqsparse is linked into the program itself, its directory is the program's own, read
+ * from /proc/self/exe, not argv[0] (the Python package's tool: the package folder, where it
+ * installs the plugin). A plugin is accepted only if it exports its init symbol and was built
+ * for this library's backend ABI version; every failure leaves the CPU backend working and a
+ * message naming the cause and the absolute path of the file (qs_backend_message). Arguments are
+ * validated in the core before any backend runs.
  */
 #define QS_BACKEND_AUTO 0 /* host arrays run on the CPU; device arrays go through qs_cuda_* */
 #define QS_BACKEND_CPU  1 /* CPU, best ISA allowed by isa_mask */
