@@ -46,6 +46,16 @@ struct sg_job {
     float dscale; /* saliency_scale: 1 for every Hessian of ordinary scale */
 };
 
+/* The saliency w^2 / d^2 of a weight, d its column's scaled U_jj. A NaN (a weight that became
+ * NaN: an Inf error times a zero entry of U) ranks below every number, so that exactly n of m
+ * are kept whatever the values: the 2:4 column map (sp24_col) counts on it. Such a sweep's loss
+ * is not finite, and the call fails before anything is written. */
+static inline float saliency(float w, float d)
+{
+    float s = w * w / (d * d);
+    return s == s ? s : -1.0f;
+}
+
 /* N:M mask of row w over columns [c0, c0 + len) (len a multiple of m) into mask (block-local). */
 static void nm_choose(const struct sg_job *j, const float *w, int64_t c0, int64_t len,
                       uint8_t *mask)
@@ -53,8 +63,7 @@ static void nm_choose(const struct sg_job *j, const float *w, int64_t c0, int64_
     for (int64_t c = c0; c < c0 + len; c += j->m) {
         float s[16];
         for (int32_t i = 0; i < j->m; i++) {
-            float d = j->u[(c + i) * j->k + c + i] * j->dscale;
-            s[i] = w[c + i] * w[c + i] / (d * d);
+            s[i] = saliency(w[c + i], j->u[(c + i) * j->k + c + i] * j->dscale);
         }
         for (int32_t i = 0; i < j->m; i++) {
             int32_t better = 0; /* scores ranked above s[i]: larger, or equal at a lower index */
@@ -162,9 +171,8 @@ static void unstructured_mask(const struct sg_job *j, double density, float *sco
 
     for (int64_t r = 0; r < j->rows; r++)
         for (int64_t c = 0; c < bw; c++) {
-            float d = j->u[(j->i1 + c) * j->k + j->i1 + c] * j->dscale;
-            float x = j->w[r * j->k + j->i1 + c];
-            score[r * bw + c] = x * x / (d * d);
+            score[r * bw + c] = saliency(j->w[r * j->k + j->i1 + c],
+                                         j->u[(j->i1 + c) * j->k + j->i1 + c] * j->dscale);
         }
     if (prune <= 0) {
         for (int64_t r = 0; r < j->rows; r++)
