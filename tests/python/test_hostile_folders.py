@@ -47,7 +47,8 @@ def test_doctor_never_loads_a_plugin_from_the_current_folder(tool, tmp_path):
     if cuda["available"]:  # a real plugin where the library looks: not the planted file
         assert cuda["message"] == ""
         return
-    m = re.fullmatch(r"backend plugin (/.+): (no such file|cannot be loaded: .*)", cuda["message"])
+    # "backend plugin PATH: CAUSE" (no such file, not loadable, no device, ...)
+    m = re.match(r"backend plugin (/.*?/libqsparse-cuda\.so): ", cuda["message"])
     assert m, cuda["message"]
     looked = m.group(1)
     assert os.path.basename(looked) == "libqsparse-cuda.so"
