@@ -111,11 +111,9 @@ static int same_file(const struct part *p, size_t np, const char *name, int *pre
     for (size_t i = 1; ok && i < np; i++) {
         unsigned char *b = slurp(&p[i], name, &n, &miss, err, errlen);
         ok = first ? b && n == n0 && memcmp(b, first, n) == 0 : !b && miss;
-        if (ok || (!b && !miss))
-            continue;
-        snprintf(err, errlen, "%s differs between the parts", name);
+        if (!ok && (b || miss)) /* else err says why the file could not be read */
+            snprintf(err, errlen, "%s differs between the parts", name);
         qs_heap_free(b);
-        break;
     }
     qs_heap_free(first);
     return ok;
