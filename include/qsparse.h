@@ -174,10 +174,14 @@ typedef struct qs_allocator {
  * Plugins are shared modules loaded with dlopen the first time their backend is asked for (a
  * context, qs_backend_available, qs_cuda_*, or qs_backend_load), from the file named by the
  * QS_PLUGIN_PATH environment variable, else the backend's file (libqsparse-cuda.so for CUDA) in
- * the directory of the loaded libqsparse. A plugin is accepted only if it exports its init
+ * the directory of the loaded libqsparse. The current directory is never searched: a relative
+ * QS_PLUGIN_PATH (or qs_backend_load path) is joined to it once and that absolute file is
+ * checked and loaded, and where libqsparse is linked into the program itself, its directory is
+ * the program's own, read from /proc/self/exe, not argv[0] (the Python package's tool: the
+ * package folder, where it installs the plugin). A plugin is accepted only if it exports its init
  * symbol, was built for this library's backend ABI version and gives a valid backend name; every
- * failure leaves the CPU backend working and a message naming the cause and the file
- * (qs_backend_message). A plugin registers the backend it names: a built-in one (CUDA) takes its
+ * failure leaves the CPU backend working and a message naming the cause and the absolute path
+ * of the file (qs_backend_message). A plugin registers the backend it names: a built-in one (CUDA) takes its
  * code, a backend of another name (loaded with qs_backend_load) gets the next free code, which
  * qs_backend_from_name finds; codes run from 0 without a gap, qs_backend_name is NULL past the
  * last one.

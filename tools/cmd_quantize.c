@@ -40,6 +40,7 @@
 #include "layout.h"
 #include "model_dir.h"
 #include "safetensors.h"
+#include "side_file.h"
 #include "tool_ctx.h"
 #include "tool_threads.h"
 #include "tensor_rules.h"
@@ -943,6 +944,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                 v = 1.0f / q.global_scale;
             } else if (k->source == QS_KEY_INPUT_SCALE) {
                 json_t *a = json_object_get(c->act_amax, prefix);
+                double den = c->format == QS_FORMAT_NVFP4 ? 6.0 * 448.0 : 448.0;
                 if (!json_is_number(a) || !(json_number_value(a) > 0) ||
                     !isfinite(json_number_value(a))) {
                     snprintf(c->err, sizeof c->err,
@@ -950,8 +952,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                              t->name, prefix);
                     goto fail;
                 }
-                v = (float)(json_number_value(a) /
-                            (c->format == QS_FORMAT_NVFP4 ? 6.0 * 448.0 : 448.0));
+                v = (float)(json_number_value(a) / den);
+                /* the scale is stored as float32: an amax whose scale would round to Inf, to
+                 * 0 or into the subnormals (whose reciprocal overflows) is refused */
+                if (!isnormal(v)) {
+                    snprintf(c->err, sizeof c->err,
+                             "%s: --act-amax %.17g for module '%s' gives input_scale %.9g, "
+                             "outside float32's normal range",
+                             t->name, json_number_value(a), prefix, (double)v);
+                    goto fail;
+                }
             }
             ndim = k->shape == QS_KEY_SHAPE_ONE;
             shape[0] = 1;
@@ -1141,7 +1151,10 @@ oom:
     return 1;
 }
 
-static int survey_file(struct ctx_all *c, const char *in_path)
+/* The survey of shard `shard` of folder m: its tensors are also noted against the other
+ * shards' and the index (model_dir.h). */
+static int survey_file(struct ctx_all *c, const char *in_path, struct qs_model_dir *m,
+                       size_t shard)
 {
     struct qs_st_file in;
     char err[ERRLEN];
@@ -1152,6 +1165,10 @@ static int survey_file(struct ctx_all *c, const char *in_path)
         return 1;
     }
     rc = survey_in(c, &in);
+    if (rc == 0 && qs_model_dir_note_tensors(m, shard, &in, err, sizeof err) != 0) {
+        print_error(err);
+        rc = 1;
+    }
     qs_st_close(&in);
     return rc;
 }
@@ -1480,10 +1497,14 @@ static int dry_run_folder(struct ctx_all *c, const char *in_dir)
     }
     for (size_t i = 0; i < m.nshards; i++) {
         char *src = path_join(m.dir, m.shards[i]);
-        int r = src ? survey_file(c, src) : -1;
+        int r = src ? survey_file(c, src, &m, i) : -1;
         qs_heap_free(src);
         if (r != 0)
             goto done;
+    }
+    if (qs_model_dir_check_index(&m, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
     }
     if (plan_groups(c) != 0)
         goto done;
@@ -1538,10 +1559,14 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         int r;
         if (!src)
             goto oom;
-        r = survey_file(c, src);
+        r = survey_file(c, src, &m, i);
         qs_heap_free(src);
         if (r != 0)
             goto done;
+    }
+    if (qs_model_dir_check_index(&m, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
     }
     if (plan_groups(c) != 0)
         goto done;
@@ -1806,13 +1831,10 @@ int qs_cmd_quantize(int argc, char **argv)
                        (o.cal.method != QS_METHOD_SPARSEGPT ||
                         (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &qs_layout_qsparse));
     if (o.act_amax) {
-        json_error_t je;
-        c.act_amax = json_load_file(o.act_amax, 0, &je);
-        if (!json_is_object(c.act_amax)) {
-            fprintf(stderr, "qsparse quantize: --act-amax %s: %s\n", o.act_amax,
-                    c.act_amax ? "not a JSON object" : je.text);
-            if (c.act_amax)
-                json_decref(c.act_amax);
+        if (!(c.act_amax = qs_side_json(o.act_amax, NULL, c.err, sizeof c.err))) {
+            fputs("qsparse quantize: --act-amax ", stderr);
+            qs_escape_print(stderr, c.err);
+            fputc('\n', stderr);
             return 2;
         }
         c.req.have_act_amax = 1;

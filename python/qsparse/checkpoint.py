@@ -32,7 +32,6 @@ weight beside N_scale U8; every other key comes back as a numpy array.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
 import tempfile
@@ -40,7 +39,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _arrays, _bnb
+from . import _arrays, _bnb, _st_header
 from ._quant import QTensor
 
 LAYOUTS = ("qsparse", "bitsandbytes", "bnb")  # "bnb" is short for "bitsandbytes"
@@ -50,10 +49,10 @@ _RECORD = "qsparse.quantized"
 # safetensors dtype <-> numpy (F8 and BF16 are ml_dtypes' types when ml_dtypes is installed)
 _ST_NUMPY = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
              "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64,
-             "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
-_ST_ML = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
-_ST_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-            "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+             "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
+             "C64": np.complex64}
+_ST_ML = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+          "F8_E8M0": "float8_e8m0fnu"}
 
 Tensor = Union[QTensor, np.ndarray]
 
@@ -280,38 +279,13 @@ class _Raw:
     """The tensors of a safetensors file as (dtype string, shape, bytes view), unparsed."""
 
     def __init__(self, path: str) -> None:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 8:
-                raise ValueError(f"{path}: not a safetensors file (only {size} bytes)")
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        # the tool's reading rules (_st_header): both refuse the same files
+        self._map = _st_header.open_map(path)
         buf = memoryview(self._map)
-        (n,) = struct.unpack("<Q", buf[:8])
-        if n > size - 8:
-            raise ValueError(f"{path}: header of {n} bytes does not fit in the file")
-        try:
-            header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: the header is not JSON ({e})") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{path}: the header is not a JSON object")
-        self.metadata: Dict[str, str] = header.pop("__metadata__", None) or {}
+        n, self.metadata, parsed = _st_header.parse(path, buf)
         data = buf[8 + n:]
-        self.entries: Dict[str, Tuple[str, Tuple[int, ...], memoryview]] = {}
-        for key, e in header.items():
-            try:
-                st, shape, (b, end) = e["dtype"], tuple(int(s) for s in e["shape"]), \
-                    e["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{path}: tensor {key!r} has a malformed entry") from None
-            count = 1
-            for s in shape:
-                count *= s
-            if st not in _ST_SIZE or min(shape, default=0) < 0 or not 0 <= b <= end <= len(data) \
-                    or end - b != count * _ST_SIZE[st]:
-                raise ValueError(f"{path}: tensor {key!r} ({st} {list(shape)}, bytes {b}..{end}) "
-                                 f"does not fit the file")
-            self.entries[key] = (st, shape, data[b:end])
+        self.entries: Dict[str, Tuple[str, Tuple[int, ...], memoryview]] = {
+            key: (st, shape, data[b:end]) for key, (st, shape, b, end) in parsed.items()}
 
     def bytes_of(self, key: str) -> np.ndarray:
         return np.frombuffer(self.entries[key][2], np.uint8)
@@ -524,7 +498,11 @@ def load(path: Union[str, os.PathLike]) -> Dict[str, Tensor]:
     malformed file is a ValueError. A model folder (the tool's output folder, or any with
     model.safetensors or a model.safetensors.index.json) gives the tensors of all its shards.
     A compressed-tensors weight comes back under its weight's name (P.weight), not the file's
-    P.weight_packed; an activation scale (modelopt's P.input_scale) is an array."""
+    P.weight_packed; an activation scale (modelopt's P.input_scale) is an array. Every file is
+    checked by the tool's rules (qsparse._st_header) and a file the tool refuses is a ValueError
+    here: a FIFO or device (refused without blocking), a malformed or over-deep header, duplicate
+    keys, non-integer or over-8-dimensional shapes, offsets outside the data, overlapping
+    tensors."""
     path = os.fspath(path)
     if os.path.isdir(path):
         out: Dict[str, Tensor] = {}
