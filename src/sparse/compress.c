@@ -98,7 +98,7 @@ static void meta_scan_task(void *arg, int64_t t, float *tile)
 
 static qs_status run_scan(qs_ctx *ctx, struct scan_job *j, qs_task_fn *task, int64_t *first_bad)
 {
-    int64_t tasks = qs_ceil_div(j->rows, j->rows_per_task);
+    int64_t tasks = qs_ceil_div(j->rows, j->rows_per_task), work;
 
     *first_bad = -1;
     if (tasks == 0)
@@ -107,7 +107,11 @@ static qs_status run_scan(qs_ctx *ctx, struct scan_job *j, qs_task_fn *task, int
     if (!j->bad)
         return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld scan results",
                        (long long)tasks);
-    qs_parallel_for(ctx, tasks, task, j);
+    /* the bytes read: the meta words, or the tensor or mask */
+    work = j->meta ? qs_work(j->rows * j->words, 2)
+                   : qs_work(j->rows * j->cols,
+                             j->dtype == QS_DTYPE_MASK_U8 ? 1 : qs_dtype_size(j->dtype));
+    qs_parallel_run(ctx, tasks, work, task, NULL, j);
     for (int64_t t = 0; t < tasks && *first_bad < 0; t++)
         *first_bad = j->bad[t];
     qs_scratch_free(ctx, j->bad);
@@ -197,7 +201,8 @@ QS_API qs_status qs_sp24_compress(qs_ctx *ctx, const void *w, int32_t dtype, int
         return bad_group(ctx, bad, cols, mask ? "the mask" : "the tensor");
     j = (struct sp24_job){ctx, w, dtype, mask, NULL, rows, cols, s.words,
                           qs_sp_rows_per_task(cols), values, meta, NULL};
-    qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), compress_task, &j);
+    qs_parallel_run(ctx, qs_ceil_div(rows, j.rows_per_task), qs_work(s.n, 2 * qs_dtype_size(dtype)),
+                    compress_task, NULL, &j);
     return qs_ok(ctx);
 }
 
@@ -255,7 +260,8 @@ QS_API qs_status qs_sp24_prune_compress(qs_ctx *ctx, const void *w, int32_t dtyp
     j = (struct sp24_job){ctx, w, dtype, NULL, norms, rows, cols, s.words,
                           qs_sp_rows_per_task(cols), values, meta, mask};
     if (s.n > 0)
-        qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), prune_task, &j);
+        qs_parallel_run(ctx, qs_ceil_div(rows, j.rows_per_task),
+                        qs_work(s.n, 2 * qs_dtype_size(dtype) + 1), prune_task, NULL, &j);
     return qs_ok(ctx);
 }
 
@@ -324,7 +330,8 @@ QS_API qs_status qs_sp24_decompress(qs_ctx *ctx, const void *values, int32_t dty
         return st;
     j = (struct sp24_job){ctx, values, dtype, NULL, NULL, rows, cols, s.words,
                           qs_sp_rows_per_task(cols), dst, (uint16_t *)meta, NULL};
-    qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), decompress_task, &j);
+    qs_parallel_run(ctx, qs_ceil_div(rows, j.rows_per_task), qs_work(s.n, 2 * qs_dtype_size(dtype)),
+                    decompress_task, NULL, &j);
     return qs_ok(ctx);
 }
 

@@ -149,6 +149,26 @@ def test_threads_do_not_change_results():
             qs.set_num_threads(bad)
 
 
+def test_parallel_policy():
+    """qs.set_parallel reaches every thread's context; the bits never depend on it."""
+    x = rand((64, 1024), seed=4)
+    assert qs.get_parallel() == {"grain": 1 << 20, "backoff": True}
+    ref = qs.quantize(x, "nf4").data.tobytes()
+    try:
+        qs.set_num_threads(2)
+        qs.set_parallel(grain=0, backoff=False)
+        assert qs.get_parallel() == {"grain": 0, "backoff": False}
+        assert qs.quantize(x, "nf4").data.tobytes() == ref
+        qs.set_parallel(grain=4096)
+        assert qs.get_parallel() == {"grain": 4096, "backoff": False}
+        for bad in ({"grain": -1}, {"grain": 1.5}, {"grain": True}, {"backoff": 1}):
+            with pytest.raises(ValueError):
+                qs.set_parallel(**bad)
+    finally:
+        qs.set_num_threads(0)
+        qs.set_parallel(grain=1 << 20, backoff=True)
+
+
 def test_python_threads_get_their_own_context():
     x = rand((32, 256), seed=5)
     ref = qs.dequantize(qs.quantize(x, "nvfp4")).tobytes()
