@@ -476,7 +476,7 @@ def test_value_errors_before_the_c_call():
         qs.quantize(x, "fp8_e4m3", scale=float("nan"))
     with pytest.raises(ValueError, match="scale_rounding"):
         qs.quantize(x, "mxfp4", scale_rounding="up")
-    with pytest.raises(ValueError, match="blocksize must be an int"):
+    with pytest.raises(ValueError, match="block_size must be an int"):
         qs.quantize(x, "nf4", blocksize=64.0)
     with pytest.raises(ValueError, match="out of range"):
         qs.quantize(x, "nf4", blocksize=2**40)
@@ -601,7 +601,7 @@ def test_cached_layouts_follow_the_tensor():
     with pytest.raises(ValueError, match="absmax holds 32 bytes"):
         qs.matmul(a, q)
     q.blocksize = 64.0                       # == 64 and hashes alike: a float is refused
-    with pytest.raises(ValueError, match="blocksize must be an int"):
+    with pytest.raises(ValueError, match="block_size must be an int"):
         qs.dequantize(q)
     q.blocksize = 64
     q.shape = (4, 64)                        # planes of 8 rows
@@ -657,8 +657,9 @@ def test_quantize_hook_protocol():
         def __qsparse_dequantize__(self, dtype):
             return ("dehooked", dtype)
 
-    assert qs.quantize(Compressed(), "nf4", blocksize=128) == ("hooked", "nf4",
-                                                                 {"blocksize": 128})
+    # either spelling reaches the hook as block_size, the one name of the options
+    for kw in ({"blocksize": 128}, {"block_size": 128}):
+        assert qs.quantize(Compressed(), "nf4", **kw) == ("hooked", "nf4", {"block_size": 128})
     assert qs.dequantize(Compressed()) == ("dehooked", "float32")
 
 
