@@ -323,7 +323,7 @@ int qs_cmd_merge_index(int argc, char **argv)
             goto done;
         }
     }
-    if (qs_model_out_begin(&out, argv[1], err, sizeof err) != 0) {
+    if (qs_model_out_begin(&out, argv[1], 0, err, sizeof err) != 0) {
         error("", err, "");
         goto done;
     }

@@ -7,6 +7,7 @@
 #include "file_kind.h"
 #include "folder_links.h"
 #include "heap.h"
+#include "output_path.h"
 #include "side_file.h"
 
 #include <dirent.h>
@@ -313,7 +314,8 @@ static void remove_stale(const char *dir, const char *prefix)
     closedir(d);
 }
 
-int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_t errlen)
+int qs_model_out_begin(struct qs_model_out *o, const char *out, int replace, char *err,
+                       size_t errlen)
 {
     char dir[PATH_MAX], prefix[NAME_MAX + 1];
     const char *base;
@@ -348,10 +350,11 @@ int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_
             if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
                 empty = 0;
         closedir(d);
-        if (!empty)
+        if (!empty && !replace)
             return fail(err, errlen, "%s is not empty: remove it or choose another output folder",
                         o->final),
                    -1;
+        o->replace = !empty;
     }
     snprintf(prefix, sizeof prefix, ".%.*s" TMP_TAG, 128, base);
     remove_stale(dir, prefix);
@@ -550,8 +553,43 @@ int qs_model_out_json(const struct qs_model_out *o, const char *name, const json
     return rc;
 }
 
+/* Replace the folder o->final by o->tmp; the old one is removed. */
+static int replace_dir(struct qs_model_out *o, char *err, size_t errlen)
+{
+    char aside[PATH_MAX];
+    int len;
+
+    if (qs_path_exchange(o->tmp, o->final) == 0) {
+        remove_tree(o->tmp); /* the old output, now under the temporary name */
+        o->active = 0;
+        return 0;
+    }
+    if (errno != ENOSYS && errno != EINVAL)
+        return fail(err, errlen, "replacing %s: %s", o->final, strerror(errno)), -1;
+    len = snprintf(aside, sizeof aside, "%s.qsparse-old-%lld", o->tmp, (long long)getpid());
+    if (len < 0 || (size_t)len >= sizeof aside)
+        return fail(err, errlen, "output path too long"), -1;
+    if (rename(o->final, aside) != 0)
+        return fail(err, errlen, "moving %s aside: %s", o->final, strerror(errno)), -1;
+    if (rename(o->tmp, o->final) != 0) {
+        int e = errno;
+        if (rename(aside, o->final) != 0)
+            return fail(err, errlen, "renaming %s to %s: %s; the old output is %s", o->tmp,
+                        o->final, strerror(e), aside),
+                   -1;
+        return fail(err, errlen, "renaming %s to %s: %s", o->tmp, o->final, strerror(e)), -1;
+    }
+    o->active = 0;
+    remove_tree(aside);
+    return 0;
+}
+
 int qs_model_out_commit(struct qs_model_out *o, char *err, size_t errlen)
 {
+    struct stat sb;
+
+    if (o->replace && lstat(o->final, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return replace_dir(o, err, errlen);
     if (rename(o->tmp, o->final) != 0) {
         fail(err, errlen, "renaming %s to %s: %s", o->tmp, o->final, strerror(errno));
         return -1;

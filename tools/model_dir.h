@@ -57,10 +57,13 @@ struct qs_model_out {
     char final[PATH_MAX];
     char tmp[PATH_MAX];
     int active;
+    int replace; /* a non-empty `final` is replaced at commit (--force) */
 };
 
-/* Check that `out` does not exist or is an empty folder, then create the temporary folder. */
-int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_t errlen);
+/* Check that `out` does not exist or is an empty folder (or, with `replace`, is a folder), then
+ * create the temporary folder beside it. */
+int qs_model_out_begin(struct qs_model_out *o, const char *out, int replace, char *err,
+                       size_t errlen);
 /* The path of `name` inside the temporary folder (malloc'd), NULL without memory. */
 char *qs_model_out_path(const struct qs_model_out *o, const char *name);
 /* Copy every file and folder of the input except its weights (the shards, the index, any other
@@ -81,7 +84,9 @@ int qs_link_or_copy(const char *from, const char *to, char *err, size_t errlen);
 /* {"metadata": {"total_size": total}, "weight_map": map}: the index both quantize and
  * merge-index write (a new reference, NULL without memory). */
 json_t *qs_model_index_json(uint64_t total, json_t *weight_map);
-/* Rename the temporary folder to the output. */
+/* Rename the temporary folder to the output. A folder there (replace) is exchanged with it in
+ * one step where the file system can (output_path.h), else moved aside first and put back if
+ * the rename fails; then it is removed. */
 int qs_model_out_commit(struct qs_model_out *o, char *err, size_t errlen);
 /* Remove the temporary folder and everything in it (after an error). */
 void qs_model_out_abort(struct qs_model_out *o);

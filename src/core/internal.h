@@ -20,6 +20,15 @@
 
 struct qs_backend_ops;
 
+/* The threading policy of a context (parallel.h): its settings and what it learnt. */
+struct qs_par_state {
+    int64_t grain;       /* QS_PARAM_PARALLEL_GRAIN: bytes of work per thread; 0: no minimum */
+    int32_t backoff;     /* QS_PARAM_PARALLEL_BACKOFF */
+    double window;       /* seconds on the calling thread after the next lost region */
+    double serial_until; /* omp_get_wtime() before which calls use the calling thread only */
+    int64_t regions;     /* parallel regions opened (tests) */
+};
+
 struct qs_ctx {
     int32_t num_threads;
     int32_t nonfinite;
@@ -32,6 +41,7 @@ struct qs_ctx {
     const char *kernel_names[QS_SLOT_COUNT];
     char last_error[256];
     struct qs_prof *prof; /* profiling counters; NULL while off (profile.c) */
+    struct qs_par_state par;
 };
 
 /* Record a failure in ctx (printf-style message) and return `status`. */
