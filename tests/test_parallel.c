@@ -73,6 +73,47 @@ static int process_threads(void)
     return n;
 }
 
+/* y = x . W^T for M x K ones against the first N x K of `weights` quantized to NF4. */
+static void matmul_nf4(qs_ctx *ctx, int64_t M, int64_t N, int64_t K)
+{
+    qs_quant_params p;
+    qs_qtensor q;
+    qs_weight w;
+    int64_t db, sb;
+    float *x = malloc(sizeof(float) * (size_t)(M * K)), *y = malloc(sizeof(float) * (size_t)(M * N));
+
+    assert_true(N * K <= LARGE_ROWS * LARGE_COLS && x && y);
+    qs_quant_params_init(&p, QS_FORMAT_NF4);
+    memset(&q, 0, sizeof q);
+    assert_int_equal(qs_quant_size(&p, N, K, QS_PLANE_DATA, &db), QS_OK);
+    assert_int_equal(qs_quant_size(&p, N, K, QS_PLANE_SCALE, &sb), QS_OK);
+    q.data = malloc((size_t)db), q.data_bytes = db;
+    q.scale = malloc((size_t)sb), q.scale_bytes = sb;
+    assert_true(q.data && q.scale);
+    /* quantized on a one-thread context: only the matmul counts */
+    {
+        qs_ctx_params cp;
+        qs_ctx *one;
+        qs_ctx_params_init(&cp);
+        cp.num_threads = 1;
+        assert_int_equal(qs_ctx_create(&cp, &one), QS_OK);
+        assert_int_equal(qs_quantize(one, &p, weights, QS_DTYPE_F32, N, K, &q), QS_OK);
+        qs_ctx_destroy(one);
+    }
+    for (int64_t i = 0; i < M * K; i++)
+        x[i] = 1.0f;
+    memset(&w, 0, sizeof w);
+    w.kind = QS_WEIGHT_QUANT;
+    w.quant = &p;
+    w.q = &q;
+    assert_int_equal(qs_matmul(ctx, NULL, x, QS_DTYPE_F32, M, K, &w, N, NULL, y, M * N * 4),
+                     QS_OK);
+    free(q.data);
+    free(q.scale);
+    free(x);
+    free(y);
+}
+
 static int setup(void **state)
 {
     t_rng rng = {20261207};
@@ -104,6 +145,10 @@ static void test_small_call_wakes_no_thread(void **state)
     assert_non_null(buf);
     for (int i = 0; i < 20; i++)
         quantize_nf4(ctx, SMALL_ROWS, SMALL_COLS, buf);
+    /* and a small matmul: M = 1 against a 256 x 256 NF4 weight (several GEMV tasks, 100 KiB of
+     * work) runs on the calling thread too */
+    for (int i = 0; i < 20; i++)
+        matmul_nf4(ctx, 1, 256, 256);
     assert_int_equal(qs_parallel_regions(ctx), 0);
     if (before > 0)
         assert_int_equal(process_threads(), before); /* no OpenMP worker was ever started */
@@ -129,6 +174,26 @@ static void test_large_call_uses_threads(void **state)
 #endif
     qs_ctx_destroy(ctx);
     free(buf);
+}
+
+/* The matmul drivers' own regions follow the policy: 4 rows of x against a 1024 x 1024 NF4
+ * weight (4.5 MiB of work: multiply-adds count a byte each) open one on a context of two
+ * threads, one row against 256 x 256 (100 KiB) does not. */
+static void test_matmul_follows_the_policy(void **state)
+{
+    qs_ctx *ctx = policy_ctx(2);
+
+    (void)state;
+    assert_int_equal(qs_ctx_set(ctx, QS_PARAM_PARALLEL_BACKOFF, 0), QS_OK);
+    matmul_nf4(ctx, 1, 256, 256);
+    assert_int_equal(qs_parallel_regions(ctx), 0);
+    matmul_nf4(ctx, 4, 1024, 1024);
+#ifdef _OPENMP
+    assert_true(qs_parallel_regions(ctx) >= 1);
+#else
+    assert_int_equal(qs_parallel_regions(ctx), 0);
+#endif
+    qs_ctx_destroy(ctx);
 }
 
 /* Grain 0: any call of two chunks or more opens a region (the behaviour before the policy). */
@@ -292,6 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_call_wakes_no_thread), /* first: a fresh process */
         cmocka_unit_test(test_large_call_uses_threads),
+        cmocka_unit_test(test_matmul_follows_the_policy),
         cmocka_unit_test(test_grain_zero_opens_regions),
         cmocka_unit_test(test_threads_follow_the_work),
         cmocka_unit_test(test_backoff_after_a_lost_region),
