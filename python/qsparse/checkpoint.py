@@ -552,7 +552,8 @@ def load(path: Union[str, os.PathLike]) -> Dict[str, Tensor]:
     compressed comes back as a SparseQTensor, or a Compressed24 without a format), and {name:
     numpy array} for every other key (read-only views of the memory-mapped file; BF16 and F8 need
     ml_dtypes). A file of the tool (any --layout: qsparse, bitsandbytes, compressed-tensors,
-    modelopt; a weight that `--format none --sparsity 2:4` pruned is an array), of qs.save, or of
+    modelopt; a weight that `--format none --sparsity 2:4` pruned is a Compressed24 in the qsparse
+    layout, an array in a loader layout), of qs.save, or of
     bitsandbytes / transformers (a save_pretrained of a 4-bit or 8-bit model) reads back; a
     malformed file is a ValueError. A model folder (the tool's output folder, or any with
     model.safetensors or a model.safetensors.index.json) gives the tensors of all its shards.
@@ -589,8 +590,6 @@ def _load_file(path: str) -> Dict[str, Tensor]:
     out: Dict[str, Tensor] = {}
     used: set = set()
     for name, r in record.items():
-        if isinstance(r, dict) and r.get("format") == "none":
-            continue  # --format none --sparsity 2:4: the pruned weight, stored as it is
         if name not in raw.entries and not (isinstance(r, dict) and
                                              r.get("layout") == "compressed-tensors"):
             raise ValueError(f"{path}: the {_RECORD} record names {name!r}, which the file lacks")

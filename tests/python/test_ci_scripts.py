@@ -25,7 +25,7 @@ exit 0
 def test_deps_probes_the_torch_index_once_without_retries(tmp_path):
     text = open(os.path.join(ROOT, ".ci", "deps"), encoding="utf-8").read()
     start = text.index("loader_install() {")
-    end = text.index("LOADER_PACKAGES=")
+    end = text.index("loader_missing=()")
     snippet = "set -eu\n" + text[start:end]
     assert "--index-url" in snippet
     fake = tmp_path / "bin" / "python3"

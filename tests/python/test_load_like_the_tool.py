@@ -110,7 +110,9 @@ def test_load_and_the_tool_agree(tool, tmp_path, name, header, data, accepted):
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
 def test_load_refuses_special_files_without_blocking(tmp_path, kind):
-    """qs.load of a FIFO waited for a writer forever; now a ValueError at once, as the tool."""
+    """qs.load of a FIFO waited for a writer forever; now a ValueError at once, as the tool. A
+    directory is read as a model folder, and one without a model is a ValueError that says what a
+    model folder holds."""
     if kind == "fifo":
         path = tmp_path / "p.safetensors"
         os.mkfifo(path)
@@ -127,4 +129,7 @@ def test_load_refuses_special_files_without_blocking(tmp_path, kind):
     r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                        timeout=60, env=env)
     assert r.returncode == 3, (r.stdout, r.stderr)
-    assert f"not a regular file ({what})" in r.stdout
+    if kind == "directory":
+        assert "a model folder holds model.safetensors or model.safetensors.index.json" in r.stdout
+    else:
+        assert f"not a regular file ({what})" in r.stdout
