@@ -341,7 +341,7 @@ static int run_model_folder(const char *m, const char *out)
     }
     if (qs_model_dir_check_index(&md, err, sizeof err) != 0)
         goto done;
-    if (qs_model_out_begin(&o, out, err, sizeof err) != 0)
+    if (qs_model_out_begin(&o, out, 0, err, sizeof err) != 0)
         goto done;
     if (qs_model_out_copy_rest(&md, &o, err, sizeof err) == 0 &&
         qs_model_out_json(&o, "config.json", md.config, err, sizeof err) == 0 &&
