@@ -29,7 +29,7 @@ from .matmul import int8_vectorwise_quant, matmul, matmul_info
 from .profile import Profile, doctor, profile
 from .recommend import recommend
 from . import cuda  # the device API: arrays already on the GPU (qsparse.cuda)
-from .gptq import Hessian, gptq, sparsegpt
+from .gptq import Hessian, gptq, hadamard, sparsegpt
 
 
 # ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA
@@ -159,6 +159,7 @@ def kernels() -> Dict[str, str]:
 
 __all__ = ["Hessian", "Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
            "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
-           "formats", "get_num_threads", "gptq", "int8_vectorwise_quant", "isa", "isas", "kernels",
+           "formats", "get_num_threads", "gptq", "hadamard", "int8_vectorwise_quant", "isa", "isas",
+           "kernels",
            "load", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
            "set_backend", "sparsegpt", "set_isa", "set_num_threads"]
