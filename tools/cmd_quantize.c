@@ -66,6 +66,7 @@ struct layer_stat {
     char *name;
     int64_t rows, cols;
     double bits, rel_rmse, max_abs;
+    struct qs_calib_report cal; /* output errors with --calib (calib_file.h) */
 };
 
 static void usage(FILE *f)
@@ -76,7 +77,9 @@ static void usage(FILE *f)
             "                        [--sparsity 2:4] [--act-amax FILE.json]\n"
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
             "                        [--threads N] [--quiet]\n"
-            "                        [--method rtn|gptq|sparsegpt --calib FILE]\n"
+            "                        [--method rtn|gptq|awq|sparsegpt|wanda --calib FILE]\n"
+            "                        [--heldout FILE] [--damp X] [--block N] [--act-order]\n"
+            "                        [--rotate hadamard[:B]] [--smoothquant ALPHA]\n"
             "                        [--shard I/N] [--stats] [--stats-json FILE]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
             "    model.safetensors.index.json): OUT is a folder its loader reads as written.\n"
@@ -96,9 +99,6 @@ static void usage(FILE *f)
             "--double-quant (nf4/fp4). --sparsity 2:4 prunes by magnitude before quantizing.\n"
             "--act-amax: {\"module\": activation amax} for modelopt's input_scale.\n"
             "--config-out writes the layout's quantization_config as JSON ('-': stdout).\n"
-            "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
-            "--sparsity N:M) take each layer's Hessian or inputs from --calib FILE\n"
-            "(tools/README.md); rtn (the default) is plain rounding.\n"
             "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n"
             "Tensors stream: read from the memory-mapped input, quantized, written, freed, one\n"
             "at a time. --stats prints the heap peak against the largest tensor (stderr);\n"
@@ -107,6 +107,7 @@ static void usage(FILE *f)
             "sorted list of shard files is I modulo N, into a part folder that\n"
             "`qsparse merge-index OUT PART...` joins with the other parts.\n",
             DEFAULT_INCLUDE, DEFAULT_EXCLUDE);
+    fputs(qs_calib_usage(), f);
 }
 
 static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
@@ -156,6 +157,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     const char **slot;
 
     memset(o, 0, sizeof *o);
+    qs_calib_init(&o->cal);
     o->argc = argc;
     o->argv = argv;
     for (int i = 1; i < argc; i++) {
@@ -199,6 +201,9 @@ static int parse_args(int argc, char **argv, struct options *o)
             i++;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+        } else if ((v = qs_calib_option(&o->cal, argc, argv, &i)) != 0) {
+            if (v < 0)
+                return -1;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "qsparse quantize: unknown option '%s'\n", a);
             return -1;
@@ -633,7 +638,7 @@ static int sub_qtensor(struct ctx_all *c, const qs_quant_params *p, const qs_qte
  */
 static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt,
                        const void *src, const qs_quant_params *p, const qs_qtensor *q,
-                       const qs_plane_info *info, struct layer_stat *st)
+                       const qs_plane_info *info, const float *ref_f32, struct layer_stat *st)
 {
     int64_t rows = t->shape[0], cols = t->shape[1], cr = rows;
     uint64_t es = (uint64_t)t->elem_size;
@@ -654,7 +659,9 @@ static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t 
         int64_t m = rows - r0 < cr ? rows - r0 : cr, n = m * cols;
         uint64_t at = (uint64_t)(r0 * cols) * es;
         qs_qtensor sq;
-        if (qs_convert(c->ctx, t->data + at, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK)
+        if (ref_f32) /* the weight that was quantized: rotated or scaled by calibration */
+            memcpy(ref, ref_f32 + r0 * cols, (size_t)n * sizeof *ref);
+        else if (qs_convert(c->ctx, t->data + at, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK)
             goto lib_error;
         if (c->format) {
             if (sub_qtensor(c, p, q, &sp, r0, cols, &sq) != 0 ||
@@ -706,6 +713,8 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
     const char *dtname = src_dtype_name(t->dtype, &sdt);
     void *planes[QS_PLANE_COUNT] = {0};
     void *pruned = NULL;
+    float *ref_f32 = NULL;
+    struct qs_calib_report rep;
     const void *src = t->data;
     char *prefix = NULL, *key = NULL;
     const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
@@ -736,7 +745,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
     } else {
         total = (int64_t)(t->end - t->begin);
     }
-    if (quantize && c->req.sparsity24 && c->o->cal.method != QS_METHOD_SPARSEGPT) {
+    memset(&rep, 0, sizeof rep);
+    if (quantize && !c->format && qs_calib_owns_pruning(&c->o->cal)) {
+        /* pruning with calibration, without a format: the pruned weight in its own dtype */
+        if (!(pruned = qs_heap_malloc(t->end - t->begin ? t->end - t->begin : 1)))
+            goto oom;
+        if (qs_calib_prune(c->ctx, &c->o->cal, t->name, t->data, sdt,
+                           rows, cols, pruned, &rep, c->err, sizeof c->err) != 0)
+            goto fail;
+        src = pruned;
+    } else if (quantize && c->req.sparsity24 && !qs_calib_owns_pruning(&c->o->cal)) {
         if (!(pruned = prune24(c, t, sdt)))
             goto fail;
         src = pruned;
@@ -749,8 +767,9 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
         q.scale = planes[1], q.scale_bytes = info[1].bytes;
         q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
         q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
-        if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q, c->err,
-                              sizeof c->err) != 0)
+        if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt,
+                              rows, cols, &q, c->pass == PASS_WRITE ? &ref_f32 : NULL, &rep,
+                              c->err, sizeof c->err) != 0)
             goto fail;
         if (c->pass == PASS_PLAN) {
             c->nested[ti] = q.nested_offset;
@@ -775,11 +794,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             goto oom;
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
+        if (c->format && qs_calib_record(&c->o->cal, cols, e) != 0)
+            goto oom;
     } else {
-        if (layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
+        if (layer_error(c, t, sdt, src, &p, &q, info, ref_f32, st) != 0)
             goto fail;
         st->bits = 8.0 * (double)total / (double)n;
+        st->cal = rep;
     }
+    qs_heap_free(ref_f32);
+    ref_f32 = NULL;
 
     if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
         EMIT(t->name, t->dtype, t->ndim, t->shape, pruned, t->end - t->begin);
@@ -885,6 +909,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
 oom:
     snprintf(c->err, sizeof c->err, "out of memory");
 fail:
+    qs_heap_free(ref_f32);
     qs_heap_free(prefix);
     qs_heap_free(key);
     qs_heap_free(pruned);
@@ -1128,6 +1153,22 @@ static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char 
         if (note_size(c, t) != 0)
             goto oom;
         if (!selected(c, t)) {
+            void *folded = NULL;
+            int fr = qs_calib_fold_tensor(c->ctx, &c->o->cal, t, &folded, err, sizeof err);
+            if (fr < 0) {
+                print_error(err);
+                goto done;
+            }
+            if (fr > 0) { /* divided by the scales AWQ / SmoothQuant moved into the next layer */
+                int pr = qs_st_stream_put(&out, folded, t->end - t->begin, err, sizeof err);
+                qs_heap_free(folded);
+                if (pr != 0) {
+                    writing = 0;
+                    print_error(err);
+                    goto done;
+                }
+                continue;
+            }
             /* copied in pieces, each released once written: a large embedding table does not
              * stay resident either */
             for (uint64_t at = 0, n = t->end - t->begin; at < n; at += COPY_PIECE) {
@@ -1186,6 +1227,22 @@ done:
     return rc;
 }
 
+static int selected_cb(void *arg, const struct qs_st_tensor *t)
+{
+    return selected(arg, t);
+}
+
+/* AWQ / SmoothQuant: every fold's scales, from the weights of all the input files. Returns 0,
+ * or 1 after printing the error. */
+static int prepare_folds(struct ctx_all *c, const char *const *paths, size_t n)
+{
+    if (qs_calib_prepare(c->ctx, (struct qs_calib_opts *)&c->o->cal, &c->req.params, paths, n,
+                         selected_cb, c, c->err, sizeof c->err) == 0)
+        return 0;
+    print_error(c->err);
+    return 1;
+}
+
 /* One file of a folder: open, quantize, close. */
 static int process_file(struct ctx_all *c, const char *in_path, const char *out_path)
 {
@@ -1209,6 +1266,10 @@ static int process_single(struct ctx_all *c, const char *in_path, const char *ou
     char err[ERRLEN];
     int rc;
 
+    /* before the input is opened for writing: the truncation watch stays on that mapping */
+    if ((c->o->cal.method == QS_METHOD_AWQ || c->o->cal.smooth >= 0.0) &&
+        prepare_folds(c, &in_path, 1) != 0)
+        return 1;
     if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
         print_error(err);
         return 1;
@@ -1265,7 +1326,8 @@ static json_t *part_options(const struct options *o)
         if (s == o->in)
             continue;
         if (strcmp(s, "-o") == 0 || strcmp(s, "--output") == 0 || strcmp(s, "--shard") == 0 ||
-            strcmp(s, "--threads") == 0 || strcmp(s, "--stats-json") == 0) {
+            strcmp(s, "--threads") == 0 || strcmp(s, "--stats-json") == 0 ||
+            strcmp(s, "--heldout") == 0) {
             i++;
             continue;
         }
@@ -1317,6 +1379,24 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
             goto oom;
         r = survey_file(c, src);
         qs_heap_free(src);
+        if (r != 0)
+            goto done;
+    }
+    if (c->o->cal.method == QS_METHOD_AWQ || c->o->cal.smooth >= 0.0) {
+        /* the scales of every fold before any shard is written: a layer and the operation
+         * before it may sit in different shards */
+        char **paths = qs_heap_calloc(m.nshards ? m.nshards : 1, sizeof *paths);
+        int r = paths ? 0 : 1;
+        for (size_t i = 0; r == 0 && i < m.nshards; i++)
+            if (!(paths[i] = path_join(m.dir, m.shards[i])))
+                r = 1;
+        if (r == 0)
+            r = prepare_folds(c, (const char *const *)paths, m.nshards);
+        else
+            fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        for (size_t i = 0; paths && i < m.nshards; i++)
+            qs_heap_free(paths[i]);
+        qs_heap_free(paths);
         if (r != 0)
             goto done;
     }
@@ -1508,20 +1588,20 @@ int qs_cmd_quantize(int argc, char **argv)
     if (o.method && qs_calib_parse_method(&o.cal, o.method) != 0)
         return 2;
     o.cal.calib = o.calib;
-    if (o.cal.method == QS_METHOD_SPARSEGPT) {
-        /* SparseGPT prunes N:M itself, from the calibration data */
+    o.cal.format = c.format;
+    if (qs_calib_prunes(&o.cal)) {
+        /* SparseGPT and Wanda prune N:M themselves, from the calibration data; with --format
+         * none they only prune */
         if (!o.sparsity || qs_calib_parse_sparsity(&o.cal, o.sparsity) != 0) {
-            fprintf(stderr, "qsparse quantize: --method sparsegpt needs --sparsity N:M\n");
-            return 2;
-        }
-        if (!c.format) {
-            fprintf(stderr, "qsparse quantize: --method sparsegpt writes a quantized weight: "
-                            "give --format\n");
+            fprintf(stderr, "qsparse quantize: --method %s needs --sparsity N:M\n", o.method);
             return 2;
         }
     } else if (o.sparsity && strcmp(o.sparsity, "2:4") != 0) {
-        fprintf(stderr, "qsparse quantize: --sparsity takes 2:4 (N:M with --method sparsegpt)\n");
+        fprintf(stderr, "qsparse quantize: --sparsity takes 2:4 (N:M with --method sparsegpt or "
+                        "wanda)\n");
         return 2;
+    } else if (o.sparsity) {
+        o.cal.sp_n = 2, o.cal.sp_m = 4; /* the baseline of the table: magnitude 2:4 */
     }
     folder = qs_is_dir(o.in);
     if (o.nparts && !folder) {
@@ -1555,7 +1635,7 @@ int qs_cmd_quantize(int argc, char **argv)
     /* SparseGPT writes its pruned weight dense (exact zeros): a loader layout records 2:4 in
      * its config, the tool's own keys need nothing */
     c.req.sparsity24 = o.sparsity != NULL &&
-                       (o.cal.method != QS_METHOD_SPARSEGPT ||
+                       (!qs_calib_prunes(&o.cal) ||
                         (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &qs_layout_qsparse));
     if (o.act_amax) {
         json_error_t je;
@@ -1612,7 +1692,8 @@ int qs_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
         goto done;
     }
-    if (check_params(&c) != 0) {
+    if (check_params(&c) != 0 ||
+        qs_calib_check(c.ctx, &o.cal, c.format, &c.req.params, c.err, sizeof c.err) != 0) {
         fprintf(stderr, "qsparse quantize: %s\n", c.err);
         rc = 2;
         goto done;
@@ -1631,16 +1712,20 @@ int qs_cmd_quantize(int argc, char **argv)
 
     if (!o.quiet) {
         FILE *f = o.config_out && strcmp(o.config_out, "-") == 0 ? stderr : stdout;
-        fprintf(f, "%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE",
+        fprintf(f, "%-52s %11s %6s %10s %10s", "layer", "shape", "bits/w", "rel.RMSE",
                 "max|err|");
+        qs_calib_table_head(f, &o.cal);
         for (size_t i = 0; i < c.nstat; i++) {
             char shape[32], *name = qs_escape_dup(c.stats[i].name);
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)c.stats[i].rows,
                      (long long)c.stats[i].cols);
-            fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape,
+            fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e", name ? name : "?", shape,
                     c.stats[i].bits, c.stats[i].rel_rmse, c.stats[i].max_abs);
+            qs_calib_table_row(f, &o.cal, &c.stats[i].cal);
             qs_heap_free(name);
         }
+        if (c.nstat)
+            qs_calib_table_summary(f, &o.cal, &c.stats[0].cal, sizeof c.stats[0], c.nstat);
         qs_escape_print(f, o.out);
         fprintf(f, ": %zu tensors quantized to %s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
                    "(%.2fx)\n",
