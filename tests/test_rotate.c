@@ -169,7 +169,7 @@ static void test_hessian_error(void **state)
     (void)state;
     qs_ctx *ctx = t_ctx();
     t_rng rng = {43};
-    const int64_t t = 700, k = 64, rows = 130; /* rows: two full chunks of 64 and a tail */
+    const int64_t t = 700, k = 64, rows = 130;
     float *x = malloc((size_t)(t * k) * 4), *w = malloc((size_t)(rows * k) * 4);
     float *w2 = malloc((size_t)(rows * k) * 4);
     for (int64_t i = 0; i < t * k; i++)
@@ -231,6 +231,40 @@ static void test_hessian_error(void **state)
     assert_int_equal(qs_hessian_error(ctx, h, w, w2, rows, k, &err_r, &ref_r), QS_OK);
     assert_true(fabs(err_r - err) < 1e-3 * err);
     assert_true(fabs(ref_r - ref) < 1e-4 * ref);
+
+    /* many rows: the sums run over several passes of the 2^21-double buffers */
+    {
+        const int64_t k2 = 8, t2 = 20, r2 = ((int64_t)1 << 21) / k2 * 2 + 5;
+        float *x2 = malloc((size_t)(t2 * k2) * 4), *a2 = malloc((size_t)(r2 * k2) * 4);
+        float *b2 = malloc((size_t)(r2 * k2) * 4);
+        qs_hessian *h2 = NULL;
+        double e2 = 0.0, y2 = 0.0, eg, yg;
+        for (int64_t i = 0; i < t2 * k2; i++)
+            x2[i] = (float)t_normal(&rng);
+        for (int64_t i = 0; i < r2 * k2; i++) {
+            a2[i] = (float)t_normal(&rng);
+            b2[i] = a2[i] + (float)(0.01 * t_normal(&rng));
+        }
+        assert_int_equal(qs_hessian_create(ctx, k2, &h2), QS_OK);
+        assert_int_equal(qs_hessian_update(ctx, h2, x2, QS_DTYPE_F32, t2, k2), QS_OK);
+        for (int64_t r = 0; r < r2; r++)
+            for (int64_t s = 0; s < t2; s++) {
+                double y = 0.0, d = 0.0;
+                for (int64_t j = 0; j < k2; j++) {
+                    y += (double)x2[s * k2 + j] * (double)a2[r * k2 + j];
+                    d += (double)x2[s * k2 + j] * ((double)b2[r * k2 + j] - (double)a2[r * k2 + j]);
+                }
+                y2 += y * y;
+                e2 += d * d;
+            }
+        assert_int_equal(qs_hessian_error(ctx, h2, a2, b2, r2, k2, &eg, &yg), QS_OK);
+        assert_true(fabs(eg - 2.0 * e2) < 1e-4 * 2.0 * e2);
+        assert_true(fabs(yg - 2.0 * y2) < 1e-4 * 2.0 * y2);
+        qs_hessian_destroy(h2);
+        free(x2);
+        free(a2);
+        free(b2);
+    }
 
     /* errors: nothing written */
     double keep = 7.0;

@@ -20,8 +20,9 @@
 #include "../core/parallel.h"
 #include "gptq_internal.h"
 
-/* Rows of W per pass: two chunk x K double buffers. */
-#define HE_CHUNK 64
+/* Doubles per pass buffer (two of them, 16 MB each): as many rows of W as fit, at least one.
+ * Each dsymm call packs S again, so a layer is best done in as few calls as possible. */
+#define HE_BUFFER ((int64_t)1 << 21)
 
 /* Sum over the m rows of d (m x k doubles) of d_r^T S d_r, S symmetric from its upper triangle. */
 static double quad_rows(const double *s, int64_t k, const double *d, int64_t m, double *t)
@@ -74,7 +75,8 @@ QS_API qs_status qs_hessian_error(qs_ctx *ctx, const qs_hessian *h, const float 
         if (!isfinite(w[i]) || !isfinite(w2[i]))
             return qs_fail(ctx, QS_ERR_NONFINITE, "%s: a NaN or Inf weight at %lld", who,
                            (long long)i);
-    int64_t chunk = rows < HE_CHUNK ? (rows > 0 ? rows : 1) : HE_CHUNK;
+    int64_t chunk = HE_BUFFER / cols > 1 ? HE_BUFFER / cols : 1;
+    chunk = rows < chunk ? (rows > 0 ? rows : 1) : chunk;
     d = qs_scratch_alloc(ctx, (size_t)(chunk * cols) * sizeof *d);
     t = qs_scratch_alloc(ctx, (size_t)(chunk * cols) * sizeof *t);
     if (!d || !t) {
