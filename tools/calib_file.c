@@ -20,8 +20,9 @@ static const struct {
     const char *name;
     int method;
 } methods[] = {
-    {"rtn", QS_METHOD_RTN},           {"gptq", QS_METHOD_GPTQ}, {"awq", QS_METHOD_AWQ},
-    {"sparsegpt", QS_METHOD_SPARSEGPT}, {"wanda", QS_METHOD_WANDA},
+    {"rtn", QS_METHOD_RTN},     {"gptq", QS_METHOD_GPTQ},
+    {"awq", QS_METHOD_AWQ},     {"sparsegpt", QS_METHOD_SPARSEGPT},
+    {"wanda", QS_METHOD_WANDA},
 };
 
 static const char *method_name(int m)
@@ -37,6 +38,7 @@ void qs_calib_init(struct qs_calib_opts *o)
     memset(o, 0, sizeof *o);
     o->damp = -1.0;
     o->smooth = -1.0;
+    o->act_order = -1;
 }
 
 int qs_calib_parse_method(struct qs_calib_opts *o, const char *s)
@@ -54,10 +56,8 @@ int qs_calib_parse_method(struct qs_calib_opts *o, const char *s)
 int qs_calib_parse_sparsity(struct qs_calib_opts *o, const char *s)
 {
     int n, m, used = 0;
-    if (sscanf(s, "%d:%d%n", &n, &m, &used) != 2 || s[used] != '\0' || n < 1 || m > 16 ||
-        n >= m) {
-        fprintf(stderr, "qsparse quantize: --sparsity is N:M with 1 <= N < M <= 16, not '%s'\n",
-                s);
+    if (sscanf(s, "%d:%d%n", &n, &m, &used) != 2 || s[used] != '\0' || n < 1 || m > 16 || n >= m) {
+        fprintf(stderr, "qsparse quantize: --sparsity is N:M with 1 <= N < M <= 16, not '%s'\n", s);
         return -1;
     }
     o->sp_n = n;
@@ -77,7 +77,9 @@ const char *qs_calib_usage(void)
            "method and for round-to-nearest (magnitude pruning), and --heldout FILE (the\n"
            "statistics of other text) adds the same on that text.\n"
            "GPTQ / SparseGPT: --damp X (dampening, default 0.01), --block N (lazy-update\n"
-           "block, default 128), --act-order (columns by decreasing Hessian diagonal).\n"
+           "block, default 128). GPTQ: --act-order / --no-act-order (columns by decreasing\n"
+           "Hessian diagonal; the default for every format but mxfp4, whose per-block scale\n"
+           "search needs the columns in order).\n"
            "--rotate hadamard[:B] quantizes W R, R the block Hadamard rotation (B a power of\n"
            "two dividing K; default the largest up to 32768); the loader must rotate each\n"
            "layer's input the same way (qs_hadamard; recorded in qsparse.quantized).\n"
@@ -104,8 +106,8 @@ int qs_calib_option(struct qs_calib_opts *o, int argc, char **argv, int *i)
     const char *a = argv[*i], *next = *i + 1 < argc ? argv[*i + 1] : NULL;
     double v;
 
-    if (strcmp(a, "--act-order") == 0) {
-        o->act_order = 1;
+    if (strcmp(a, "--act-order") == 0 || strcmp(a, "--no-act-order") == 0) {
+        o->act_order = a[2] != 'n';
         return 1;
     }
     if (strcmp(a, "--heldout") == 0) {
@@ -136,8 +138,9 @@ int qs_calib_option(struct qs_calib_opts *o, int argc, char **argv, int *i)
                    b >= 2 && b <= QS_HADAMARD_MAX_BLOCK && (b & (b - 1)) == 0) {
             o->rotate = (int32_t)b;
         } else {
-            fprintf(stderr, "qsparse quantize: --rotate is hadamard or hadamard:B (B a power of "
-                            "two, 2 ... %d)\n",
+            fprintf(stderr,
+                    "qsparse quantize: --rotate is hadamard or hadamard:B (B a power of "
+                    "two, 2 ... %d)\n",
                     QS_HADAMARD_MAX_BLOCK);
             return -1;
         }
@@ -177,16 +180,18 @@ static int parse_meta(const struct qs_st_file *f, json_t **out, const char *path
         return 0;
     if (!json_is_string(m) || !(*out = json_loads(json_string_value(m), 0, &je)) ||
         !json_is_object(*out) || !json_is_object(json_object_get(*out, "layers"))) {
-        snprintf(err, errlen, "%s: its qsparse.calibration metadata is not the JSON object "
-                              "`qsparse calibrate` writes", path);
+        snprintf(err, errlen,
+                 "%s: its qsparse.calibration metadata is not the JSON object "
+                 "`qsparse calibrate` writes",
+                 path);
         if (*out)
             json_decref(*out);
         *out = NULL;
         return -1;
     }
     if (json_integer_value(json_object_get(*out, "version")) != 1) {
-        snprintf(err, errlen, "%s: calibration file version %lld; this tool reads version 1",
-                 path, (long long)json_integer_value(json_object_get(*out, "version")));
+        snprintf(err, errlen, "%s: calibration file version %lld; this tool reads version 1", path,
+                 (long long)json_integer_value(json_object_get(*out, "version")));
         json_decref(*out);
         *out = NULL;
         return -1;
@@ -211,11 +216,11 @@ int qs_calib_open(struct qs_calib_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "--heldout compares with --calib FILE: give both");
         return -1;
     }
-    if ((o->act_order || o->block) && m != QS_METHOD_GPTQ && m != QS_METHOD_SPARSEGPT) {
+    if ((o->act_order >= 0 || o->block) && m != QS_METHOD_GPTQ && m != QS_METHOD_SPARSEGPT) {
         snprintf(err, errlen, "--act-order and --block apply to --method gptq or sparsegpt");
         return -1;
     }
-    if (o->act_order && m == QS_METHOD_SPARSEGPT) {
+    if (o->act_order >= 0 && m == QS_METHOD_SPARSEGPT) {
         snprintf(err, errlen, "--act-order applies to --method gptq");
         return -1;
     }
@@ -229,8 +234,9 @@ int qs_calib_open(struct qs_calib_opts *o, char *err, size_t errlen)
     }
     if (o->sp_m && (m == QS_METHOD_GPTQ || m == QS_METHOD_AWQ || o->rotate || o->smooth >= 0.0)) {
         /* GPTQ's updates would fill the pruned zeros; scales and rotations move them */
-        snprintf(err, errlen, "--sparsity goes with --method rtn (magnitude), wanda or sparsegpt "
-                              "(which prunes and compensates)");
+        snprintf(err, errlen,
+                 "--sparsity goes with --method rtn (magnitude), wanda or sparsegpt "
+                 "(which prunes and compensates)");
         return -1;
     }
     if (o->rotate && (m != QS_METHOD_RTN && m != QS_METHOD_GPTQ)) {
@@ -251,8 +257,9 @@ int qs_calib_open(struct qs_calib_opts *o, char *err, size_t errlen)
             return -1;
         }
         if (o->rotate) {
-            snprintf(err, errlen, "--smoothquant and --rotate both change the input space: "
-                                  "choose one");
+            snprintf(err, errlen,
+                     "--smoothquant and --rotate both change the input space: "
+                     "choose one");
             return -1;
         }
     }
@@ -264,8 +271,10 @@ int qs_calib_open(struct qs_calib_opts *o, char *err, size_t errlen)
     if (parse_meta(&o->f, &o->meta, o->calib, err, errlen) != 0)
         goto fail;
     if ((m == QS_METHOD_AWQ || o->smooth >= 0.0) && !o->meta) {
-        snprintf(err, errlen, "%s: --method awq and --smoothquant need the file of `qsparse "
-                              "calibrate` (its per-channel statistics and folds)", o->calib);
+        snprintf(err, errlen,
+                 "%s: --method awq and --smoothquant need the file of `qsparse "
+                 "calibrate` (its per-channel statistics and folds)",
+                 o->calib);
         goto fail;
     }
     if (o->heldout) {
@@ -362,7 +371,8 @@ int qs_calib_record(const struct qs_calib_opts *o, int64_t cols, json_t *entry)
                                json_pack("{s:s, s:i}", "type", "hadamard", "block", (int)b));
 }
 
-/* ---- a layer's statistics ----------------------------------------------------------------------- */
+/* ---- a layer's statistics -----------------------------------------------------------------------
+ */
 
 /* NAME without a trailing ".weight". */
 static void base_of(const char *name, char *out, size_t n)
@@ -412,8 +422,9 @@ static float rd_f16(const unsigned char *p)
 static double rd_elem(const struct qs_st_tensor *t, int64_t i)
 {
     const unsigned char *p = t->data + (uint64_t)i * (uint64_t)t->elem_size;
-    return t->elem_size == 8 ? rd_f64(p) : t->elem_size == 4 ? (double)rd_f32(p)
-                                                             : (double)rd_f16(p);
+    return t->elem_size == 8   ? rd_f64(p)
+           : t->elem_size == 4 ? (double)rd_f32(p)
+                               : (double)rd_f16(p);
 }
 
 static int is_float_dtype(const struct qs_st_tensor *t)
@@ -423,8 +434,8 @@ static int is_float_dtype(const struct qs_st_tensor *t)
 }
 
 /* A vector key base.suffix of K floats: 0 (absent: *out NULL), -1 with err; malloc'd. */
-static int load_vector(const struct qs_st_file *f, const char *base, const char *suffix,
-                       int64_t k, int want_f64, void **out, char *err, size_t errlen)
+static int load_vector(const struct qs_st_file *f, const char *base, const char *suffix, int64_t k,
+                       int want_f64, void **out, char *err, size_t errlen)
 {
     char key[1024];
     const struct qs_st_tensor *t;
@@ -445,8 +456,7 @@ static int load_vector(const struct qs_st_file *f, const char *base, const char 
     for (int64_t i = 0; i < k; i++) {
         double x = rd_elem(t, i);
         if (!(x >= 0.0) || !isfinite(x)) {
-            snprintf(err, errlen, "%s[%lld] = %g: must be finite and >= 0", key, (long long)i,
-                     x);
+            snprintf(err, errlen, "%s[%lld] = %g: must be finite and >= 0", key, (long long)i, x);
             qs_heap_free(v);
             return -1;
         }
@@ -534,16 +544,16 @@ static int load_stats(qs_ctx *ctx, const struct qs_st_file *f, const json_t *met
 }
 
 /* NAME.hessian (F64 or F32 [K, K]): 0, 1 (absent), -1. */
-static int load_hessian_key(qs_ctx *ctx, const struct qs_st_file *f, const char *key,
-                            int64_t cols, struct qs_calib_layer *l, char *err, size_t errlen)
+static int load_hessian_key(qs_ctx *ctx, const struct qs_st_file *f, const char *key, int64_t cols,
+                            struct qs_calib_layer *l, char *err, size_t errlen)
 {
     const struct qs_st_tensor *t = qs_st_find(f, key);
     if (!t)
         return 1;
     if (t->ndim != 2 || t->shape[0] != cols || t->shape[1] != cols ||
         (strcmp(t->dtype, "F64") != 0 && strcmp(t->dtype, "F32") != 0)) {
-        snprintf(err, errlen, "%s: must be F64 or F32 of shape [%lld, %lld]", key,
-                 (long long)cols, (long long)cols);
+        snprintf(err, errlen, "%s: must be F64 or F32 of shape [%lld, %lld]", key, (long long)cols,
+                 (long long)cols);
         return -1;
     }
     /* An aligned F64 matrix is read in place from the mapping; only F32 (or a misaligned F64) is
@@ -629,8 +639,9 @@ int qs_calib_layer_load(qs_ctx *ctx, const struct qs_st_file *f, const json_t *m
         if (sb) {
             r = load_stats(ctx, f, meta, sb, cols, l, err, errlen);
             if (r == 1)
-                snprintf(err, errlen, "%s: the calibration file maps it to '%s', which has no "
-                                      "statistics",
+                snprintf(err, errlen,
+                         "%s: the calibration file maps it to '%s', which has no "
+                         "statistics",
                          name, sb);
             if (r != 0)
                 qs_calib_layer_free(l);
@@ -643,8 +654,8 @@ int qs_calib_layer_load(qs_ctx *ctx, const struct qs_st_file *f, const json_t *m
     if (r == 1)
         r = load_inputs_key(ctx, f, key2, cols, l, err, errlen);
     if (r == 1)
-        snprintf(err, errlen, "%s: no calibration data (neither '%s' nor '%s'%s in the file)",
-                 name, key, key2, meta ? ", nor an entry in its layer map" : "");
+        snprintf(err, errlen, "%s: no calibration data (neither '%s' nor '%s'%s in the file)", name,
+                 key, key2, meta ? ", nor an entry in its layer map" : "");
     if (r != 0)
         qs_calib_layer_free(l);
     return r;

@@ -29,32 +29,32 @@
 struct qs_calib_fold; /* calib_scales.c */
 
 struct qs_calib_opts {
-    int method;                /* QS_METHOD_* */
-    const char *calib;         /* --calib FILE, or NULL */
-    const char *heldout;       /* --heldout FILE: statistics of other text, for the table */
-    int32_t sp_n, sp_m;        /* --sparsity N:M (0:0 none) */
-    double damp;               /* --damp: GPTQ / SparseGPT dampening; < 0: the default */
-    int32_t block;             /* --block: lazy-update block; 0: the library's default */
-    int act_order;             /* --act-order */
-    int32_t rotate;            /* --rotate hadamard[:B]: 0 off, -1 the layer's largest block */
-    double smooth;             /* --smoothquant ALPHA; < 0 off */
-    int32_t format;            /* the --format code (0: none) */
-    struct qs_st_file f, fh;   /* open when calib / heldout are set */
+    int method;              /* QS_METHOD_* */
+    const char *calib;       /* --calib FILE, or NULL */
+    const char *heldout;     /* --heldout FILE: statistics of other text, for the table */
+    int32_t sp_n, sp_m;      /* --sparsity N:M (0:0 none) */
+    double damp;             /* --damp: GPTQ / SparseGPT dampening; < 0: the default */
+    int32_t block;           /* --block: lazy-update block; 0: the library's default */
+    int act_order;           /* --act-order 1, --no-act-order 0; -1: on but for mxfp4 */
+    int32_t rotate;          /* --rotate hadamard[:B]: 0 off, -1 the layer's largest block */
+    double smooth;           /* --smoothquant ALPHA; < 0 off */
+    int32_t format;          /* the --format code (0: none) */
+    struct qs_st_file f, fh; /* open when calib / heldout are set */
     int open, hopen;
-    json_t *meta, *hmeta;      /* their "qsparse.calibration" metadata, parsed (or NULL) */
+    json_t *meta, *hmeta;        /* their "qsparse.calibration" metadata, parsed (or NULL) */
     struct qs_calib_fold *folds; /* AWQ / SmoothQuant scales of the whole model (prepare) */
     size_t nfolds;
 };
 
 /* What calibration changed for one layer (the table's columns). */
 struct qs_calib_report {
-    int have;          /* out_* measured on the --calib statistics */
-    int have_held;     /* held_* measured on the --heldout statistics */
-    double out_err;    /* tr(D H D^T) / tr(W H W^T) of the method's weight */
-    double out_rtn;    /* the same for round-to-nearest (or magnitude pruning) */
+    int have;       /* out_* measured on the --calib statistics */
+    int have_held;  /* held_* measured on the --heldout statistics */
+    double out_err; /* tr(D H D^T) / tr(W H W^T) of the method's weight */
+    double out_rtn; /* the same for round-to-nearest (or magnitude pruning) */
     double held_err, held_rtn;
-    int64_t tokens;    /* calibration tokens of the layer */
-    char note[48];     /* e.g. "awq a=0.40", "hadamard 128", "no fold: rtn" */
+    int64_t tokens; /* calibration tokens of the layer */
+    char note[48];  /* e.g. "awq a=0.40", "hadamard 128", "no fold: rtn" */
 };
 
 /* Parse --method / --sparsity N:M; 0 or -1 (message on stderr). */
@@ -63,7 +63,7 @@ int qs_calib_parse_sparsity(struct qs_calib_opts *o, const char *s);
 /* Initialise the options (before parsing). */
 void qs_calib_init(struct qs_calib_opts *o);
 /*
- * One calibration option at argv[*i] (--heldout FILE, --damp X, --block N, --act-order,
+ * One calibration option at argv[*i] (--heldout FILE, --damp X, --block N, --[no-]act-order,
  * --rotate hadamard[:B], --smoothquant ALPHA): 1 when it was one (*i moved past its value), 0
  * when it is not, -1 after printing a message.
  */
@@ -120,15 +120,16 @@ void qs_calib_table_row(FILE *f, const struct qs_calib_opts *o, const struct qs_
 void qs_calib_table_summary(FILE *f, const struct qs_calib_opts *o,
                             const struct qs_calib_report *first, size_t stride, size_t n);
 
-/* ---- reading statistics (calib_file.c) -------------------------------------------------------- */
+/* ---- reading statistics (calib_file.c) --------------------------------------------------------
+ */
 
 /* One layer's statistics. */
 struct qs_calib_layer {
-    qs_hessian *h;   /* H = 2 X^T X; a diagonal one when the file has only the diagonal */
-    double *sumsq;   /* K sums of squares (NULL when unknown) */
-    float *absmax;   /* K per-channel absmax (NULL when unknown) */
+    qs_hessian *h; /* H = 2 X^T X; a diagonal one when the file has only the diagonal */
+    double *sumsq; /* K sums of squares (NULL when unknown) */
+    float *absmax; /* K per-channel absmax (NULL when unknown) */
     int64_t tokens;
-    int diag_only;   /* the Hessian is diag(2 sumsq) */
+    int diag_only; /* the Hessian is diag(2 sumsq) */
 };
 
 /*
@@ -141,7 +142,8 @@ int qs_calib_layer_load(qs_ctx *ctx, const struct qs_st_file *f, const json_t *m
                         size_t errlen);
 void qs_calib_layer_free(struct qs_calib_layer *l);
 
-/* ---- AWQ and SmoothQuant scales, folded into the previous operation (calib_scales.c) ---------- */
+/* ---- AWQ and SmoothQuant scales, folded into the previous operation (calib_scales.c) ----------
+ */
 
 /*
  * Before any tensor is written: for every group of layers sharing an input (FILE's metadata) that
@@ -158,8 +160,8 @@ int qs_calib_prepare(qs_ctx *ctx, struct qs_calib_opts *o, const qs_quant_params
  * weight left float): 1 with *out (malloc'd, t's dtype and size) holding it divided by the fold's
  * scales, 0 when no fold touches it, -1 with err.
  */
-int qs_calib_fold_tensor(qs_ctx *ctx, const struct qs_calib_opts *o,
-                         const struct qs_st_tensor *t, void **out, char *err, size_t errlen);
+int qs_calib_fold_tensor(qs_ctx *ctx, const struct qs_calib_opts *o, const struct qs_st_tensor *t,
+                         void **out, char *err, size_t errlen);
 /* The scales a weight's input columns are multiplied by (K values), or NULL. */
 const float *qs_calib_col_scales(const struct qs_calib_opts *o, const char *name, int64_t cols);
 /* The scales a weight's rows are divided by (rows values: it is a fold's previous Linear). */

@@ -30,10 +30,10 @@ struct work {
     const struct qs_calib_opts *o;
     const char *name;
     int64_t rows, cols, n;
-    float *w;    /* the float model's weight, f32 (after a fold's row scales) */
-    float *wt;   /* the weight that is quantized (w transformed), or w itself */
-    const float *cs;  /* column scales, or NULL */
-    int32_t rot;      /* rotation block, 0 none */
+    float *w;        /* the float model's weight, f32 (after a fold's row scales) */
+    float *wt;       /* the weight that is quantized (w transformed), or w itself */
+    const float *cs; /* column scales, or NULL */
+    int32_t rot;     /* rotation block, 0 none */
     struct qs_calib_layer l;
     char *err;
     size_t errlen;
@@ -41,8 +41,7 @@ struct work {
 
 static int lib_fail(struct work *k, const char *what)
 {
-    snprintf(k->err, k->errlen, "%s: %s%s", k->name, what ? what : "",
-             qs_ctx_last_error(k->ctx));
+    snprintf(k->err, k->errlen, "%s: %s%s", k->name, what ? what : "", qs_ctx_last_error(k->ctx));
     return -1;
 }
 
@@ -277,8 +276,7 @@ static void warn_tokens(const struct work *k)
 
 /* Convert, fold and load: the common start of both entry points. */
 static int begin(struct work *k, qs_ctx *ctx, const struct qs_calib_opts *o, const char *name,
-                 const void *w, int32_t dtype, int64_t rows, int64_t cols, char *err,
-                 size_t errlen)
+                 const void *w, int32_t dtype, int64_t rows, int64_t cols, char *err, size_t errlen)
 {
     const float *rs;
 
@@ -347,8 +345,9 @@ int qs_calib_quantize(qs_ctx *ctx, const struct qs_calib_opts *o, const char *na
     if (o->rotate) {
         k.rot = o->rotate > 0 ? o->rotate : qs_hadamard_block(cols);
         if (k.rot < 2) {
-            snprintf(err, errlen, "%s: %lld columns: no power-of-two block divides them for "
-                                  "--rotate",
+            snprintf(err, errlen,
+                     "%s: %lld columns: no power-of-two block divides them for "
+                     "--rotate",
                      name, (long long)cols);
             goto done;
         }
@@ -389,7 +388,10 @@ int qs_calib_quantize(qs_ctx *ctx, const struct qs_calib_opts *o, const char *na
             g.percdamp = o->damp;
         if (o->block)
             g.block_size = o->block;
-        g.act_order = o->act_order;
+        /* act-order by default: on all-MiniLM-L6-v2 it raised the held-out NF4 cosine from
+         * 0.9882 to 0.9896 (0.9896 -> 0.9915 with 4x the text), NVFP4 0.9885 -> 0.9892; MXFP4
+         * fell 0.983 -> 0.975, its scale search needing the columns in order */
+        g.act_order = o->act_order >= 0 ? o->act_order : o->format != QS_FORMAT_MXFP4;
         if ((k.rot || k.cs) && !(ht = hessian_transformed(&k))) {
             lib_fail(&k, "");
             goto done;
@@ -463,7 +465,8 @@ done:
     return rc;
 }
 
-/* ---- the table's columns ------------------------------------------------------------------------ */
+/* ---- the table's columns ------------------------------------------------------------------------
+ */
 
 void qs_calib_table_head(FILE *f, const struct qs_calib_opts *o)
 {
@@ -519,8 +522,9 @@ void qs_calib_table_summary(FILE *f, const struct qs_calib_opts *o,
                 hworst = r->held_err / r->held_rtn;
         }
     }
-    fprintf(f, "output error (tr(dW H dW^T) / tr(W H W^T)) at or below the baseline's on %zu of "
-               "%zu layers (worst ratio %.3f)",
+    fprintf(f,
+            "output error (tr(dW H dW^T) / tr(W H W^T)) at or below the baseline's on %zu of "
+            "%zu layers (worst ratio %.3f)",
             lower, have, worst);
     if (hhave)
         fprintf(f, "; held-out: %zu of %zu (worst ratio %.3f)", hlower, hhave, hworst);

@@ -25,7 +25,7 @@
 #include "heap.h"
 
 struct qs_calib_fold {
-    char **members;  /* the group's layer names (checkpoint bases) */
+    char **members; /* the group's layer names (checkpoint bases) */
     size_t nmembers;
     char *prev_weight, *prev_bias; /* the previous operation's tensors (bias may be NULL) */
     int prev_linear;               /* 1: a Linear (rows scaled), 0: a norm (elements) */
@@ -102,8 +102,8 @@ const char *qs_calib_fold_note(const struct qs_calib_opts *o, const char *name)
     return NULL;
 }
 
-int qs_calib_fold_tensor(qs_ctx *ctx, const struct qs_calib_opts *o,
-                         const struct qs_st_tensor *t, void **out, char *err, size_t errlen)
+int qs_calib_fold_tensor(qs_ctx *ctx, const struct qs_calib_opts *o, const struct qs_st_tensor *t,
+                         void **out, char *err, size_t errlen)
 {
     const struct qs_calib_fold *f = NULL;
     int32_t dt;
@@ -120,16 +120,17 @@ int qs_calib_fold_tensor(qs_ctx *ctx, const struct qs_calib_opts *o,
          : strcmp(t->dtype, "F16") == 0  ? QS_DTYPE_F16
          : strcmp(t->dtype, "BF16") == 0 ? QS_DTYPE_BF16
                                          : -1;
-    if (dt < 0 || t->ndim < 1 || t->shape[0] != f->k || (t->ndim == 2) != (f->prev_linear &&
-                                                                         strcmp(f->prev_weight,
-                                                                                t->name) == 0)) {
-        snprintf(err, errlen, "%s: the fold of its output channels expects a float tensor with "
-                              "%lld rows",
+    if (dt < 0 || t->ndim < 1 || t->shape[0] != f->k ||
+        (t->ndim == 2) != (f->prev_linear && strcmp(f->prev_weight, t->name) == 0)) {
+        snprintf(err, errlen,
+                 "%s: the fold of its output channels expects a float tensor with "
+                 "%lld rows",
                  t->name, (long long)f->k);
         return -1;
     }
     int64_t per = t->numel / f->k;
-    if (!(v = qs_heap_malloc((size_t)t->numel * 4)) || !(*out = qs_heap_malloc(t->end - t->begin))) {
+    if (!(v = qs_heap_malloc((size_t)t->numel * 4)) ||
+        !(*out = qs_heap_malloc(t->end - t->begin))) {
         qs_heap_free(v);
         snprintf(err, errlen, "%s: out of memory", t->name);
         return -1;
@@ -139,8 +140,7 @@ int qs_calib_fold_tensor(qs_ctx *ctx, const struct qs_calib_opts *o,
     for (int64_t r = 0; r < f->k; r++)
         for (int64_t j = 0; j < per; j++)
             v[r * per + j] /= f->s[r];
-    if (qs_convert(ctx, v, QS_DTYPE_F32, *out, dt, t->numel, (int64_t)(t->end - t->begin)) !=
-        QS_OK)
+    if (qs_convert(ctx, v, QS_DTYPE_F32, *out, dt, t->numel, (int64_t)(t->end - t->begin)) != QS_OK)
         goto fail;
     qs_heap_free(v);
     return 1;
@@ -152,7 +152,8 @@ fail:
     return -1;
 }
 
-/* ---- the search -------------------------------------------------------------------------------- */
+/* ---- the search --------------------------------------------------------------------------------
+ */
 
 struct member {
     const char *name; /* NAME.weight */
@@ -343,8 +344,9 @@ static int prepare_group(qs_ctx *ctx, struct qs_calib_opts *o, const qs_quant_pa
         t = find_any(files, nfiles, key, &in);
         if (!t || t->ndim != 2 || !sel(arg, t))
             goto skip; /* a member left float or absent: the fold would change it */
-        dt = strcmp(t->dtype, "F32") == 0 ? QS_DTYPE_F32
-             : strcmp(t->dtype, "F16") == 0 ? QS_DTYPE_F16 : QS_DTYPE_BF16;
+        dt = strcmp(t->dtype, "F32") == 0   ? QS_DTYPE_F32
+             : strcmp(t->dtype, "F16") == 0 ? QS_DTYPE_F16
+                                            : QS_DTYPE_BF16;
         if (i == 0)
             f.k = t->shape[1];
         if (t->shape[1] != f.k)
@@ -354,8 +356,7 @@ static int prepare_group(qs_ctx *ctx, struct qs_calib_opts *o, const qs_quant_pa
         int32_t blk = p->block_size > 0 ? p->block_size : 1;
         if (take < rows && (f.k % blk) != 0)
             take = rows; /* blocks across rows: the search quantizes the whole weight */
-        if (!(m[i].w = qs_heap_malloc((size_t)(take * f.k) * 4)) ||
-            !(f.members[i] = dup_str(b)))
+        if (!(m[i].w = qs_heap_malloc((size_t)(take * f.k) * 4)) || !(f.members[i] = dup_str(b)))
             goto oom;
         f.nmembers = i + 1;
         for (int64_t r = 0; r < take; r++) {
@@ -397,8 +398,8 @@ static int prepare_group(qs_ctx *ctx, struct qs_calib_opts *o, const qs_quant_pa
             goto done;
     } else {
         if (!l.absmax) {
-            snprintf(err, errlen, "%s: --smoothquant needs the per-channel absmax (%s.absmax)",
-                     key, sb);
+            snprintf(err, errlen, "%s: --smoothquant needs the per-channel absmax (%s.absmax)", key,
+                     sb);
             goto done;
         }
         smooth_scales(&f, &l, m, f.nmembers, o->smooth);

@@ -78,7 +78,7 @@ static void usage(FILE *f)
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
             "                        [--threads N] [--quiet]\n"
             "                        [--method rtn|gptq|awq|sparsegpt|wanda --calib FILE]\n"
-            "                        [--heldout FILE] [--damp X] [--block N] [--act-order]\n"
+            "                        [--heldout FILE] [--damp X] [--block N] [--no-act-order]\n"
             "                        [--rotate hadamard[:B]] [--smoothquant ALPHA]\n"
             "                        [--shard I/N] [--stats] [--stats-json FILE]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
