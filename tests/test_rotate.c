@@ -221,8 +221,8 @@ static void test_hessian_error(void **state)
     for (int64_t i = 0; i < k * k; i++) {
         /* f32 sums of 700 products on both sides: within 1e-5 of the diagonal's scale */
         if (fabs(a[i] - b[i]) > 1e-5 * dmax)
-            fail_msg("R H R [%lld] = %.9g, H of X R %.9g (diag max %.3g)", (long long)i, a[i],
-                     b[i], dmax);
+            fail_msg("R H R [%lld] = %.9g, H of X R %.9g (diag max %.3g)", (long long)i, a[i], b[i],
+                     dmax);
         assert_true(a[i] == a[(i % k) * k + i / k]);
     }
     assert_int_equal(qs_hadamard(ctx, w, rows, k, 32), QS_OK);

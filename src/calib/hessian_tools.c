@@ -52,9 +52,8 @@ static double quad_rows(const double *s, int64_t k, const double *d, int64_t m, 
     return sum;
 }
 
-QS_API qs_status qs_hessian_error(qs_ctx *ctx, const qs_hessian *h, const float *w,
-                                  const float *w2, int64_t rows, int64_t cols, double *err,
-                                  double *ref)
+QS_API qs_status qs_hessian_error(qs_ctx *ctx, const qs_hessian *h, const float *w, const float *w2,
+                                  int64_t rows, int64_t cols, double *err, double *ref)
 {
     const char *who = "qs_hessian_error";
     int64_t n;

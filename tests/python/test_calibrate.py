@@ -245,6 +245,8 @@ def test_dataset_dir_and_errors(bert, texts, tmp_path):
     assert "no config.json" in p.stderr
     p = run_calibrate("--merge", out, "-o", tmp_path / "m", check=2)
     assert "at least two" in p.stderr
+    p = run_calibrate("--help", check=0)
+    assert "--dataset-dir" in p.stdout and "--merge" in p.stdout
 
 
 # ---- the tool ---------------------------------------------------------------------------------
@@ -378,6 +380,101 @@ def test_awq_folds_scales_into_value(run_tool, bert, calib_file, tmp_path):
         # the search keeps the output error at or below round-to-nearest's
         c = rows[pre + "attention.output.dense"]
         assert float(c[5]) <= float(c[6])
+
+
+def test_smoothquant_folds_into_value(run_tool, bert, calib_file, tmp_path):
+    w = weights(bert)
+    src = os.path.join(bert[0], "model.safetensors")
+    out = tmp_path / "sq.safetensors"
+    p = run_tool("quantize", src, "-o", out, "--format", "int8", "--smoothquant", "0.5",
+                 "--calib", calib_file[0], check=0)
+    rows = table(p.stdout)
+    raw = read_raw(out)
+    t, _ = cal.read_safetensors(str(calib_file[0]))
+    for i in range(2):
+        pre = f"encoder.layer.{i}."
+        assert rows[pre + "attention.output.dense"][-2:] == ["smoothquant", "a=0.50"]
+        assert rows[pre + "attention.self.query"][-1] != "a=0.50"  # no fold: unchanged
+        bv = np.frombuffer(raw[pre + "attention.self.value.bias"][2], np.float32)
+        b0 = w[pre + "attention.self.value.bias"]
+        # s_j = sqrt(amax(X_j) / amax(W_j)): value's bias was divided by exactly that
+        amax = np.asarray(t[pre + "attention.output.dense.absmax"], np.float64)
+        wmax = np.abs(w[pre + "attention.output.dense.weight"]).max(0).astype(np.float64)
+        s = np.clip(np.maximum(amax, 1e-5) ** 0.5 / np.maximum(wmax, 1e-5) ** 0.5, 1e-5, 1e5)
+        assert np.allclose(bv, b0 / s.astype(np.float32), rtol=1e-6, atol=0)
+        o = decode_int8(raw, pre + "attention.output.dense.weight", (K, K))
+        v = decode_int8(raw, pre + "attention.self.value.weight", (K, K))
+        ref = w[pre + "attention.output.dense.weight"] @ w[pre + "attention.self.value.weight"]
+        assert np.linalg.norm(o @ v - ref) < 0.02 * np.linalg.norm(ref)
+
+
+@pytest.fixture(scope="module")
+def llama(bert, tmp_path_factory):
+    """A random 2-layer Llama (RMSNorm, SiLU-gated MLP) with the same tokenizer."""
+    d = tmp_path_factory.mktemp("llama")
+    bert[2].save_pretrained(str(d))
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(vocab_size=len(bert[2]), hidden_size=K,
+                                      intermediate_size=2 * K, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4,
+                                      max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+            elif p.dim() == 2 and "embed" not in name:
+                p.mul_(1.0 + torch.rand(p.shape[1]) * 3.0)
+    model.save_pretrained(str(d))
+    return str(d), model
+
+
+def test_llama_folds_and_awq_checkpoint(run_tool, llama, texts, tmp_path):
+    """On a Llama every group folds (input_layernorm -> q/k/v, post_attention_layernorm ->
+    gate/up, up -> down, v -> o); AWQ's checkpoint, decoded, computes the float model's hidden
+    states up to int8 rounding, its norms and rows divided by the scales its columns carry."""
+    from safetensors.numpy import load_file
+    calib = tmp_path / "llama.safetensors"
+    cal.calibrate(llama[0], texts[1], str(calib), quiet=True)
+    m = json.loads(read_metadata(calib)["qsparse.calibration"])
+    folds = {b: g["fold"]["module"] for b, g in m["groups"].items() if "fold" in g}
+    for i in range(2):
+        pre = f"model.layers.{i}."
+        assert folds == {**folds, pre + "self_attn.q_proj": pre + "input_layernorm",
+                         pre + "mlp.gate_proj": pre + "post_attention_layernorm",
+                         pre + "mlp.down_proj": pre + "mlp.up_proj",
+                         pre + "self_attn.o_proj": pre + "self_attn.v_proj"}
+        assert m["layers"][pre + "self_attn.v_proj"] == pre + "self_attn.q_proj"
+        assert m["layers"][pre + "mlp.up_proj"] == pre + "mlp.gate_proj"
+    assert len(folds) == 8
+    src = os.path.join(llama[0], "model.safetensors")
+    out = tmp_path / "awq.safetensors"
+    p = run_tool("quantize", src, "-o", out, "--format", "int8", "--method", "awq", "--calib",
+                 calib, check=0)
+    assert sum("awq a=" in line for line in p.stdout.splitlines()) == 14
+    raw, orig = read_raw(out), load_file(src)
+    rec = json.loads(read_metadata(out)["qsparse.quantized"])
+    state = {}
+    for name, a in orig.items():
+        if name in rec:
+            state[name] = torch.from_numpy(decode_int8(raw, name, a.shape))
+        else:
+            state[name] = torch.from_numpy(np.frombuffer(raw[name][2], a.dtype)
+                                           .reshape(a.shape).copy())
+    assert not np.array_equal(state["model.layers.0.input_layernorm.weight"].numpy(),
+                              orig["model.layers.0.input_layernorm.weight"])
+    q = transformers.LlamaForCausalLM(llama[1].config).eval()
+    q.load_state_dict(state, strict=False)
+    enc = bert_tok(llama)(texts[2][:8], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ref = llama[1].model(**enc).last_hidden_state
+        got = q.model(**enc).last_hidden_state
+    rel = float((got - ref).norm() / ref.norm())
+    assert rel < 0.02, rel
+
+
+def bert_tok(model):
+    return transformers.AutoTokenizer.from_pretrained(model[0])
 
 
 def test_rotate_writes_w_r(run_tool, bert, calib_file, tmp_path):
