@@ -4,9 +4,11 @@
  * threads (OpenBLAS is told the same count): every GEMV path (M = 1: each quantized format and
  * option, f16/bf16 weights, int8 activations, 2:4) against cblas_sgemv, a small-M GEMV against
  * cblas_sgemm, and the GEMM path at M = 512 against cblas_sgemm. Each weight set cycles over
- * enough copies that its working set exceeds the last-level cache (WORKING_SET bytes), so every
- * call streams its weight from memory; the read bandwidth of a pass over f32 matrices is measured
- * in the same run with as many threads.
+ * enough copies that its working set exceeds the last-level cache (twice sysconf's L3, at least
+ * WORKING_SET_MIN bytes), so every call streams its weight from memory; the read bandwidth of a
+ * pass over f32 matrices is measured in the same run with as many threads, as READ_STREAMS
+ * interleaved streams (the access pattern of a GEMV tile; the targets' denominator), with one
+ * stream and on huge pages in the header.
  *
  * This machine may be shared and its memory bandwidth drifts between runs, so each case runs
  * interleaved rounds (ROUNDS_GEMV, ROUNDS_GEMM; the thread order alternates between rounds),
@@ -15,11 +17,14 @@
  * count, and keeps each one's minimum: the ratios of a row (to OpenBLAS, to the read
  * bandwidth, to the 1-thread time) come from the same rounds. Columns: time per call, GFLOP/s
  * (2 M N K), GB/s of weight bytes (every plane), that rate as a fraction of the read bandwidth
- * (GEMV rows: the case's own read passes; GEMM rows: the header's), OpenBLAS's time over ours
+ * (GEMV rows: the case's own read passes; GEMM rows: the header's), the same by the calling
+ * thread's CPU clock ("(tcpu)", 1 thread: what the call itself costs on a shared machine),
+ * OpenBLAS's time over ours
  * (> 1: faster) by wall time and by process CPU time, the speed over the case's 1-thread
  * speed ("x 1T"), and the same ratio of the fastest single calls ("(1 call)": a pass of 10 to 20
  * calls needs both cores free for its whole length, one call for a millisecond or so, so on a
- * loaded machine this one still says how the call itself scales).
+ * loaded machine this one still says how the call itself scales), and the kernel the call's plan
+ * runs (src/gemm/plan.c, named by the profiler).
  *
  * The table of cases is `cases` below: one line per row (a weight, M, the activations).
  *
@@ -27,7 +32,9 @@
  * case, ROUNDS_GEMV; the filter keeps the cases whose name contains it, e.g. "GEMM", "" all;
  * "GEMV" keeps every case below QS_MATMUL_GEMM_MIN_M rows)
  */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,13 +43,14 @@
 
 #include "bench_util.h"
 #include "qsparse.h"
+#include "qsparse/profile.h"
 
 #ifdef QS_HAVE_BLAS
 #include <cblas.h>
 
 #define ROUNDS_GEMV 20 /* interleaved rounds per GEMV case (small M): cheap, the machine noisy */
 #define ROUNDS_GEMM 3  /* per GEMM case: a round there takes about a second */
-#define WORKING_SET (192ll << 20) /* bytes per weight set: several times any LLC here */
+#define WORKING_SET_MIN (192ll << 20) /* bytes per weight set, at least twice the LLC */
 #define GEMM_M 512
 #define SETTLE_MS 10 /* pause after a pass on more than one thread (see settle) */
 
@@ -88,7 +96,7 @@ static const bcase cases[] = {
     {"NF4 GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
     {"INT8 row W8A8 GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, GEMM_M,
      QS_MATMUL_ACT_INT8},
-    /* The tiled f32 GEMM path (src/core/matmul_gemm.c): every format family at M = 512, NF4 at
+    /* The tiled f32 GEMM path (src/gemm/gemm_tiled.c): every format family at M = 512, NF4 at
      * the smallest GEMM M and between. */
     {"NF4 GEMM M=16", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 16, QS_MATMUL_ACT_F32},
     {"NF4 GEMM M=64", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 64, QS_MATMUL_ACT_F32},
@@ -122,6 +130,15 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of the calling thread: a 1-thread call runs on it alone (no OpenMP region), so this
+ * is the call's own time, whatever else the machine runs (issue: quiet-machine protocol). */
+static double tcpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -143,6 +160,29 @@ static void must(qs_status s, qs_ctx *ctx, const char *what)
         fprintf(stderr, "%s: %s\n", what, qs_ctx_last_error(ctx));
         exit(1);
     }
+}
+
+/* Bytes of a weight set: twice the last-level cache (sysconf's L3, which glibc reads from
+ * CPUID), at least WORKING_SET_MIN, so every call streams its weight from memory. */
+static int64_t working_set_bytes(void)
+{
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    int64_t ws = l3 > 0 ? 2 * (int64_t)l3 : 0;
+    return ws > WORKING_SET_MIN ? ws : WORKING_SET_MIN;
+}
+
+/* n bytes on 2 MiB pages where the kernel grants them (transparent huge pages, madvise): the
+ * huge-page read pass, against which the 4 KiB-page figures can be judged. */
+static void *huge_alloc(size_t n)
+{
+    size_t align = (size_t)2 << 20, size = (n + align - 1) / align * align;
+    void *p = NULL;
+    if (posix_memalign(&p, align, size) != 0) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    madvise(p, size, MADV_HUGEPAGE);
+    return p;
 }
 
 /* The first copy of a weight from the f32 matrix w. */
@@ -242,12 +282,18 @@ static void free_weight(wcopy *c)
  * kept). */
 typedef struct {
     double wall, cpu, call; /* per call over a pass: wall, CPU; the fastest single call */
+    double tcpu;            /* per call over a pass: the calling thread's CPU time */
 } tpair;
 
 static void keep_min(tpair *best, double wall, double cpu)
 {
     best->wall = wall < best->wall ? wall : best->wall;
     best->cpu = cpu < best->cpu ? cpu : best->cpu;
+}
+
+static void keep_min_t(tpair *best, double tcpu)
+{
+    best->tcpu = tcpu < best->tcpu ? tcpu : best->tcpu;
 }
 
 /* After a pass on several threads their workers spin a while before they sleep (libgomp's
@@ -260,6 +306,22 @@ static void settle(int threads)
         nanosleep(&ts, NULL);
 }
 
+/* The kernel the call's plan runs (the profiler's name for it), in out. */
+static void plan_kernel(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M,
+                        int64_t K, const wcopy *c, int64_t N, float *y, char *out, size_t cap)
+{
+    qs_profile_entry e;
+
+    snprintf(out, cap, "?");
+    if (qs_ctx_set(ctx, QS_PARAM_PROFILE, 1) != QS_OK)
+        return;
+    must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c->w, N, NULL, y, M * N * 4), ctx,
+         "qs_matmul");
+    if (qs_profile_count(ctx) > 0 && qs_profile_get(ctx, 0, &e) == QS_OK)
+        snprintf(out, cap, "%s", e.kernel[0] ? e.kernel + 3 : "cblas_sgemm");
+    qs_ctx_set(ctx, QS_PARAM_PROFILE, 0);
+}
+
 /* One pass of qs_matmul over the copies, after one untimed call on the last copy. The pass
  * before it ended with a pause (settle), and on this kind of virtual machine a core that went
  * idle takes milliseconds to wake (measured: 2-4 ms on average for a worker thread after 1-100 ms
@@ -270,7 +332,7 @@ static void pass_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int
 {
     must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[copies - 1].w, N, NULL, y, M * N * 4), ctx,
          "qs_matmul");
-    double t0 = now(), c0 = cpu_now(), ti = t0;
+    double t0 = now(), c0 = cpu_now(), tc0 = tcpu_now(), ti = t0;
     for (int i = 0; i < copies; i++) {
         must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c[i].w, N, NULL, y, M * N * 4), ctx,
              "qs_matmul");
@@ -278,6 +340,7 @@ static void pass_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int
         best->call = te - ti < best->call ? te - ti : best->call;
         ti = te;
     }
+    keep_min_t(best, (tcpu_now() - tc0) / copies);
     keep_min(best, (now() - t0) / copies, (cpu_now() - c0) / copies);
 }
 
@@ -297,9 +360,31 @@ static void pass_blas(float *const *wf, int fcopies, const float *x, int64_t M, 
     keep_min(best, (now() - t0) / fcopies, (cpu_now() - c0) / fcopies);
 }
 
+/* Reads `bytes` as READ_STREAMS equal parts side by side, one 64-byte line of each in turn: the
+ * access pattern of a GEMV tile that reads several weight rows at once, and the bandwidth the
+ * issue's targets are shares of ("an 8-stream read"). One stream reads slower on some machines,
+ * more on others, so the header prints both. */
+#define READ_STREAMS 8
+static void read_pass8(const void *p, size_t bytes)
+{
+    size_t part = bytes / READ_STREAMS / 64 * 64;
+    const uint64_t *s[READ_STREAMS];
+    uint64_t acc[READ_STREAMS] = {0}, sum = 0;
+
+    for (int i = 0; i < READ_STREAMS; i++)
+        s[i] = (const uint64_t *)((const char *)p + (size_t)i * part);
+    for (size_t o = 0; o < part / 8; o += 8)
+        for (int i = 0; i < READ_STREAMS; i++)
+            acc[i] += s[i][o] + s[i][o + 1] + s[i][o + 2] + s[i][o + 3] + s[i][o + 4] +
+                      s[i][o + 5] + s[i][o + 6] + s[i][o + 7];
+    for (int i = 0; i < READ_STREAMS; i++)
+        sum ^= acc[i];
+    bench_sink = sum;
+}
+
 typedef struct {
     float *const *wf;
-    int fcopies;
+    int fcopies, streams;
     size_t offset, bytes;
 } rd_arg;
 
@@ -308,7 +393,10 @@ static void *rd_thread(void *a)
 {
     const rd_arg *r = a;
     for (int i = 0; i < r->fcopies; i++)
-        read_pass((const char *)r->wf[i] + r->offset, r->bytes);
+        if (r->streams > 1)
+            read_pass8((const char *)r->wf[i] + r->offset, r->bytes);
+        else
+            read_pass((const char *)r->wf[i] + r->offset, r->bytes);
     return NULL;
 }
 
@@ -316,25 +404,29 @@ static void *rd_thread(void *a)
  * read bandwidth is bytes over the minimum). The threads start once per pass, not once per copy:
  * a thread started on an idle core may wait milliseconds to run (wake_latency), which at one
  * start per copy made the 2-thread read bandwidth of 4 MiB copies lower than one thread's. */
-static void pass_read(float *const *wf, int fcopies, size_t bytes, int threads, double *best)
+static void pass_read(float *const *wf, int fcopies, size_t bytes, int threads, int streams,
+                      tpair *best)
 {
     pthread_t th[8];
     rd_arg a[8];
     size_t part = bytes / (size_t)threads & ~(size_t)63;
-    double t0 = now();
+    double t0 = now(), tc0 = tcpu_now();
     for (int t = 0; t < threads; t++) {
         a[t].wf = wf;
         a[t].fcopies = fcopies;
+        a[t].streams = streams;
         a[t].offset = (size_t)t * part;
         a[t].bytes = t == threads - 1 ? bytes - (size_t)t * part : part;
         if (t > 0)
             pthread_create(&th[t], NULL, rd_thread, &a[t]);
     }
     rd_thread(&a[0]);
+    double tc = (tcpu_now() - tc0) / fcopies;
     for (int t = 1; t < threads; t++)
         pthread_join(th[t], NULL);
     double t = (now() - t0) / fcopies;
-    *best = t < *best ? t : *best;
+    best->wall = t < best->wall ? t : best->wall;
+    keep_min_t(best, tc);
 }
 
 /* How long a thread asleep on another core takes to run after it is signalled, the core idle
@@ -420,12 +512,12 @@ int main(int argc, char **argv)
     const char *filter = argc > 3 ? argv[3] : NULL;
     int rounds_gemv = argc > 4 ? atoi(argv[4]) : ROUNDS_GEMV;
     const char *core = getenv("OPENBLAS_CORETYPE");
-    int64_t fbytes = N * K * 4;
-    int fcopies = (int)((WORKING_SET + fbytes - 1) / fbytes);
+    int64_t fbytes = N * K * 4, working_set = working_set_bytes();
+    int fcopies = (int)((working_set + fbytes - 1) / fbytes);
     char model[256];
-    float **wf, *x, *y;
+    float **wf, **wh, *x, *y;
     qs_ctx *ctx[8] = {NULL};
-    double bw[8];
+    tpair bw1[8], bw8[8], bwh[8];
     tpair sgemv[8], sgemm[8];
 
     if (max_threads < 1 || max_threads > 8 || N < 64 || rounds_gemv < 1)
@@ -446,10 +538,11 @@ int main(int argc, char **argv)
         if (qs_ctx_create(&cp, &ctx[t - 1]) != QS_OK)
             return 1;
     }
-    printf("bench_matmul: N = K = %lld, weight sets of >= %lld MiB, 1...%d threads; minima over "
-           "%d interleaved rounds (GEMM: %d) of OpenBLAS, qs_matmul at each thread count and a "
-           "read pass\n",
-           (long long)N, WORKING_SET >> 20, max_threads, rounds_gemv, ROUNDS_GEMM);
+    printf("bench_matmul: N = K = %lld, weight sets of >= %lld MiB (twice the LLC), 1...%d threads; "
+           "minima over %d interleaved rounds (GEMM: %d) of OpenBLAS, qs_matmul at each thread "
+           "count and an %d-stream read pass\n",
+           (long long)N, (long long)(working_set >> 20), max_threads, rounds_gemv, ROUNDS_GEMM,
+           READ_STREAMS);
     printf("CPU %s, tier %s, OPENBLAS_CORETYPE=%s, OPENBLAS_THREAD_TIMEOUT=%s, OpenBLAS %s\n",
            model, qs_ctx_isa_name(ctx[0]), core ? core : "(unset)",
            getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "(unset)",
@@ -460,21 +553,26 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < GEMM_M * K; i++)
         x[i] = (float)((i * 7919 % 2001) - 1000) / 1000.0f;
     wf = xmalloc(sizeof(float *) * (size_t)fcopies);
+    wh = xmalloc(sizeof(float *) * (size_t)fcopies);
     for (int i = 0; i < fcopies; i++) {
         wf[i] = xmalloc((size_t)fbytes);
+        wh[i] = huge_alloc((size_t)fbytes);
         for (int64_t e = 0; e < N * K; e++)
-            wf[i][e] = (float)(((e + i) * 2654435761u % 4001) - 2000) / 40000.0f;
+            wf[i][e] = wh[i][e] = (float)(((e + i) * 2654435761u % 4001) - 2000) / 40000.0f;
     }
     /* The machine's figures, for the header (each case measures its own in its rounds). */
     for (int t = 0; t < max_threads; t++) {
-        bw[t] = 1e30;
+        bw1[t].wall = bw8[t].wall = bwh[t].wall = 1e30;
+        bw1[t].tcpu = bw8[t].tcpu = bwh[t].tcpu = 1e30;
         sgemv[t].wall = sgemv[t].cpu = sgemm[t].wall = sgemm[t].cpu = 1e30;
     }
     for (int r = 0; r < rounds_gemv; r++)
         for (int i = 0; i < max_threads; i++) {
             int t = round_threads(r, i, max_threads);
             openblas_set_num_threads(t);
-            pass_read(wf, fcopies, (size_t)fbytes, t, &bw[t - 1]);
+            pass_read(wf, fcopies, (size_t)fbytes, t, 1, &bw1[t - 1]);
+            pass_read(wf, fcopies, (size_t)fbytes, t, READ_STREAMS, &bw8[t - 1]);
+            pass_read(wh, fcopies, (size_t)fbytes, t, READ_STREAMS, &bwh[t - 1]);
             pass_blas(wf, fcopies, x, 1, K, N, y, &sgemv[t - 1]);
             settle(t);
             if (r < ROUNDS_GEMM) {
@@ -490,26 +588,31 @@ int main(int argc, char **argv)
                wm, wx);
     }
     for (int t = 1; t <= max_threads; t++)
-        printf("%d thread%s: read bandwidth %.1f GB/s; OpenBLAS sgemv %.3f ms (%.1f GB/s), "
-               "sgemm M=%d %.1f ms\n",
-               t, t > 1 ? "s" : "", (double)fbytes / bw[t - 1] * 1e-9, sgemv[t - 1].wall * 1e3,
-               (double)fbytes / sgemv[t - 1].wall * 1e-9, GEMM_M, sgemm[t - 1].wall * 1e3);
-    printf("\n%-24s %4s %3s %9s %8s %11s %7s %8s %10s %6s %9s\n", "case", "M", "thr", "ms/call",
-           "GFLOP/s", "weight GB/s", "% read", "vs BLAS", "(cpu time)", "x 1T", "(1 call)");
+        printf("%d thread%s: read bandwidth %.1f GB/s with %d streams (1 stream %.1f, huge pages "
+               "%.1f); OpenBLAS sgemv %.3f ms (%.1f GB/s), sgemm M=%d %.1f ms\n",
+               t, t > 1 ? "s" : "", (double)fbytes / bw8[t - 1].wall * 1e-9, READ_STREAMS,
+               (double)fbytes / bw1[t - 1].wall * 1e-9, (double)fbytes / bwh[t - 1].wall * 1e-9,
+               sgemv[t - 1].wall * 1e3, (double)fbytes / sgemv[t - 1].wall * 1e-9, GEMM_M,
+               sgemm[t - 1].wall * 1e3);
+    printf("%% read: weight bytes per second over the %d-stream read's, in the case's own rounds; "
+           "(thread cpu): the same by the calling thread's CPU clock (1 thread)\n",
+           READ_STREAMS);
+    printf("\n%-26s %4s %3s %9s %8s %11s %7s %7s %8s %10s %6s %9s  %s\n", "case", "M", "thr",
+           "ms/call", "GFLOP/s", "weight GB/s", "% read", "(tcpu)", "vs BLAS", "(cpu time)",
+           "x 1T", "(1 call)", "kernel (the plan's entry)");
     for (int c = 0; c < NCASES; c++) {
         const bcase *bc = &cases[c];
         wcopy first, *wc;
         int copies, rounds, bcopies;
         qs_matmul_params mp;
-        tpair tq[8], tb[8];
-        double rd[8];
+        tpair tq[8], tb[8], rd[8];
 
         if (filter && !strstr(bc->name, filter) &&
             !(strcmp(filter, "GEMV") == 0 && bc->M < QS_MATMUL_GEMM_MIN_M))
             continue;
 
         make_weight(ctx[0], wf[0], N, K, &bc->w, &first);
-        copies = (int)((WORKING_SET + first.bytes - 1) / first.bytes);
+        copies = (int)((working_set + first.bytes - 1) / first.bytes);
         copies = bc->M >= GEMM_M ? 2 : copies < 2 ? 2 : copies;
         bcopies = bc->M >= GEMM_M ? 2 : fcopies;
         rounds = bc->M >= QS_MATMUL_GEMM_MIN_M ? ROUNDS_GEMM : rounds_gemv;
@@ -520,8 +623,11 @@ int main(int argc, char **argv)
         qs_matmul_params_init(&mp);
         mp.activations = bc->act;
         for (int t = 0; t < max_threads; t++) {
-            tq[t].wall = tq[t].cpu = tq[t].call = tb[t].wall = tb[t].cpu = rd[t] = 1e30;
+            tq[t].wall = tq[t].cpu = tq[t].call = tq[t].tcpu = tb[t].wall = tb[t].cpu = 1e30;
+            rd[t].wall = rd[t].tcpu = 1e30;
         }
+        char kernel[96];
+        plan_kernel(ctx[0], &mp, x, bc->M, K, &wc[0], N, y, kernel, sizeof kernel);
         /* A warm-up call per thread count (first-touch of the library's scratch, thread pool). */
         for (int t = 0; t < max_threads; t++)
             must(qs_matmul(ctx[t], &mp, x, QS_DTYPE_F32, bc->M, K, &wc[0].w, N, NULL, y,
@@ -536,20 +642,25 @@ int main(int argc, char **argv)
                 pass_qs(ctx[t - 1], &mp, x, bc->M, K, wc, copies, N, y, &tq[t - 1]);
                 settle(t);
                 if (bc->M < QS_MATMUL_GEMM_MIN_M)
-                    pass_read(wf, fcopies, (size_t)fbytes, t, &rd[t - 1]);
+                    pass_read(wf, fcopies, (size_t)fbytes, t, READ_STREAMS, &rd[t - 1]);
             }
         for (int t = 1; t <= max_threads; t++) {
             double q = tq[t - 1].wall, gbs = (double)first.bytes / q;
-            double bwt = (double)fbytes / (rd[t - 1] < 1e30 ? rd[t - 1] : bw[t - 1]);
-            char speedup[16] = "-", call[16] = "-";
+            const tpair *rp = rd[t - 1].wall < 1e30 ? &rd[t - 1] : &bw8[t - 1];
+            double bwt = (double)fbytes / rp->wall;
+            char speedup[16] = "-", call[16] = "-", tshare[16] = "-";
+            if (t == 1) /* both on the calling thread's clock */
+                snprintf(tshare, sizeof tshare, "%.0f%%",
+                         100.0 * ((double)first.bytes / tq[0].tcpu) / ((double)fbytes / rp->tcpu));
             if (t > 1) {
                 snprintf(speedup, sizeof speedup, "%.2f", tq[0].wall / q);
                 snprintf(call, sizeof call, "%.2f", tq[0].call / tq[t - 1].call);
             }
-            printf("%-24s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %8.2f %10.2f %6s %9s\n", bc->name,
-                   (long long)bc->M, t, q * 1e3, 2.0 * (double)(bc->M * N * K) / q * 1e-9,
-                   gbs * 1e-9, 100.0 * gbs / bwt, tb[t - 1].wall / q,
-                   tb[t - 1].cpu / tq[t - 1].cpu, speedup, call);
+            printf("%-26s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %7s %8.2f %10.2f %6s %9s  %s\n",
+                   bc->name, (long long)bc->M, t, q * 1e3,
+                   2.0 * (double)(bc->M * N * K) / q * 1e-9, gbs * 1e-9, 100.0 * gbs / bwt,
+                   tshare, tb[t - 1].wall / q, tb[t - 1].cpu / tq[t - 1].cpu, speedup, call,
+                   t == 1 ? kernel : "");
             fflush(stdout);
         }
         for (int i = 0; i < copies; i++)
@@ -558,9 +669,12 @@ int main(int argc, char **argv)
     }
     for (int t = 1; t <= max_threads; t++)
         qs_ctx_destroy(ctx[t - 1]);
-    for (int i = 0; i < fcopies; i++)
+    for (int i = 0; i < fcopies; i++) {
         free(wf[i]);
+        free(wh[i]);
+    }
     free(wf);
+    free(wh);
     free(x);
     free(y);
     return 0;

@@ -12,11 +12,13 @@
  * why), and the minimum of each pass over the rounds. It reports ns/value and the ratios
  * quantize : read and dequantize : memcpy per format and ISA tier, and with --bnb PATH
  * bitsandbytes' own CPU dequantize of NF4 / FP4 on the same planes (by both clocks, with the
- * spread of the ratio round by round); the Markdown summary is the README's table. Finally every entry of the kernel registry
- * (src/core/kernels.inc) the CPU can run is timed against its __ref kernel (minimum of repeats);
- * an entry whose slot has no runner here is printed as an error and makes the exit status 1, so
- * no slot is skipped silently. Registered with Meson's benchmark(); `--check` (one call of every
- * entry, no timing) runs as the test bench-coverage.
+ * spread of the ratio round by round); the Markdown summary is the README's table. Finally every
+ * entry of the kernel registry (src/core/kernels.inc) the CPU can run is timed against its __ref
+ * kernel (minimum of repeats), called as its slot's entry in tests/harness/kernel_call.c (the calls
+ * test_kernels checks) with the typical parameters; an entry whose slot has no call there is
+ * printed as an error and makes the exit status 1, so no slot is skipped silently. Registered with
+ * Meson's benchmark(); `--check` (one call of every entry, no timing) runs as the test
+ * bench-coverage.
  */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <dlfcn.h>
@@ -31,7 +33,9 @@
 #include <omp.h>
 #endif
 
+#include "../tests/harness/kernel_call.h"
 #include "bench_tiers.h"
+#include "core/internal.h"
 #include "core/kernels.h"
 #include "qsparse.h"
 
@@ -726,254 +730,26 @@ static void bench_api(const level *lv, int nlv, const options *o, const float *s
 
 /* ---- kernels.inc entries ------------------------------------------------------------------- */
 
+/* One timed call: a registry entry's function on a case of its slot (the slot's call and typical
+ * parameters are its entry in tests/harness/kernel_call.c, which test_kernels sweeps too). */
 typedef struct {
-    const float *x;
-    const uint8_t *codes;
-    const uint16_t *half;
-    const uint8_t *sbytes;
-    const float *absmax;
-    const uint8_t *mask24;  /* two of every four kept: what compress is given */
-    const uint16_t *meta24; /* valid 2:4 metadata for n elements: what decompress is given */
-    uint64_t *counts;       /* HIST_BINS histogram counters */
-    int32_t hist_k;         /* bin width 2^k that holds every |x| (spec: calibration §3) */
+    const kc_case *c;
+    kc_fn *fn;
     uint8_t *out;
-    int64_t n;
-    int32_t slot;
-    void (*fn)(void);
-    volatile float sink;
 } k_job;
-
-#define HIST_BINS 2048
-
-/* Call one kernel with typical parameters; 0 if this benchmark has no runner for the slot. */
-static int run_kernel(k_job *j)
-{
-    const int64_t n = j->n;
-    uint8_t *o = j->out;
-    uint8_t *tail = o + n * 4; /* room for scales behind the largest data plane */
-
-    switch (j->slot) {
-    case QS_SLOT_cvt_f16_f32: ((qs_cvt_f16_f32_fn *)j->fn)(j->half, n, (float *)o); break;
-    case QS_SLOT_cvt_bf16_f32: ((qs_cvt_bf16_f32_fn *)j->fn)(j->half, n, (float *)o); break;
-    case QS_SLOT_cvt_f32_f16: ((qs_cvt_f32_f16_fn *)j->fn)(j->x, n, (uint16_t *)o); break;
-    case QS_SLOT_cvt_f32_bf16: ((qs_cvt_f32_bf16_fn *)j->fn)(j->x, n, (uint16_t *)o); break;
-    case QS_SLOT_copy_stream_f32: ((qs_copy_stream_f32_fn *)j->fn)(j->x, n, (float *)o, 1); break;
-    case QS_SLOT_amax_f32: j->sink = ((qs_amax_f32_fn *)j->fn)(j->x, n); break;
-    case QS_SLOT_minmax_f32: {
-        float lo = 0.0f, hi = 0.0f;
-        ((qs_minmax_f32_fn *)j->fn)(j->x, n, &lo, &hi);
-        j->sink = hi - lo;
-        break;
-    }
-    case QS_SLOT_nonfinite_f32: j->sink = (float)((qs_nonfinite_f32_fn *)j->fn)(j->x, n); break;
-    case QS_SLOT_nf4_quant:
-    case QS_SLOT_fp4_quant: ((qs_nf4_quant_fn *)j->fn)(j->x, n, 64, o, (float *)tail); break;
-    case QS_SLOT_nf4_dequant:
-    case QS_SLOT_fp4_dequant:
-        ((qs_nf4_dequant_fn *)j->fn)(j->codes, j->absmax, n, 64, (float *)o);
-        break;
-    case QS_SLOT_dyn8_quant: ((qs_dyn8_quant_fn *)j->fn)(j->x, n, 256, o, (float *)tail); break;
-    case QS_SLOT_dyn8_dequant:
-        ((qs_dyn8_dequant_fn *)j->fn)(j->codes, j->absmax, n, 256, 0.0f, (float *)o);
-        break;
-    case QS_SLOT_int8_quant:
-        ((qs_int8_quant_fn *)j->fn)(j->x, n, 127.0f / 7.0f, 0, -127, (int8_t *)o);
-        break;
-    case QS_SLOT_int8_dequant:
-        ((qs_int8_dequant_fn *)j->fn)((const int8_t *)j->codes, n, 0.05f, 0, (float *)o);
-        break;
-    case QS_SLOT_int8_dequant_rowstat:
-        ((qs_int8_dequant_rowstat_fn *)j->fn)((const int8_t *)j->codes, n, 7.0f, (float *)o);
-        break;
-    case QS_SLOT_e4m3_quant:
-    case QS_SLOT_e5m2_quant: ((qs_e4m3_quant_fn *)j->fn)(j->x, n, 7.0f / 448.0f, o); break;
-    case QS_SLOT_e4m3_dequant:
-    case QS_SLOT_e5m2_dequant:
-        ((qs_e4m3_dequant_fn *)j->fn)(j->codes, n, 7.0f / 448.0f, (float *)o);
-        break;
-    case QS_SLOT_mxfp4_quant:
-    case QS_SLOT_mxfp8_quant: ((qs_mxfp4_quant_fn *)j->fn)(j->x, n, 0, o, tail); break;
-    case QS_SLOT_mxfp4_dequant:
-    case QS_SLOT_mxfp8_dequant:
-        ((qs_mxfp4_dequant_fn *)j->fn)(j->codes, j->sbytes, n, (float *)o);
-        break;
-    case QS_SLOT_nvfp4_quant:
-        ((qs_nvfp4_quant_fn *)j->fn)(j->x, n, 7.0f / 2688.0f, o, tail);
-        break;
-    case QS_SLOT_nvfp4_dequant:
-        ((qs_nvfp4_dequant_fn *)j->fn)(j->codes, j->sbytes, n, 7.0f / 2688.0f, (float *)o);
-        break;
-    case QS_SLOT_hist_scan: {
-        float lo = INFINITY, hi = -INFINITY;
-        uint64_t nan = 0, inf = 0;
-        ((qs_hist_scan_fn *)j->fn)(j->x, n, &lo, &hi, &nan, &inf);
-        j->sink = hi - lo;
-        break;
-    }
-    case QS_SLOT_hist_update:
-        ((qs_hist_update_fn *)j->fn)(j->x, n, j->hist_k, HIST_BINS, j->counts);
-        break;
-    case QS_SLOT_hist_sumsq: ((qs_hist_sumsq_fn *)j->fn)(j->x, n, (double *)o); break;
-    case QS_SLOT_hist_scan_update: {
-        float lo = INFINITY, hi = -INFINITY;
-        uint64_t nan = 0, inf = 0;
-        j->sink = (float)((qs_hist_scan_update_fn *)j->fn)(j->x, n, j->hist_k, HIST_BINS,
-                                                           j->counts, &lo, &hi, &nan, &inf);
-        break;
-    }
-    /* Sparsity: n is a multiple of 16, so groups and metadata words are whole. */
-    case QS_SLOT_sp24_mask_f32: ((qs_sp24_mask_f32_fn *)j->fn)(j->x, NULL, n, o); break;
-    case QS_SLOT_sp24_prune_f32:
-        ((qs_sp24_prune_f32_fn *)j->fn)(j->x, NULL, n, (float *)o, (uint16_t *)(o + 2 * n));
-        break;
-    case QS_SLOT_sp24_compress_f32:
-        ((qs_sp24_compress_f32_fn *)j->fn)(j->x, j->mask24, n, (float *)o,
-                                           (uint16_t *)(o + 2 * n));
-        break;
-    case QS_SLOT_sp24_compress_u16:
-        ((qs_sp24_compress_u16_fn *)j->fn)(j->half, j->mask24, n, (uint16_t *)o,
-                                           (uint16_t *)(o + n));
-        break;
-    case QS_SLOT_sp24_decompress_f32:
-        ((qs_sp24_decompress_f32_fn *)j->fn)(j->x, j->meta24, n, (float *)o);
-        break;
-    case QS_SLOT_sp24_decompress_u16:
-        ((qs_sp24_decompress_u16_fn *)j->fn)(j->half, j->meta24, n, (uint16_t *)o);
-        break;
-    case QS_SLOT_sp24_tile_f32: /* 4 rows of n / 4, the greedy variant (1) */
-        ((qs_sp24_tile_f32_fn *)j->fn)(j->x, n / 4, NULL, n / 4, 1, o, n / 4);
-        break;
-    case QS_SLOT_nm_mask_f32: ((qs_nm_mask_f32_fn *)j->fn)(j->x, NULL, n, 2, 8, 0, o); break;
-    case QS_SLOT_nm_srste_f32:
-        ((qs_nm_srste_f32_fn *)j->fn)(j->x, j->absmax, n, 2, 4, 2e-4f, (float *)o,
-                                      (float *)(o + 4 * n), o + 8 * n);
-        break;
-    /* Matmul: one row of W against x (blocks of 64, row and tensor scales, one 2:4 row). */
-    case QS_SLOT_mm_dot_f32: j->sink = ((qs_mm_dot_f32_fn *)j->fn)(j->x, j->absmax, n); break;
-    case QS_SLOT_mm_dot_f16:
-    case QS_SLOT_mm_dot_bf16: j->sink = ((qs_mm_dot_f16_fn *)j->fn)(j->x, j->half, n); break;
-    case QS_SLOT_mm_dot_nf4:
-    case QS_SLOT_mm_dot_fp4:
-        j->sink = ((qs_mm_dot_nf4_fn *)j->fn)(j->x, n, j->codes, 0, j->absmax, 64);
-        break;
-    case QS_SLOT_mm_dot_int8:
-        j->sink = ((qs_mm_dot_int8_fn *)j->fn)(j->x, n, (const int8_t *)j->codes, j->absmax, NULL,
-                                               n > 0 ? n : 1);
-        break;
-    case QS_SLOT_mm_dot_e4m3:
-    case QS_SLOT_mm_dot_e5m2:
-        j->sink = ((qs_mm_dot_e4m3_fn *)j->fn)(j->x, n, j->codes, 0.5f);
-        break;
-    case QS_SLOT_mm_dot_mxfp4:
-    case QS_SLOT_mm_dot_mxfp8:
-        j->sink = ((qs_mm_dot_mxfp4_fn *)j->fn)(j->x, n, j->codes, j->sbytes);
-        break;
-    case QS_SLOT_mm_dot_nvfp4:
-        j->sink = ((qs_mm_dot_nvfp4_fn *)j->fn)(j->x, n, j->codes, j->sbytes, 0.5f);
-        break;
-    case QS_SLOT_mm_dot_w8a8:
-        j->sink = ((qs_mm_dot_w8a8_fn *)j->fn)((const int8_t *)j->codes, (const int8_t *)j->sbytes,
-                                               n, j->absmax, NULL, n > 0 ? n : 1);
-        break;
-    case QS_SLOT_mm_gather_sp24:
-        ((qs_mm_gather_sp24_fn *)j->fn)(j->x, j->meta24, n, (float *)o);
-        break;
-    case QS_SLOT_mm_sp24_axpy: /* one 2:4 row against one row of x^T (m = 1) */
-        ((float *)o)[0] = 0.0f;
-        ((qs_mm_sp24_axpy_fn *)j->fn)(j->x, j->meta24, n, j->absmax, 1, 1, (float *)o);
-        break;
-    case QS_SLOT_mm_dot_sp24_f32: /* one 2:4 row of n columns, n / 2 kept values */
-        j->sink = ((qs_mm_dot_sp24_f32_fn *)j->fn)(j->x, j->meta24, n, j->absmax);
-        break;
-    case QS_SLOT_mm_dot_sp24_f16:
-    case QS_SLOT_mm_dot_sp24_bf16:
-        j->sink = ((qs_mm_dot_sp24_f16_fn *)j->fn)(j->x, j->meta24, n, j->half);
-        break;
-    case QS_SLOT_mm_dot_sp24_nf4:
-        j->sink = ((qs_mm_dot_sp24_nf4_fn *)j->fn)(j->x, j->meta24, n, j->codes, 0, j->absmax, 64);
-        break;
-    case QS_SLOT_mm_gemv_sp24_nf4: /* four 2:4 + NF4 rows of n / 4 columns, blocks of 64 */
-        ((qs_mm_gemv_sp24_nf4_fn *)j->fn)(j->x, n / 4, j->meta24, n / 64, j->codes, 0, j->absmax,
-                                          64, 4, (float *)o);
-        break;
-    case QS_SLOT_mm_sp24_meta_bad: /* the meta words of n columns */
-        j->sink = (float)((qs_mm_sp24_meta_bad_fn *)j->fn)(j->meta24, n / 16);
-        break;
-    case QS_SLOT_mm_transpose_f32: /* 64 rows of n / 64 floats, transposed */
-        ((qs_mm_transpose_f32_fn *)j->fn)(j->x, n / 64, 64, n / 64, (float *)o, 64);
-        break;
-    /* Multi-row GEMV: one row of x against 4 rows of n / 4 columns (NF4/FP4 blocks of 64: the
-     * fast path where n / 4 is a multiple of 64), row scales; y is 4 floats. */
-    case QS_SLOT_mm_gemv_f16:
-    case QS_SLOT_mm_gemv_bf16:
-        ((qs_mm_gemv_f16_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->half, 4, (float *)o, 4);
-        break;
-    case QS_SLOT_mm_gemv_nf4:
-    case QS_SLOT_mm_gemv_fp4:
-        ((qs_mm_gemv_nf4_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, 0, j->absmax, 64, 4,
-                                     (float *)o, 4);
-        break;
-    case QS_SLOT_mm_gemv_int8:
-        ((qs_mm_gemv_int8_fn *)j->fn)(j->x, n / 4, 1, n / 4, (const int8_t *)j->codes, j->absmax,
-                                      NULL, n / 4 > 0 ? n / 4 : 1, 1, 4, (float *)o, 4);
-        break;
-    case QS_SLOT_mm_gemv_e4m3:
-    case QS_SLOT_mm_gemv_e5m2:
-        ((qs_mm_gemv_e4m3_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, 0.5f, 4, (float *)o, 4);
-        break;
-    case QS_SLOT_mm_gemv_mxfp4:
-        ((qs_mm_gemv_mxfp4_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, (n / 4 + 1) / 2, j->sbytes,
-                                       (n / 4 + 31) / 32, 4, (float *)o, 4);
-        break;
-    case QS_SLOT_mm_gemv_mxfp8:
-        ((qs_mm_gemv_mxfp8_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, n / 4, j->sbytes,
-                                       (n / 4 + 31) / 32, 4, (float *)o, 4);
-        break;
-    case QS_SLOT_mm_gemv_nvfp4:
-        ((qs_mm_gemv_nvfp4_fn *)j->fn)(j->x, n / 4, 1, n / 4, j->codes, (n / 4 + 1) / 2, j->sbytes,
-                                       (n / 4 + 15) / 16, 0.5f, 4, (float *)o, 4);
-        break;
-    /* int8 activations: 4 rows of W of n / 4 against one x row (codes as given, sums of 0). */
-    case QS_SLOT_mm_w8a8:
-    case QS_SLOT_mm_nf4a8:
-    case QS_SLOT_mm_fp4a8: {
-        static const int32_t xsum[1 << 16];
-        int64_t len = n / 4 < (int64_t)(1 << 16) * 64 ? n / 4 : (int64_t)(1 << 16) * 64;
-        if (j->slot == QS_SLOT_mm_w8a8)
-            ((qs_mm_w8a8_fn *)j->fn)((const int8_t *)j->sbytes, xsum, 1, len,
-                                     (const int8_t *)j->codes, 4, j->absmax, NULL,
-                                     len > 0 ? len : 1, 1, (float *)o, 4);
-        else
-            ((qs_mm_nf4a8_fn *)j->fn)((const int8_t *)j->sbytes, xsum, 1, len, j->codes, 0, 4,
-                                      j->absmax, 64, (float *)o, 4);
-        break;
-    }
-    case QS_SLOT_mm_gemm_f32: { /* one slice: 12 W rows against up to 32 panels of 16 x rows */
-        int64_t k = n >= 12 * QS_MM_GEMM_LDW ? QS_MM_GEMM_KC : 0;
-        int64_t mp = k > 0 ? n / (16 * QS_MM_GEMM_KC) : 0;
-        mp = mp < 32 ? mp : 32;
-        ((qs_mm_gemm_f32_fn *)j->fn)(j->x, 16 * QS_MM_GEMM_KC, mp, k, j->absmax, 12, (float *)o,
-                                     16 * mp, 0);
-        break;
-    }
-    default: return 0;
-    }
-    return 1;
-}
 
 static void kernel_call(void *arg)
 {
-    run_kernel(arg);
+    const k_job *j = arg;
+    kc_call(j->c, j->fn, j->out);
 }
 
-/* The tier of an entry, as its name says: "avx2" of qs_nf4_quant__avx2 (the tag up to a tile's
- * '_', dashes restored from the tier table), "scalar" for __ref. */
-static const char *tier_name(const struct qs_kernel_entry *e, char *buf, size_t cap)
+/* The tier of an entry, as its name says: "avx2" of qs_nf4_quant__avx2, "avx512-vnni" of
+ * qs_mm_w8a8__avx512vnni_4x4x64 (the id of the tier table), "scalar" for __ref. */
+static const char *tier_name(const struct qs_kernel_entry *e)
 {
-    const char *p = strstr(e->name, "__");
-    snprintf(buf, cap, "%s", p ? p + 2 : "ref");
-    buf[strcspn(buf, "_")] = '\0';
-    return bench_tier_of_tag(buf);
+    qs_isa_tier t;
+    return qs_isa_tier_info(qs_isa_tier_of_kernel(e->name), &t) == QS_OK ? t.name : "?";
 }
 
 /* Time every registry entry this CPU can run (or, with check, call it once); returns the number
@@ -985,18 +761,13 @@ static int bench_kernels(const options *o, int check)
     uint32_t cpu = qs_cpu_isa();
     const int64_t n = (o->kernel_n + 15) & ~(int64_t)15;
     float *x = xalloc((size_t)n * 4), *absmax = xalloc((size_t)n * 4);
-    uint8_t *codes = xalloc((size_t)n), *sbytes = xalloc((size_t)n), *mask24 = xalloc((size_t)n);
-    uint16_t *half = xalloc((size_t)n * 2), *meta24 = xalloc((size_t)n / 8 + 8);
-    uint64_t *counts = xalloc(HIST_BINS * sizeof(uint64_t));
-    uint8_t *out = xalloc((size_t)n * 9 + 64); /* srste: two f32 planes and a mask */
+    uint8_t *codes = xalloc((size_t)n), *sbytes = xalloc((size_t)n);
+    uint16_t *half = xalloc((size_t)n * 2);
+    const size_t out_bytes = (size_t)n * 9 + 64; /* srste: two f32 planes and a mask */
+    uint8_t *out = xalloc(out_bytes);
     uint64_t seed = 7;
     double ref_ns[QS_SLOT_COUNT];
-    int missing = 0, calls = 0, e_bits;
-    char tag[32];
-    float amax = 0.0f;
-    /* the six ways to keep two of four, as a mask and as a metadata nibble */
-    static const uint8_t keep2[6] = {0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
-    static const uint8_t nib2[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
+    int missing = 0, calls = 0;
 
     fill_weights(x, n, 3);
     for (int64_t i = 0; i < n; i++) {
@@ -1006,17 +777,9 @@ static int bench_kernels(const options *o, int check)
         sbytes[i] = (uint8_t)(0x70 + (r >> 8) % 14);
         half[i] = (uint16_t)(0x3000 + (r >> 16) % 0x1000); /* f16 in [0.125, 1) */
         absmax[i] = 0.5f + (float)((r >> 32) & 0xFF) / 64.0f;
-        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
     }
-    memset(meta24, 0, (size_t)n / 8 + 8);
-    for (int64_t g = 0; g < n / 4; g++) {
-        int p = codes[4 * g] % 6;
-        for (int i = 0; i < 4; i++)
-            mask24[4 * g + i] = (uint8_t)((keep2[p] >> i) & 1);
-        meta24[g / 4] = (uint16_t)(meta24[g / 4] | nib2[p] << (4 * (g % 4)));
-    }
-    memset(counts, 0, HIST_BINS * sizeof(uint64_t));
-    (void)frexpf(amax, &e_bits); /* amax < 2^e_bits = HIST_BINS * 2^k */
+    memset(out, 0, out_bytes);
+    const kc_in in = {x, codes, sbytes, half, absmax, n, 0, 1, out_bytes};
     if (check)
         printf("== registry check: every entry this CPU runs, called once on %lld elements ==\n",
                (long long)n);
@@ -1029,7 +792,7 @@ static int bench_kernels(const options *o, int check)
     for (int32_t i = 0; i < count; i++) {
         if (o->kernel && !strstr(e[i].name, o->kernel))
             continue;
-        const char *tier = tier_name(&e[i], tag, sizeof tag);
+        const char *tier = tier_name(&e[i]);
         if (e[i].isa != 0 && !bench_name_in_list(tier, o->isa))
             continue;
         if ((e[i].isa & ~cpu) != 0) {
@@ -1037,47 +800,48 @@ static int bench_kernels(const options *o, int check)
                    e[i].isa & ~cpu);
             continue;
         }
-        k_job j = {x,      codes, half,           sbytes,   absmax, mask24, meta24, counts,
-                   e_bits - 11, out, n, e[i].slot, e[i].fn, 0.0f};
-        if (!run_kernel(&j)) {
-            printf("%-36s %-12s error: qsparse-bench has no runner for slot %s\n", e[i].name,
-                   tier, qs_slot_name(e[i].slot));
+        kc_case c;
+        int set = kc_setup(&c, e[i].slot, &in);
+        if (set <= 0) {
+            printf("%-36s %-12s error: %s for slot %s\n", e[i].name, tier,
+                   set < 0 ? "out of memory setting up the call"
+                           : "tests/harness/kernel_call.c has no entry",
+                   qs_slot_name(e[i].slot));
             missing++;
             continue;
         }
+        k_job j = {&c, e[i].fn, out};
+        kernel_call(&j);
         calls++;
-        if (check)
-            continue;
-        if (e[i].isa != 0 && ref_ns[e[i].slot] < 0) {
-            /* the reference of this slot, for the ratio, even if filtered out above */
-            for (int32_t r = 0; r < count; r++)
-                if (e[r].slot == e[i].slot && e[r].isa == 0) {
-                    k_job jr = j;
-                    jr.fn = e[r].fn;
-                    ref_ns[e[i].slot] = time_min(kernel_call, &jr, 1, o) * 1e9 / (double)n;
-                }
+        if (!check) {
+            if (e[i].isa != 0 && ref_ns[e[i].slot] < 0) {
+                /* the reference of this slot, for the ratio, even if filtered out above */
+                for (int32_t r = 0; r < count; r++)
+                    if (e[r].slot == e[i].slot && e[r].isa == 0) {
+                        k_job jr = {&c, e[r].fn, out};
+                        ref_ns[e[i].slot] = time_min(kernel_call, &jr, 1, o) * 1e9 / (double)n;
+                    }
+            }
+            double ns = time_min(kernel_call, &j, 1, o) * 1e9 / (double)n;
+            if (e[i].isa == 0)
+                ref_ns[e[i].slot] = ns;
+            printf("%-36s %-12s %9.3f %8.2f", e[i].name, tier, ns, 4.0 / ns);
+            if (e[i].isa != 0 && ref_ns[e[i].slot] > 0)
+                printf(" %8.1fx", ref_ns[e[i].slot] / ns);
+            printf("\n");
+            fflush(stdout);
         }
-        double ns = time_min(kernel_call, &j, 1, o) * 1e9 / (double)n;
-        if (e[i].isa == 0)
-            ref_ns[e[i].slot] = ns;
-        printf("%-36s %-12s %9.3f %8.2f", e[i].name, tier, ns, 4.0 / ns);
-        if (e[i].isa != 0 && ref_ns[e[i].slot] > 0)
-            printf(" %8.1fx", ref_ns[e[i].slot] / ns);
-        printf("\n");
-        fflush(stdout);
+        kc_release(&c);
     }
     if (!check)
         printf("(GB/s counts 4 bytes per element, the f32 side of the kernel)\n");
-    printf("%d entries run, %d without a runner%s\n", calls, missing,
-           missing ? " (add a case to run_kernel in bench/qsparse_bench.c)" : "");
+    printf("%d entries run, %d without a call%s\n", calls, missing,
+           missing ? " (add an entry to tests/harness/kernel_call.c)" : "");
     free(x);
     free(absmax);
     free(codes);
     free(sbytes);
-    free(mask24);
     free(half);
-    free(meta24);
-    free(counts);
     free(out);
     return missing;
 }

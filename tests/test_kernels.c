@@ -3,7 +3,9 @@
  * The kernel harness (dav1d's checkasm): one cmocka test per registry entry, named
  * "<slot>/<isa>" ("nf4_quant/avx512"), generated from src/core/kernels.inc, so a failure is named
  * and the sweep goes on. Each runs the implementation beside its slot's __ref kernel on the same
- * inputs, for every length 0...1100 and a few large ones, on random data salted with the
+ * inputs (the slot's call and its parameter variants: its entry in tests/harness/kernel_call.c,
+ * which qsparse-bench times too), for every length 0...1100 and a few large ones, on random data
+ * salted with the
  * adversarial values, and compares the outputs with its family's rule: bit for bit for every
  * family but matmul, which gets a tolerance (compare_matmul). Inputs end at a guard page
  * (over-reads fault), outputs sit between canary bytes (over-writes are caught). Under
@@ -15,692 +17,88 @@
 #include "common.h"
 #include "core/internal.h"
 #include "core/kernels.h"
+#include "harness/kernel_call.h"
 #include "kernel_entries.h"
 #include "ref/ref.h"
 
 #define MAX_N 20000
 #define OUT_BYTES (MAX_N * 8 + 4096)
 
-/* Inputs shared by every slot runner, regenerated per length. */
-typedef struct {
-    const float *x;        /* n floats */
-    const uint8_t *codes;  /* n random bytes */
-    const uint8_t *sbytes; /* n random scale bytes (E8M0 / E4M3), with 0x00, 0xFF, 0x7F */
-    const uint16_t *half;  /* n random 16-bit patterns */
-    const float *absmax;   /* n positive scales (with specials) */
-    int variant;
-} k_in;
-
-typedef void k_fn(void);
-
-/* Runners of the sparsity slots (docs/sparsity.md): lengths are cut to whole groups, masks given
- * to compress keep at most two per group (one of the 11 such patterns, from the random codes)
- * and meta given to decompress holds valid nibbles only, as the drivers guarantee. */
-static size_t run_sparse_slot(int32_t slot, void (*fn)(void), const k_in *in, int64_t n,
-                              uint8_t *out)
-{
-    static const uint8_t keeps[11] = {0x0, 0x1, 0x2, 0x4, 0x8, 0x3, 0x5, 0x6, 0x9, 0xA, 0xC};
-    static const uint8_t nibs[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
-    static uint8_t mask[MAX_N];
-    static uint16_t meta[MAX_N / 16 + 1], hz[MAX_N];
-    static float xz[MAX_N];
-    int64_t n4 = n & ~(int64_t)3, words = (n4 + 15) / 16;
-    const float *norm = in->variant & 1 ? in->absmax : NULL;
-
-    for (int64_t g = 0; g < n4 / 4; g++)
-        for (int i = 0; i < 4; i++) {
-            int k = (keeps[in->codes[4 * g] % 11] >> i) & 1;
-            mask[4 * g + i] = (uint8_t)(k ? 1 + in->codes[4 * g + i] % 200 : 0);
-            xz[4 * g + i] = k ? in->x[4 * g + i] : (i & 1 ? -0.0f : 0.0f);
-            hz[4 * g + i] = (uint16_t)(k ? in->half[4 * g + i] : (i & 1 ? 0x8000u : 0u));
-        }
-    for (int64_t wd = 0; wd < words; wd++) {
-        meta[wd] = 0;
-        for (int64_t g = 4 * wd; g < 4 * wd + 4 && g < n4 / 4; g++)
-            meta[wd] = (uint16_t)(meta[wd] | nibs[in->codes[4 * g + 1] % 6] << (4 * (g % 4)));
-    }
-    switch (slot) {
-    case QS_SLOT_sp24_mask_f32: ((qs_sp24_mask_f32_fn *)fn)(in->x, norm, n4, out); return n4;
-    case QS_SLOT_sp24_prune_f32:
-        ((qs_sp24_prune_f32_fn *)fn)(in->x, norm, n4, (float *)out,
-                                     (uint16_t *)(out + 2 * n4));
-        return 2 * n4 + 2 * words;
-    case QS_SLOT_sp24_compress_f32:
-        ((qs_sp24_compress_f32_fn *)fn)(in->variant & 2 ? xz : in->x,
-                                        in->variant & 2 ? NULL : mask, n4, (float *)out,
-                                        (uint16_t *)(out + 2 * n4));
-        return 2 * n4 + 2 * words;
-    case QS_SLOT_sp24_compress_u16:
-        ((qs_sp24_compress_u16_fn *)fn)(in->variant & 2 ? hz : in->half,
-                                        in->variant & 2 ? NULL : mask, n4, (uint16_t *)out,
-                                        (uint16_t *)(out + n4));
-        return n4 + 2 * words;
-    case QS_SLOT_sp24_decompress_f32:
-        ((qs_sp24_decompress_f32_fn *)fn)(in->x, meta, n4, (float *)out);
-        return 4 * n4;
-    case QS_SLOT_sp24_decompress_u16:
-        ((qs_sp24_decompress_u16_fn *)fn)(in->half, meta, n4, (uint16_t *)out);
-        return 2 * n4;
-    case QS_SLOT_sp24_tile_f32: {
-        int64_t cols = (n / 16) * 4;
-        ((qs_sp24_tile_f32_fn *)fn)(in->x, cols, norm, cols, (in->variant >> 1) & 1, out, cols);
-        return 4 * cols;
-    }
-    case QS_SLOT_nm_mask_f32: {
-        int32_t m = 2 + in->variant % 15, nk = 1 + (in->variant * 7) % (m - 1);
-        int32_t method = in->variant % 3;
-        ((qs_nm_mask_f32_fn *)fn)(in->x, method == 1 ? in->absmax : NULL, n - n % m, nk, m,
-                                  method, out);
-        return n - n % m;
-    }
-    default: {
-        int32_t m = 2 + (in->variant * 5) % 15, nk = 1 + in->variant % (m - 1);
-        int64_t len = n < 16000 ? n : 16000; /* 9 output bytes per element fit OUT_BYTES */
-        len -= len % m;
-        ((qs_nm_srste_f32_fn *)fn)(in->x, in->absmax, len, nk, m,
-                                   in->variant & 1 ? 2e-4f : 0.37f, (float *)out,
-                                   (float *)(out + 4 * len), out + 8 * len);
-        return 9 * len;
-    }
-    }
-}
-
-/* Runners of the int8-activation slots (src/ref/mm8_ref.c): m x rows outputs over rows of
- * length kk cut from the n inputs, x codes in [-127, 127] (the quantizer's range; -128 becomes
- * -127) with their sums per unit, INT8 groups of 1 ... kk, NF4/FP4 rows at an offset of a whole
- * number of rows (the driver's layout) or of one element (the reference fallback). */
-static size_t run_mm8_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
-{
-    static const int32_t blocks[] = {64, 128, 32, 6, 256, 64};
-    static int8_t xq[MAX_N];
-    static int32_t xs[MAX_N];
-    int64_t m = 1 + in->variant % 5, rows = 1 + (in->variant * 5) % 7;
-    int64_t kk = n / (m > rows ? m : rows) / 2, unit;
-
-    for (int64_t i = 0; i < m * kk; i++)
-        xq[i] = (int8_t)(in->sbytes[i] == 0x80 ? 0x81 : in->sbytes[i]);
-    if (slot == QS_SLOT_mm_w8a8) {
-        int64_t group = in->variant % 3 == 0 ? (kk > 0 ? kk : 1) : 1 + (in->variant * 37) % 130;
-        int64_t ng = kk > 0 ? (kk + group - 1) / group : 0;
-        int64_t ss = in->variant % 4 == 1 ? 0 : ng;
-        unit = group;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t u = 0; u < ng; u++) {
-                int32_t a = 0;
-                for (int64_t k = u * group; k < (u + 1) * group && k < kk; k++)
-                    a += xq[i * kk + k];
-                xs[i * ng + u] = a;
-            }
-        ((qs_mm_w8a8_fn *)fn)(xq, xs, m, kk, (const int8_t *)in->codes, rows, in->absmax,
-                              in->variant & 1 ? (const int8_t *)in->half : NULL, group, ss,
-                              (float *)out, rows);
-        return (size_t)(m * rows) * 4;
-    }
-    int32_t block = blocks[in->variant % 6];
-    int64_t start = in->variant % 6 == 5 ? 1 : (in->variant % 3) * kk;
-    unit = 64;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t u = 0; u * unit < kk; u++) {
-            int32_t a = 0;
-            for (int64_t k = u * unit; k < (u + 1) * unit && k < kk; k++)
-                a += xq[i * kk + k];
-            xs[i * ((kk + unit - 1) / unit) + u] = a;
-        }
-    ((qs_mm_nf4a8_fn *)fn)(xq, xs, m, kk, in->codes, start, rows, in->absmax, block,
-                           (float *)out, rows);
-    return (size_t)(m * rows) * 4;
-}
+/* ---- the GEMV and 2:4 tolerance rules ----------------------------------------------------------
+ * Every slot's call (its parameters over the KC_VARIANTS variants, derived inputs, in-out state)
+ * is its entry in tests/harness/kernel_call.c, shared with qsparse-bench. The multi-row GEMV and
+ * fused 2:4 slots sum in another order than the reference (FMA, lane-wise block scales), so their
+ * output is laid out for compare_gemv: a header (the number of y slots, k), y as the call wrote
+ * it, and per y slot its error scale sum_k |x_k w_k| in double, over the weights as the reference
+ * decodes them (the entry's kc_gemv). */
 
 #define GEMV_HDR 16
 
-/* The fused 2:4 dot products sum in another order than the reference (FMA, lane-wise block
- * scales), so their result goes out in the GEMV layout (header, y, sum|x w|) for compare_gemv:
- * the bound over the n / 2 kept products, x gathered by the reference and each kept value
- * decoded as the reference decodes it (NF4: codebook times its block's absmax). */
-static size_t sp24_dot_out(int32_t slot, const k_in *in, const uint16_t *meta, int64_t n,
-                           int32_t block, float r, uint8_t *out)
+/* Multi-row GEMV: y is m x rows at a row stride ldy (gaps between rows keep the canary). */
+static void gemv_bounds(const kc_gemv *g, float *bound)
 {
-    static float xg[MAX_N / 2 + 16], v[MAX_N / 2 + 16];
-    int64_t kept = n / 2, start = in->variant & 1;
-    double b = 0.0;
-    double unscaled = 0.0;
-    int nonfinite = 0, overflow = 0;
-    uint32_t hdr = 1, kk = (uint32_t)kept;
-
-    qs_mm_gather_sp24__ref(in->x, meta, n, xg);
-    if (slot == QS_SLOT_mm_dot_sp24_f32)
-        memcpy(v, in->absmax, (size_t)kept * sizeof(float));
-    else if (slot == QS_SLOT_mm_dot_sp24_f16)
-        qs_cvt_f16_f32__ref(in->half, kept, v);
-    else if (slot == QS_SLOT_mm_dot_sp24_bf16)
-        qs_cvt_bf16_f32__ref(in->half, kept, v);
-    else
-        for (int64_t j = 0; j < kept; j++) {
-            int64_t f = start + j;
-            uint8_t c = f & 1 ? in->codes[f / 2] & 15u : in->codes[f / 2] >> 4;
-            v[j] = qs_nf4_codebook[c] * in->absmax[f / block];
-            overflow |= isinf(in->absmax[f / block]) || fabsf(in->absmax[f / block]) > 0x1p120f;
-            /* the block sums are formed before their scale: one that passes 2^126 unscaled
-             * may overflow in one order and not another, however small the scale */
-            double u = fabs((double)xg[j] * (double)qs_nf4_codebook[c]);
-            unscaled += isfinite(u) ? u : 0.0;
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t r = 0; r < g->ldy; r++) {
+            double b = 0.0, xs = 0.0;
+            int nonfinite = 0, overflow = 0;
+            for (int64_t c = 0; r < g->rows && c < g->k; c++) {
+                float xv = g->x[i * g->ldx + c], wv = g->w[r * g->k + c];
+                double p = fabs((double)xv * (double)wv);
+                overflow |= isinf(wv); /* a huge scale (or an infinite one) */
+                if (isfinite(p))
+                    b += p;
+                else
+                    nonfinite = 1;
+                if (isfinite(xv))
+                    xs += fabs((double)xv);
+            }
+            /* 2^127 marks a sum that may overflow in one order and not the other (an infinite
+             * dequantized weight: a scale near the f32 limit, or an infinite one), infinity one
+             * with a non-finite input or a NaN weight */
+            bound[i * g->ldy + r] = b > 0x1p126 || xs * g->vmax > 0x1p126 || overflow ? 0x1p127f
+                                    : nonfinite                                       ? INFINITY
+                                                                                      : (float)b;
         }
-    overflow |= unscaled > 0x1p126;
-    for (int64_t j = 0; j < kept; j++) {
-        double p = fabs((double)xg[j] * (double)v[j]);
+}
+
+/* One 2:4 row: the bound over its k kept products, x gathered by the reference. */
+static void sp24_bound(const kc_gemv *g, float *bound)
+{
+    double b = 0.0;
+    int nonfinite = 0;
+
+    for (int64_t j = 0; j < g->k; j++) {
+        double p = fabs((double)g->x[j] * (double)g->w[j]);
         if (isfinite(p))
             b += p;
         else
             nonfinite = 1;
     }
-    float bound = b > 0x1p126 || overflow ? 0x1p127f : nonfinite ? INFINITY : (float)b;
-    memcpy(out, &hdr, 4);
-    memcpy(out + 4, &kk, 4);
-    memset(out + 8, 0, GEMV_HDR - 8);
-    memcpy(out + GEMV_HDR, &r, 4);
-    memcpy(out + GEMV_HDR + 4, &bound, 4);
-    return GEMV_HDR + 8;
+    bound[0] = b > 0x1p126 || g->overflow ? 0x1p127f : nonfinite ? INFINITY : (float)b;
 }
 
-static int is_sp24_dot_slot(int32_t slot)
+/* Call fn as the case says, into out; for the GEMV and 2:4 rules in compare_gemv's layout.
+ * Returns the bytes used. */
+static size_t run_case(const kc_case *c, kc_fn *fn, uint8_t *out)
 {
-    return slot == QS_SLOT_mm_dot_sp24_f32 || slot == QS_SLOT_mm_dot_sp24_f16 ||
-           slot == QS_SLOT_mm_dot_sp24_bf16 || slot == QS_SLOT_mm_dot_sp24_nf4 ||
-           slot == QS_SLOT_mm_gemv_sp24_nf4;
-}
+    if (c->rule == KC_RULE_FAMILY)
+        return kc_call(c, fn, out);
 
-/* Runners of the matmul slots (include/qsparse/matmul.h): one f32 result per call (the int8
- * group sums stay far below 2^31 at MAX_N), NF4/FP4 rows starting on either nibble, INT8 groups
- * of 1 ... n, 2:4 meta with valid nibbles only, as the driver guarantees. */
-static size_t run_mm_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
-{
-    static const int32_t blocks[] = {64, 2, 32, 6};
-    static const uint8_t nibs[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
-    static uint16_t meta[MAX_N / 16 + 1];
-    static float xt[2 * MAX_N];
-    const int8_t *zp = in->variant & 1 ? (const int8_t *)in->half : NULL;
-    int64_t group = in->variant % 4 == 0 ? (n > 0 ? n : 1) : 1 + (in->variant * 7) % 40;
-    int64_t n4 = n & ~(int64_t)3;
-    float r = 0.0f;
+    const kc_gemv *g = &c->gemv;
+    int64_t slots = g->m * g->ldy;
+    uint32_t hdr = (uint32_t)slots, kk = (uint32_t)g->k;
+    size_t used = kc_call(c, fn, out + GEMV_HDR);
+    float *bound = (float *)(out + GEMV_HDR + (size_t)slots * 4);
 
-    switch (slot) {
-    case QS_SLOT_mm_dot_f32: r = ((qs_mm_dot_f32_fn *)fn)(in->x, in->absmax, n); break;
-    case QS_SLOT_mm_dot_f16: r = ((qs_mm_dot_f16_fn *)fn)(in->x, in->half, n); break;
-    case QS_SLOT_mm_dot_bf16: r = ((qs_mm_dot_bf16_fn *)fn)(in->x, in->half, n); break;
-    case QS_SLOT_mm_dot_nf4:
-    case QS_SLOT_mm_dot_fp4: {
-        int64_t start = n > 1 ? in->variant & 1 : 0; /* (start + n + 1) / 2 <= n bytes */
-        r = ((qs_mm_dot_nf4_fn *)fn)(in->x, n - start, in->codes, start, in->absmax,
-                                     blocks[in->variant % 4]);
-        break;
-    }
-    case QS_SLOT_mm_dot_int8:
-        r = ((qs_mm_dot_int8_fn *)fn)(in->x, n, (const int8_t *)in->codes, in->absmax, zp, group);
-        break;
-    case QS_SLOT_mm_dot_e4m3:
-    case QS_SLOT_mm_dot_e5m2: r = ((qs_mm_dot_e4m3_fn *)fn)(in->x, n, in->codes, 0.037f); break;
-    case QS_SLOT_mm_dot_mxfp4:
-    case QS_SLOT_mm_dot_mxfp8:
-        r = ((qs_mm_dot_mxfp4_fn *)fn)(in->x, n, in->codes, in->sbytes);
-        break;
-    case QS_SLOT_mm_dot_nvfp4:
-        r = ((qs_mm_dot_nvfp4_fn *)fn)(in->x, n, in->codes, in->sbytes, 0.37f);
-        break;
-    case QS_SLOT_mm_dot_w8a8:
-        r = ((qs_mm_dot_w8a8_fn *)fn)((const int8_t *)in->codes, (const int8_t *)in->sbytes, n,
-                                      in->absmax, zp, group);
-        break;
-    case QS_SLOT_mm_gather_sp24:
-    case QS_SLOT_mm_sp24_axpy:
-    case QS_SLOT_mm_dot_sp24_f32:
-    case QS_SLOT_mm_dot_sp24_f16:
-    case QS_SLOT_mm_dot_sp24_bf16:
-    case QS_SLOT_mm_dot_sp24_nf4:
-    case QS_SLOT_mm_gemv_sp24_nf4:
-        for (int64_t g = 0; g < n4 / 4; g++) {
-            if (g % 4 == 0)
-                meta[g / 4] = 0;
-            meta[g / 4] |= (uint16_t)(nibs[in->codes[4 * g] % 6] << (4 * (g % 4)));
-        }
-        if (slot == QS_SLOT_mm_gather_sp24) {
-            ((qs_mm_gather_sp24_fn *)fn)(in->x, meta, n4, (float *)out);
-            return (size_t)n4 * 2;
-        }
-        if (slot == QS_SLOT_mm_dot_sp24_f32)
-            r = ((qs_mm_dot_sp24_f32_fn *)fn)(in->x, meta, n4, in->absmax);
-        if (slot == QS_SLOT_mm_dot_sp24_f16 || slot == QS_SLOT_mm_dot_sp24_bf16)
-            r = ((qs_mm_dot_sp24_f16_fn *)fn)(in->x, meta, n4, in->half);
-        if (slot == QS_SLOT_mm_dot_sp24_nf4) /* rows starting on either nibble, at a block or not */
-            r = ((qs_mm_dot_sp24_nf4_fn *)fn)(in->x, meta, n4, in->codes, in->variant & 1,
-                                              in->absmax, blocks[in->variant % 4]);
-        if (slot == QS_SLOT_mm_gemv_sp24_nf4) { /* one row here; test_matmul_sp24 takes several */
-            if (((qs_mm_gemv_sp24_nf4_fn *)fn)(in->x, n4, meta, (n4 + 15) / 16, in->codes,
-                                               in->variant & 1, in->absmax,
-                                               blocks[in->variant % 4], 1, &r) != 0)
-                r = -12345.0f; /* valid meta here: a nonzero return is a mismatch */
-            slot = QS_SLOT_mm_dot_sp24_nf4; /* the same bound */
-        }
-        if (slot != QS_SLOT_mm_sp24_axpy)
-            return sp24_dot_out(slot, in, meta, n4, blocks[in->variant % 4], r, out);
-        for (int64_t i = 0; i < n4; i++) {
-            xt[2 * i] = in->absmax[i];
-            xt[2 * i + 1] = in->x[n - 1 - i];
-        }
-        memcpy(out, (const float[2]){0.5f, -0.0f}, 8); /* acc is accumulated into */
-        ((qs_mm_sp24_axpy_fn *)fn)(in->x, meta, n4, xt, 2, 2, (float *)out);
-        return 8;
-    default: fail_msg("slot %d has no runner in test_kernels.c", slot); return 0;
-    }
-    memcpy(out, &r, 4);
-    return 4;
-}
-
-
-/* Runner of the tiled GEMM step (mm_gemm_f32): 1...3 panels of 16 activation rows (the AVX-512
- * pair and its single tail) at a panel stride with or without a gap, 1...14 W rows (whole
- * register tiles of 12 and 6 and every tail), k = n mod 257 columns (0 ... QS_MM_GEMM_KC), the
- * first slice or one accumulated onto earlier values (the canaried output, gaps between rows
- * untouched). Inputs cycle over the salted x values, so NaN, Inf and signed zeros reach both the
- * products and the sums. */
-static size_t run_gemm_slot(k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
-{
-    static float xt[3 * (16 * QS_MM_GEMM_KC + 16)], w[14 * QS_MM_GEMM_LDW];
-    int v = in->variant;
-    int64_t mp = 1 + v % 3, rows = 1 + (v * 5) % 14, k = n % (QS_MM_GEMM_KC + 1);
-    int64_t xs = 16 * k + (v & 1 ? 16 : 0), ldc = 16 * mp + 3;
-    int32_t acc = (v >> 1) & 1;
-    float *c = (float *)out;
-
-    for (int64_t i = 0; i < mp * xs; i++)
-        xt[i] = n > 0 ? in->x[i % n] : 0.0f;
-    for (int64_t i = 0; i < 14 * QS_MM_GEMM_LDW; i++)
-        w[i] = n > 0 ? in->x[n - 1 - (i * 7) % n] : 0.0f;
-    for (int64_t i = 0; i < rows * ldc; i++)
-        c[i] = n > 0 ? in->x[(i * 3) % n] : 1.0f;
-    ((qs_mm_gemm_f32_fn *)fn)(xt, xs, mp, k, w, rows, c, ldc, acc);
-    return (size_t)(rows * ldc) * 4;
-}
-
-/* Runners of the multi-row GEMV slots: m rows of x (1...8) against `rows` W rows (1...6, so the
- * 4-row tiles and their tails run) with k = n / max(m, rows) columns, every format parameter the
- * drivers pass (NF4/FP4 blocks that do and do not divide k, rows starting past the first block,
- * INT8 groups of 1...40 or the row, one tensor scale or scales per row, zero points or none).
- * The output is a header (the number of y slots), y (m x rows at a row stride of rows + 1, so a
- * stray write between rows shows in the canary gap) and, per y slot, sum_k |x_k w_k| in double
- * over the reference's dequantized weight: compare_gemv's error scale. */
-static int is_gemv_slot(int32_t slot)
-{
-    return slot >= QS_SLOT_mm_gemv_f16 && slot <= QS_SLOT_mm_gemv_nvfp4;
-}
-
-static size_t run_gemv_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
-{
-    static const int32_t ms[12] = {1, 2, 3, 1, 4, 1, 5, 8, 1, 2, 1, 7};
-    static const int32_t blocks[6] = {64, 32, 128, 16, 6, 2};
-    static float wv[MAX_N + 256];
-    int v = in->variant;
-    int64_t m = ms[v % 12], rows = 1 + (v * 5) % 6, d = m > rows ? m : rows, k = n / d;
-    int32_t block = blocks[v % 6];
-    int64_t ldy = rows + 1, slots = m * ldy;
-    int64_t start = (v & 4) && block <= 128 && k * rows + block <= 2 * n ? block : 0;
-    int64_t group = v % 4 == 0 ? (k > 0 ? k : 1) : 1 + (v * 7) % 40;
-    int64_t spg = k > 0 ? (k + group - 1) / group : 0, sstride = v % 3 == 0 ? 0 : spg;
-    const int8_t *zp = v & 1 ? (const int8_t *)in->half : NULL;
-    int64_t rb4 = (k + 1) / 2, spr32 = (k + 31) / 32, spr16 = (k + 15) / 16;
-    float *y = (float *)(out + GEMV_HDR), *bound = y + slots;
-    uint32_t hdr = (uint32_t)slots;
-
-    if ((v & 2) && slot != QS_SLOT_mm_gemv_int8)
-        k -= k % (slot == QS_SLOT_mm_gemv_nf4 || slot == QS_SLOT_mm_gemv_fp4 ? block : 32);
-    rb4 = (k + 1) / 2;
-    spr32 = (k + 31) / 32;
-    spr16 = (k + 15) / 16;
-    if (slot == QS_SLOT_mm_gemv_int8) { /* recompute with the final k */
-        group = v % 4 == 0 ? (k > 0 ? k : 1) : group;
-        spg = k > 0 ? (k + group - 1) / group : 0;
-        sstride = v % 3 == 0 ? 0 : spg;
-    }
-    switch (slot) {
-    case QS_SLOT_mm_gemv_f16:
-    case QS_SLOT_mm_gemv_bf16:
-        ((qs_mm_gemv_f16_fn *)fn)(in->x, k, m, k, in->half, rows, y, ldy);
-        (slot == QS_SLOT_mm_gemv_f16 ? qs_cvt_f16_f32__ref : qs_cvt_bf16_f32__ref)(in->half,
-                                                                                  rows * k, wv);
-        break;
-    case QS_SLOT_mm_gemv_nf4:
-    case QS_SLOT_mm_gemv_fp4:
-        ((qs_mm_gemv_nf4_fn *)fn)(in->x, k, m, k, in->codes, start, in->absmax, block, rows, y,
-                                  ldy);
-        (slot == QS_SLOT_mm_gemv_nf4 ? qs_nf4_dequant__ref : qs_fp4_dequant__ref)(
-            in->codes, in->absmax, start + rows * k, block, wv);
-        memmove(wv, wv + start, (size_t)(rows * k) * sizeof(float));
-        break;
-    case QS_SLOT_mm_gemv_int8: {
-        const int8_t *q = (const int8_t *)in->codes;
-        ((qs_mm_gemv_int8_fn *)fn)(in->x, k, m, k, q, in->absmax, zp, group, sstride, rows, y,
-                                   ldy);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < k; c++) {
-                int64_t u = r * sstride + c / group;
-                wv[r * k + c] = (float)(q[r * k + c] - (zp ? zp[u] : 0)) * in->absmax[u];
-            }
-        break;
-    }
-    case QS_SLOT_mm_gemv_e4m3:
-    case QS_SLOT_mm_gemv_e5m2:
-        ((qs_mm_gemv_e4m3_fn *)fn)(in->x, k, m, k, in->codes, 0.037f, rows, y, ldy);
-        (slot == QS_SLOT_mm_gemv_e4m3 ? qs_e4m3_dequant__ref : qs_e5m2_dequant__ref)(
-            in->codes, rows * k, 0.037f, wv);
-        break;
-    case QS_SLOT_mm_gemv_mxfp4:
-    case QS_SLOT_mm_gemv_mxfp8: {
-        int64_t rb = slot == QS_SLOT_mm_gemv_mxfp4 ? rb4 : k;
-        ((qs_mm_gemv_mxfp4_fn *)fn)(in->x, k, m, k, in->codes, rb, in->sbytes, spr32, rows, y,
-                                    ldy);
-        for (int64_t r = 0; r < rows; r++)
-            (slot == QS_SLOT_mm_gemv_mxfp4 ? qs_mxfp4_dequant__ref : qs_mxfp8_dequant__ref)(
-                in->codes + r * rb, in->sbytes + r * spr32, k, wv + r * k);
-        break;
-    }
-    case QS_SLOT_mm_gemv_nvfp4:
-        ((qs_mm_gemv_nvfp4_fn *)fn)(in->x, k, m, k, in->codes, rb4, in->sbytes, spr16, 0.37f, rows,
-                                    y, ldy);
-        for (int64_t r = 0; r < rows; r++)
-            qs_nvfp4_dequant__ref(in->codes + r * rb4, in->sbytes + r * spr16, k, 0.37f,
-                                  wv + r * k);
-        break;
-    default: fail_msg("slot %d has no GEMV runner", slot); return 0;
-    }
-    /* Largest unscaled element value: a segment's f32 sum before its scale can reach
-     * sum|x| * vmax even where the scaled sum is small (a tiny block scale). */
-    double vmax = slot == QS_SLOT_mm_gemv_nf4    ? 1.0
-                  : slot == QS_SLOT_mm_gemv_fp4  ? 12.0
-                  : slot == QS_SLOT_mm_gemv_int8 ? 255.0
-                  : slot == QS_SLOT_mm_gemv_e4m3 || slot == QS_SLOT_mm_gemv_mxfp8 ? 448.0
-                  : slot == QS_SLOT_mm_gemv_e5m2 ? 57344.0
-                  : slot == QS_SLOT_mm_gemv_mxfp4 || slot == QS_SLOT_mm_gemv_nvfp4 ? 6.0
-                                                 : 0.0;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < ldy; r++) {
-            double b = 0.0, xs = 0.0;
-            int nonfinite = 0, overflow = 0;
-            for (int64_t c = 0; r < rows && c < k; c++) {
-                double p = fabs((double)in->x[i * k + c] * (double)wv[r * k + c]);
-                overflow |= isinf(wv[r * k + c]); /* a huge scale (or an infinite one) */
-                if (isfinite(p))
-                    b += p;
-                else
-                    nonfinite = 1;
-                if (isfinite(in->x[i * k + c]))
-                    xs += fabs((double)in->x[i * k + c]);
-            }
-            /* 2^127 marks a sum that may overflow in one order and not the other (an infinite
-             * dequantized weight: a scale near the f32 limit, or an infinite one), infinity one
-             * with a non-finite input or a NaN weight */
-            bound[i * ldy + r] = b > 0x1p126 || xs * vmax > 0x1p126 || overflow ? 0x1p127f
-                                 : nonfinite                        ? INFINITY
-                                                                    : (float)b;
-        }
-    uint32_t kk = (uint32_t)k;
+    assert_int_equal(used, (size_t)slots * 4);
+    if (c->rule == KC_RULE_GEMV)
+        gemv_bounds(g, bound);
+    else
+        sp24_bound(g, bound);
     memcpy(out, &hdr, 4);
     memcpy(out + 4, &kk, 4);
     memset(out + 8, 0, GEMV_HDR - 8);
     return GEMV_HDR + (size_t)slots * 8;
-}
-
-/* Run `fn` of `slot` on `in` with length n, writing every output into out; return bytes used. */
-static size_t run_slot(int32_t slot, k_fn *fn, const k_in *in, int64_t n, uint8_t *out)
-{
-    static const int32_t blocks[] = {64, 2, 32, 4096, 6, 256};
-    /* NaN scales (one with a payload and the sign set) meet NaN codes and NaN block scales:
-     * every kernel must give the canonical NaN there (docs/nan.md) */
-    const float scales[] = {1.0f, 0.037f, 3.0e-39f, 1e30f, t_f32_from_bits(0xFFC00005u), NAN};
-    int32_t block = blocks[in->variant % 6];
-    float scale = scales[in->variant % 6];
-    size_t nb = n > 0 ? (size_t)((n + block - 1) / block) : 0;
-
-    switch (slot) {
-    case QS_SLOT_cvt_f16_f32: ((qs_cvt_f16_f32_fn *)fn)(in->half, n, (float *)out); return 4 * n;
-    case QS_SLOT_cvt_bf16_f32: ((qs_cvt_bf16_f32_fn *)fn)(in->half, n, (float *)out); return 4 * n;
-    case QS_SLOT_cvt_f32_f16: ((qs_cvt_f32_f16_fn *)fn)(in->x, n, (uint16_t *)out); return 2 * n;
-    case QS_SLOT_cvt_f32_bf16: ((qs_cvt_f32_bf16_fn *)fn)(in->x, n, (uint16_t *)out); return 2 * n;
-    case QS_SLOT_copy_stream_f32: {
-        /* dst 0, 4, ..., 40 bytes into the buffer (head lengths before the first 32- or 64-byte
-         * line) and once 2 bytes in, where no float alignment exists; NaN payloads move as bits */
-        size_t off = in->variant == 11 ? 2 : (size_t)in->variant * 4;
-        ((qs_copy_stream_f32_fn *)fn)(in->x, n, (float *)(void *)(out + off), in->variant & 1);
-        return off + 4 * (size_t)n;
-    }
-    case QS_SLOT_amax_f32: {
-        float m = ((qs_amax_f32_fn *)fn)(in->x, n);
-        memcpy(out, &m, 4);
-        return 4;
-    }
-    case QS_SLOT_minmax_f32: {
-        float lh[2] = {in->variant & 1 ? INFINITY : -2.0f, in->variant & 1 ? -INFINITY : 2.0f};
-        ((qs_minmax_f32_fn *)fn)(in->x, n, &lh[0], &lh[1]);
-        memcpy(out, lh, 8);
-        /* Zeros of one sign with a single zero of the other at a moving position: the result's
-         * sign (-0 < +0 in the reference) must not depend on which lane the odd zero lands in. */
-        float z[48], zlh[2] = {1.0f, -1.0f};
-        int64_t zn = n < 48 ? n : 48;
-        for (int64_t k = 0; k < zn; k++)
-            z[k] = in->variant & 1 ? -0.0f : 0.0f;
-        if (zn > 0)
-            z[(n * 7 + in->variant) % zn] = in->variant & 1 ? 0.0f : -0.0f;
-        ((qs_minmax_f32_fn *)fn)(z, zn, &zlh[0], &zlh[1]);
-        memcpy(out + 8, zlh, 8);
-        return 16;
-    }
-    case QS_SLOT_nonfinite_f32: {
-        /* variant 1: only the finite prefix, so both answers are exercised */
-        int64_t m = n;
-        if (in->variant & 1)
-            for (m = 0; m < n && isfinite(in->x[m]); m++)
-                ;
-        int32_t r = ((qs_nonfinite_f32_fn *)fn)(in->x, m);
-        memcpy(out, &r, 4);
-        return 4;
-    }
-    case QS_SLOT_nf4_quant:
-    case QS_SLOT_fp4_quant:
-    case QS_SLOT_dyn8_quant: {
-        size_t data = slot == QS_SLOT_dyn8_quant ? (size_t)n : (size_t)(n + 1) / 2;
-        ((qs_nf4_quant_fn *)fn)(in->x, n, block, out, (float *)(out + ((data + 3) & ~(size_t)3)));
-        return ((data + 3) & ~(size_t)3) + 4 * nb;
-    }
-    case QS_SLOT_nf4_dequant:
-    case QS_SLOT_fp4_dequant:
-        ((qs_nf4_dequant_fn *)fn)(in->codes, in->absmax, n, block, (float *)out);
-        return 4 * n;
-    case QS_SLOT_dyn8_dequant:
-        ((qs_dyn8_dequant_fn *)fn)(in->codes, in->absmax, n, 256, in->variant & 1 ? 0.37f : 0.0f,
-                                   (float *)out);
-        return 4 * n;
-    case QS_SLOT_int8_quant: {
-        static const float muls[] = {127.0f / 3.5f, INFINITY, 0.0f, 1.0f / 0.02f, 1e-3f};
-        int32_t zp = in->variant % 3 == 0 ? 0 : (int32_t)(in->variant * 37 % 256) - 128;
-        ((qs_int8_quant_fn *)fn)(in->x, n, muls[in->variant % 5], zp, zp ? -128 : -127,
-                                 (int8_t *)out);
-        return n;
-    }
-    case QS_SLOT_int8_dequant:
-        ((qs_int8_dequant_fn *)fn)((const int8_t *)in->codes, n, scale,
-                                   (int32_t)(in->variant * 53 % 256) - 128, (float *)out);
-        return 4 * n;
-    case QS_SLOT_int8_dequant_rowstat:
-        ((qs_int8_dequant_rowstat_fn *)fn)((const int8_t *)in->codes, n, scale * 3.0f,
-                                           (float *)out);
-        return 4 * n;
-    case QS_SLOT_e4m3_quant:
-    case QS_SLOT_e5m2_quant: ((qs_e4m3_quant_fn *)fn)(in->x, n, scale, out); return n;
-    case QS_SLOT_e4m3_dequant:
-    case QS_SLOT_e5m2_dequant:
-        ((qs_e4m3_dequant_fn *)fn)(in->codes, n, scale, (float *)out);
-        return 4 * n;
-    case QS_SLOT_mxfp4_quant:
-    case QS_SLOT_mxfp8_quant: {
-        size_t data = slot == QS_SLOT_mxfp8_quant ? (size_t)n : (size_t)(n + 1) / 2;
-        size_t nsb = n > 0 ? (size_t)(n + 31) / 32 : 0;
-        ((qs_mxfp4_quant_fn *)fn)(in->x, n, in->variant & 1, out, out + data);
-        return data + nsb;
-    }
-    case QS_SLOT_mxfp4_dequant:
-    case QS_SLOT_mxfp8_dequant:
-        ((qs_mxfp4_dequant_fn *)fn)(in->codes, in->sbytes, n, (float *)out);
-        return 4 * n;
-    case QS_SLOT_nvfp4_quant: {
-        size_t data = (size_t)(n + 1) / 2, nsb = n > 0 ? (size_t)(n + 15) / 16 : 0;
-        ((qs_nvfp4_quant_fn *)fn)(in->x, n, scale, out, out + data);
-        return data + nsb;
-    }
-    case QS_SLOT_nvfp4_dequant:
-        ((qs_nvfp4_dequant_fn *)fn)(in->codes, in->sbytes, n, scale, (float *)out);
-        return 4 * n;
-    case QS_SLOT_sp24_mask_f32:
-    case QS_SLOT_sp24_prune_f32:
-    case QS_SLOT_sp24_compress_f32:
-    case QS_SLOT_sp24_compress_u16:
-    case QS_SLOT_sp24_decompress_f32:
-    case QS_SLOT_sp24_decompress_u16:
-    case QS_SLOT_sp24_tile_f32:
-    case QS_SLOT_nm_mask_f32:
-    case QS_SLOT_nm_srste_f32: return run_sparse_slot(slot, fn, in, n, out);
-    case QS_SLOT_mm_dot_f32:
-    case QS_SLOT_mm_dot_f16:
-    case QS_SLOT_mm_dot_bf16:
-    case QS_SLOT_mm_dot_nf4:
-    case QS_SLOT_mm_dot_fp4:
-    case QS_SLOT_mm_dot_int8:
-    case QS_SLOT_mm_dot_e4m3:
-    case QS_SLOT_mm_dot_e5m2:
-    case QS_SLOT_mm_dot_mxfp4:
-    case QS_SLOT_mm_dot_mxfp8:
-    case QS_SLOT_mm_dot_nvfp4:
-    case QS_SLOT_mm_dot_w8a8:
-    case QS_SLOT_mm_gather_sp24:
-    case QS_SLOT_mm_sp24_axpy:
-    case QS_SLOT_mm_dot_sp24_f32:
-    case QS_SLOT_mm_dot_sp24_f16:
-    case QS_SLOT_mm_dot_sp24_bf16:
-    case QS_SLOT_mm_dot_sp24_nf4:
-    case QS_SLOT_mm_gemv_sp24_nf4: return run_mm_slot(slot, fn, in, n, out);
-    case QS_SLOT_mm_transpose_f32: {
-        /* a block of 0 ... 47 rows and columns of the salted x (NaN payloads, Inf, -0 move as
-         * they are) at strides with and without gaps; the gaps of the output stay canary */
-        int64_t rows = n % 48, cols = (n / 48 + in->variant * 5) % 48;
-        int64_t lds = cols + in->variant % 3, ldd = rows + (in->variant / 3) % 2;
-        if (rows * lds > n)
-            rows = lds > 0 ? n / lds : 0;
-        ((qs_mm_transpose_f32_fn *)fn)(in->x, lds, rows, cols, (float *)out, ldd);
-        return (size_t)(cols * ldd) * 4;
-    }
-    case QS_SLOT_mm_sp24_meta_bad: {
-        /* n words of valid nibbles; in two variants of three one nibble made invalid */
-        static const uint8_t ok[6] = {0x4, 0x8, 0xC, 0x9, 0xD, 0xE};
-        static const uint8_t bad[10] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x6, 0x7, 0xA, 0xB, 0xF};
-        static uint16_t mw[MAX_N];
-        for (int64_t i = 0; i < n; i++) {
-            mw[i] = 0;
-            for (int t = 0; t < 4; t++)
-                mw[i] |= (uint16_t)(ok[in->codes[(4 * i + t) % n] % 6] << (4 * t));
-        }
-        if (in->variant % 3 != 0 && n > 0) {
-            int64_t at = ((int64_t)in->codes[0] * 977 + in->variant * 131) % (4 * n);
-            mw[at / 4] = (uint16_t)((mw[at / 4] & ~(15u << (4 * (at % 4)))) |
-                                    (unsigned)bad[in->codes[n - 1] % 10] << (4 * (at % 4)));
-        }
-        int32_t v = ((qs_mm_sp24_meta_bad_fn *)fn)(mw, n) != 0;
-        memcpy(out, &v, 4);
-        return 4;
-    }
-    case QS_SLOT_mm_gemm_f32: return run_gemm_slot(fn, in, n, out);
-    case QS_SLOT_mm_gemv_f16:
-    case QS_SLOT_mm_gemv_bf16:
-    case QS_SLOT_mm_gemv_nf4:
-    case QS_SLOT_mm_gemv_fp4:
-    case QS_SLOT_mm_gemv_int8:
-    case QS_SLOT_mm_gemv_e4m3:
-    case QS_SLOT_mm_gemv_e5m2:
-    case QS_SLOT_mm_gemv_mxfp4:
-    case QS_SLOT_mm_gemv_mxfp8:
-    case QS_SLOT_mm_gemv_nvfp4: return run_gemv_slot(slot, fn, in, n, out);
-    case QS_SLOT_mm_w8a8:
-    case QS_SLOT_mm_nf4a8:
-    case QS_SLOT_mm_fp4a8: return run_mm8_slot(slot, fn, in, n, out);
-    case QS_SLOT_hist_scan: {
-        /* calibration range scan: the caller's values are kept unless beaten (strictly) */
-        float lh[2] = {in->variant & 1 ? INFINITY : -0.0f, in->variant & 1 ? -INFINITY : 0.0f};
-        uint64_t c[2] = {(uint64_t)in->variant, 7};
-        ((qs_hist_scan_fn *)fn)(in->x, n, &lh[0], &lh[1], &c[0], &c[1]);
-        memcpy(out, lh, 8);
-        memcpy(out + 8, c, 16);
-        return 24;
-    }
-    case QS_SLOT_hist_update: {
-        /* k from the finite maximum (docs/calibration.md §3) plus 0-2 spare binades; variants
-         * 5 and 11 scale the data down to a maximum near 2^-140, where subnormals need the
-         * widest shifts and k drops below -149 for the larger bin counts */
-        static const int32_t bins[] = {2048, 16, 4, 8192};
-        static float tiny[MAX_N];
-        int32_t nb = bins[in->variant % 4], lb = 0, e;
-        const float *x = in->x;
-        float amax = 0.0f;
-        while ((1 << lb) < nb)
-            lb++;
-        for (int64_t i = 0; i < n; i++)
-            if (isfinite(x[i]) && fabsf(x[i]) > amax)
-                amax = fabsf(x[i]);
-        if (in->variant % 6 == 5 && amax > 0.0f) {
-            (void)frexpf(amax, &e);
-            for (int64_t i = 0; i < n; i++)
-                tiny[i] = ldexpf(in->x[i], -140 - e);
-            x = tiny;
-            amax = ldexpf(amax, -140 - e);
-        }
-        (void)frexpf(amax, &e);
-        int32_t k = amax > 0.0f ? e - lb + in->variant % 3 : in->variant - 5;
-        uint64_t *c = (uint64_t *)out;
-        for (int32_t j = 0; j < nb; j++)
-            c[j] = in->variant & 1 ? (uint64_t)j * 3 : 0;
-        ((qs_hist_update_fn *)fn)(x, n, k, nb, c);
-        return (size_t)nb * 8;
-    }
-    case QS_SLOT_hist_scan_update: {
-        /* k fits the data (even variants), or is one binade short (odd: must return 0 and
-         * leave the counts alone); bin counts as for hist_update */
-        static const int32_t bins[] = {2048, 16, 4, 8192, 64, 2048};
-        int32_t nb = bins[in->variant % 6], lb = 0, e;
-        float amax = 0.0f;
-        while ((1 << lb) < nb)
-            lb++;
-        for (int64_t i = 0; i < n; i++)
-            if (isfinite(in->x[i]) && fabsf(in->x[i]) > amax)
-                amax = fabsf(in->x[i]);
-        (void)frexpf(amax, &e);
-        int32_t k = amax > 0.0f ? e - lb - (in->variant & 1) : in->variant - 5;
-        uint64_t *c = (uint64_t *)out;
-        for (int32_t j = 0; j < nb; j++)
-            c[j] = (uint64_t)j * 5;
-        float lh[2] = {in->variant & 2 ? INFINITY : -0.0f, in->variant & 2 ? -INFINITY : 0.0f};
-        uint64_t cnt[2] = {3, (uint64_t)in->variant};
-        int32_t r = ((qs_hist_scan_update_fn *)fn)(in->x, n, k, nb, c, &lh[0], &lh[1], &cnt[0],
-                                                   &cnt[1]);
-        uint8_t *tail = out + (size_t)nb * 8;
-        memcpy(tail, lh, 8);
-        memcpy(tail + 8, cnt, 16);
-        memcpy(tail + 24, &r, 4);
-        return (size_t)nb * 8 + 28;
-    }
-    case QS_SLOT_hist_sumsq: {
-        double *acc = (double *)out;
-        for (int64_t j = 0; j < n; j++)
-            acc[j] = in->variant & 1 ? (double)j * 0.37 : 0.0;
-        ((qs_hist_sumsq_fn *)fn)(in->x, n, acc);
-        return 8 * (size_t)n;
-    }
-    default: fail_msg("slot %d has no runner in test_kernels.c", slot); return 0;
-    }
 }
 
 /* ---- the bit-exactness sweep ------------------------------------------------------------------ */
@@ -765,15 +163,18 @@ static void make_inputs(k_inputs *b, t_rng *r, int64_t n, int salt)
     }
 }
 
-static k_in view(const k_inputs *b, int64_t n, int variant)
+static kc_in view(const k_inputs *b, int64_t n, int variant)
 {
-    k_in in;
+    kc_in in;
     in.x = (const float *)((const uint8_t *)b->x.p + (MAX_N - n) * 4);
     in.absmax = (const float *)((const uint8_t *)b->absmax.p + (MAX_N - n) * 4);
     in.codes = (const uint8_t *)b->codes.p + (MAX_N - n);
     in.sbytes = (const uint8_t *)b->sbytes.p + (MAX_N - n);
     in.half = (const uint16_t *)((const uint8_t *)b->half.p + (MAX_N - n) * 2);
+    in.n = n;
     in.variant = variant;
+    in.typical = 0;
+    in.out_bytes = OUT_BYTES;
     return in;
 }
 
@@ -825,8 +226,7 @@ static int64_t compare_matmul(const uint8_t *got, const uint8_t *want, size_t by
     return d < 0 ? -1 : (int64_t)i + d;
 }
 
-
-/* The GEMV slots' rule (run_gemv_slot's layout): y within its error scale of the reference,
+/* The GEMV slots' rule (run_case's layout): y within its error scale of the reference,
  * |got - want| <= (k/16 + 8) * 2^-23 * sum|x w|: both sum k products in 16 lanes of about k/16
  * terms plus a short tree and one scale per segment, in different orders and with or without
  * FMA, each within about (k/16 + 4) * 2^-24 of that scale. A NaN matches only a NaN and an
@@ -905,9 +305,8 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
     static const int64_t big[] = {2047, 2048, 4095, 4096, 4097, 8191, 12345, MAX_N};
     t_rng r = {0x5EED0000ull + (uint64_t)impl->slot};
     size_t dirty = o_ref->bytes, win = 0; /* the bytes the last call may have written */
-    k_compare_fn *compare = is_gemv_slot(impl->slot) || is_sp24_dot_slot(impl->slot)
-                                ? compare_gemv
-                                : family_compare[impl->family];
+    kc_rule rule = kc_slot_rule(impl->slot);
+    k_compare_fn *compare = rule != KC_RULE_FAMILY ? compare_gemv : family_compare[impl->family];
     int64_t compared = 0;
 
     assert_non_null(ref);
@@ -917,18 +316,25 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
             continue;
         /* a GEMV call does up to 8 x 6 dot products of n / 8 ... n: above 160, every 7th length
          * (the tails mod 16 and 64 still all come round) and the large ones */
-        if (is_gemv_slot(impl->slot) && n > 160 && k <= 1100 && n % 7 != 0)
+        if (rule == KC_RULE_GEMV && n > 160 && k <= 1100 && n % 7 != 0)
             continue;
         make_inputs(bufs, &r, n, (int)(k % 3 != 0));
         /* Three of the twelve parameter variants per length, rotating, and all of them for the
          * first lengths; together every (variant, tail) pair class is covered. */
-        for (int j = 0; j < (n < 40 || quick ? 12 : 3); j++) {
-            int variant = (int)((n * 5 + j) % 12);
-            k_in in = view(bufs, n, variant);
+        for (int j = 0; j < (n < 40 || quick ? KC_VARIANTS : 3); j++) {
+            int variant = (int)((n * 5 + j) % KC_VARIANTS);
+            kc_in in = view(bufs, n, variant);
+            kc_case c;
+            int set = kc_setup(&c, impl->slot, &in);
+            if (set == 0)
+                fail_msg("slot %s has no entry in tests/harness/kernel_call.c",
+                         qs_slot_name(impl->slot));
+            assert_int_equal(set, 1);
             memset(o_ref->base, T_CANARY, T_GUARD + dirty);
             memset(o_impl->base, T_CANARY, T_GUARD + dirty);
-            size_t used_r = run_slot(ref->slot, ref->fn, &in, n, o_ref->p);
-            size_t used_i = run_slot(impl->slot, impl->fn, &in, n, o_impl->p);
+            size_t used_r = run_case(&c, ref->fn, o_ref->p);
+            size_t used_i = run_case(&c, impl->fn, o_impl->p);
+            kc_release(&c);
             assert_int_equal(used_r, used_i);
             dirty = win = out_window(used_r, o_ref->bytes);
             /* the margin too: bytes past `used` must stay canary in both */
@@ -981,7 +387,7 @@ static int kernels_teardown(void **state)
 }
 
 /* One registry entry (the test's initial state): an implementation against its reference, or the
- * reference against itself (a quick sweep that exercises its runner and the guard pages). */
+ * reference against itself (a quick sweep that exercises its call and the guard pages). */
 /* ---- exhaustive dequantize proofs ----------------------------------------------------------- */
 
 /* The i-th of the 254 E4M3 codes that are not NaN (0x7F, 0xFF excluded), cyclically. */
@@ -1106,24 +512,6 @@ static int tier_by_name(const char *name, qs_isa_tier *out)
     return -1;
 }
 
-/* The tier a function-name tag stands for: the tier's name without its dashes ("avx512vnni" is
- * "avx512-vnni", since C names cannot hold a dash); -1 if none. */
-static int tier_by_tag(const char *tag, qs_isa_tier *out)
-{
-    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
-        char plain[32];
-        size_t k = 0;
-        assert_int_equal(qs_isa_tier_info(i, out), QS_OK);
-        for (const char *c = out->name; *c && k + 1 < sizeof plain; c++)
-            if (*c != '-')
-                plain[k++] = *c;
-        plain[k] = '\0';
-        if (strcmp(plain, tag) == 0)
-            return i;
-    }
-    return -1;
-}
-
 /* The entry's home tier: the first tier whose `allowed` holds all its bits (-1: none). */
 static int home_tier(const struct qs_kernel_entry *e)
 {
@@ -1136,14 +524,39 @@ static int home_tier(const struct qs_kernel_entry *e)
     return -1;
 }
 
-/* "avx512" of "qs_nf4_quant__avx512" and of "qs_mm__avx512_4x16x2" (the tile follows a '_');
- * "avx512vnni" for the tier avx512-vnni. */
-static void isa_tag(const struct qs_kernel_entry *e, char *tag, size_t size)
+/* 1 if `name` is an item of the comma-separated `list`. */
+static int in_list(const char *list, const char *name)
 {
-    const char *p = strstr(e->name, "__");
-    snprintf(tag, size, "%s", p ? p + 2 : "");
-    tag[strcspn(tag, "_")] = '\0';
+    size_t len = strlen(name);
+    for (const char *p = list; p && *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == len && strncmp(p, name, len) == 0)
+            return 1;
+        p += l + (p[l] == ',');
+    }
+    return 0;
 }
+
+/* The id isa_tiers.inc's header promises for a tier name: the name without its dashes and dots
+ * ("armv82dotprod" for "armv8.2-dotprod"), "ref" for scalar. */
+static void id_of_name(const char *name, char *id, size_t size)
+{
+    size_t k = 0;
+    if (strcmp(name, "scalar") == 0)
+        name = "ref";
+    for (const char *c = name; *c && k + 1 < size; c++)
+        if (*c != '-' && *c != '.')
+            id[k++] = *c;
+    id[k] = '\0';
+}
+
+#if defined(QS_HAVE_X86_KERNELS)
+#define HERE_ARCH "x86_64"
+#elif defined(QS_HAVE_ARM_KERNELS)
+#define HERE_ARCH "aarch64"
+#else
+#define HERE_ARCH "any"
+#endif
 
 /* Every tier: a unique name, a known arch, required within allowed, bits of its own architecture
  * only, availability as the CPU's bits say, forcing it applies exactly its mask (clamped to the
@@ -1214,17 +627,11 @@ static void test_tier_table(void **state)
             const char *name, *arch;
             int suite;
         } rows[] = {
-#define QS_TIER(name, arch, suite, required, allowed) {name, arch, suite},
+#define QS_TIER(name, id, arch, suite, required, allowed) {name, arch, suite},
 #include "core/isa_tiers.inc"
 #undef QS_TIER
         };
-#if defined(QS_HAVE_X86_KERNELS)
-        const char *here = "x86_64";
-#elif defined(QS_HAVE_ARM_KERNELS)
-        const char *here = "aarch64";
-#else
-        const char *here = "any";
-#endif
+        const char *here = HERE_ARCH;
         char want[256] = "";
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
             if (rows[i].suite && (!strcmp(rows[i].arch, "any") || !strcmp(rows[i].arch, here)))
@@ -1239,42 +646,119 @@ static void test_tier_table(void **state)
 #endif
 }
 
+/* Every tier's id (isa_tiers.inc): [a-z0-9] only, unique, its name without dashes and dots
+ * ("ref" for scalar), and the key by which a kernel's name finds the tier; the kernel libraries
+ * the build made (QS_TEST_TIER_LIBS: src/x86/meson.build, src/arm/meson.build) are named by ids of
+ * tiers of this build's architecture. */
+static void test_tier_ids(void **state)
+{
+    (void)state;
+    char want[64], name[96];
+
+    id_of_name("armv8.2-dotprod", want, sizeof want); /* a dotted name, as the rule reads it */
+    assert_string_equal(want, "armv82dotprod");
+    assert_null(qs_isa_tier_id(-1));
+    assert_null(qs_isa_tier_id(qs_isa_tier_count()));
+    assert_string_equal(qs_isa_tier_id(0), "ref");
+    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+        qs_isa_tier t;
+        const char *id = qs_isa_tier_id(i);
+        assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+        assert_non_null(id);
+        assert_true(*id != '\0');
+        for (const char *c = id; *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')))
+                fail_msg("tier %s: id '%s' has '%c' (isa_tiers.inc: [a-z0-9] only)", t.name, id,
+                         *c);
+        id_of_name(t.name, want, sizeof want);
+        if (strcmp(id, want) != 0)
+            fail_msg("tier %s: id '%s', but its name says '%s' (isa_tiers.inc)", t.name, id, want);
+        for (int32_t j = 0; j < i; j++)
+            assert_string_not_equal(id, qs_isa_tier_id(j));
+        snprintf(name, sizeof name, "qs_nf4_quant__%s", id);
+        assert_int_equal(qs_isa_tier_of_kernel(name), i);
+        snprintf(name, sizeof name, "qs_mm_w8a8__%s_4x4x64", id);
+        assert_int_equal(qs_isa_tier_of_kernel(name), i);
+        snprintf(name, sizeof name, "qs_nf4_quant__%sx", id); /* an id plus more is no id */
+        assert_int_equal(qs_isa_tier_of_kernel(name), -1);
+    }
+    assert_int_equal(qs_isa_tier_of_kernel("qs_mm_w8a8__avx512vnn_4x4x64"), -1);
+    assert_int_equal(qs_isa_tier_of_kernel("qs_nf4_quant__"), -1);
+    assert_int_equal(qs_isa_tier_of_kernel("qs_nf4_quant_avx2"), -1);
+    assert_int_equal(qs_isa_tier_of_kernel(NULL), -1);
+
+    const char *libs = getenv("QS_TEST_TIER_LIBS");
+    if (libs) {
+        char list[256], *tok, *save = NULL;
+        snprintf(list, sizeof list, "%s", libs);
+        for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            qs_isa_tier t;
+            snprintf(name, sizeof name, "qs_x__%s", tok);
+            int32_t i = qs_isa_tier_of_kernel(name);
+            if (i <= 0)
+                fail_msg("the build made kernel library qs_%s, but no tier has the id '%s'", tok,
+                         tok);
+            assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+            if (strcmp(t.arch, HERE_ARCH) != 0)
+                fail_msg("the build made kernel library qs_%s, but tier %s is for %s, not %s",
+                         tok, t.name, t.arch, HERE_ARCH);
+        }
+    }
+}
+
 /* ---- the registry --------------------------------------------------------------------------- */
 
 /* Every slot has exactly one __ref entry (rank 0, no bits, no shape minimums); names follow
- * qs_<slot>__<tier without dashes>[_<tile>] with the tier's bits: required <= bits <= allowed; other entries rank
- * above 0; ranks are unique per slot; a slot's entries share a family; only matmul entries carry
- * tile metadata; and every entry has a home tier that tests/meson.build registers. */
+ * qs_<slot>__<tier id>[_<tile>] with the tier's bits: required <= bits <= allowed, and the build
+ * made that tier's kernel library; other entries rank above 0; ranks are unique per slot; a
+ * slot's entries share a family; only matmul entries carry tile metadata; and every entry has a
+ * home tier that tests/meson.build registers. */
 static void test_registry_structure(void **state)
 {
     (void)state;
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     int refs[QS_SLOT_COUNT] = {0};
-    const char *reg = getenv("QS_TEST_TIERS");
+    const char *reg = getenv("QS_TEST_TIERS"), *libs = getenv("QS_TEST_TIER_LIBS");
 
     for (int32_t i = 0; i < count; i++) {
-        char prefix[64], tag[32];
+        char prefix[64];
         qs_isa_tier t;
         assert_true(e[i].slot >= 0 && e[i].slot < QS_SLOT_COUNT);
         assert_true(e[i].family >= 0 && e[i].family < QS_FAMILY_COUNT);
         assert_int_equal(e[i].family, qs_slot_family(e[i].slot));
         snprintf(prefix, sizeof prefix, "qs_%s__", qs_slot_name(e[i].slot));
         assert_memory_equal(e[i].name, prefix, strlen(prefix));
-        isa_tag(&e[i], tag, sizeof tag);
+        int32_t named = qs_isa_tier_of_kernel(e[i].name);
+        if (named < 0)
+            fail_msg("%s: the suffix after '__' is the id of no tier (src/core/isa_tiers.inc)",
+                     e[i].name);
+        assert_int_equal(qs_isa_tier_info(named, &t), QS_OK);
+        if ((t.required & ~e[i].isa) != 0 || (e[i].isa & ~t.allowed) != 0)
+            fail_msg("%s: bits 0x%x do not fit tier %s (required 0x%x, allowed 0x%x)", e[i].name,
+                     e[i].isa, t.name, t.required, t.allowed);
         if (e[i].isa == 0) {
             refs[e[i].slot]++;
             assert_string_equal(e[i].name + strlen(prefix), "ref");
             assert_int_equal(e[i].rank, 0);
-            assert_true(e[i].tile.min_m == 0 && e[i].tile.min_n == 0 && e[i].tile.min_k == 0);
         } else {
             assert_true(e[i].rank > 0);
-            if (tier_by_tag(tag, &t) < 0)
-                fail_msg("%s: '%s' is no tier of the tier table (its name without dashes)",
-                         e[i].name, tag);
-            if ((t.required & ~e[i].isa) != 0 || (e[i].isa & ~t.allowed) != 0)
-                fail_msg("%s: bits 0x%x do not fit tier %s (required 0x%x, allowed 0x%x)",
-                         e[i].name, e[i].isa, t.name, t.required, t.allowed);
+            if (libs && !in_list(libs, qs_isa_tier_id(named)))
+                fail_msg("%s: the build made no kernel library qs_%s for tier %s (its sources "
+                         "go in src/x86/meson.build or src/arm/meson.build under '%s')",
+                         e[i].name, qs_isa_tier_id(named), t.name, qs_isa_tier_id(named));
+        }
+        /* the reference qualifies wherever another entry of its slot does, so a slot never
+         * runs out of kernels for a shape (mm_gemm_f32: every entry's min_m is the GEMM path's
+         * QS_MATMUL_GEMM_MIN_M, which plan.c reads from the registry) */
+        for (int32_t j = 0; j < count; j++)
+            if (e[j].slot == e[i].slot && e[i].isa == 0)
+                assert_true(e[i].tile.min_m <= e[j].tile.min_m &&
+                            e[i].tile.min_n <= e[j].tile.min_n &&
+                            e[i].tile.min_k <= e[j].tile.min_k);
+        if (e[i].slot == QS_SLOT_mm_gemm_f32) {
+            assert_int_equal(e[i].tile.min_m, QS_MATMUL_GEMM_MIN_M);
+            assert_true(e[i].tile.nr >= 1 && e[i].tile.nr <= QS_MM_GEMM_NR_MAX);
         }
         if (e[i].family != QS_FAMILY_MATMUL)
             assert_true(e[i].tile.mr == 0 && e[i].tile.nr == 0 && e[i].tile.kr == 0 &&
@@ -1287,15 +771,9 @@ static void test_registry_structure(void **state)
             fail_msg("%s: no tier allows bits 0x%x; add one to src/core/isa_tiers.inc",
                      e[i].name, e[i].isa);
         assert_int_equal(qs_isa_tier_info(home, &t), QS_OK);
-        if (reg) {
-            char list[256];
-            snprintf(list, sizeof list, ",%s,", reg);
-            char want[48];
-            snprintf(want, sizeof want, ",%s,", t.name);
-            if (!strstr(list, want))
-                fail_msg("%s would be tested under tier %s, which tests/meson.build does not "
-                         "register (suite 0 in src/core/isa_tiers.inc)", e[i].name, t.name);
-        }
+        if (reg && !in_list(reg, t.name))
+            fail_msg("%s would be tested under tier %s, which tests/meson.build does not "
+                     "register (suite 0 in src/core/isa_tiers.inc)", e[i].name, t.name);
     }
     for (int s = 0; s < QS_SLOT_COUNT; s++)
         assert_int_equal(refs[s], 1);
@@ -1380,7 +858,12 @@ static void test_context_table_follows_rule(void **state)
                 qs_kernel_select(e, count, s, qs_ctx_isa(ctx), INT64_MAX, INT64_MAX, INT64_MAX);
             assert_non_null(want);
             assert_string_equal(impl, want->name);
-            assert_ptr_equal(qs_ctx_kernel_select(ctx, s, 1, 1, 1), want);
+            /* the smallest problem the chosen entry takes gets it too */
+            assert_ptr_equal(qs_ctx_kernel_select(ctx, s,
+                                                  want->tile.min_m > 1 ? want->tile.min_m : 1,
+                                                  want->tile.min_n > 1 ? want->tile.min_n : 1,
+                                                  want->tile.min_k > 1 ? want->tile.min_k : 1),
+                             want);
         }
         qs_ctx_destroy(ctx);
     }
@@ -1498,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_comparison_detects_one_bit),
         cmocka_unit_test(test_matmul_tolerance),
         cmocka_unit_test(test_tier_table),
+        cmocka_unit_test(test_tier_ids),
         cmocka_unit_test(test_registry_structure),
         cmocka_unit_test(test_selection_rule),
         cmocka_unit_test(test_context_table_follows_rule),
@@ -1518,11 +1002,10 @@ int main(void)
     if (!group || !names)
         return 1;
     for (int32_t i = 0; i < count; i++) {
-        char tag[32];
         if (forced >= 0 && home_tier(&e[i]) != forced)
             continue;
-        isa_tag(&e[i], tag, sizeof tag);
-        snprintf(names[n], sizeof names[n], "%s/%s", qs_slot_name(e[i].slot), tag);
+        const char *id = qs_isa_tier_id(qs_isa_tier_of_kernel(e[i].name));
+        snprintf(names[n], sizeof names[n], "%s/%s", qs_slot_name(e[i].slot), id ? id : "?");
         group[n].name = names[n];
         group[n].test_func = test_entry;
         group[n].initial_state = (void *)&e[i];

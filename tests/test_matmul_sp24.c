@@ -12,8 +12,9 @@
  *   accumulator that already holds such values.
  * - mm_gather_sp24 (the GEMV gather) only moves values: bytes equal to the reference's, NaN
  *   payloads included, over the same meta patterns and lengths.
- * - mm_dot_sp24_f32 / f16 / bf16 / nf4 (the fused GEMV) sum in their own order (FMA, lane-wise
- *   block scales): within the GEMV bound of the reference over lengths 0 ... 520 columns (every
+ * - mm_gemv_sp24_f32 / f16 / bf16 and mm_dot_sp24_nf4 (the fused GEMV, one row) sum in their
+ *   own order (FMA, lane-wise block scales): within the GEMV bound of the reference over
+ *   lengths 0 ... 520 columns (every
  *   tail of the 32-column steps), every nibble at every position, f16 and bf16 values of every
  *   bit pattern, NF4 rows starting at and off a multiple of 16 kept values with blocks of
  *   2 ... 4096 (both the vector path and its fallback), NaN, Inf, denormal and huge values in x,
@@ -193,18 +194,26 @@ static void check_dot(const struct qs_kernel_entry *impl, const struct qs_kernel
             for (size_t i = 0; i < sizeof codes; i++)
                 codes[i] = (uint8_t)t_next(&r);
             switch (g_dot_slot) {
-            case QS_SLOT_mm_dot_sp24_f32:
-                got = ((qs_mm_dot_sp24_f32_fn *)impl->fn)(x, meta, k, w);
-                want = ((qs_mm_dot_sp24_f32_fn *)ref->fn)(x, meta, k, w);
-                memcpy(v, w, sizeof v);
+            case QS_SLOT_mm_gemv_sp24_f32:
+            case QS_SLOT_mm_gemv_sp24_f16:
+            case QS_SLOT_mm_gemv_sp24_bf16: { /* one row of the GEMV slot */
+                int f32 = g_dot_slot == QS_SLOT_mm_gemv_sp24_f32;
+                qs_mm_weight wv = {.n = 1,
+                                   .k = k / 2,
+                                   .data = f32 ? (const void *)w : (const void *)h,
+                                   .row_bytes = k / 2 * (f32 ? 4 : 2),
+                                   .scale_mul = 1.0f,
+                                   .meta = meta,
+                                   .words = (k + 15) / 16};
+                assert_int_equal(((qs_mm_gemv_sp24_fn *)impl->fn)(&wv, 0, 1, x, &got), 0);
+                assert_int_equal(((qs_mm_gemv_sp24_fn *)ref->fn)(&wv, 0, 1, x, &want), 0);
+                if (f32)
+                    memcpy(v, w, sizeof v);
+                else
+                    (g_dot_slot == QS_SLOT_mm_gemv_sp24_f16 ? qs_cvt_f16_f32__ref
+                                                            : qs_cvt_bf16_f32__ref)(h, k / 2, v);
                 break;
-            case QS_SLOT_mm_dot_sp24_f16:
-            case QS_SLOT_mm_dot_sp24_bf16:
-                got = ((qs_mm_dot_sp24_f16_fn *)impl->fn)(x, meta, k, h);
-                want = ((qs_mm_dot_sp24_f16_fn *)ref->fn)(x, meta, k, h);
-                (g_dot_slot == QS_SLOT_mm_dot_sp24_f16 ? qs_cvt_f16_f32__ref
-                                                       : qs_cvt_bf16_f32__ref)(h, k / 2, v);
-                break;
+            }
             default: {
                 int32_t b = blocks[(k / 4 + pv) % 7];
                 int64_t st = starts[(k / 4 + pv) % 5];
@@ -237,8 +246,8 @@ static void check_dot(const struct qs_kernel_entry *impl, const struct qs_kernel
 
 static void test_dot_kernels(void **state)
 {
-    static const int32_t slots[] = {QS_SLOT_mm_dot_sp24_f32, QS_SLOT_mm_dot_sp24_f16,
-                                    QS_SLOT_mm_dot_sp24_bf16, QS_SLOT_mm_dot_sp24_nf4};
+    static const int32_t slots[] = {QS_SLOT_mm_gemv_sp24_f32, QS_SLOT_mm_gemv_sp24_f16,
+                                    QS_SLOT_mm_gemv_sp24_bf16, QS_SLOT_mm_dot_sp24_nf4};
     (void)state;
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         g_dot_slot = slots[i];
@@ -251,32 +260,40 @@ static void test_dot_kernels(void **state)
 /* mm_gemv_sp24_nf4 (several rows of 2:4 + NF4 per call): each row within the GEMV bound of the
  * one-row reference, over 1 ... 9 rows (the 4-row blocks of the AVX-512 version and the rows
  * left over), row lengths that are and are not a whole number of blocks (the one-row fallback),
- * blocks of 16 ... 256 and odd ones, a first row on and off a block, NaN / Inf / denormal x and
- * Inf / NaN / denormal absmax in some blocks of some rows. */
+ * blocks of 16 ... 256 and odd ones, a first row r0 of 0 ... 5 (its kept values on and off a
+ * block), NaN / Inf / denormal x and Inf / NaN / denormal absmax in some blocks of some rows. */
 static void check_gemv_rows(const struct qs_kernel_entry *impl, const struct qs_kernel_entry *ref)
 {
     static const int64_t ks[] = {32, 64, 128, 256, 512, 96, 36, 0, 8};
     static const int32_t blocks[] = {64, 16, 32, 128, 256, 48, 6};
-    static const int64_t starts[] = {0, 64, 256, 16, 3};
+    static const int64_t r0s[] = {0, 1, 4, 2, 5};
     static const float amax_special[] = {INFINITY, NAN, 3e-39f, -INFINITY};
     qs_mm_gemv_sp24_nf4_fn *f = (qs_mm_gemv_sp24_nf4_fn *)impl->fn;
     t_rng r = {0x8A24};
-    enum { ROWS = 9, KMAX = 512, WORDS = KMAX / 16 };
-    static float x[KMAX], amax[(ROWS * KMAX / 2 + 256) / 6 + 2], v[KMAX / 2];
+    enum { ROWS = 9 + 5, KMAX = 512, WORDS = KMAX / 16 }; /* up to 9 rows from row 5 */
+    static float x[KMAX], amax[ROWS * KMAX / 2 / 6 + 2], v[KMAX / 2];
     static uint16_t meta[ROWS * WORDS];
-    static uint8_t codes[(ROWS * KMAX / 2 + 256) / 2];
+    static uint8_t codes[ROWS * KMAX / 4];
     int64_t runs = 0, exact = 0;
 
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
-        for (int64_t rows = 1; rows <= ROWS; rows++)
+        for (int64_t rows = 1; rows <= 9; rows++)
             for (int pv = 0; pv < 4; pv++) {
                 int64_t k = ks[ki], words = (k + 15) / 16, kept = k / 2;
                 int32_t b = blocks[(ki + (size_t)rows + (size_t)pv) % 7];
-                int64_t st = starts[(ki + (size_t)pv) % 5];
+                int64_t r0 = r0s[(ki + (size_t)pv) % 5], st = r0 * kept;
                 float got[ROWS + 1], want[ROWS];
                 int special = pv == 3;
+                qs_mm_weight wv = {.n = r0 + rows,
+                                   .k = kept,
+                                   .data = codes,
+                                   .scale = amax,
+                                   .group = b,
+                                   .scale_mul = 1.0f,
+                                   .meta = meta,
+                                   .words = words};
 
-                for (int64_t row = 0; row < rows; row++)
+                for (int64_t row = 0; row < r0 + rows; row++)
                     make_meta(meta + row * words, k / 4, (int)((row + pv) % 6));
                 t_fill_mixed(&r, x, k, special ? 0.03 : 0.0);
                 for (size_t i = 0; i < sizeof codes; i++)
@@ -284,16 +301,15 @@ static void check_gemv_rows(const struct qs_kernel_entry *impl, const struct qs_
                 for (size_t i = 0; i < sizeof amax / sizeof amax[0]; i++)
                     amax[i] = special && i % 7 == 2 ? amax_special[i / 7 % 4] : (float)t_unif(&r);
                 got[rows] = 12345.0f; /* canary */
-                assert_int_equal(f(x, k, meta, words, codes, st, amax, b, rows, got), 0);
+                assert_int_equal(f(&wv, r0, rows, x, got), 0);
                 assert_true(got[rows] == 12345.0f);
-                assert_int_equal(((qs_mm_gemv_sp24_nf4_fn *)ref->fn)(x, k, meta, words, codes, st,
-                                                                     amax, b, rows, want),
-                                 0);
+                assert_int_equal(((qs_mm_gemv_sp24_nf4_fn *)ref->fn)(&wv, r0, rows, x, want), 0);
                 for (int64_t row = 0; row < rows; row++) {
                     int overflow = 0;
                     double unscaled = 0.0; /* block sums before their scale (see test_kernels.c) */
                     float xg[KMAX / 2];
-                    qs_mm_gather_sp24__ref(x, meta + row * words, k, xg);
+                    const uint16_t *mrow = meta + (r0 + row) * words;
+                    qs_mm_gather_sp24__ref(x, mrow, k, xg);
                     for (int64_t j = 0; j < kept; j++) {
                         int64_t fl = st + row * kept + j;
                         float a = amax[fl / b];
@@ -307,13 +323,13 @@ static void check_gemv_rows(const struct qs_kernel_entry *impl, const struct qs_
                     overflow |= unscaled > 0x1p126;
                     /* the reference slot is the one-row reference, row by row */
                     assert_int_equal(t_bits(want[row]),
-                                     t_bits(qs_mm_dot_sp24_nf4__ref(x, meta + row * words, k, codes,
-                                                                   st + row * kept, amax, b)));
-                    if (!dot_within(got[row], want[row], x, meta + row * words, k, v, overflow))
-                        fail_msg("%s: n = %lld, rows %lld, row %lld, block %d, start %lld: got "
+                                     t_bits(qs_mm_dot_sp24_nf4__ref(x, mrow, k, codes,
+                                                                    st + row * kept, amax, b)));
+                    if (!dot_within(got[row], want[row], x, mrow, k, v, overflow))
+                        fail_msg("%s: n = %lld, rows %lld from %lld, row %lld, block %d: got "
                                  "%.9g, want %.9g",
-                                 impl->name, (long long)k, (long long)rows, (long long)row, b,
-                                 (long long)st, got[row], want[row]);
+                                 impl->name, (long long)k, (long long)rows, (long long)r0,
+                                 (long long)row, b, got[row], want[row]);
                     if (isnan(got[row]))
                         assert_int_equal(t_bits(got[row]), QS_NAN_F32_BITS);
                     exact += t_bits(got[row]) == t_bits(want[row]);
@@ -331,19 +347,22 @@ static void test_gemv_rows_kernels(void **state)
         print_message("  no mm_gemv_sp24_nf4 implementation runs here beside the reference\n");
 }
 
-/* mm_gemv_sp24_nf4's own meta check: over 1 ... 9 rows of row lengths with and without a
- * partial last word (its unused nibbles 0, as qs_sp24_compress writes them) and blocks that
- * take the 4-row path and the one-row one, valid meta gives 0 and any one used nibble of any
- * row made invalid gives nonzero (the first, a middle and the last nibble of every row). */
+/* The 2:4 GEMV slots' own meta check (mm_gemv_sp24_f32 / f16 / bf16 / nf4): over 1 ... 9 rows
+ * from row 0 or 1, of row lengths with and without a partial last word (its unused nibbles 0, as
+ * qs_sp24_compress writes them) and NF4 blocks that take the 4-row path and the one-row one,
+ * valid meta gives 0 and any one used nibble of any row made invalid gives nonzero (the first, a
+ * middle and the last nibble of every row). */
+static int32_t g_meta_slot;
+
 static void check_gemv_rows_meta(const struct qs_kernel_entry *impl)
 {
     static const int64_t ks[] = {128, 256, 36, 32, 100, 8};
     static const int32_t blocks[] = {64, 16, 48};
     static const uint8_t bad[10] = {0x0, 0x1, 0x2, 0x3, 0x5, 0x6, 0x7, 0xA, 0xB, 0xF};
-    enum { ROWS = 9, KMAX = 256, WORDS = KMAX / 16 };
-    qs_mm_gemv_sp24_nf4_fn *f = (qs_mm_gemv_sp24_nf4_fn *)impl->fn;
-    static float x[KMAX], amax[ROWS * KMAX / 2 / 16 + 1], y[ROWS];
-    static uint16_t meta[ROWS * WORDS];
+    enum { ROWS = 9 + 1, KMAX = 256, WORDS = KMAX / 16 };
+    qs_mm_gemv_sp24_fn *f = (qs_mm_gemv_sp24_fn *)impl->fn;
+    static float x[KMAX], amax[ROWS * KMAX / 2 / 16 + 1], y[ROWS], vals[ROWS * KMAX / 2];
+    static uint16_t meta[ROWS * WORDS], half[ROWS * KMAX / 2];
     static uint8_t codes[ROWS * KMAX / 4];
     int64_t runs = 0;
 
@@ -353,25 +372,42 @@ static void check_gemv_rows_meta(const struct qs_kernel_entry *impl)
         amax[i] = 0.5f;
     for (size_t i = 0; i < sizeof codes; i++)
         codes[i] = (uint8_t)(i * 37);
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        vals[i] = (float)(i % 5) - 2.0f;
+        half[i] = (uint16_t)(0x3C00 + i % 64);
+    }
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
         for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
-            for (int64_t rows = 1; rows <= ROWS; rows++) {
-                int64_t k = ks[ki], words = (k + 15) / 16, groups = k / 4;
-                for (int64_t row = 0; row < rows; row++)
+            for (int64_t rows = 1; rows <= 9; rows++) {
+                int64_t k = ks[ki], words = (k + 15) / 16, groups = k / 4, r0 = (ki + bi) % 2;
+                qs_mm_weight wv = {
+                    .n = r0 + rows, .k = k / 2, .scale_mul = 1.0f, .meta = meta, .words = words};
+                if (g_meta_slot == QS_SLOT_mm_gemv_sp24_nf4) {
+                    wv.data = codes;
+                    wv.scale = amax;
+                    wv.group = blocks[bi];
+                } else if (g_meta_slot == QS_SLOT_mm_gemv_sp24_f32) {
+                    wv.data = vals;
+                    wv.row_bytes = k / 2 * 4;
+                } else {
+                    wv.data = half;
+                    wv.row_bytes = k / 2 * 2;
+                }
+                for (int64_t row = 0; row < r0 + rows; row++)
                     make_meta(meta + row * words, groups, (int)(row % 6));
-                assert_int_equal(f(x, k, meta, words, codes, 0, amax, blocks[bi], rows, y), 0);
-                for (int64_t row = 0; row < rows; row++) {
+                assert_int_equal(f(&wv, r0, rows, x, y), 0);
+                for (int64_t row = r0; row < r0 + rows; row++) {
                     const int64_t at3[3] = {0, groups / 2, groups - 1};
                     for (int a = 0; a < 3; a++) {
                         uint16_t *w = meta + row * words + at3[a] / 4, keep = *w;
                         int sh = (int)(4 * (at3[a] % 4));
                         *w = (uint16_t)((keep & ~(15u << sh)) |
                                         (unsigned)bad[(row + a) % 10] << sh);
-                        if (f(x, k, meta, words, codes, 0, amax, blocks[bi], rows, y) == 0)
-                            fail_msg("%s: k = %lld, block %d, %lld rows: invalid nibble %lld of "
-                                     "row %lld not seen",
+                        if (f(&wv, r0, rows, x, y) == 0)
+                            fail_msg("%s: k = %lld, block %d, %lld rows from %lld: invalid "
+                                     "nibble %lld of row %lld not seen",
                                      impl->name, (long long)k, blocks[bi], (long long)rows,
-                                     (long long)at3[a], (long long)row);
+                                     (long long)r0, (long long)at3[a], (long long)row);
                         *w = keep;
                         runs++;
                     }
@@ -390,9 +426,14 @@ static void gemv_rows_meta_impl(const struct qs_kernel_entry *impl,
 
 static void test_gemv_rows_meta(void **state)
 {
+    static const int32_t slots[] = {QS_SLOT_mm_gemv_sp24_nf4, QS_SLOT_mm_gemv_sp24_f32,
+                                    QS_SLOT_mm_gemv_sp24_f16, QS_SLOT_mm_gemv_sp24_bf16};
     (void)state;
-    check_gemv_rows_meta(test_ref_entry(QS_SLOT_mm_gemv_sp24_nf4));
-    for_each_impl(QS_SLOT_mm_gemv_sp24_nf4, gemv_rows_meta_impl);
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        g_meta_slot = slots[i];
+        check_gemv_rows_meta(test_ref_entry(slots[i]));
+        for_each_impl(slots[i], gemv_rows_meta_impl);
+    }
 }
 
 /* mm_sp24_meta_bad: 0 over words of valid nibbles only (every code at every position), 1 with

@@ -102,7 +102,7 @@ static void test_w8a8_kernels(void **state)
     const struct qs_kernel_entry *e[8];
     int ne = entries_of(QS_SLOT_mm_w8a8, e, 8);
     t_rng r = {11};
-    int64_t maxk = 4096, maxm = 9, maxr = 9;
+    int64_t maxk = 4096, maxm = 9, maxr = 9 + 2; /* up to 9 rows from row 0 or 2 */
     int8_t *x = malloc((size_t)(maxm * maxk)), *w = malloc((size_t)(maxr * maxk));
     int8_t *zp = malloc((size_t)(maxr * maxk + 1));
     int32_t *xs = malloc((size_t)(maxm * maxk) * 4);
@@ -123,23 +123,31 @@ static void test_w8a8_kernels(void **state)
                     for (int v = 0; v < 4; v++) {
                         int64_t m = ms[mi], rows = rowss[ri], ldo = rows + LDO_PAD;
                         int64_t ss = v & 2 ? 0 : ng; /* one scale for all rows, or per row */
-                        const int8_t *z = v & 1 ? zp : NULL;
+                        int64_t r0 = (ki + mi + ri) % 2 ? 2 : 0; /* the call's first W row */
+                        qs_mm_weight wv = {.n = r0 + rows,
+                                           .k = kk,
+                                           .data = w,
+                                           .row_bytes = kk,
+                                           .scale = sc,
+                                           .sstride = ss,
+                                           .group = g,
+                                           .zp = v & 1 ? zp : NULL,
+                                           .scale_mul = 1.0f};
                         for (int64_t i = 0; i < m * kk; i++)
                             x[i] = rand_x(&r);
-                        for (int64_t i = 0; i < rows * kk; i++)
+                        for (int64_t i = 0; i < (r0 + rows) * kk; i++)
                             w[i] = (int8_t)(t_next(&r) % 7 == 0 ? -128
                                                                 : (int)(t_next(&r) % 256) - 128);
-                        for (int64_t i = 0; i < rows * ng + 1; i++) {
+                        for (int64_t i = 0; i < (r0 + rows) * ng + 1; i++) {
                             zp[i] = (int8_t)((int)(t_next(&r) % 256) - 128);
                             sc[i] = (float)(t_unif(&r) * 0.01 + 1e-4);
                         }
                         sums(x, m, kk, g, xs);
                         fill_out(want, m * ldo);
-                        ((qs_mm_w8a8_fn *)e[0]->fn)(x, xs, m, kk, w, rows, sc, z, g, ss, want, ldo);
+                        ((qs_mm_w8a8_fn *)e[0]->fn)(x, xs, m, &wv, r0, rows, want, ldo);
                         for (int j = 1; j < ne; j++) {
                             fill_out(got, m * ldo);
-                            ((qs_mm_w8a8_fn *)e[j]->fn)(x, xs, m, kk, w, rows, sc, z, g, ss, got,
-                                                        ldo);
+                            ((qs_mm_w8a8_fn *)e[j]->fn)(x, xs, m, &wv, r0, rows, got, ldo);
                             check_same(e[j]->name, got, want, m, rows, ldo, "w8a8");
                             checked++;
                         }
@@ -184,18 +192,23 @@ static void bnb4_kernels(int32_t slot)
                 for (size_t ri = 0; ri < sizeof rowss / sizeof rowss[0]; ri++)
                     for (int v = 0; v < 3; v++) {
                         int64_t kk = ks[ki], m = ms[mi], rows = rowss[ri], ldo = rows + LDO_PAD;
-                        /* the driver's layout (whole rows before), 3 rows in, or one nibble in */
-                        int64_t start = v == 0 ? 0 : v == 1 ? 3 * kk : 1;
+                        /* from row 0, 3 rows in, or 1 row in (an odd kk: rows on the low
+                         * nibble, for the reference fallback) */
+                        int64_t r0 = v == 0 ? 0 : v == 1 ? 3 : 1;
+                        qs_mm_weight wv = {.n = r0 + rows,
+                                           .k = kk,
+                                           .data = data,
+                                           .scale = am,
+                                           .group = blocks[bi],
+                                           .scale_mul = 1.0f};
                         for (int64_t i = 0; i < m * kk; i++)
                             x[i] = rand_x(&r);
                         sums(x, m, kk, 64, xs);
                         fill_out(want, m * ldo);
-                        ((qs_mm_nf4a8_fn *)e[0]->fn)(x, xs, m, kk, data, start, rows, am,
-                                                     blocks[bi], want, ldo);
+                        ((qs_mm_nf4a8_fn *)e[0]->fn)(x, xs, m, &wv, r0, rows, want, ldo);
                         for (int j = 1; j < ne; j++) {
                             fill_out(got, m * ldo);
-                            ((qs_mm_nf4a8_fn *)e[j]->fn)(x, xs, m, kk, data, start, rows, am,
-                                                         blocks[bi], got, ldo);
+                            ((qs_mm_nf4a8_fn *)e[j]->fn)(x, xs, m, &wv, r0, rows, got, ldo);
                             check_same(e[j]->name, got, want, m, rows, ldo, "bnb4");
                             checked++;
                         }
@@ -248,7 +261,16 @@ static void test_saturation_corners(void **state)
         double exact = (double)c[i].x * ((double)c[i].w - c[i].zp) * (double)K;
         for (int j = 0; j < ne; j++) {
             float out[4];
-            ((qs_mm_w8a8_fn *)e[j]->fn)(x, xs, 1, K, w, 4, one, zp, K, 1, out, 4);
+            qs_mm_weight wv = {.n = 4,
+                               .k = K,
+                               .data = w,
+                               .row_bytes = K,
+                               .scale = one,
+                               .sstride = 1,
+                               .group = K,
+                               .zp = zp,
+                               .scale_mul = 1.0f};
+            ((qs_mm_w8a8_fn *)e[j]->fn)(x, xs, 1, &wv, 0, 4, out, 4);
             for (int r = 0; r < 4; r++)
                 if (out[r] != (float)exact) {
                     print_error("%s x=%d w=%d zp=%d: %a, want %a\n", e[j]->name, c[i].x, c[i].w,
@@ -271,7 +293,9 @@ static void test_saturation_corners(void **state)
         double exact = (double)xv * (v < 3 ? -127.0 : 127.0) * (double)K;
         for (int j = 0; j < nb; j++) {
             float out[4];
-            ((qs_mm_nf4a8_fn *)eb[j]->fn)(x, xs, 1, K, d, 0, 4, am, 64, out, 4);
+            qs_mm_weight wv = {
+                .n = 4, .k = K, .data = d, .scale = am, .group = 64, .scale_mul = 1.0f};
+            ((qs_mm_nf4a8_fn *)eb[j]->fn)(x, xs, 1, &wv, 0, 4, out, 4);
             for (int r = 0; r < 4; r++) {
                 assert_true(out[r] == (float)exact);
                 if (xv == 0)

@@ -121,8 +121,8 @@ static void test_errors_match_direct(void **state)
         assert_true(c->gemv_speedup > 0 && c->gemv_speedup_mt > 0 && c->gemm_speedup > 0);
         assert_non_null(c->kernel);
         if (c->sparse24) {
-            assert_string_equal(c->kernel, kernel_of(ctx, c->format ? "mm_gemv_sp24_nf4"
-                                                                    : "mm_dot_sp24_f32"));
+            assert_string_equal(
+                c->kernel, kernel_of(ctx, c->format ? "mm_gemv_sp24_nf4" : "mm_gemv_sp24_f32"));
             assert_true(c->error > 0.3 && c->error < 0.8); /* half the weights gone */
             continue;
         }

@@ -491,6 +491,10 @@ static int load_stats(qs_ctx *ctx, const struct qs_st_file *f, const json_t *met
         snprintf(err, errlen, "%s: negative", key);
         return -1;
     }
+    if (tokens == 0) { /* every input dead: GPTQ and SparseGPT would zero every weight */
+        snprintf(err, errlen, "%s: 0 tokens: no calibration data for this layer", key);
+        return -1;
+    }
     l->tokens = tokens;
     if (load_vector(f, sb, ".sumsq", k, 1, (void **)&l->sumsq, err, errlen) != 0 ||
         load_vector(f, sb, ".absmax", k, 0, (void **)&l->absmax, err, errlen) != 0)
@@ -534,6 +538,15 @@ static int load_stats(qs_ctx *ctx, const struct qs_st_file *f, const json_t *met
             hm[i * k + i] = 2.0 * l->sumsq[i];
         l->diag_only = 1;
     }
+    int64_t live = 0;
+    for (int64_t i = 0; i < k; i++)
+        live += hm[i * k + i] != 0.0;
+    if (live == 0) { /* an all-zero diagonal is no data, as for NAME.hessian */
+        snprintf(err, errlen, "%s: every diagonal entry is 0: no calibration data for this layer",
+                 tx ? key : sb);
+        qs_heap_free(hm);
+        return -1;
+    }
     if (qs_hessian_from_matrix(ctx, hm, k, tokens, &l->h) != QS_OK) {
         snprintf(err, errlen, "%s: %s", key, qs_ctx_last_error(ctx));
         qs_heap_free(hm);
@@ -567,8 +580,15 @@ static int load_hessian_key(qs_ctx *ctx, const struct qs_st_file *f, const char 
     if (!in_place)
         for (int64_t i = 0; i < cols * cols; i++)
             m[i] = rd_elem(t, i);
-    if (qs_hessian_from_matrix(ctx, in_place ? (const double *)(const void *)t->data : m, cols, 0,
-                               &l->h) != QS_OK)
+    const double *hm = in_place ? (const double *)(const void *)t->data : m;
+    int64_t live = 0;
+    for (int64_t i = 0; i < cols; i++)
+        live += hm[i * cols + i] != 0.0;
+    /* an all-zero diagonal is no data: GPTQ would zero every weight (every input dead) */
+    if (live == 0)
+        snprintf(err, errlen, "%s: every diagonal entry is 0: no calibration data for this layer",
+                 key);
+    else if (qs_hessian_from_matrix(ctx, hm, cols, 0, &l->h) != QS_OK)
         snprintf(err, errlen, "%s: %s", key, qs_ctx_last_error(ctx));
     qs_heap_free(m);
     qs_st_release(f, t);
@@ -602,6 +622,10 @@ static int load_inputs_key(qs_ctx *ctx, const struct qs_st_file *f, const char *
         return -1;
     }
     int64_t rows = cols ? t->numel / cols : 0;
+    if (rows == 0) { /* 0 tokens: every input dead, every weight would become 0 */
+        snprintf(err, errlen, "%s: 0 tokens: no calibration data for this layer", key);
+        return -1;
+    }
     if (!(l->sumsq = qs_heap_calloc((size_t)cols, sizeof(double)))) {
         snprintf(err, errlen, "%s: out of memory", key);
         return -1;

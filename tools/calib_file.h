@@ -104,6 +104,17 @@ int qs_calib_quantize(qs_ctx *ctx, const struct qs_calib_opts *o, const char *na
                       char *err, size_t errlen);
 
 /*
+ * The report of a 2:4 weight that the tool pruned by magnitude and quantized compressed
+ * (qs_sp24_quantize into q and meta, the qsparse layout): w is the float weight. The method is
+ * the baseline (magnitude pruning, rounding to nearest), so both columns are the written
+ * weight's. Returns 0, or -1 with err.
+ */
+int qs_calib_report_sp24(qs_ctx *ctx, const struct qs_calib_opts *o, const char *name,
+                         const qs_quant_params *p, const void *w, int32_t dtype, int64_t rows,
+                         int64_t cols, const qs_qtensor *q, const uint16_t *meta,
+                         int64_t meta_count, struct qs_calib_report *rep, char *err, size_t errlen);
+
+/*
  * Prune one weight by the method (Wanda's or SparseGPT's N:M) without quantizing: out receives
  * the pruned weight in w's dtype (rows * cols elements). Returns 0, or -1 with err.
  */

@@ -229,11 +229,13 @@ done:
     return rc;
 }
 
-/* The report: the method's and the baseline's output errors on --calib and --heldout. */
-static int report(struct work *k, const qs_quant_params *p, const float *got,
-                  struct qs_calib_report *rep)
+/* The report: the method's and the baseline's output errors on --calib and --heldout. The
+ * baseline is `given` when not NULL (the method is the baseline), else computed. */
+static int report_vs(struct work *k, const qs_quant_params *p, const float *got, const float *given,
+                     struct qs_calib_report *rep)
 {
-    float *base = qs_heap_malloc((size_t)k->n * 4);
+    float *own = given ? NULL : qs_heap_malloc((size_t)k->n * 4);
+    const float *base = given ? given : own;
     struct qs_calib_layer hl;
     int rc = -1, r;
 
@@ -242,7 +244,7 @@ static int report(struct work *k, const qs_quant_params *p, const float *got,
         snprintf(k->err, k->errlen, "%s: out of memory", k->name);
         return -1;
     }
-    if (baseline(k, p, base) != 0 ||
+    if ((own && baseline(k, p, own) != 0) ||
         rel_errors(k, k->l.h, got, base, &rep->out_err, &rep->out_rtn) != 0)
         goto done;
     rep->have = 1;
@@ -259,8 +261,14 @@ static int report(struct work *k, const qs_quant_params *p, const float *got,
     rc = 0;
 done:
     qs_calib_layer_free(&hl);
-    qs_heap_free(base);
+    qs_heap_free(own);
     return rc;
+}
+
+static int report(struct work *k, const qs_quant_params *p, const float *got,
+                  struct qs_calib_report *rep)
+{
+    return report_vs(k, p, got, NULL, rep);
 }
 
 static void warn_tokens(const struct work *k)
@@ -460,6 +468,36 @@ int qs_calib_prune(qs_ctx *ctx, const struct qs_calib_opts *o, const char *name,
     rc = 0;
 done:
     qs_heap_free(pruned);
+    if (k.ctx)
+        end(&k);
+    return rc;
+}
+
+int qs_calib_report_sp24(qs_ctx *ctx, const struct qs_calib_opts *o, const char *name,
+                         const qs_quant_params *p, const void *w, int32_t dtype, int64_t rows,
+                         int64_t cols, const qs_qtensor *q, const uint16_t *meta,
+                         int64_t meta_count, struct qs_calib_report *rep, char *err, size_t errlen)
+{
+    struct work k;
+    float *got = NULL;
+    int rc = -1;
+
+    memset(rep, 0, sizeof *rep);
+    if (begin(&k, ctx, o, name, w, dtype, rows, cols, err, errlen) != 0)
+        goto done;
+    if (!(got = qs_heap_malloc((size_t)k.n * 4))) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        goto done;
+    }
+    if (qs_sp24_dequantize(ctx, p, q, meta, meta_count, rows, cols, got, QS_DTYPE_F32, k.n * 4) !=
+        QS_OK) {
+        lib_fail(&k, "decoding: ");
+        goto done;
+    }
+    /* magnitude 2:4 and rounding to nearest is the baseline itself */
+    rc = report_vs(&k, p, got, got, rep);
+done:
+    qs_heap_free(got);
     if (k.ctx)
         end(&k);
     return rc;

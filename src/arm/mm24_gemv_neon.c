@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * 2:4 GEMV kernels for NEON: the gather (slot mm_gather_sp24) and the fused dot products of x
- * with one 2:4 row of f32, f16, bf16 or NF4 kept values (mm_dot_sp24_*), within the matmul
+ * with 2:4 rows of f32, f16, bf16 or NF4 kept values (mm_gemv_sp24_*, row by row through
+ * one-row products; mm_dot_sp24_nf4), within the matmul
  * tolerance of src/ref/matmul_ref.c (gather, then the 16-lane dot product of the GEMV in
  * include/qsparse/matmul.h; docs/sparsity.md §3.2 for the meta nibbles).
  *
@@ -129,22 +130,39 @@ static float dot_plain_neon(const float *x, const uint16_t *meta, int64_t n, con
     return qs_ref_nan_canon(sum16_neon(p));
 }
 
-float qs_mm_dot_sp24_f32__neon_1x1x32(const float *x, const uint16_t *meta, int64_t n,
-                                      const float *w)
+static float dot_f32_neon(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return dot_plain_neon(x, meta, n, w, 0);
 }
 
-float qs_mm_dot_sp24_f16__neon_1x1x32(const float *x, const uint16_t *meta, int64_t n,
-                                      const uint16_t *w)
+static float dot_f16_neon(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return dot_plain_neon(x, meta, n, w, 1);
 }
 
-float qs_mm_dot_sp24_bf16__neon_1x1x32(const float *x, const uint16_t *meta, int64_t n,
-                                       const uint16_t *w)
+static float dot_bf16_neon(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return dot_plain_neon(x, meta, n, w, 2);
+}
+
+/* Several rows (slots mm_gemv_sp24_f32 / f16 / bf16): the one-row products above row by row,
+ * each row's meta checked (by the reference check) just before its products. */
+int qs_mm_gemv_sp24_f32__neon_1x1x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                     const float *x, float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, dot_f32_neon, qs_mm_sp24_meta_bad__ref);
+}
+
+int qs_mm_gemv_sp24_f16__neon_1x1x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                     const float *x, float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, dot_f16_neon, qs_mm_sp24_meta_bad__ref);
+}
+
+int qs_mm_gemv_sp24_bf16__neon_1x1x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                      const float *x, float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, dot_bf16_neon, qs_mm_sp24_meta_bad__ref);
 }
 
 float qs_mm_dot_sp24_nf4__neon_1x1x32(const float *x, const uint16_t *meta, int64_t n,
@@ -192,10 +210,9 @@ float qs_mm_dot_sp24_nf4__neon_1x1x32(const float *x, const uint16_t *meta, int6
 
 /* Several rows: this tier's fused dot product row by row (x needs no rearranging here), each
  * row's meta checked (by the reference check) just before its products. */
-int qs_mm_gemv_sp24_nf4__neon_1x1x32(const float *x, int64_t n, const uint16_t *meta, int64_t words,
-                                     const uint8_t *data, int64_t start, const float *absmax,
-                                     int32_t block, int64_t rows, float *y)
+int qs_mm_gemv_sp24_nf4__neon_1x1x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                     const float *x, float *y)
 {
-    return qs_sp24_nf4_rows_by_dot(x, n, meta, words, data, start, absmax, block, rows, y,
-                                   qs_mm_dot_sp24_nf4__neon_1x1x32, qs_mm_sp24_meta_bad__ref);
+    return qs_sp24_nf4_rows_by_dot(w, r0, rows, x, y, qs_mm_dot_sp24_nf4__neon_1x1x32,
+                                   qs_mm_sp24_meta_bad__ref);
 }

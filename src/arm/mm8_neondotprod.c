@@ -124,11 +124,16 @@ INLINE void w8a8_tile(int mr, const int8_t *x, const int32_t *xs, int64_t ng, in
         store_rows(out + i * ldo, t[i], nr);
 }
 
-void qs_mm_w8a8__neondotprod_4x4x16(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                                    const int8_t *wq, int64_t rows, const float *scale,
-                                    const int8_t *zp, int64_t group, int64_t sstride, float *out,
+/* W rows r0 ... of the view: INT8 codes at data + r * row_bytes (row_bytes = k: the tiles step
+ * by k), unit scales and zero points at r * sstride, units of w->group columns. */
+void qs_mm_w8a8__neondotprod_4x4x16(const int8_t *xq, const int32_t *xsum, int64_t m,
+                                    const qs_mm_weight *w, int64_t r0, int64_t rows, float *out,
                                     int64_t ldo)
 {
+    const int64_t n = w->k, group = w->group, sstride = w->sstride;
+    const int8_t *wq = (const int8_t *)w->data + r0 * w->row_bytes;
+    const float *scale = (const float *)w->scale + r0 * sstride;
+    const int8_t *zp = w->zp ? w->zp + r0 * sstride : NULL;
     int64_t ng = n > 0 ? (n + group - 1) / group : 0;
 
     for (int64_t r = 0; r < rows; r += 4) {
@@ -200,14 +205,20 @@ INLINE void bnb4_tile(int mr, const int8_t *x, int64_t n, const uint8_t *data, i
         store_rows(out + i * ldo, t[i], nr);
 }
 
-INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, const int32_t *xsum,
-                    int64_t m, int64_t n, const uint8_t *data, int64_t start, int64_t rows,
-                    const float *absmax, int32_t block, float *out, int64_t ldo)
+/* W rows r0 ... of the view: flat elements from start = r0 * k of the bnb4 tensor, absmax
+ * w->scale in blocks of w->group. */
+INLINE void bnb4_a8(qs_mm_a8_fn *ref, const int8_t *book, const int8_t *xq, const int32_t *xsum,
+                    int64_t m, const qs_mm_weight *w, int64_t r0, int64_t rows, float *out,
+                    int64_t ldo)
 {
+    const int64_t n = w->k, start = r0 * n;
+    const uint8_t *data = w->data;
+    const float *absmax = w->scale;
+    const int32_t block = (int32_t)w->group;
     int64_t seg = block < n ? block : n;
 
     if (n == 0 || seg % 32 != 0 || (n % block != 0 && block % n != 0) || start % seg != 0) {
-        ref(xq, xsum, m, n, data, start, rows, absmax, block, out, ldo);
+        ref(xq, xsum, m, w, r0, rows, out, ldo);
         return;
     }
     int8x16_t tab = vld1q_s8(book);
@@ -223,18 +234,16 @@ INLINE void bnb4_a8(qs_mm_nf4a8_fn *ref, const int8_t *book, const int8_t *xq, c
     }
 }
 
-void qs_mm_nf4a8__neondotprod_4x4x32(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                                     const uint8_t *data, int64_t start, int64_t rows,
-                                     const float *absmax, int32_t block, float *out, int64_t ldo)
+void qs_mm_nf4a8__neondotprod_4x4x32(const int8_t *xq, const int32_t *xsum, int64_t m,
+                                     const qs_mm_weight *w, int64_t r0, int64_t rows, float *out,
+                                     int64_t ldo)
 {
-    bnb4_a8(qs_mm_nf4a8__ref, qs_nf4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax, block,
-            out, ldo);
+    bnb4_a8(qs_mm_nf4a8__ref, qs_nf4_codebook_i8, xq, xsum, m, w, r0, rows, out, ldo);
 }
 
-void qs_mm_fp4a8__neondotprod_4x4x32(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                                     const uint8_t *data, int64_t start, int64_t rows,
-                                     const float *absmax, int32_t block, float *out, int64_t ldo)
+void qs_mm_fp4a8__neondotprod_4x4x32(const int8_t *xq, const int32_t *xsum, int64_t m,
+                                     const qs_mm_weight *w, int64_t r0, int64_t rows, float *out,
+                                     int64_t ldo)
 {
-    bnb4_a8(qs_mm_fp4a8__ref, qs_fp4_codebook_i8, xq, xsum, m, n, data, start, rows, absmax, block,
-            out, ldo);
+    bnb4_a8(qs_mm_fp4a8__ref, qs_fp4_codebook_i8, xq, xsum, m, w, r0, rows, out, ldo);
 }

@@ -111,11 +111,16 @@ static void w8a8_tile4(const int8_t *x, const int32_t *xs, int64_t ng, int64_t n
         store_rows(out + i * ldo, t[i], nr);
 }
 
-void qs_mm_w8a8__neoni8mm_4x4x16(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                                 const int8_t *wq, int64_t rows, const float *scale,
-                                 const int8_t *zp, int64_t group, int64_t sstride, float *out,
+/* W rows r0 ... of the view: INT8 codes at data + r * row_bytes (row_bytes = k: the tiles step
+ * by k), unit scales and zero points at r * sstride, units of w->group columns. */
+void qs_mm_w8a8__neoni8mm_4x4x16(const int8_t *xq, const int32_t *xsum, int64_t m,
+                                 const qs_mm_weight *w, int64_t r0, int64_t rows, float *out,
                                  int64_t ldo)
 {
+    const int64_t n = w->k, group = w->group, sstride = w->sstride;
+    const int8_t *wq = (const int8_t *)w->data + r0 * w->row_bytes;
+    const float *scale = (const float *)w->scale + r0 * sstride;
+    const int8_t *zp = w->zp ? w->zp + r0 * sstride : NULL;
     int64_t ng = n > 0 ? (n + group - 1) / group : 0, m4 = m - m % 4;
 
     for (int64_t r = 0; r < rows; r += 4) {
@@ -127,6 +132,6 @@ void qs_mm_w8a8__neoni8mm_4x4x16(const int8_t *xq, const int32_t *xsum, int64_t 
                        out + i * ldo + r, ldo, i == 0);
     }
     if (m4 < m)
-        qs_mm_w8a8__neondotprod_4x4x16(xq + m4 * n, xsum + m4 * ng, m - m4, n, wq, rows, scale, zp,
-                                       group, sstride, out + m4 * ldo, ldo);
+        qs_mm_w8a8__neondotprod_4x4x16(xq + m4 * n, xsum + m4 * ng, m - m4, w, r0, rows,
+                                       out + m4 * ldo, ldo);
 }

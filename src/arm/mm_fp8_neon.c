@@ -43,18 +43,21 @@ static inline float fp8_scl_neon(const uint8_t *srow, int64_t row, int64_t s, in
     return *(const float *)fmt;
 }
 
-void qs_mm_gemv_e4m3__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                  const uint8_t *q, float scale, int64_t rows, float *y,
-                                  int64_t ldy)
+/* The tensor scale: w->scale (sstride 0). */
+void qs_mm_gemv_e4m3__neon_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                  int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_neon w = {q, k, q, 0, k > 0 ? k : 1};
-    gemv_neon(x, ldx, m, k, 8, &w, rows, e4m3_dec_neon, fp8_scl_neon, &scale, y, ldy);
+    const int64_t k = w->k;
+    const float scale = qs_ld_f32((const float *)w->scale);
+    gemv_rows_neon wr = gemv_view_rows_neon(w, r0, 0, k > 0 ? k : 1);
+    gemv_neon(x, ldx, m, k, 8, &wr, rows, e4m3_dec_neon, fp8_scl_neon, &scale, y, ldy);
 }
 
-void qs_mm_gemv_e5m2__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                  const uint8_t *q, float scale, int64_t rows, float *y,
-                                  int64_t ldy)
+void qs_mm_gemv_e5m2__neon_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                  int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_neon w = {q, k, q, 0, k > 0 ? k : 1};
-    gemv_neon(x, ldx, m, k, 8, &w, rows, e5m2_dec_neon, fp8_scl_neon, &scale, y, ldy);
+    const int64_t k = w->k;
+    const float scale = qs_ld_f32((const float *)w->scale);
+    gemv_rows_neon wr = gemv_view_rows_neon(w, r0, 0, k > 0 ? k : 1);
+    gemv_neon(x, ldx, m, k, 8, &wr, rows, e5m2_dec_neon, fp8_scl_neon, &scale, y, ldy);
 }

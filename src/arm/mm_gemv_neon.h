@@ -41,6 +41,20 @@ typedef struct {
     int64_t seg;
 } gemv_rows_neon;
 
+/* The rows r0 ... of a row layout of the weight view (src/core/kernels.h): codes at data +
+ * r * row_bytes, scales at scale + r * sstride units of sunit bytes (4 for f32 scales, 1 for
+ * scale bytes; a view without scales gets the codes' address, never read), segments of seg
+ * columns. */
+static inline gemv_rows_neon gemv_view_rows_neon(const qs_mm_weight *w, int64_t r0, int64_t sunit,
+                                                 int64_t seg)
+{
+    const uint8_t *d = (const uint8_t *)w->data + r0 * w->row_bytes;
+    gemv_rows_neon g = {d, w->row_bytes,
+                        w->scale ? (const uint8_t *)w->scale + r0 * w->sstride * sunit : d,
+                        w->sstride * sunit, seg};
+    return g;
+}
+
 static inline float32x4_t gemv_scale_add_neon(float32x4_t acc, float32x4_t sum, float s)
 {
     if (__builtin_expect(s - s != 0.0f && s == s, 0)) /* +-Inf: the total times the scale */

@@ -12,9 +12,11 @@
 #include "../ref/ref.h"
 #include "mm_gemv_neon.h"
 
+/* zp: the zero points of the call's first row (NULL: symmetric); mul: the view's scale_mul. */
 typedef struct {
     const int8_t *zp;
     int64_t sstride;
+    float mul;
 } int8_fmt_neon;
 
 static inline void int8_dec_neon(const uint8_t *p, int32_t aux, const void *fmt, float32x4_t v[4])
@@ -28,16 +30,13 @@ static inline float int8_scl_neon(const uint8_t *srow, int64_t row, int64_t s, i
 {
     const int8_fmt_neon *f = fmt;
     *aux = f->zp ? f->zp[row * f->sstride + s] : 0;
-    return qs_ld_f32((const float *)srow + s);
+    return qs_ld_f32((const float *)srow + s) * f->mul;
 }
 
-void qs_mm_gemv_int8__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                  const int8_t *q, const float *scale, const int8_t *zp,
-                                  int64_t group, int64_t sstride, int64_t rows, float *y,
-                                  int64_t ldy)
+void qs_mm_gemv_int8__neon_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                  int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    int8_fmt_neon f = {zp, sstride};
-    gemv_rows_neon w = {(const uint8_t *)q, k, (const uint8_t *)scale, sstride * 4,
-                        group > 0 ? group : 1};
-    gemv_neon(x, ldx, m, k, 8, &w, rows, int8_dec_neon, int8_scl_neon, &f, y, ldy);
+    int8_fmt_neon f = {w->zp ? w->zp + r0 * w->sstride : NULL, w->sstride, w->scale_mul};
+    gemv_rows_neon wr = gemv_view_rows_neon(w, r0, 4, w->group > 0 ? w->group : 1);
+    gemv_neon(x, ldx, m, w->k, 8, &wr, rows, int8_dec_neon, int8_scl_neon, &f, y, ldy);
 }

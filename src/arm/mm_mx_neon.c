@@ -59,37 +59,33 @@ static inline float nvfp4_scl_neon(const uint8_t *srow, int64_t row, int64_t s, 
     return ((const e2m1_fmt_neon *)fmt)->scales[srow[s] & 0x7F];
 }
 
-void qs_mm_gemv_mxfp4__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                   const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                   int64_t spr, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_mxfp4__neon_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                   int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     float e8m0[256];
     e8m0_table_neon(e8m0);
     e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), e8m0};
-    gemv_rows_neon w = {data, row_bytes, scales, spr, 32};
-    gemv_neon(x, ldx, m, k, 4, &w, rows, e2m1_dec_neon, mx_scl_neon, &f, y, ldy);
+    gemv_rows_neon wr = gemv_view_rows_neon(w, r0, 1, 32);
+    gemv_neon(x, ldx, m, w->k, 4, &wr, rows, e2m1_dec_neon, mx_scl_neon, &f, y, ldy);
 }
 
-void qs_mm_gemv_mxfp8__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                   const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                   int64_t spr, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_mxfp8__neon_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                   int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     float e8m0[256];
     e8m0_table_neon(e8m0);
     e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), e8m0}; /* the decode ignores the table */
-    gemv_rows_neon w = {data, row_bytes, scales, spr, 32};
-    gemv_neon(x, ldx, m, k, 8, &w, rows, e4m3_dec_neon, mx_scl_neon, &f, y, ldy);
+    gemv_rows_neon wr = gemv_view_rows_neon(w, r0, 1, 32);
+    gemv_neon(x, ldx, m, w->k, 8, &wr, rows, e4m3_dec_neon, mx_scl_neon, &f, y, ldy);
 }
 
-void qs_mm_gemv_nvfp4__neon_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                   const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                   int64_t spr, float s_global, int64_t rows, float *y,
-                                   int64_t ldy)
+void qs_mm_gemv_nvfp4__neon_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                   int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     float den[128];
     for (int i = 0; i < 128; i++)
-        den[i] = gemv_e4m3_pos_neon((uint8_t)i) * s_global;
+        den[i] = gemv_e4m3_pos_neon((uint8_t)i) * w->s_global;
     e2m1_fmt_neon f = {lut16_load_neon(qs_e2m1_values), den};
-    gemv_rows_neon w = {data, row_bytes, scales, spr, 16};
-    gemv_neon(x, ldx, m, k, 4, &w, rows, e2m1_dec_neon, nvfp4_scl_neon, &f, y, ldy);
+    gemv_rows_neon wr = gemv_view_rows_neon(w, r0, 1, 16);
+    gemv_neon(x, ldx, m, w->k, 4, &wr, rows, e2m1_dec_neon, nvfp4_scl_neon, &f, y, ldy);
 }

@@ -9,6 +9,7 @@
 
 #include <math.h>
 
+#include "../core/format_traits.h"
 #include "../core/internal.h"
 #include "../ref/element_hd.h"
 #include "../ref/mx_ref.h"
@@ -35,7 +36,8 @@ QS_INTERNAL qs_status qs_hadamard_check(qs_ctx *ctx, int64_t cols, int32_t block
 /* The GPTQ inverse factor: from S (upper triangle, k x k row-major) and the weight's dead columns
  * (diag S == 0; dead[j] set to 1 there), U = chol(H_damped^-1) upper with H = 2 S, H^-1 = U^T U,
  * into u (k * k f32 row-major; the strict lower part is zero). Returns QS_OK, QS_ERR_BAD_DATA
- * (not positive definite), QS_ERR_OUT_OF_MEMORY. */
+ * (not positive definite, or a factor that is not finite with a positive normal f32 diagonal),
+ * QS_ERR_OUT_OF_MEMORY. */
 QS_INTERNAL qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
                                    const int32_t *perm, uint8_t *dead, float *u);
 
@@ -48,6 +50,8 @@ QS_INTERNAL void qs_gptq_gemm_sub(const qs_ctx *ctx, int64_t m, int64_t n, int64
 
 struct qs_grid {
     int32_t format;
+    const struct qs_format_traits *t; /* its descriptor: the grid switches on its driver family */
+    int32_t unit_tensor; /* one scale for the whole tensor (INT8 per tensor) */
     int32_t group;      /* scale group length in logical columns (lcols for a row or tensor) */
     int32_t dynamic;    /* 1: groups are fitted when reached (qs_grid_fit), 0: fixed at init */
     int32_t search;     /* MXFP4, dynamic: groups are fitted by qs_grid_fit_search */
@@ -109,14 +113,17 @@ QS_INTERNAL float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, flo
 /* Write the planes of *q (as qs_quantize lays them out for rows x lcols). */
 QS_INTERNAL qs_status qs_grid_store(qs_ctx *ctx, const struct qs_grid *g,
                                     const qs_quant_params *p, qs_qtensor *q);
-/* Scale-group length of a format in logical columns for rows x lcols (0 on bad params). */
-QS_INTERNAL int64_t qs_grid_group_len(const qs_quant_params *p, int64_t lcols);
 
 /* gptq.c: the argument checks GPTQ and SparseGPT share (parameters, shapes, a finite w). */
 QS_INTERNAL qs_status qs_gptq_check_common(qs_ctx *ctx, const float *w, int64_t rows,
                                            int64_t cols, const qs_hessian *h, double percdamp,
                                            int32_t block, const int64_t *reserved,
                                            int32_t reserved0, const char *who);
+
+/* The message of a factor qs_gptq_hinv refused (QS_ERR_BAD_DATA). */
+#define QS_GPTQ_HINV_BAD "the dampened Hessian is not positive definite, or its inverse factor " \
+    "is not finite with a positive diagonal in float (raise percdamp, or scale the calibration " \
+    "data)"
 
 /* The total of the per-row losses that GPTQ and SparseGPT report, summed in row order. */
 static inline double qs_calib_loss_sum(const double *rl, int64_t rows)

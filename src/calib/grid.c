@@ -15,25 +15,20 @@
 #include "../ref/mx_ref.h"
 #include "../ref/ref.h"
 #include "../ref/scale_ref.h"
+#include "../core/format_traits.h"
 #include "../core/quant_common.h"
 #include "gptq_internal.h"
 
-int64_t qs_grid_group_len(const qs_quant_params *p, int64_t lcols)
+/* Whether a format has a grid: its driver family's scale rule is below and, for codebook formats,
+ * the descriptor names the element encoder; MX with 4-bit (E2M1) elements. */
+static int has_grid(const struct qs_format_traits *t)
 {
-    switch (p->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4:
-        return p->block_size;
-    case QS_FORMAT_INT8:
-        return p->granularity == QS_GRAN_GROUP ? p->block_size : lcols;
-    case QS_FORMAT_LLM_INT8:
-        return lcols;
-    case QS_FORMAT_MXFP4:
-        return 32;
-    case QS_FORMAT_NVFP4:
-        return 16;
-    default:
-        return 0;
+    switch (t->driver) {
+    case QS_DRIVER_BNB4: return t->encode != NULL && t->codebook != NULL;
+    case QS_DRIVER_INT8:
+    case QS_DRIVER_NV: return 1;
+    case QS_DRIVER_MX: return t->bits == 4;
+    default: return 0;
     }
 }
 
@@ -59,16 +54,20 @@ static uint8_t nvfp4_scale_byte(float amax, float s_global)
 /* Scale of one unit (g->a/b/zp/sb at index u) from the values v[0 ... n), any stride-1 span. */
 static void fit_unit(struct qs_grid *g, int64_t u, const float *v, int64_t n)
 {
-    switch (g->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4: {
+    switch (g->t->driver) {
+    case QS_DRIVER_BNB4: {
         float amax = span_amax(v, n);
         g->a[u] = amax;
         g->b[u] = amax == 0.0f ? 0.0f : 1.0f / amax;
         break;
     }
-    case QS_FORMAT_INT8:
-        if (g->symmetric) {
+    case QS_DRIVER_INT8:
+        if (g->t->flags & QS_TRAIT_ROWSTAT) {
+            /* LLM.int8: row absmax (SCB), mul = fl(127 / SCB) (formats.md §8) */
+            g->a[u] = span_amax(v, n);
+            g->b[u] = qs_ref_llm_int8_mul(g->a[u]);
+            g->zp[u] = 0;
+        } else if (g->symmetric) {
             qs_ref_int8_symmetric(span_amax(v, n), &g->a[u], &g->b[u]);
             g->zp[u] = 0;
         } else {
@@ -80,20 +79,12 @@ static void fit_unit(struct qs_grid *g, int64_t u, const float *v, int64_t n)
             qs_ref_int8_asymmetric(lo, hi, &g->a[u], &g->b[u], &g->zp[u]);
         }
         break;
-    case QS_FORMAT_LLM_INT8: /* row absmax (SCB), mul = fl(127 / SCB) (formats.md §8) */
-        g->a[u] = span_amax(v, n);
-        g->b[u] = qs_ref_llm_int8_mul(g->a[u]);
-        g->zp[u] = 0;
-        break;
-    case QS_FORMAT_MXFP4:
-        g->sb[u] = qs_ref_mx_scale(v, n, g->rounding, 2, 6.0f);
-        break;
-    case QS_FORMAT_NVFP4:
+    case QS_DRIVER_MX: g->sb[u] = qs_ref_mx_scale(v, n, g->rounding, 2, g->t->elem_max); break;
+    case QS_DRIVER_NV:
         g->sb[u] = nvfp4_scale_byte(span_amax(v, n), g->s_global);
         g->a[u] = qs_ref_e4m3_decode(g->sb[u]) * g->s_global;
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -109,35 +100,25 @@ float qs_grid_round(struct qs_grid *g, int64_t row, int64_t col, float x)
     uint8_t code;
     float v;
 
-    switch (g->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4: {
-        const float *book = g->format == QS_FORMAT_NF4 ? qs_nf4_codebook : qs_fp4_codebook;
-        if (g->a[u] == 0.0f) {
-            code = 0; /* all-zero block: codes 0 (formats.md §5.2) */
+    switch (g->t->driver) {
+    case QS_DRIVER_BNB4:
+        /* all-zero block: codes 0 (formats.md §5.2) */
+        code = g->a[u] == 0.0f ? 0 : g->t->encode(x * g->b[u]);
+        v = g->t->codebook[code] * g->a[u];
+        break;
+    case QS_DRIVER_INT8:
+        if (g->t->flags & QS_TRAIT_ROWSTAT) {
+            int8_t c = qs_hd_int8_encode(x, g->b[u], 0, -127);
+            code = (uint8_t)c;
+            v = ((float)c * g->a[u]) * 0x1.020408p-7f; /* fl(fl(q * SCB) * fl(1/127)) */
         } else {
-            float y = x * g->b[u];
-            code = g->format == QS_FORMAT_NF4 ? qs_hd_nf4_encode(y) : qs_hd_fp4_encode(y);
+            int8_t c = qs_hd_int8_encode(x, g->b[u], g->zp[u], g->qmin);
+            code = (uint8_t)c;
+            v = (float)((int32_t)c - g->zp[u]) * g->a[u];
         }
-        v = book[code] * g->a[u];
         break;
-    }
-    case QS_FORMAT_INT8: {
-        int8_t c = qs_hd_int8_encode(x, g->b[u], g->zp[u], g->qmin);
-        code = (uint8_t)c;
-        v = (float)((int32_t)c - g->zp[u]) * g->a[u];
-        break;
-    }
-    case QS_FORMAT_LLM_INT8: {
-        int8_t c = qs_hd_int8_encode(x, g->b[u], 0, -127);
-        code = (uint8_t)c;
-        v = ((float)c * g->a[u]) * 0x1.020408p-7f; /* fl(fl(q * SCB) * fl(1/127)) */
-        break;
-    }
-    case QS_FORMAT_MXFP4:
-        v = qs_grid_mx_round(g->sb[u], x, &code);
-        break;
-    default: /* NVFP4 */
+    case QS_DRIVER_MX: v = qs_grid_mx_round(g->sb[u], x, &code); break;
+    default: /* QS_DRIVER_NV */
         code = g->a[u] != 0.0f ? qs_hd_e2m1_encode(x / g->a[u]) : 0;
         v = qs_e2m1_values[code] * g->a[u];
         break;
@@ -160,39 +141,42 @@ qs_status qs_grid_init(qs_ctx *ctx, struct qs_grid *g, const qs_quant_params *p,
                        int64_t lcols, const float *src, int64_t src_cols, int32_t static_groups,
                        const qs_qtensor *q, const char *who)
 {
+    const struct qs_format_traits *t;
     struct qs_layout l;
     qs_status st;
     int64_t units;
 
     memset(g, 0, sizeof *g);
-    if (p->format != QS_FORMAT_NF4 && p->format != QS_FORMAT_FP4 && p->format != QS_FORMAT_INT8 &&
-        p->format != QS_FORMAT_LLM_INT8 && p->format != QS_FORMAT_MXFP4 &&
-        p->format != QS_FORMAT_NVFP4)
+    t = qs_format_traits(p->format);
+    if (!t || !has_grid(t))
         return qs_fail(ctx, QS_ERR_UNSUPPORTED, "%s: format %s has no GPTQ grid (NF4, FP4, INT8, "
-                       "LLM_INT8, MXFP4, NVFP4)", who, qs_format_name(p->format) ? qs_format_name(p->format)
-                                                                        : "(unknown)");
+                       "LLM_INT8, MXFP4, NVFP4)", who, t ? t->name : "(unknown)");
     if ((st = qs_layout_compute(ctx, p, rows, lcols, &l)) != QS_OK)
         return st;
-    if ((p->format == QS_FORMAT_NF4 || p->format == QS_FORMAT_FP4) && p->double_quant)
+    if (l.bytes[QS_PLANE_NESTED_SCALE] > 0)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED, "%s: double quantization is not supported", who);
-    if ((p->format == QS_FORMAT_NF4 || p->format == QS_FORMAT_FP4) && lcols % p->block_size)
+    if (l.unit_rule == QS_UNITS_FLAT_BLOCKS && lcols % l.block)
         return qs_fail(ctx, QS_ERR_SHAPE, "%s: %lld columns are not a multiple of the block %d, "
-                       "so blocks would span rows", who, (long long)lcols, p->block_size);
+                       "so blocks would span rows", who, (long long)lcols, l.block);
     if ((st = qs_check_planes(ctx, &l, q)) != QS_OK)
         return st;
 
     g->format = p->format;
+    g->t = t;
     g->rows = rows;
     g->lcols = lcols;
-    g->group = (int32_t)qs_grid_group_len(p, lcols);
+    /* the scale unit along a row: the block, or the whole row for row and tensor scales */
+    g->group = (int32_t)(l.unit_rule == QS_UNITS_ROWS || l.unit_rule == QS_UNITS_TENSOR ? lcols
+                                                                                       : l.block);
     if (g->group < 1)
         g->group = 1;
     g->groups = qs_ceil_div(lcols, g->group);
     g->symmetric = p->symmetric;
     g->qmin = p->symmetric ? -127 : -128;
     g->rounding = p->scale_rounding;
-    int rowwise = (p->format == QS_FORMAT_INT8 && p->granularity != QS_GRAN_GROUP) ||
-                  p->format == QS_FORMAT_LLM_INT8;
+    g->unit_tensor = l.unit_rule == QS_UNITS_TENSOR;
+    /* one scale per row or for the whole tensor: fixed from the original weight */
+    int rowwise = l.unit_rule == QS_UNITS_ROWS || l.unit_rule == QS_UNITS_TENSOR;
     g->dynamic = !rowwise && !static_groups;
     units = rows * g->groups;
     g->a = qs_scratch_alloc(ctx, (size_t)(units ? units : 1) * sizeof(float));
@@ -204,10 +188,10 @@ qs_status qs_grid_init(qs_ctx *ctx, struct qs_grid *g, const qs_quant_params *p,
         qs_grid_free(ctx, g);
         return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
     }
-    if (p->format == QS_FORMAT_NVFP4)
+    if (t->flags & QS_TRAIT_GLOBAL_SCALE)
         g->s_global = p->scale != 0.0f ? p->scale
                                        : qs_ref_nvfp4_global_scale(span_amax(src, rows * src_cols));
-    if (rowwise && g->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR) {
+    if (l.unit_rule == QS_UNITS_TENSOR) {
         fit_unit(g, 0, src, rows * src_cols);
         for (int64_t r = 1; r < rows; r++) {
             g->a[r] = g->a[0];
@@ -233,37 +217,37 @@ qs_status qs_grid_store(qs_ctx *ctx, const struct qs_grid *g, const qs_quant_par
 {
     const int64_t rows = g->rows, cols = g->lcols, units = rows * g->groups;
     uint8_t *data = q->data;
-    (void)ctx;
+    (void)ctx, (void)p;
 
-    switch (g->format) {
-    case QS_FORMAT_NF4:
-    case QS_FORMAT_FP4:
+    switch (g->t->driver) {
+    case QS_DRIVER_BNB4:
         /* flattened, high nibble first; blocks are (row, group) since block divides cols */
         for (int64_t i = 0; i < rows * cols; i += 2)
             data[i / 2] = (uint8_t)(g->codes[i] << 4 | g->codes[i + 1]);
         for (int64_t u = 0; u < units; u++)
             qs_st_f32((float *)q->scale + u, g->a[u]);
         break;
-    case QS_FORMAT_INT8:
-    case QS_FORMAT_LLM_INT8: {
-        int64_t ns = g->format == QS_FORMAT_INT8 && p->granularity == QS_GRAN_TENSOR ? 1 : units;
-        memcpy(data, g->codes, (size_t)(rows * cols));
+    case QS_DRIVER_INT8: {
+        int64_t ns = g->unit_tensor ? 1 : units;
+        if (rows * cols > 0) /* a 0-row weight may have no data plane at all */
+            memcpy(data, g->codes, (size_t)(rows * cols));
         for (int64_t u = 0; u < ns; u++) {
             qs_st_f32((float *)q->scale + u, g->a[u]);
-            if (g->format == QS_FORMAT_INT8 && !g->symmetric)
+            if (q->zero_point && !g->symmetric)
                 ((int8_t *)q->zero_point)[u] = (int8_t)g->zp[u];
         }
         break;
     }
-    default: { /* MXFP4, NVFP4: per row, low nibble first, a last odd nibble pads with 0 */
+    default: { /* MX, NV: per row, low nibble first, a last odd nibble pads with 0 */
         int64_t rb = (cols + 1) / 2;
         for (int64_t r = 0; r < rows; r++) {
             const uint8_t *c = g->codes + r * cols;
             for (int64_t i = 0; i < cols; i += 2)
                 data[r * rb + i / 2] = (uint8_t)(c[i] | (i + 1 < cols ? c[i + 1] << 4 : 0));
         }
-        memcpy(q->scale, g->sb, (size_t)units);
-        if (g->format == QS_FORMAT_NVFP4)
+        if (units > 0)
+            memcpy(q->scale, g->sb, (size_t)units);
+        if (g->t->flags & QS_TRAIT_GLOBAL_SCALE)
             q->global_scale = g->s_global;
         break;
     }

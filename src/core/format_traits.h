@@ -53,6 +53,36 @@ enum qs_driver {
     QS_DRIVER_NV,       /* E4M3 block scales along rows and an f32 tensor scale */
 };
 
+/* How y follows from the sums of a format's int8-activation kernel (qs_mm_a8_fn; the definition
+ * is in include/qsparse/matmul.h, "int8 activations"). */
+enum qs_a8_rule {
+    QS_A8_NONE = 0,     /* no integer kernel: int8 activations run the f32 path on x^ */
+    QS_A8_UNIT_SCALES,  /* INT8: t = sum fl(a_s * scale_s), y = fl(t * fl(r_m / 127)) */
+    QS_A8_CODEBOOK_I8,  /* NF4/FP4 codes as int8 codebook values: y = fl(t * fl(r_m / 16129)) */
+    QS_A8_ROWSTAT,      /* LLM.int8: y = fl(fl(a * fl(r_m * SCB[n])) * c) (bitsandbytes) */
+};
+
+/* The matmul kernels of a format (src/gemm/): kernel slots (enum qs_slot_index) of one
+ * signature per operation, chosen by src/gemm/plan.c; -1 where the format has none. */
+struct qs_mm_traits {
+    int32_t gemv_slot;      /* qs_mm_gemv_fn: f32 activations, the GEMV path */
+    int32_t sp24_gemv_slot; /* qs_mm_gemv_sp24_fn for 2:4 weights of this format; -1: x gathered
+                               at the kept columns, then gemv_slot over one compressed row */
+    int32_t a8_slot;        /* qs_mm_a8_fn: int8 activations; -1: the f32 path on x^ */
+    int32_t a8_rule;        /* enum qs_a8_rule */
+};
+
+/* The element rule of a format's codes (qs_format_traits.element; the plugin ABI's
+ * QS_BACKEND_ELEM_* have the same values). */
+enum qs_element {
+    QS_ELEMENT_NF4 = 0,
+    QS_ELEMENT_FP4,
+    QS_ELEMENT_INT8,
+    QS_ELEMENT_E4M3,
+    QS_ELEMENT_E5M2,
+    QS_ELEMENT_E2M1,
+};
+
 /* qs_format_traits.flags */
 #define QS_TRAIT_ROWSTAT 1u /* INT8 driver: the scale plane stores the row absmax (LLM.int8 SCB) */
 #define QS_TRAIT_GLOBAL_SCALE 2u /* an f32 tensor scale in qs_qtensor.global_scale (NVFP4) */
@@ -66,6 +96,7 @@ struct qs_format_traits {
     uint32_t options;      /* QS_OPT_* fields of qs_quant_params this format reads */
     int32_t units;         /* enum qs_unit_rule */
     int32_t driver;        /* enum qs_driver */
+    int32_t element;       /* enum qs_element: the rule of one code */
     uint32_t flags;        /* QS_TRAIT_* */
     float elem_max;        /* largest finite element magnitude (FP8: the scale's divisor) */
     /* Up to two rules per plane, the first whose `when` holds applies. */
@@ -73,6 +104,10 @@ struct qs_format_traits {
     /* Checks the fields of params this format reads (name, format and reserved are checked). */
     qs_status (*check)(qs_ctx *ctx, const struct qs_format_traits *t, const qs_quant_params *p);
     int32_t quant_slot, dequant_slot; /* enum qs_slot_index of the element kernels */
+    const float *codebook; /* the 16 code values of a codebook format (NF4, FP4), else NULL */
+    uint8_t (*encode)(float y); /* its element encoder of a value already divided by the
+                                   block's absmax (the reference's), else NULL */
+    struct qs_mm_traits mm;
 };
 
 /* The descriptor of a format code, NULL for an unknown one. */

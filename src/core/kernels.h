@@ -159,65 +159,81 @@ typedef float qs_mm_dot_w8a8_fn(const int8_t *xq, const int8_t *wq, int64_t n,
 typedef void qs_mm_gather_sp24_fn(const float *x, const uint16_t *meta, int64_t n, float *xg);
 typedef void qs_mm_sp24_axpy_fn(const float *values, const uint16_t *meta, int64_t n,
                                 const float *xt, int64_t ldxt, int64_t m, float *acc);
-/* Fused 2:4 GEMV dot products: the result of mm_gather_sp24 (x over n dense columns, meta of
- * the row) followed by mm_dot_f32 / f16 / bf16 / nf4 over the n / 2 kept values w (NF4: kept
- * value i is flat element start + i of the compressed tensor), bit for bit. */
-typedef float qs_mm_dot_sp24_f32_fn(const float *x, const uint16_t *meta, int64_t n,
-                                    const float *w);
-typedef float qs_mm_dot_sp24_f16_fn(const float *x, const uint16_t *meta, int64_t n,
-                                    const uint16_t *w);
-typedef qs_mm_dot_sp24_f16_fn qs_mm_dot_sp24_bf16_fn;
+/* The fused 2:4 + NF4 dot product: the result of mm_gather_sp24 (x over n dense columns, meta of
+ * the row) followed by mm_dot_nf4 over the n / 2 kept values (kept value i is flat element
+ * start + i of the compressed tensor), bit for bit. */
 typedef float qs_mm_dot_sp24_nf4_fn(const float *x, const uint16_t *meta, int64_t n,
                                     const uint8_t *data, int64_t start, const float *absmax,
                                     int32_t block);
 
-/* Multi-row GEMV: y[i * ldy + r] = the mm_dot of the same format of x + i * ldx (k values) with
- * row r of W, for i < m and r < rows, so one call streams `rows` rows of W once for every x row
- * and SIMD versions decode each weight block once for all m rows (within the matmul tolerance of
- * the mm_dot definition; the reference calls the mm_dot reference). Row r of W: f16/bf16 w + r*k;
- * bnb4 flat elements start + r*k ... (start, k and block as mm_dot_nf4); int8 q + r*k with scales
- * scale + r*sstride and zero points zp + r*sstride (zp NULL: 0; sstride 0 for one tensor scale);
- * fp8 q + r*k; mx / nvfp4 data + r*row_bytes and scales + r*spr. */
-typedef void qs_mm_gemv_f16_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
-                               const uint16_t *w, int64_t rows, float *y, int64_t ldy);
-typedef qs_mm_gemv_f16_fn qs_mm_gemv_bf16_fn;
-typedef void qs_mm_gemv_nf4_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
-                               const uint8_t *data, int64_t start, const float *absmax,
-                               int32_t block, int64_t rows, float *y, int64_t ldy);
-typedef qs_mm_gemv_nf4_fn qs_mm_gemv_fp4_fn;
-typedef void qs_mm_gemv_int8_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                const int8_t *q, const float *scale, const int8_t *zp,
-                                int64_t group, int64_t sstride, int64_t rows, float *y,
-                                int64_t ldy);
-typedef void qs_mm_gemv_e4m3_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                const uint8_t *q, float scale, int64_t rows, float *y,
-                                int64_t ldy);
-typedef qs_mm_gemv_e4m3_fn qs_mm_gemv_e5m2_fn;
-typedef void qs_mm_gemv_mxfp4_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                 const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                 int64_t spr, int64_t rows, float *y, int64_t ldy);
-typedef qs_mm_gemv_mxfp4_fn qs_mm_gemv_mxfp8_fn;
-typedef void qs_mm_gemv_nvfp4_fn(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                 const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                 int64_t spr, float s_global, int64_t rows, float *y,
-                                 int64_t ldy);
+/* ---- the matmul weight view --------------------------------------------------------------------
+ *
+ * Every matmul operation kernel (multi-row GEMV, 2:4 GEMV, int8-activation product) reads W
+ * through one view, built once per call from the public qs_weight and the format's descriptor
+ * (src/gemm/weight.c), so one kernel signature serves every format and a new format needs no
+ * driver code. Which fields a format's kernels read is the format's business; the others are 0.
+ *
+ * Row r (0 <= r < n) of W holds k stored values (K; the K / 2 kept values of a 2:4 weight):
+ * - data: row layouts (row_bytes > 0) start row r at data + r * row_bytes (INT8, FP8, MX, NVFP4
+ *   codes; f32/f16/bf16 values); row_bytes = 0 means the elements run over the flattened tensor
+ *   (NF4/FP4, bitsandbytes): row element i is flat element r * k + i, in byte (r * k + i) / 2,
+ *   the high nibble for an even flat index.
+ * - scale: one scale per unit of `group` columns. Row layouts: row r's units at scale + r *
+ *   sstride (sstride 0: one scale for the whole tensor, FP8 and INT8 per tensor); flattened
+ *   layouts: unit (r * k + i) / group for element i. f32 for NF4/FP4 (absmax, decoded when
+ *   double-quantized), INT8, LLM.int8 and FP8; bytes for MX (E8M0) and NVFP4 (E4M3).
+ *   Every f32 unit scale is applied as fl(scale * scale_mul): scale_mul is fl(1/127) for LLM.int8
+ *   (whose plane stores the row absmax), 1 elsewhere (exact).
+ * - zp: INT8 zero points, one per unit like the scales (NULL: symmetric).
+ * - s_global: the NVFP4 tensor scale.
+ * - meta, words: 2:4 meta, `words` 16-bit words per row (the row's K dense columns, 4 each).
+ * Pointers may be misaligned; kernels read f32 scales with qs_ld_f32. */
+typedef struct qs_mm_weight {
+    int64_t n, k;
+    const void *data;
+    int64_t row_bytes;
+    const void *scale;
+    int64_t sstride, group;
+    const int8_t *zp;
+    float scale_mul, s_global;
+    const uint16_t *meta;
+    int64_t words;
+} qs_mm_weight;
+
+/* Multi-row GEMV with f32 activations: for i < m and r < rows,
+ *   y[i * ldy + r] = the dot product of x + i * ldx (w->k values) with row r0 + r of W,
+ * by the GEMV definition (include/qsparse/matmul.h: segments of one scale, 16 lanes, a fixed
+ * tree, one scale per segment; src/ref/matmul_ref.c), within the matmul tolerance of it. One
+ * call streams its rows of W once for all m rows of x; raw sums (no bias) under the NaN rule. */
+typedef void qs_mm_gemv_fn(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                           int64_t ldx, int64_t m, float *y, int64_t ldy);
+typedef qs_mm_gemv_fn qs_mm_gemv_f32_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_f16_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_bf16_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_nf4_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_fp4_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_int8_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_e4m3_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_e5m2_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_mxfp4_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_mxfp8_fn;
+typedef qs_mm_gemv_fn qs_mm_gemv_nvfp4_fn;
+
 /* Matmul with int8 activations (src/ref/mm8_ref.c defines them): m rows of x codes (row i at
- * xq + i * n, codes in [-127, 127]) against `rows` consecutive rows of W, out[i * ldo + r].
- * w8a8: W row r is wq + r * n, its scales scale + r * sstride and zero points zp + r * sstride
- * (sstride 0 for one tensor scale; zp NULL: symmetric); out = qs_mm_dot_w8a8 of the pair.
- * xsum[i * ceil(n / group) + s] is the sum of x row i over group s (the zero-point and offset
- * corrections of the SIMD kernels).
- * nf4a8 / fp4a8: W row r is flat elements start + r * n of the bnb4 tensor `data` (block scales
- * absmax); each code is the format's codebook scaled to int8 (qs_nf4_codebook_i8); per segment
- * (block clipped to the row) an exact int32 sum a_s of x * w8, out = sum_s fl(a_s * absmax_b)
- * ascending. xsum[i * ceil(n / 64) + c] is the sum of x row i over elements [64c, 64c + 64). */
-typedef void qs_mm_w8a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                           const int8_t *wq, int64_t rows, const float *scale, const int8_t *zp,
-                           int64_t group, int64_t sstride, float *out, int64_t ldo);
-typedef void qs_mm_nf4a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                            const uint8_t *data, int64_t start, int64_t rows, const float *absmax,
-                            int32_t block, float *out, int64_t ldo);
-typedef qs_mm_nf4a8_fn qs_mm_fp4a8_fn;
+ * xq + i * w->k, codes in [-127, 127]) against rows r0 ... r0 + rows - 1 of W, out[i * ldo + r].
+ * Per segment (a scale unit clipped to the row) the exact int32 sum a_s of x times the weight's
+ * integer value, then out = sum_s fl(a_s * unit scale) ascending from +0, NaN rule:
+ * - w8a8 (INT8, LLM.int8): the value is q - zp; the unit scales as the view gives them (the
+ *   driver hands LLM.int8 a view of one unit scale 1 and applies SCB itself).
+ * - nf4a8 / fp4a8: each 4-bit code stands for its codebook entry scaled to int8
+ *   (qs_nf4_codebook_i8); the unit scale is the block's absmax.
+ * xsum[i * ceil(k / u) + c] is the sum of x row i over elements [c u, c u + u), u = w->group for
+ * w8a8 and 64 for the 4-bit formats (the offset and zero-point corrections of SIMD kernels). */
+typedef void qs_mm_a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, const qs_mm_weight *w,
+                         int64_t r0, int64_t rows, float *out, int64_t ldo);
+typedef qs_mm_a8_fn qs_mm_w8a8_fn;
+typedef qs_mm_a8_fn qs_mm_nf4a8_fn;
+typedef qs_mm_a8_fn qs_mm_fp4a8_fn;
 
 /* Tiled GEMM step of the f32-activation GEMM path (include/qsparse/matmul.h; src/ref/mm_gemm_ref.c
  * defines it): for r < rows and i < 16 * mp,
@@ -230,19 +246,25 @@ typedef qs_mm_nf4a8_fn qs_mm_fp4a8_fn;
  * whatever their register tile. */
 #define QS_MM_GEMM_KC 256                  /* columns of W per GEMM slice */
 #define QS_MM_GEMM_LDW (QS_MM_GEMM_KC + 16) /* row stride of the tile (off the 4 KiB stride) */
+#define QS_MM_GEMM_NR_MAX 12 /* the widest register tile (nr) of an mm_gemm_f32 entry */
 typedef void qs_mm_gemm_f32_fn(const float *xt, int64_t xs, int64_t mp, int64_t k,
                                const float *w, int64_t rows, float *c, int64_t ldc, int32_t acc);
 
-/* Multi-row 2:4 + NF4 GEMV for one x row (n dense columns): y[r] = mm_dot_sp24_nf4(x, meta +
- * r * words, n, data, start + r * (n / 2), absmax, block) for r < rows, within the matmul
- * tolerance of it (the reference calls it row by row; SIMD versions run several rows at once).
- * It also checks the used nibbles of the rows' meta (the first n / 4 of each row's words, as
+/* 2:4 GEMV for one x row (2 * w->k dense columns; W holds the k kept values per row and the
+ * meta): y[r] = the dot product of x gathered at row r0 + r's kept columns (mm_gather_sp24) with
+ * that row's kept values, by the GEMV definition over the kept values (f32/f16/bf16 values: one
+ * segment; NF4: the blocks of the compressed tensor), for r < rows, within the matmul tolerance
+ * of it (SIMD kernels use FMA and their own lane order).
+ * It also checks the used nibbles of the rows' meta (the first k / 2 of each row's words, as
  * mm_sp24_meta_bad and qs_sp24_partial_word_bad): nonzero if one is not one of the six codes,
  * y[0 .. rows) then unspecified; the check reads each row's meta just before the row's products
- * do (so the meta comes from memory once, with the codes). */
-typedef int qs_mm_gemv_sp24_nf4_fn(const float *x, int64_t n, const uint16_t *meta, int64_t words,
-                                    const uint8_t *data, int64_t start, const float *absmax,
-                                    int32_t block, int64_t rows, float *y);
+ * do (so the meta comes from memory once, with the values). */
+typedef int qs_mm_gemv_sp24_fn(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                               float *y);
+typedef qs_mm_gemv_sp24_fn qs_mm_gemv_sp24_f32_fn;
+typedef qs_mm_gemv_sp24_fn qs_mm_gemv_sp24_f16_fn;
+typedef qs_mm_gemv_sp24_fn qs_mm_gemv_sp24_bf16_fn;
+typedef qs_mm_gemv_sp24_fn qs_mm_gemv_sp24_nf4_fn;
 
 /* Whether any nibble of the n 2:4 meta words w[0 .. n) is not one of the six codes (i0 < i1:
  * 0x4, 0x8, 0x9, 0xC, 0xD, 0xE; docs/sparsity.md §3.2): nonzero if one is not. */

@@ -58,9 +58,17 @@ qs_status qs_prof_enable(qs_ctx *ctx, int on)
 void qs_prof_record(qs_ctx *ctx, uint64_t t0, const char *op, int32_t slot, int32_t format,
                     uint64_t elements, uint64_t bytes_in, uint64_t bytes_out)
 {
+    qs_prof_record_kernel(ctx, t0, op,
+                          slot >= 0 && slot < QS_SLOT_COUNT ? ctx->kernel_names[slot] : "", format,
+                          elements, bytes_in, bytes_out);
+}
+
+void qs_prof_record_kernel(qs_ctx *ctx, uint64_t t0, const char *op, const char *kernel,
+                           int32_t format, uint64_t elements, uint64_t bytes_in,
+                           uint64_t bytes_out)
+{
     struct qs_prof *p = ctx->prof;
     uint64_t ns = qs_prof_now() - t0;
-    const char *kernel = slot >= 0 && slot < QS_SLOT_COUNT ? ctx->kernel_names[slot] : "";
     const char *isa = qs_ctx_isa_name(ctx);
     int32_t threads = qs_threads(ctx);
     qs_profile_entry *e = NULL;

@@ -22,6 +22,12 @@ QS_INTERNAL void qs_prof_record(qs_ctx *ctx, uint64_t t0, const char *op, int32_
                                 int32_t format, uint64_t elements, uint64_t bytes_in,
                                 uint64_t bytes_out);
 
+/* The same for a kernel chosen by shape (a registry entry's name, a static string; "" for none):
+ * the matmul plan's. */
+QS_INTERNAL void qs_prof_record_kernel(qs_ctx *ctx, uint64_t t0, const char *op,
+                                       const char *kernel, int32_t format, uint64_t elements,
+                                       uint64_t bytes_in, uint64_t bytes_out);
+
 /* Switch the counters on (allocating the table) or off (freeing it). */
 QS_INTERNAL qs_status qs_prof_enable(qs_ctx *ctx, int on);
 QS_INTERNAL void qs_prof_destroy(qs_ctx *ctx);

@@ -167,8 +167,10 @@ float qs_mm_dot_fp4__ref(const float *x, int64_t n, const uint8_t *data, int64_t
 /* ---- INT8 (f32 activations) -------------------------------------------------------------------
  */
 
-float qs_mm_dot_int8__ref(const float *x, int64_t n, const int8_t *q, const float *scale,
-                          const int8_t *zp, int64_t group)
+/* Each unit scale applied as fl(scale * mul) (the GEMV's view: fl(1/127) for LLM.int8, whose
+ * plane stores the row absmax; 1, exact, for mm_dot_int8). */
+static float int8_dot(const float *x, int64_t n, const int8_t *q, const float *scale,
+                      const int8_t *zp, int64_t group, float mul)
 {
     float acc = 0.0f, v[PIECE];
 
@@ -182,9 +184,15 @@ float qs_mm_dot_int8__ref(const float *x, int64_t n, const int8_t *q, const floa
             qs_int8_dequant__ref(q + i, len, 1.0f, zp ? zp[s] : 0, v); /* q - zp, exact */
             lanes_feed(&l, x + i, v, len);
         }
-        acc = acc + lanes_sum(&l) * qs_ld_f32(scale + s);
+        acc = acc + lanes_sum(&l) * (qs_ld_f32(scale + s) * mul);
     }
     return qs_ref_nan_canon(acc);
+}
+
+float qs_mm_dot_int8__ref(const float *x, int64_t n, const int8_t *q, const float *scale,
+                          const int8_t *zp, int64_t group)
+{
+    return int8_dot(x, n, q, scale, zp, group, 1.0f);
 }
 
 /* ---- FP8: one per-tensor scale ----------------------------------------------------------------
@@ -313,100 +321,128 @@ void qs_mm_sp24_axpy__ref(const float *values, const uint16_t *meta, int64_t n, 
 }
 
 /* ---- multi-row GEMV: the dot products above, one per (x row, W row) ---------------------------
- */
+ * Rows r0 ... r0 + rows - 1 of the view (src/core/kernels.h): row layouts at data + r *
+ * row_bytes with their scales at scale + r * sstride, NF4/FP4 from flat element r * k. */
 
-void qs_mm_gemv_f16__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint16_t *w,
-                         int64_t rows, float *y, int64_t ldy)
+/* Row r of a row layout, and of its scales (sstride units of `unit` bytes). */
+static const void *row_of(const qs_mm_weight *w, int64_t r)
 {
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < rows; r++)
-            qs_st_f32(y + i * ldy + r, qs_mm_dot_f16__ref(x + i * ldx, w + r * k, k));
+    return (const uint8_t *)w->data + r * w->row_bytes;
 }
 
-void qs_mm_gemv_bf16__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint16_t *w,
-                          int64_t rows, float *y, int64_t ldy)
+static const void *scales_of(const qs_mm_weight *w, int64_t r, int64_t unit)
 {
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < rows; r++)
-            qs_st_f32(y + i * ldy + r, qs_mm_dot_bf16__ref(x + i * ldx, w + r * k, k));
+    return (const uint8_t *)w->scale + r * w->sstride * unit;
 }
 
-void qs_mm_gemv_nf4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
-                         int64_t start, const float *absmax, int32_t block, int64_t rows, float *y,
-                         int64_t ldy)
+void qs_mm_gemv_f32__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                         int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t r = 0; r < rows; r++)
             qs_st_f32(y + i * ldy + r,
-                      qs_mm_dot_nf4__ref(x + i * ldx, k, data, start + r * k, absmax, block));
+                      qs_mm_dot_f32__ref(x + i * ldx, (const float *)row_of(w, r0 + r), w->k));
 }
 
-void qs_mm_gemv_fp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
-                         int64_t start, const float *absmax, int32_t block, int64_t rows, float *y,
-                         int64_t ldy)
+void qs_mm_gemv_f16__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                         int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t r = 0; r < rows; r++)
             qs_st_f32(y + i * ldy + r,
-                      qs_mm_dot_fp4__ref(x + i * ldx, k, data, start + r * k, absmax, block));
+                      qs_mm_dot_f16__ref(x + i * ldx, (const uint16_t *)row_of(w, r0 + r), w->k));
 }
 
-void qs_mm_gemv_int8__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const int8_t *q,
-                          const float *scale, const int8_t *zp, int64_t group, int64_t sstride,
-                          int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_bf16__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                          int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t r = 0; r < rows; r++)
             qs_st_f32(y + i * ldy + r,
-                      qs_mm_dot_int8__ref(x + i * ldx, k, q + r * k, scale + r * sstride,
-                                          zp ? zp + r * sstride : NULL, group));
+                      qs_mm_dot_bf16__ref(x + i * ldx, (const uint16_t *)row_of(w, r0 + r), w->k));
 }
 
-void qs_mm_gemv_e4m3__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *q,
-                          float scale, int64_t rows, float *y, int64_t ldy)
-{
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < rows; r++)
-            qs_st_f32(y + i * ldy + r, qs_mm_dot_e4m3__ref(x + i * ldx, k, q + r * k, scale));
-}
-
-void qs_mm_gemv_e5m2__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *q,
-                          float scale, int64_t rows, float *y, int64_t ldy)
-{
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < rows; r++)
-            qs_st_f32(y + i * ldy + r, qs_mm_dot_e5m2__ref(x + i * ldx, k, q + r * k, scale));
-}
-
-void qs_mm_gemv_mxfp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
-                           int64_t row_bytes, const uint8_t *scales, int64_t spr, int64_t rows,
-                           float *y, int64_t ldy)
-{
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < rows; r++)
-            qs_st_f32(y + i * ldy + r, qs_mm_dot_mxfp4__ref(x + i * ldx, k, data + r * row_bytes,
-                                                             scales + r * spr));
-}
-
-void qs_mm_gemv_mxfp8__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
-                           int64_t row_bytes, const uint8_t *scales, int64_t spr, int64_t rows,
-                           float *y, int64_t ldy)
-{
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < rows; r++)
-            qs_st_f32(y + i * ldy + r, qs_mm_dot_mxfp8__ref(x + i * ldx, k, data + r * row_bytes,
-                                                             scales + r * spr));
-}
-
-void qs_mm_gemv_nvfp4__ref(const float *x, int64_t ldx, int64_t m, int64_t k, const uint8_t *data,
-                           int64_t row_bytes, const uint8_t *scales, int64_t spr, float s_global,
-                           int64_t rows, float *y, int64_t ldy)
+static void gemv_bnb4(const float *book, const qs_mm_weight *w, int64_t r0, int64_t rows,
+                      const float *x, int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t r = 0; r < rows; r++)
             qs_st_f32(y + i * ldy + r,
-                      qs_mm_dot_nvfp4__ref(x + i * ldx, k, data + r * row_bytes, scales + r * spr,
-                                           s_global));
+                      bnb4_dot(book, x + i * ldx, w->k, (const uint8_t *)w->data, (r0 + r) * w->k,
+                               (const float *)w->scale, (int32_t)w->group));
+}
+
+void qs_mm_gemv_nf4__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                         int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    gemv_bnb4(qs_nf4_codebook, w, r0, rows, x, ldx, m, y, ldy);
+}
+
+void qs_mm_gemv_fp4__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                         int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    gemv_bnb4(qs_fp4_codebook, w, r0, rows, x, ldx, m, y, ldy);
+}
+
+void qs_mm_gemv_int8__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                          int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r,
+                      int8_dot(x + i * ldx, w->k, (const int8_t *)row_of(w, r0 + r),
+                               (const float *)scales_of(w, r0 + r, 4),
+                               w->zp ? w->zp + (r0 + r) * w->sstride : NULL, w->group,
+                               w->scale_mul));
+}
+
+void qs_mm_gemv_e4m3__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                          int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    const float scale = qs_ld_f32((const float *)w->scale);
+
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r,
+                      qs_mm_dot_e4m3__ref(x + i * ldx, w->k, row_of(w, r0 + r), scale));
+}
+
+void qs_mm_gemv_e5m2__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                          int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    const float scale = qs_ld_f32((const float *)w->scale);
+
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r,
+                      qs_mm_dot_e5m2__ref(x + i * ldx, w->k, row_of(w, r0 + r), scale));
+}
+
+void qs_mm_gemv_mxfp4__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                           int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_mxfp4__ref(x + i * ldx, w->k, row_of(w, r0 + r),
+                                                            scales_of(w, r0 + r, 1)));
+}
+
+void qs_mm_gemv_mxfp8__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                           int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_mxfp8__ref(x + i * ldx, w->k, row_of(w, r0 + r),
+                                                            scales_of(w, r0 + r, 1)));
+}
+
+void qs_mm_gemv_nvfp4__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                           int64_t ldx, int64_t m, float *y, int64_t ldy)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t r = 0; r < rows; r++)
+            qs_st_f32(y + i * ldy + r, qs_mm_dot_nvfp4__ref(x + i * ldx, w->k, row_of(w, r0 + r),
+                                                            scales_of(w, r0 + r, 1), w->s_global));
 }
 
 /* ---- fused 2:4 GEMV: the gather above, then the dot product over the kept values ---------------
@@ -443,19 +479,37 @@ static float sp24_dot_plain(const float *x, const uint16_t *meta, int64_t n, con
     return qs_ref_nan_canon(lanes_sum(&l));
 }
 
-float qs_mm_dot_sp24_f32__ref(const float *x, const uint16_t *meta, int64_t n, const float *w)
+static float sp24_dot_f32(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return sp24_dot_plain(x, meta, n, w, NULL);
 }
 
-float qs_mm_dot_sp24_f16__ref(const float *x, const uint16_t *meta, int64_t n, const uint16_t *w)
+static float sp24_dot_f16(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return sp24_dot_plain(x, meta, n, w, qs_cvt_f16_f32__ref);
 }
 
-float qs_mm_dot_sp24_bf16__ref(const float *x, const uint16_t *meta, int64_t n, const uint16_t *w)
+static float sp24_dot_bf16(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return sp24_dot_plain(x, meta, n, w, qs_cvt_bf16_f32__ref);
+}
+
+int qs_mm_gemv_sp24_f32__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                             float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, sp24_dot_f32, qs_mm_sp24_meta_bad__ref);
+}
+
+int qs_mm_gemv_sp24_f16__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                             float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, sp24_dot_f16, qs_mm_sp24_meta_bad__ref);
+}
+
+int qs_mm_gemv_sp24_bf16__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                              float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, sp24_dot_bf16, qs_mm_sp24_meta_bad__ref);
 }
 
 /* bnb4_dot over the kept values, x gathered piece by piece. */
@@ -487,12 +541,11 @@ float qs_mm_dot_sp24_nf4__ref(const float *x, const uint16_t *meta, int64_t n, c
     return qs_ref_nan_canon(acc);
 }
 
-int qs_mm_gemv_sp24_nf4__ref(const float *x, int64_t n, const uint16_t *meta, int64_t words,
-                             const uint8_t *data, int64_t start, const float *absmax,
-                             int32_t block, int64_t rows, float *y)
+int qs_mm_gemv_sp24_nf4__ref(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                             float *y)
 {
-    return qs_sp24_nf4_rows_by_dot(x, n, meta, words, data, start, absmax, block, rows, y,
-                                   qs_mm_dot_sp24_nf4__ref, qs_mm_sp24_meta_bad__ref);
+    return qs_sp24_nf4_rows_by_dot(w, r0, rows, x, y, qs_mm_dot_sp24_nf4__ref,
+                                   qs_mm_sp24_meta_bad__ref);
 }
 
 int qs_mm_sp24_meta_bad__ref(const uint16_t *w, int64_t n)

@@ -24,15 +24,22 @@ const int8_t qs_nf4_codebook_i8[16] = {-127, -88, -67, -50, -36, -23, -12, 0,
 const int8_t qs_fp4_codebook_i8[16] = {0, 1,  85,  127,  42,  64,  21,  32,
                                        0, -1, -85, -127, -42, -64, -21, -32};
 
-void qs_mm_w8a8__ref(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n, const int8_t *wq,
-                     int64_t rows, const float *scale, const int8_t *zp, int64_t group,
-                     int64_t sstride, float *out, int64_t ldo)
+/* W row r of the view: INT8 codes at data + r * row_bytes, its unit scales and zero points at
+ * r * sstride (src/core/kernels.h). */
+void qs_mm_w8a8__ref(const int8_t *xq, const int32_t *xsum, int64_t m, const qs_mm_weight *w,
+                     int64_t r0, int64_t rows, float *out, int64_t ldo)
 {
+    const int64_t n = w->k;
+
     (void)xsum;
     for (int64_t i = 0; i < m; i++)
-        for (int64_t r = 0; r < rows; r++)
-            out[i * ldo + r] = qs_mm_dot_w8a8__ref(xq + i * n, wq + r * n, n, scale + r * sstride,
-                                                   zp ? zp + r * sstride : NULL, group);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t row = r0 + r;
+            out[i * ldo + r] =
+                qs_mm_dot_w8a8__ref(xq + i * n, (const int8_t *)w->data + row * w->row_bytes, n,
+                                    (const float *)w->scale + row * w->sstride,
+                                    w->zp ? w->zp + row * w->sstride : NULL, w->group);
+        }
 }
 
 static float bnb4_a8_row(const int8_t *book, const int8_t *x, int64_t n, const uint8_t *data,
@@ -57,27 +64,30 @@ static float bnb4_a8_row(const int8_t *book, const int8_t *x, int64_t n, const u
     return qs_ref_nan_canon(t);
 }
 
-static void bnb4_a8(const int8_t *book, const int8_t *xq, int64_t m, int64_t n, const uint8_t *data,
-                    int64_t start, int64_t rows, const float *absmax, int32_t block, float *out,
-                    int64_t ldo)
+/* W row r of the view: flat elements r * k ... of the bnb4 tensor, absmax w->scale in blocks of
+ * w->group. */
+static void bnb4_a8(const int8_t *book, const int8_t *xq, int64_t m, const qs_mm_weight *w,
+                    int64_t r0, int64_t rows, float *out, int64_t ldo)
 {
+    const int64_t n = w->k;
+
     for (int64_t i = 0; i < m; i++)
         for (int64_t r = 0; r < rows; r++)
-            out[i * ldo + r] = bnb4_a8_row(book, xq + i * n, n, data, start + r * n, absmax, block);
+            out[i * ldo + r] =
+                bnb4_a8_row(book, xq + i * n, n, (const uint8_t *)w->data, (r0 + r) * n,
+                            (const float *)w->scale, (int32_t)w->group);
 }
 
-void qs_mm_nf4a8__ref(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                      const uint8_t *data, int64_t start, int64_t rows, const float *absmax,
-                      int32_t block, float *out, int64_t ldo)
+void qs_mm_nf4a8__ref(const int8_t *xq, const int32_t *xsum, int64_t m, const qs_mm_weight *w,
+                      int64_t r0, int64_t rows, float *out, int64_t ldo)
 {
     (void)xsum;
-    bnb4_a8(qs_nf4_codebook_i8, xq, m, n, data, start, rows, absmax, block, out, ldo);
+    bnb4_a8(qs_nf4_codebook_i8, xq, m, w, r0, rows, out, ldo);
 }
 
-void qs_mm_fp4a8__ref(const int8_t *xq, const int32_t *xsum, int64_t m, int64_t n,
-                      const uint8_t *data, int64_t start, int64_t rows, const float *absmax,
-                      int32_t block, float *out, int64_t ldo)
+void qs_mm_fp4a8__ref(const int8_t *xq, const int32_t *xsum, int64_t m, const qs_mm_weight *w,
+                      int64_t r0, int64_t rows, float *out, int64_t ldo)
 {
     (void)xsum;
-    bnb4_a8(qs_fp4_codebook_i8, xq, m, n, data, start, rows, absmax, block, out, ldo);
+    bnb4_a8(qs_fp4_codebook_i8, xq, m, w, r0, rows, out, ldo);
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/kernels.h"
 #include "element_hd.h"
 
 /* Above the bits of +Inf (0x7F800000): every NaN maps here, so NaNs rank first and tie. */
@@ -104,24 +105,50 @@ static inline int qs_sp24_partial_word_bad(const uint16_t *row_meta, int64_t n)
     return 0;
 }
 
-/* mm_gemv_sp24_nf4 (src/core/kernels.h) row by row through a one-row dot product, for the
- * reference and the rows a multi-row kernel leaves: each row's used meta nibbles checked (`bad`,
- * a tier's mm_sp24_meta_bad, over its full words, then its partial last word) just before its
- * product; 1 at the first bad row. */
-static inline int qs_sp24_nf4_rows_by_dot(
-    const float *x, int64_t n, const uint16_t *meta, int64_t words, const uint8_t *data,
-    int64_t start, const float *absmax, int32_t block, int64_t rows, float *y,
-    float (*dot)(const float *, const uint16_t *, int64_t, const uint8_t *, int64_t, const float *,
-                 int32_t),
-    int (*bad)(const uint16_t *, int64_t))
+/* The 2:4 GEMV (mm_gemv_sp24_*, src/core/kernels.h) row by row through a one-row fused dot
+ * product, for the references, the f32/f16/bf16 kernels and the rows a multi-row kernel leaves:
+ * rows r0 ... r0 + rows - 1 of the view w (2 * w->k dense columns), each row's used meta nibbles
+ * checked (`bad`, a tier's mm_sp24_meta_bad, over its full words, then its partial last word)
+ * just before its product; 1 at the first bad row. y[r] is row r0 + r's product, stored at any
+ * byte. Plain kept values (f32/f16/bf16): row r at w->data + r * w->row_bytes, and
+ * dot(x, row meta, dense columns, row values). */
+static inline int
+qs_sp24_plain_rows_by_dot(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x, float *y,
+                          float (*dot)(const float *, const uint16_t *, int64_t, const void *),
+                          int (*bad)(const uint16_t *, int64_t))
 {
+    const int64_t n = 2 * w->k;
+
     for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *m = meta + r * words;
+        const uint16_t *m = w->meta + (r0 + r) * w->words;
         float v;
 
         if (bad(m, n / 16) || qs_sp24_partial_word_bad(m, n))
             return 1;
-        v = dot(x, m, n, data, start + r * (n / 2), absmax, block);
+        v = dot(x, m, n, (const uint8_t *)w->data + (r0 + r) * w->row_bytes);
+        memcpy(y + r, &v, 4);
+    }
+    return 0;
+}
+
+/* The same for 2:4 + NF4 (the kept values of row r are flat elements r * w->k ... of the
+ * compressed tensor, absmax w->scale in blocks of w->group) through an mm_dot_sp24_nf4. */
+static inline int
+qs_sp24_nf4_rows_by_dot(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x, float *y,
+                        float (*dot)(const float *, const uint16_t *, int64_t, const uint8_t *,
+                                     int64_t, const float *, int32_t),
+                        int (*bad)(const uint16_t *, int64_t))
+{
+    const int64_t n = 2 * w->k;
+
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *m = w->meta + (r0 + r) * w->words;
+        float v;
+
+        if (bad(m, n / 16) || qs_sp24_partial_word_bad(m, n))
+            return 1;
+        v = dot(x, m, n, (const uint8_t *)w->data, (r0 + r) * w->k, (const float *)w->scale,
+                (int32_t)w->group);
         memcpy(y + r, &v, 4); /* y may sit at any byte */
     }
     return 0;

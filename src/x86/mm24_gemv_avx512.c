@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * 2:4 GEMV kernels for AVX-512 (F/BW): the gather (slot mm_gather_sp24) and the fused dot
- * products of x with one 2:4 row of f32, f16, bf16 or NF4 kept values (mm_dot_sp24_*), within
+ * products of x with 2:4 rows of f32, f16, bf16 or NF4 kept values (mm_gemv_sp24_*; the one-row
+ * mm_dot_sp24_nf4), within
  * the matmul tolerance of src/ref/matmul_ref.c (gather, then the 16-lane dot product of the GEMV
  * in include/qsparse/matmul.h; docs/sparsity.md §3.2 for the meta nibbles).
  *
@@ -95,9 +96,9 @@ void qs_mm_gather_sp24__avx512_1x1x32(const float *x, const uint16_t *meta, int6
     qs_mm_gather_sp24__ref(x + i, meta + i / 16, n - i, xg + i / 2);
 }
 
-float qs_mm_dot_sp24_f32__avx512_1x1x32(const float *x, const uint16_t *meta, int64_t n,
-                                        const float *w)
+static float dot_f32_avx512(const float *x, const uint16_t *meta, int64_t n, const void *wv)
 {
+    const float *w = wv;
     __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
     int64_t i = 0, kept = n / 2;
 
@@ -154,14 +155,12 @@ static inline float dot_u16_avx512(const float *x, const uint16_t *meta, int64_t
     return finish_avx512(_mm512_add_ps(p0, p1));
 }
 
-float qs_mm_dot_sp24_f16__avx512_1x1x32(const float *x, const uint16_t *meta, int64_t n,
-                                        const uint16_t *w)
+static float dot_f16_avx512(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return dot_u16_avx512(x, meta, n, w, 0);
 }
 
-float qs_mm_dot_sp24_bf16__avx512_1x1x32(const float *x, const uint16_t *meta, int64_t n,
-                                         const uint16_t *w)
+static float dot_bf16_avx512(const float *x, const uint16_t *meta, int64_t n, const void *w)
 {
     return dot_u16_avx512(x, meta, n, w, 1);
 }
@@ -292,6 +291,26 @@ int qs_mm_sp24_meta_bad__avx512_1x1x32(const uint16_t *w, int64_t n)
     return meta_bad_avx512(w, n);
 }
 
+/* ---- several rows of 2:4 f32 / f16 / bf16 (slots mm_gemv_sp24_f32 / f16 / bf16) ----------------
+ * The one-row products above row by row, each row's meta checked just before its products. */
+int qs_mm_gemv_sp24_f32__avx512_1x1x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                       const float *x, float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, dot_f32_avx512, meta_bad_avx512);
+}
+
+int qs_mm_gemv_sp24_f16__avx512_1x1x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                       const float *x, float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, dot_f16_avx512, meta_bad_avx512);
+}
+
+int qs_mm_gemv_sp24_bf16__avx512_1x1x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                        const float *x, float *y)
+{
+    return qs_sp24_plain_rows_by_dot(w, r0, rows, x, y, dot_bf16_avx512, meta_bad_avx512);
+}
+
 /* ---- several rows of 2:4 + NF4 (slot mm_gemv_sp24_nf4) ----------------------------------------
  *
  * Four rows at a time: they share the two x loads of each 32 columns, and their four independent
@@ -344,11 +363,15 @@ static void sp24_nf4_rows4_avx512(const float *x, int64_t n, const uint16_t *met
 /* Each four rows' meta (4 * words contiguous words, fetched ahead by the previous four rows'
  * prefetches) is checked just before their products: one pass over the meta from memory, the
  * kernel's own (a separate pass cost the GEMV at 4096 x 4096 about a tenth of its time). */
-int qs_mm_gemv_sp24_nf4__avx512_1x4x16(const float *x, int64_t n, const uint16_t *meta,
-                                       int64_t words, const uint8_t *data, int64_t start,
-                                       const float *absmax, int32_t block, int64_t rows, float *y)
+int qs_mm_gemv_sp24_nf4__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                       const float *x, float *y)
 {
-    int64_t kept = n / 2, r = 0;
+    const int64_t kept = w->k, n = 2 * kept, words = w->words, start = r0 * kept;
+    const uint16_t *meta = w->meta + r0 * words;
+    const uint8_t *data = w->data;
+    const float *absmax = w->scale;
+    const int32_t block = (int32_t)w->group;
+    int64_t r = 0;
 
     if (block % 16 == 0 && kept % block == 0 && start % block == 0 && kept > 0)
         for (; r + 4 <= rows; r += 4) {
@@ -357,8 +380,7 @@ int qs_mm_gemv_sp24_nf4__avx512_1x4x16(const float *x, int64_t n, const uint16_t
             sp24_nf4_rows4_avx512(x, n, meta + r * words, words, data, start + r * kept, absmax,
                                   block, y + r);
         }
-    return qs_sp24_nf4_rows_by_dot(x, n, meta + r * words, words, data, start + r * kept, absmax,
-                                   block, rows - r, y + r, qs_mm_dot_sp24_nf4__avx512_1x1x32,
+    return qs_sp24_nf4_rows_by_dot(w, r0 + r, rows - r, x, y + r, qs_mm_dot_sp24_nf4__avx512_1x1x32,
                                    meta_bad_avx512);
 }
 

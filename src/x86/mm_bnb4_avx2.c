@@ -31,13 +31,18 @@ static inline float bnb4_scl_avx2(const uint8_t *srow, int64_t row, int64_t s, i
     return qs_ld_f32((const float *)srow + s);
 }
 
+/* Rows r0 ... of the view: flat elements from start = r0 * k, absmax in blocks of w->group. */
 static inline __attribute__((always_inline)) void
-bnb4_gemv_avx2(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int64_t ldx, int64_t m,
-               int64_t k, const uint8_t *data, int64_t start, const float *absmax, int32_t block,
-               int64_t rows, float *y, int64_t ldy)
+bnb4_gemv_avx2(const float *book, qs_mm_gemv_fn *ref, const qs_mm_weight *wv, int64_t r0,
+               int64_t rows, const float *x, int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
+    const int64_t k = wv->k, start = r0 * k;
+    const int32_t block = (int32_t)wv->group;
+    const uint8_t *data = wv->data;
+    const float *absmax = wv->scale;
+
     if (block % 8 != 0 || k % block != 0 || start % block != 0) {
-        ref(x, ldx, m, k, data, start, absmax, block, rows, y, ldy);
+        ref(wv, r0, rows, x, ldx, m, y, ldy);
         return;
     }
     const lut16_avx2 lut = lut16_avx2_load(book);
@@ -46,18 +51,14 @@ bnb4_gemv_avx2(const float *book, qs_mm_gemv_nf4_fn *ref, const float *x, int64_
     gemv_avx2(x, ldx, m, k, 4, &w, rows, bnb4_dec_avx2, bnb4_scl_avx2, book, y, ldy);
 }
 
-void qs_mm_gemv_nf4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                const uint8_t *data, int64_t start, const float *absmax,
-                                int32_t block, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_nf4__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    bnb4_gemv_avx2(qs_nf4_codebook, qs_mm_gemv_nf4__ref, x, ldx, m, k, data, start, absmax, block,
-                   rows, y, ldy);
+    bnb4_gemv_avx2(qs_nf4_codebook, qs_mm_gemv_nf4__ref, w, r0, rows, x, ldx, m, y, ldy);
 }
 
-void qs_mm_gemv_fp4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                const uint8_t *data, int64_t start, const float *absmax,
-                                int32_t block, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_fp4__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    bnb4_gemv_avx2(qs_fp4_codebook, qs_mm_gemv_fp4__ref, x, ldx, m, k, data, start, absmax, block,
-                   rows, y, ldy);
+    bnb4_gemv_avx2(qs_fp4_codebook, qs_mm_gemv_fp4__ref, w, r0, rows, x, ldx, m, y, ldy);
 }

@@ -38,18 +38,21 @@ static inline float fp8_scl_avx2(const uint8_t *srow, int64_t row, int64_t s, in
     return *(const float *)fmt;
 }
 
-void qs_mm_gemv_e4m3__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                 const uint8_t *q, float scale, int64_t rows, float *y,
-                                 int64_t ldy)
+/* The tensor scale: w->scale (sstride 0). */
+void qs_mm_gemv_e4m3__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                 int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0, 1};
-    gemv_avx2(x, ldx, m, k, 8, &w, rows, e4m3_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
+    const int64_t k = w->k;
+    const float scale = qs_ld_f32((const float *)w->scale);
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 0, k > 0 ? k : 1, NULL, 0, 1);
+    gemv_avx2(x, ldx, m, k, 8, &wr, rows, e4m3_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
 }
 
-void qs_mm_gemv_e5m2__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                 const uint8_t *q, float scale, int64_t rows, float *y,
-                                 int64_t ldy)
+void qs_mm_gemv_e5m2__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                 int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx2 w = {q, k, q, 0, k > 0 ? k : 1, NULL, 0, 0};
-    gemv_avx2(x, ldx, m, k, 8, &w, rows, e5m2_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
+    const int64_t k = w->k;
+    const float scale = qs_ld_f32((const float *)w->scale);
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 0, k > 0 ? k : 1, NULL, 0, 0);
+    gemv_avx2(x, ldx, m, k, 8, &wr, rows, e5m2_dec_avx2, fp8_scl_avx2, &scale, y, ldy);
 }

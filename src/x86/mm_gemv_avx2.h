@@ -47,6 +47,26 @@ typedef struct {
     int e4m3x16;
 } gemv_rows_avx2;
 
+/* The rows r0 ... of a row layout of the weight view (src/core/kernels.h): codes at data +
+ * r * row_bytes, scales at scale + r * sstride units of sunit bytes (4 for f32 scales, 1 for
+ * scale bytes; a view without scales gets the codes' address, never read), segments of seg
+ * columns; the wider steps as gemv_rows_avx2. */
+static inline gemv_rows_avx2 gemv_view_rows_avx2(const qs_mm_weight *w, int64_t r0, int64_t sunit,
+                                                 int64_t seg, const lut16_avx2 *lut, int hi_first,
+                                                 int e4m3x16)
+{
+    const uint8_t *d = (const uint8_t *)w->data + r0 * w->row_bytes;
+    gemv_rows_avx2 g = {d,
+                        w->row_bytes,
+                        w->scale ? (const uint8_t *)w->scale + r0 * w->sstride * sunit : d,
+                        w->sstride * sunit,
+                        seg,
+                        lut,
+                        hi_first,
+                        e4m3x16};
+    return g;
+}
+
 /* 8 4-bit codes of 4 bytes in element order, one per 32-bit lane (hi_first: bitsandbytes' order,
  * element 2i in the high nibble; else MX/NVFP4's): the two nibbles of a byte become the two
  * 16-bit halves of a lane, which widen to 8 lanes in order. */

@@ -37,18 +37,18 @@ static inline float one_scl_avx2(const uint8_t *srow, int64_t row, int64_t s, in
     return 1.0f;
 }
 
-void qs_mm_gemv_f16__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                const uint16_t *w, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_f16__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx2 wr = {(const uint8_t *)w, 2 * k, (const uint8_t *)w, 0, k > 0 ? k : 1,
-                         NULL, 0, 0};
+    const int64_t k = w->k;
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 0, k > 0 ? k : 1, NULL, 0, 0);
     gemv_avx2(x, ldx, m, k, 16, &wr, rows, f16_dec_avx2, one_scl_avx2, NULL, y, ldy);
 }
 
-void qs_mm_gemv_bf16__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                 const uint16_t *w, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_bf16__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                 int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx2 wr = {(const uint8_t *)w, 2 * k, (const uint8_t *)w, 0, k > 0 ? k : 1,
-                         NULL, 0, 0};
+    const int64_t k = w->k;
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 0, k > 0 ? k : 1, NULL, 0, 0);
     gemv_avx2(x, ldx, m, k, 16, &wr, rows, bf16_dec_avx2, one_scl_avx2, NULL, y, ldy);
 }

@@ -44,16 +44,18 @@ static inline float one_scl_avx512(const uint8_t *srow, int64_t row, int64_t s, 
     return 1.0f;
 }
 
-void qs_mm_gemv_f16__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                   const uint16_t *w, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_f16__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                   int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx512 wr = {(const uint8_t *)w, 2 * k, (const uint8_t *)w, 0, k > 0 ? k : 1};
+    const int64_t k = w->k;
+    gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
     gemv_avx512(x, ldx, m, k, &wr, rows, f16_dec_avx512, one_scl_avx512, NULL, y, ldy);
 }
 
-void qs_mm_gemv_bf16__avx512_1x4x16(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                    const uint16_t *w, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_bf16__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                    int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx512 wr = {(const uint8_t *)w, 2 * k, (const uint8_t *)w, 0, k > 0 ? k : 1};
+    const int64_t k = w->k;
+    gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
     gemv_avx512(x, ldx, m, k, &wr, rows, bf16_dec_avx512, one_scl_avx512, NULL, y, ldy);
 }

@@ -2,9 +2,10 @@
 /*
  * Fused INT8 GEMV with f32 activations for AVX2 + FMA (include/qsparse/matmul.h; the reference
  * is src/ref/matmul_ref.c): every granularity, symmetric or with zero points, and LLM.int8 rows
- * (the driver passes each row's fl(SCB * fl(1/127)) as a row scale). Codes widen to 32 bits and
- * the segment's zero point is subtracted in integers (exact), so the unscaled values are those
- * of the reference; each group's sum gets its scale once. Tiles and tails: mm_gemv_avx2.h.
+ * (each unit scale applied as fl(scale * scale_mul): fl(SCB * fl(1/127)) for LLM.int8). Codes
+ * widen to 32 bits and the segment's zero point is subtracted in integers (exact), so the
+ * unscaled values are those of the reference; each group's sum gets its scale once. Tiles and
+ * tails: mm_gemv_avx2.h.
  */
 #include <immintrin.h>
 
@@ -12,9 +13,11 @@
 #include "../ref/ref.h"
 #include "mm_gemv_avx2.h"
 
+/* zp: the zero points of the call's first row (NULL: symmetric); mul: the view's scale_mul. */
 typedef struct {
     const int8_t *zp;
     int64_t sstride;
+    float mul;
 } int8_fmt_avx2;
 
 static inline __m256 int8_dec_avx2(const uint8_t *p, int32_t aux, const void *fmt)
@@ -29,16 +32,13 @@ static inline float int8_scl_avx2(const uint8_t *srow, int64_t row, int64_t s, i
 {
     const int8_fmt_avx2 *f = fmt;
     *aux = f->zp ? f->zp[row * f->sstride + s] : 0;
-    return qs_ld_f32((const float *)srow + s);
+    return qs_ld_f32((const float *)srow + s) * f->mul;
 }
 
-void qs_mm_gemv_int8__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                 const int8_t *q, const float *scale, const int8_t *zp,
-                                 int64_t group, int64_t sstride, int64_t rows, float *y,
-                                 int64_t ldy)
+void qs_mm_gemv_int8__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                 int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    int8_fmt_avx2 f = {zp, sstride};
-    gemv_rows_avx2 w = {(const uint8_t *)q, k, (const uint8_t *)scale, sstride * 4,
-                        group > 0 ? group : 1, NULL, 0, 0};
-    gemv_avx2(x, ldx, m, k, 8, &w, rows, int8_dec_avx2, int8_scl_avx2, &f, y, ldy);
+    int8_fmt_avx2 f = {w->zp ? w->zp + r0 * w->sstride : NULL, w->sstride, w->scale_mul};
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 4, w->group > 0 ? w->group : 1, NULL, 0, 0);
+    gemv_avx2(x, ldx, m, w->k, 8, &wr, rows, int8_dec_avx2, int8_scl_avx2, &f, y, ldy);
 }

@@ -56,36 +56,32 @@ static inline float nvfp4_scl_avx2(const uint8_t *srow, int64_t row, int64_t s, 
     return ((const float *)fmt)[srow[s] & 0x7F];
 }
 
-void qs_mm_gemv_mxfp4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                  const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                  int64_t spr, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_mxfp4__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                  int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     const lut16_avx2 lut = lut16_avx2_load(qs_e2m1_values);
-    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 32, &lut, 0, 0};
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 1, 32, &lut, 0, 0);
     float e8m0[256];
     e8m0_table_avx2(e8m0);
-    gemv_avx2(x, ldx, m, k, 4, &w, rows, e2m1_dec_avx2, mx_scl_avx2, e8m0, y, ldy);
+    gemv_avx2(x, ldx, m, w->k, 4, &wr, rows, e2m1_dec_avx2, mx_scl_avx2, e8m0, y, ldy);
 }
 
-void qs_mm_gemv_mxfp8__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                  const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                  int64_t spr, int64_t rows, float *y, int64_t ldy)
+void qs_mm_gemv_mxfp8__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                  int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
-    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 32, NULL, 0, 1};
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 1, 32, NULL, 0, 1);
     float e8m0[256];
     e8m0_table_avx2(e8m0);
-    gemv_avx2(x, ldx, m, k, 8, &w, rows, e4m3_dec_avx2, mx_scl_avx2, e8m0, y, ldy);
+    gemv_avx2(x, ldx, m, w->k, 8, &wr, rows, e4m3_dec_avx2, mx_scl_avx2, e8m0, y, ldy);
 }
 
-void qs_mm_gemv_nvfp4__avx2_1x4x8(const float *x, int64_t ldx, int64_t m, int64_t k,
-                                  const uint8_t *data, int64_t row_bytes, const uint8_t *scales,
-                                  int64_t spr, float s_global, int64_t rows, float *y,
-                                  int64_t ldy)
+void qs_mm_gemv_nvfp4__avx2_1x4x8(const qs_mm_weight *w, int64_t r0, int64_t rows, const float *x,
+                                  int64_t ldx, int64_t m, float *y, int64_t ldy)
 {
     const lut16_avx2 lut = lut16_avx2_load(qs_e2m1_values);
-    gemv_rows_avx2 w = {data, row_bytes, scales, spr, 16, &lut, 0, 0};
+    gemv_rows_avx2 wr = gemv_view_rows_avx2(w, r0, 1, 16, &lut, 0, 0);
     float den[128];
     for (int i = 0; i < 128; i++)
-        den[i] = gemv_e4m3_pos_avx2((uint8_t)i) * s_global;
-    gemv_avx2(x, ldx, m, k, 4, &w, rows, e2m1_dec_avx2, nvfp4_scl_avx2, den, y, ldy);
+        den[i] = gemv_e4m3_pos_avx2((uint8_t)i) * w->s_global;
+    gemv_avx2(x, ldx, m, w->k, 4, &wr, rows, e2m1_dec_avx2, nvfp4_scl_avx2, den, y, ldy);
 }

@@ -305,8 +305,8 @@ def test_table_output_errors_and_gptq_options(run_tool, bert, texts, calib_file,
     # the options reach GPTQ: each changes the written codes (--block only schedules the same
     # updates: it is accepted, the codes stay within rounding of the default's)
     base = read_raw(tmp_path / "g.safetensors")
-    for extra in (["--damp", "0.5"], ["--no-act-order"]):
-        o = tmp_path / "o.safetensors"
+    for i, extra in enumerate((["--damp", "0.5"], ["--no-act-order"])):
+        o = tmp_path / f"o{i}.safetensors"  # the tool refuses to overwrite without --force
         run_tool("quantize", src, "-o", o, "--format", "nf4", "--method", "gptq", "--calib",
                  calib_file[0], "-q", *extra, check=0)
         got = read_raw(o)
@@ -493,3 +493,34 @@ def test_rotate_writes_w_r(run_tool, bert, calib_file, tmp_path):
     x = np.random.default_rng(3).standard_normal((5, K)).astype(np.float32)
     y = x @ w[name].T
     assert np.linalg.norm(qs.hadamard(x, 16) @ got.T - y) < 0.02 * np.linalg.norm(y)
+
+
+def test_calibration_with_mains_rules(run_tool, bert, calib_file, tmp_path):
+    """Calibration beside the rules main brought: magnitude 2:4 in the tool's own layout is
+    stored compressed (its kept values quantized), and its table columns measure that weight
+    (the method is the baseline); a `qsparse calibrate` file whose layer counts 0 tokens is
+    refused like an empty NAME.inputs (no calibration data), nothing written."""
+    from safetensors.numpy import save_file
+    src = os.path.join(bert[0], "model.safetensors")
+    out = tmp_path / "s.safetensors"
+    p = run_tool("quantize", src, "-o", out, "--format", "int8", "--sparsity", "2:4", "--calib",
+                 calib_file[0], check=0)
+    rows = {k: v for k, v in table(p.stdout).items() if k.startswith("encoder")}
+    assert len(rows) == 12, p.stdout
+    for layer, cols in rows.items():
+        assert 0 < float(cols[5]) == float(cols[6]), (layer, cols)  # out.err = mag+rtn
+    name = "encoder.layer.0.intermediate.dense.weight"
+    assert isinstance(qs.load(out)[name], qs.sparse.SparseQTensor)
+    assert name + ".sp24_meta" in read_raw(out)
+
+    tensors, meta = cal.read_safetensors(str(calib_file[0]))
+    base = json.loads(meta["qsparse.calibration"])["layers"]["encoder.layer.0.intermediate.dense"]
+    tensors = dict(tensors)
+    tensors[base + ".tokens"] = np.zeros_like(tensors[base + ".tokens"])
+    bad = tmp_path / "zero.safetensors"
+    save_file(tensors, str(bad), metadata=meta)
+    out = tmp_path / "z.safetensors"
+    p = run_tool("quantize", src, "-o", out, "--format", "nf4", "--method", "gptq", "--calib",
+                 bad, "-q", check=1)
+    assert base + ".tokens: 0 tokens: no calibration data" in p.stderr, p.stderr
+    assert not out.exists()

@@ -26,8 +26,9 @@ its scales only into attention.output.dense's input here (a BERT's other linears
 outputs that also feed the residual, or a GELU), so it stays near RTN on this model.
 
 compressed-tensors decodes MXFP4 and NVFP4 weights into bfloat16 whatever the model's dtype
-(test_loaders.py); the decoded weights are widened back to float32 (exact for MXFP4) so that
-every model runs in float32 like the reference. `pytest -s` prints the table;
+(test_loaders.py), so the tool names bfloat16 in those folders' config.json; the test loads them
+with dtype float32 and widens the decoded weights back to float32 (exact for MXFP4) so that every
+model runs in float32 like the reference. `pytest -s` prints the table;
 QSPARSE_CALIB_TABLE=FILE writes it there. A missing package skips the module with its reason."""
 
 import concurrent.futures
@@ -191,8 +192,12 @@ def results(tool, model_dir, calib, encoded, reference, tmp_path_factory):
         for i, (p, secs) in enumerate(pool.map(quantize, range(len(RUNS)))):
             fmt, method, _ = RUNS[i]
             out = str(d / f"run{i}")
-            model = transformers.AutoModel.from_pretrained(out).eval()
-            if fmt in ("mxfp4", "nvfp4"):
+            fp4 = fmt in ("mxfp4", "nvfp4")
+            # the tool names bfloat16 in an FP4 folder's config.json (what the loader runs as
+            # written); here it is loaded in float32 like the reference instead
+            model = transformers.AutoModel.from_pretrained(
+                out, **({"dtype": torch.float32} if fp4 else {})).eval()
+            if fp4:
                 # compressed-tensors decodes FP4 weights into bfloat16 at the first forward,
                 # which then fails in float32 (the module docstring says why): the decoded
                 # weights are widened back (exact for MXFP4's E2M1 x 2^e values) and run in

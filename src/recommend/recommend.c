@@ -14,8 +14,8 @@
 #endif
 
 #include "../ref/ref.h"
-#include "internal.h"
-#include "profile_internal.h"
+#include "../core/internal.h"
+#include "../core/profile_internal.h"
 #include "qsparse/matmul.h"
 #include "qsparse/profile.h"
 #include "qsparse/recommend.h"
@@ -39,24 +39,25 @@ struct cand_def {
     const char *label;
     int32_t format; /* 0: 2:4 with f32 values */
     int32_t sp24, act8, dq, gran, group, symmetric;
+    float threshold; /* int8 activations: the LLM.int8 outlier threshold, or 0 */
 };
 
 static const struct cand_def cand_defs[] = {
-    {"nf4 b64", QS_FORMAT_NF4, 0, 0, 0, 0, 0, 1},
-    {"nf4 b64 + dq", QS_FORMAT_NF4, 0, 0, 1, 0, 0, 1},
-    {"fp4 b64", QS_FORMAT_FP4, 0, 0, 0, 0, 0, 1},
-    {"int8 row", QS_FORMAT_INT8, 0, 0, 0, QS_GRAN_ROW, 0, 1},
-    {"int8 g128 asym", QS_FORMAT_INT8, 0, 0, 0, QS_GRAN_GROUP, 128, 0},
-    {"int8 row / int8 act", QS_FORMAT_INT8, 0, 1, 0, QS_GRAN_ROW, 0, 1},
-    {"llm.int8", QS_FORMAT_LLM_INT8, 0, 0, 0, 0, 0, 1},
-    {"llm.int8 / int8 act", QS_FORMAT_LLM_INT8, 0, 1, 0, 0, 0, 1},
-    {"fp8 e4m3", QS_FORMAT_FP8_E4M3, 0, 0, 0, 0, 0, 1},
-    {"fp8 e5m2", QS_FORMAT_FP8_E5M2, 0, 0, 0, 0, 0, 1},
-    {"mxfp4", QS_FORMAT_MXFP4, 0, 0, 0, 0, 0, 1},
-    {"mxfp8", QS_FORMAT_MXFP8, 0, 0, 0, 0, 0, 1},
-    {"nvfp4", QS_FORMAT_NVFP4, 0, 0, 0, 0, 0, 1},
-    {"2:4 f32", 0, 1, 0, 0, 0, 0, 1},
-    {"2:4 + nf4", QS_FORMAT_NF4, 1, 0, 0, 0, 0, 1},
+    {"nf4 b64", QS_FORMAT_NF4, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"nf4 b64 + dq", QS_FORMAT_NF4, 0, 0, 1, 0, 0, 1, 0.0f},
+    {"fp4 b64", QS_FORMAT_FP4, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"int8 row", QS_FORMAT_INT8, 0, 0, 0, QS_GRAN_ROW, 0, 1, 0.0f},
+    {"int8 g128 asym", QS_FORMAT_INT8, 0, 0, 0, QS_GRAN_GROUP, 128, 0, 0.0f},
+    {"int8 row / int8 act", QS_FORMAT_INT8, 0, 1, 0, QS_GRAN_ROW, 0, 1, 0.0f},
+    {"llm.int8", QS_FORMAT_LLM_INT8, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"llm.int8 / int8 act", QS_FORMAT_LLM_INT8, 0, 1, 0, 0, 0, 1, QS_LLM_INT8_THRESHOLD},
+    {"fp8 e4m3", QS_FORMAT_FP8_E4M3, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"fp8 e5m2", QS_FORMAT_FP8_E5M2, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"mxfp4", QS_FORMAT_MXFP4, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"mxfp8", QS_FORMAT_MXFP8, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"nvfp4", QS_FORMAT_NVFP4, 0, 0, 0, 0, 0, 1, 0.0f},
+    {"2:4 f32", 0, 1, 0, 0, 0, 0, 1, 0.0f},
+    {"2:4 + nf4", QS_FORMAT_NF4, 1, 0, 0, 0, 0, 1, 0.0f},
 };
 #define CAND_COUNT ((int)(sizeof cand_defs / sizeof cand_defs[0]))
 
@@ -111,17 +112,19 @@ static qs_status make(qs_ctx *ctx, const struct cand_def *d, const float *w, int
 
     memset(m, 0, sizeof *m);
     if (d->format) {
+        qs_format_info info;
+        /* the candidate's options, where the format reads them (the defaults elsewhere) */
         qs_quant_params_init(&m->qp, d->format);
-        if (d->format == QS_FORMAT_NF4 || d->format == QS_FORMAT_FP4) {
-            m->qp.block_size = 64;
+        if (qs_format_info_get(d->format, &info) != QS_OK)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown format %d", d->format);
+        if (info.options & QS_OPT_DOUBLE_QUANT)
             m->qp.double_quant = d->dq;
-        }
-        if (d->format == QS_FORMAT_INT8) {
+        if (info.options & QS_OPT_GRANULARITY)
             m->qp.granularity = d->gran;
+        if (info.options & QS_OPT_SYMMETRIC)
             m->qp.symmetric = d->symmetric;
-            if (d->gran == QS_GRAN_GROUP)
-                m->qp.block_size = d->group;
-        }
+        if ((info.options & QS_OPT_GRANULARITY) && d->gran == QS_GRAN_GROUP)
+            m->qp.block_size = d->group;
     }
     if (!d->sp24) {
         if ((st = make_quant(ctx, m, w, rows, cols)) != QS_OK)
@@ -353,7 +356,7 @@ static qs_status measure(qs_ctx *ctx, const qs_recommend_params *p, const struct
     qs_matmul_params_init(&mp);
     if (d->act8) {
         mp.activations = QS_MATMUL_ACT_INT8;
-        mp.threshold = d->format == QS_FORMAT_LLM_INT8 ? QS_LLM_INT8_THRESHOLD : 0.0f;
+        mp.threshold = d->threshold;
     }
     if ((st = make(ctx, d, w, rows, cols, &m)) != QS_OK)
         goto done;

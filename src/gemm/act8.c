@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "../ref/ref.h"
-#include "matmul_internal.h"
-#include "parallel.h"
+#include "../core/parallel.h"
+#include "gemm_internal.h"
 
 #define MM_FLAG_COLS 256 /* columns per outlier-scan task */
 
@@ -50,7 +50,8 @@ void qs_mm_outlier_flags(const qs_ctx *ctx, const float *x, int64_t M, int64_t K
 {
     struct act_job a = {ctx, x, M, K, threshold, NULL, flags, NULL, NULL};
 
-    qs_parallel_for(ctx, qs_ceil_div(K, MM_FLAG_COLS), flag_task, &a);
+    qs_parallel_run(ctx, qs_ceil_div(K, MM_FLAG_COLS), qs_work(qs_work(M, K), 4), flag_task, NULL,
+                    &a);
 }
 
 static void quant_task(void *arg, int64_t m, float *tile)
@@ -86,7 +87,7 @@ void qs_mm_quantize_rows(const qs_ctx *ctx, const float *x, int64_t M, int64_t K
 {
     struct act_job a = {ctx, x, M, K, threshold, flags, NULL, codes, rstat};
 
-    qs_parallel_for(ctx, M, quant_task, &a);
+    qs_parallel_run(ctx, M, qs_work(qs_work(M, K), 9), quant_task, NULL, &a);
 }
 
 struct cvt_job {
@@ -161,7 +162,7 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
     }
     {
         struct cvt_job c = {ctx, x, dtype, n, xf};
-        qs_parallel_for(ctx, qs_ceil_div(n, QS_TILE), cvt_task, &c);
+        qs_parallel_run(ctx, qs_ceil_div(n, QS_TILE), qs_work(n, 8), cvt_task, NULL, &c);
     }
     memset(flags, 0, (size_t)K);
     if (threshold > 0.0f)
@@ -191,53 +192,35 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
 /* ---- the matmul with int8 activations ---------------------------------------------------------
  */
 
-/* Rows of W per task: GEMV tasks are small for load balance (handed out dynamically); GEMM tasks
- * keep a block of W rows in cache while blocks of x rows go by. */
-#define MM8_ROWS_GEMV 16
-#define MM8_ROWS_GEMM 64
 #define MM8_XROWS 64 /* x rows per kernel call on the GEMM path */
 
-static int64_t mm8_rows(const struct qs_mm_job *j)
+/* The a8 kernel's sums into scratch, then per element the activation scale (the descriptor's
+ * a8 rule), the outlier columns and the bias. */
+static void a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
-    return j->M < QS_MATMUL_GEMM_MIN_M ? MM8_ROWS_GEMV : MM8_ROWS_GEMM;
-}
-
-static int mm8_bnb4(const struct qs_mm_job *j)
-{
-    return j->format == QS_FORMAT_NF4 || j->format == QS_FORMAT_FP4;
-}
-
-/* Integer weights: the kernel's integer sums and segment scaling into scratch, then per element
- * the activation scale, the LLM.int8 constant, the outlier columns and the bias. */
-static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
-{
-    int64_t nb = mm8_rows(j), n0 = t * nb, n1 = n0 + nb < j->N ? n0 + nb : j->N, K = j->K;
+    int64_t nb = j->plan.task_rows, n0 = t * nb, n1 = n0 + nb < j->N ? n0 + nb : j->N, K = j->K;
     int64_t rows = n1 - n0, xr = j->M < MM8_XROWS ? j->M : MM8_XROWS;
+    int64_t xs = qs_ceil_div(K, j->xsum_unit);
+    qs_mm_a8_fn *fn = (qs_mm_a8_fn *)j->plan.entry->fn;
+    int32_t rule = j->mt->a8_rule;
+    qs_mm_weight w = j->w;
     static const float one = 1.0f;
 
+    if (rule == QS_A8_ROWSTAT) { /* the kernel's raw integer sums; SCB is applied below */
+        w.scale = &one;
+        w.sstride = 0;
+        w.group = K;
+    }
     for (int64_t m0 = 0; m0 < j->M; m0 += xr) {
         int64_t mc = j->M - m0 < xr ? j->M - m0 : xr;
-        if (mm8_bnb4(j)) {
-            qs_mm_nf4a8_fn *fn =
-                j->format == QS_FORMAT_NF4 ? j->ctx->k.mm_nf4a8 : j->ctx->k.mm_fp4a8;
-            fn(j->xq + m0 * K, j->xsum + m0 * qs_ceil_div(K, 64), mc, K, j->wdata, n0 * K, rows,
-               j->absmax, j->block, scratch, rows);
-        } else if (j->format == QS_FORMAT_LLM_INT8) {
-            j->ctx->k.mm_w8a8(j->xq + m0 * K, j->xsum + m0, mc, K,
-                              (const int8_t *)j->wdata + n0 * K, rows, &one, NULL, K, 0, scratch,
-                              rows);
-        } else {
-            int64_t ss = j->gran == QS_GRAN_TENSOR ? 0 : j->gran == QS_GRAN_ROW ? 1 : K / j->group;
-            j->ctx->k.mm_w8a8(j->xq + m0 * K, j->xsum + m0 * qs_ceil_div(K, j->group), mc, K,
-                              (const int8_t *)j->wdata + n0 * K, rows, j->fscale + n0 * ss,
-                              j->zp ? j->zp + n0 * ss : NULL, j->group, ss, scratch, rows);
-        }
+        fn(j->xq + m0 * K, j->xsum + m0 * xs, mc, &w, n0, rows, scratch, rows);
         for (int64_t m = m0; m < m0 + mc; m++)
             for (int64_t n = n0; n < n1; n++) {
                 float a = scratch[(m - m0) * rows + (n - n0)], v, o = 0.0f;
-                if (j->format == QS_FORMAT_LLM_INT8)
-                    v = (a * (j->rstat[m] * qs_ld_f32(j->fscale + n))) * QS_MM_INV127SQ;
-                else if (mm8_bnb4(j))
+                if (rule == QS_A8_ROWSTAT) /* bitsandbytes' CUDA rule, its order and constant */
+                    v = ((a * j->rstat[m]) * qs_ld_f32((const float *)j->w.scale + n)) *
+                        QS_MM_INV16129;
+                else if (rule == QS_A8_CODEBOOK_I8)
                     v = a * (j->rstat[m] / 16129.0f);
                 else
                     v = a * (j->rstat[m] / 127.0f);
@@ -255,35 +238,16 @@ static void w8a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 /* Outlier weight columns: W[n, cols[c]] dequantized by the format's rule. */
 static void wo_task(const struct qs_mm_job *j, int64_t n, float *scratch)
 {
-    const int64_t *cols = j->ocols;
     float *wo = (float *)j->wo + n * j->nout;
 
-    (void)scratch;
-    for (int64_t c = 0; c < j->nout; c++) {
-        if (mm8_bnb4(j)) {
-            const float *book = j->format == QS_FORMAT_NF4 ? qs_nf4_codebook : qs_fp4_codebook;
-            int64_t f = n * j->K + cols[c];
-            const uint8_t *d = (const uint8_t *)j->wdata + f / 2;
-            wo[c] = book[(f & 1) ? *d & 0xF : *d >> 4] * qs_ld_f32(j->absmax + f / j->block);
-            continue;
-        }
-        const int8_t *q = (const int8_t *)j->wdata + n * j->K + cols[c];
-        if (j->format == QS_FORMAT_LLM_INT8) {
-            j->ctx->k.int8_dequant_rowstat(q, 1, qs_ld_f32(j->fscale + n), wo + c);
-        } else {
-            int64_t u = j->gran == QS_GRAN_TENSOR ? 0
-                        : j->gran == QS_GRAN_ROW  ? n
-                                                  : n * (j->K / j->group) + cols[c] / j->group;
-            j->ctx->k.int8_dequant(q, 1, qs_ld_f32(j->fscale + u), j->zp ? j->zp[u] : 0, wo + c);
-        }
-    }
+    for (int64_t c = 0; c < j->nout; c++)
+        qs_mm_span_dequant(j, n, j->ocols[c], 1, wo + c, scratch);
 }
 
-/* Sums of each x row's codes over units of `unit` elements (the kernels' corrections). */
+/* Sums of each x row's codes over units of j->xsum_unit elements (the kernels' corrections). */
 static void xsum_task(const struct qs_mm_job *j, int64_t m, float *scratch)
 {
-    int64_t unit = mm8_bnb4(j) ? 64 : j->format == QS_FORMAT_LLM_INT8 ? j->K : j->group;
-    int64_t nu = qs_ceil_div(j->K, unit);
+    int64_t unit = j->xsum_unit, nu = qs_ceil_div(j->K, unit);
     const int8_t *x = j->xq + m * j->K;
     int32_t *xs = (int32_t *)j->xsum + m * nu;
 
@@ -315,6 +279,7 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
 {
     int64_t M = j->M, K = j->K, N = j->N, mk = M * K, nout = 0, per_thread, panel, xt;
     int32_t threads = qs_threads(ctx);
+    int integer = j->plan.path == QS_MM_A8;
     int8_t *codes = qs_scratch_alloc(ctx, (size_t)(mk > 0 ? mk : 1));
     float *rstat = qs_scratch_alloc(ctx, (size_t)M * sizeof(float));
     uint8_t *flags = threshold > 0.0f ? qs_scratch_alloc(ctx, (size_t)(K > 0 ? K : 1)) : NULL;
@@ -330,10 +295,14 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
         for (int64_t k = 0; k < K; k++)
             nout += flags[k];
     }
-    if (qs_mm_integer_weight(j)) {
-        int64_t unit = mm8_bnb4(j) ? 64 : j->format == QS_FORMAT_LLM_INT8 ? K : j->group;
-        per_thread = (M < MM8_XROWS ? M : MM8_XROWS) * mm8_rows(j);
-        xsum = qs_scratch_alloc(ctx, (size_t)(M * qs_ceil_div(K, unit)) * sizeof(int32_t));
+    if (integer) {
+        /* the 4-bit codebook kernels correct per 64 elements, the INT8 ones per scale unit */
+        j->xsum_unit = j->mt->a8_rule == QS_A8_CODEBOOK_I8 ? 64
+                       : j->mt->a8_rule == QS_A8_ROWSTAT   ? K
+                                                           : j->w.group;
+        /* the kernel's output tile, and a decode tile for the outlier columns' blocks */
+        per_thread = (M < MM8_XROWS ? M : MM8_XROWS) * j->plan.task_rows + QS_TILE;
+        xsum = qs_scratch_alloc(ctx, (size_t)(M * qs_ceil_div(K, j->xsum_unit)) * sizeof(int32_t));
         scratch = qs_scratch_alloc(ctx, (size_t)(threads * per_thread) * sizeof(float));
         if (!xsum || !scratch)
             goto done;
@@ -359,7 +328,9 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
     qs_mm_quantize_rows(ctx, j->x, M, K, threshold, flags, codes, rstat);
     j->xq = codes;
     j->rstat = rstat;
-    if (qs_mm_integer_weight(j)) {
+    j->scratch = scratch;
+    j->per_thread = per_thread;
+    if (integer) {
         j->nout = nout;
         if (nout > 0) {
             int64_t c = 0;
@@ -377,19 +348,15 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
         }
         j->xsum = xsum;
         qs_mm_parallel(j, M, xsum_task);
-        j->scratch = scratch;
-        j->per_thread = per_thread;
-        if (M < QS_MATMUL_GEMM_MIN_M)
-            qs_mm_parallel_dynamic(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
+        if (!qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, M, N, K)) /* GEMV-sized */
+            qs_mm_parallel_dynamic(j, qs_ceil_div(N, j->plan.task_rows), a8_task);
         else
-            qs_mm_parallel(j, qs_ceil_div(N, mm8_rows(j)), w8a8_task);
+            qs_mm_parallel(j, qs_ceil_div(N, j->plan.task_rows), a8_task);
     } else {
         j->xhat = a;
         j->oflags = flags;
         qs_mm_parallel(j, M, xhat_task);
         j->x = a;
-        j->scratch = scratch;
-        j->per_thread = per_thread;
         j->panel = panel > 0 ? big : NULL;
         j->xt = xt > 0 ? big + panel : NULL;
         qs_mm_run_f32(j);
