@@ -75,6 +75,7 @@ struct layer_stat {
     int64_t rows, cols;
     int32_t format;
     double bits, rel_rmse, max_abs;
+    struct qs_calib_report cal; /* output errors with --calib (calib_file.h) */
 };
 
 static void usage(FILE *f)
@@ -86,7 +87,9 @@ static void usage(FILE *f)
             "                        [--sparsity 2:4] [--act-amax FILE.json]\n"
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
             "                        [--threads N] [--quiet] [--force]\n"
-            "                        [--method rtn|gptq|sparsegpt --calib FILE]\n"
+            "                        [--method rtn|gptq|awq|sparsegpt|wanda --calib FILE]\n"
+            "                        [--heldout FILE] [--damp X] [--block N] [--no-act-order]\n"
+            "                        [--rotate hadamard[:B]] [--smoothquant ALPHA]\n"
             "                        [--shard I/N] [--stats] [--stats-json FILE]\n"
             "                        [--tensor-format REGEX=FORMAT]... [--dry-run]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
@@ -111,9 +114,6 @@ static void usage(FILE *f)
             "points (qsparse layout). --sparsity 2:4 prunes by magnitude before quantizing.\n"
             "--act-amax: {\"module\": activation amax} for modelopt's input_scale.\n"
             "--config-out writes the layout's quantization_config as JSON ('-': stdout).\n"
-            "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
-            "--sparsity N:M) take each layer's Hessian or inputs from --calib FILE\n"
-            "(tools/README.md); rtn (the default) is plain rounding.\n"
             "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet;\n"
             "--quiet also skips decoding the weights to measure it (the slowest step).\n"
             "--threads N: threads per tensor. Default: one for tensors under 4M elements and\n"
@@ -136,6 +136,7 @@ static void usage(FILE *f)
             "sorted list of shard files is I modulo N, into a part folder that\n"
             "`qsparse merge-index OUT PART...` joins with the other parts.\n",
             DEFAULT_INCLUDE, DEFAULT_EXCLUDE);
+    fputs(qs_calib_usage(), f);
 }
 
 static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
@@ -185,6 +186,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     const char **slot;
 
     memset(o, 0, sizeof *o);
+    qs_calib_init(&o->cal);
     o->argc = argc;
     o->argv = argv;
     for (int i = 1; i < argc; i++) {
@@ -243,6 +245,9 @@ static int parse_args(int argc, char **argv, struct options *o)
             i++;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+        } else if ((v = qs_calib_option(&o->cal, argc, argv, &i)) != 0) {
+            if (v < 0)
+                return -1;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "qsparse quantize: unknown option '%s'\n", a);
             return -1;
@@ -718,7 +723,8 @@ static int sub_qtensor(struct ctx_all *c, const qs_quant_params *p, const qs_qte
  */
 static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt,
                        const void *src, const qs_quant_params *p, const qs_qtensor *q,
-                       const qs_plane_info *info, const uint16_t *meta, struct layer_stat *st)
+                       const qs_plane_info *info, const uint16_t *meta, const float *ref_f32,
+                       struct layer_stat *st)
 {
     /* a compressed 2:4 weight (meta): its planes hold rows x cols/2 kept values */
     int64_t rows = t->shape[0], cols = t->shape[1], cr = rows, words = (cols + 15) / 16;
@@ -741,7 +747,9 @@ static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t 
         int64_t m = rows - r0 < cr ? rows - r0 : cr, n = m * cols;
         uint64_t at = (uint64_t)(r0 * cols) * es;
         qs_qtensor sq;
-        if (qs_convert(c->ctx, t->data + at, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK)
+        if (ref_f32) /* the weight that was quantized: rotated or scaled by calibration */
+            memcpy(ref, ref_f32 + r0 * cols, (size_t)n * sizeof *ref);
+        else if (qs_convert(c->ctx, t->data + at, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK)
             goto lib_error;
         if (c->format && meta) {
             if (sub_qtensor(c, p, q, &sp, r0, qcols, &sq) != 0 ||
@@ -796,6 +804,7 @@ static struct qs_tensor_rule *use_rule(struct ctx_all *c, const char *name)
     c->format = r->format;
     c->req.format = r->format;
     c->req.params = r->params;
+    ((struct options *)c->o)->cal.format = r->format; /* GPTQ's act-order default, baselines */
     return r;
 }
 
@@ -805,6 +814,7 @@ static void use_base(struct ctx_all *c)
     c->format = c->base_format;
     c->req.format = c->base_format;
     c->req.params = c->base_params;
+    ((struct options *)c->o)->cal.format = c->base_format;
 }
 
 static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t ti,
@@ -819,6 +829,8 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
     void *planes[QS_PLANE_COUNT] = {0};
     void *pruned = NULL, *values = NULL;
     uint16_t *meta = NULL;
+    float *ref_f32 = NULL;
+    struct qs_calib_report rep;
     const void *src = t->data;
     char *prefix = NULL, *key = NULL;
     const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
@@ -866,7 +878,19 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             }
         }
     }
-    if (quantize && c->req.sparsity24 && c->o->cal.method != QS_METHOD_SPARSEGPT) {
+    memset(&rep, 0, sizeof rep);
+    if (quantize && !c->format && qs_calib_owns_pruning(&c->o->cal)) {
+        /* pruning with calibration, without a format: the pruned weight in its own dtype */
+        if (!(pruned = qs_heap_malloc(t->end - t->begin ? t->end - t->begin : 1)))
+            goto oom;
+        if (qs_calib_prune(c->ctx, &c->o->cal, t->name, t->data, sdt,
+                           rows, cols, pruned, &rep, c->err, sizeof c->err) != 0)
+            goto fail;
+        src = pruned;
+    } else if (quantize && c->req.sparsity24 &&
+               (!qs_calib_owns_pruning(&c->o->cal) || (sp && c->format))) {
+        /* magnitude 2:4 by the tool; the compressed layout quantizes the pruned weight itself
+         * (its calibration columns are measured below) */
         if (!(pruned = prune24(c, t, sdt)))
             goto fail;
         src = pruned;
@@ -887,8 +911,13 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                 snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
                 goto fail;
             }
+            if (c->pass == PASS_WRITE && c->o->cal.open &&
+                qs_calib_report_sp24(c->ctx, &c->o->cal, t->name, &p, t->data, sdt, rows, cols, &q,
+                                     meta, meta_count, &rep, c->err, sizeof c->err) != 0)
+                goto fail;
         } else if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q,
-                                     c->err, sizeof c->err) != 0) {
+                                     c->pass == PASS_WRITE ? &ref_f32 : NULL, &rep, c->err,
+                                     sizeof c->err) != 0) {
             goto fail;
         }
         if (c->pass == PASS_PLAN) {
@@ -914,6 +943,8 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             goto oom;
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
+        if (c->format && qs_calib_record(&c->o->cal, cols, e) != 0)
+            goto oom;
         if (st) { /* --dry-run: the plan is all there is (bits/w below, from what it emits) */
             st->rows = rows;
             st->cols = cols;
@@ -925,9 +956,12 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
         /* the error table is the only reader of the decode: --quiet skips it (it costs several
          * times the quantization) */
         if (!c->o->quiet &&
-            layer_error(c, t, sdt, src, &p, &q, info, c->format ? meta : NULL, st) != 0)
+            layer_error(c, t, sdt, src, &p, &q, info, c->format ? meta : NULL, ref_f32, st) != 0)
             goto fail;
+        st->cal = rep;
     }
+    qs_heap_free(ref_f32);
+    ref_f32 = NULL;
 
     if (!c->format && sp) { /* pruned only, compressed: the kept values and the meta */
         int64_t vshape[2] = {rows, cols / 2};
@@ -1064,6 +1098,7 @@ meta_key:
 oom:
     snprintf(c->err, sizeof c->err, "out of memory");
 fail:
+    qs_heap_free(ref_f32);
     qs_heap_free(prefix);
     qs_heap_free(key);
     qs_heap_free(pruned);
@@ -1419,6 +1454,22 @@ static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char 
         if (note_size(c, t) != 0)
             goto oom;
         if (!selected(c, t)) {
+            void *folded = NULL;
+            int fr = qs_calib_fold_tensor(c->ctx, &c->o->cal, t, &folded, err, sizeof err);
+            if (fr < 0) {
+                print_error(err);
+                goto done;
+            }
+            if (fr > 0) { /* divided by the scales AWQ / SmoothQuant moved into the next layer */
+                int pr = qs_st_stream_put(&out, folded, t->end - t->begin, err, sizeof err);
+                qs_heap_free(folded);
+                if (pr != 0) {
+                    writing = 0;
+                    print_error(err);
+                    goto done;
+                }
+                continue;
+            }
             /* copied in pieces, each released once written: a large embedding table does not
              * stay resident either */
             for (uint64_t at = 0, n = t->end - t->begin; at < n; at += COPY_PIECE) {
@@ -1477,6 +1528,22 @@ done:
     return rc;
 }
 
+static int selected_cb(void *arg, const struct qs_st_tensor *t)
+{
+    return selected(arg, t);
+}
+
+/* AWQ / SmoothQuant: every fold's scales, from the weights of all the input files. Returns 0,
+ * or 1 after printing the error. */
+static int prepare_folds(struct ctx_all *c, const char *const *paths, size_t n)
+{
+    if (qs_calib_prepare(c->ctx, (struct qs_calib_opts *)&c->o->cal, &c->req.params, paths, n,
+                         selected_cb, c, c->err, sizeof c->err) == 0)
+        return 0;
+    print_error(c->err);
+    return 1;
+}
+
 /* One file of a folder: open, quantize, close. */
 static int process_file(struct ctx_all *c, const char *in_path, const char *out_path)
 {
@@ -1500,6 +1567,10 @@ static int process_single(struct ctx_all *c, const char *in_path, const char *ou
     char err[ERRLEN];
     int rc;
 
+    /* before the input is opened for writing: the truncation watch stays on that mapping */
+    if ((c->o->cal.method == QS_METHOD_AWQ || c->o->cal.smooth >= 0.0) &&
+        prepare_folds(c, &in_path, 1) != 0)
+        return 1;
     if (qs_st_open(&in, in_path, err, sizeof err) != 0) {
         print_error(err);
         return 1;
@@ -1561,7 +1632,8 @@ static json_t *part_options(const struct options *o)
         if (s == o->in)
             continue;
         if (strcmp(s, "-o") == 0 || strcmp(s, "--output") == 0 || strcmp(s, "--shard") == 0 ||
-            strcmp(s, "--threads") == 0 || strcmp(s, "--stats-json") == 0) {
+            strcmp(s, "--threads") == 0 || strcmp(s, "--stats-json") == 0 ||
+            strcmp(s, "--heldout") == 0) {
             i++;
             continue;
         }
@@ -1690,6 +1762,24 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         c->quantized = "config.json has a quantization_config";
     if (refuse_quantized(c) != 0 || plan_groups(c) != 0)
         goto done;
+    if (c->o->cal.method == QS_METHOD_AWQ || c->o->cal.smooth >= 0.0) {
+        /* the scales of every fold before any shard is written: a layer and the operation
+         * before it may sit in different shards */
+        char **paths = qs_heap_calloc(m.nshards ? m.nshards : 1, sizeof *paths);
+        int r = paths ? 0 : 1;
+        for (size_t i = 0; r == 0 && i < m.nshards; i++)
+            if (!(paths[i] = path_join(m.dir, m.shards[i])))
+                r = 1;
+        if (r == 0)
+            r = prepare_folds(c, (const char *const *)paths, m.nshards);
+        else
+            fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        for (size_t i = 0; paths && i < m.nshards; i++)
+            qs_heap_free(paths[i]);
+        qs_heap_free(paths);
+        if (r != 0)
+            goto done;
+    }
     for (size_t i = 0; i < m.nshards; i++) {
         char *src = NULL, *dst = NULL;
         int r;
@@ -1913,20 +2003,20 @@ int qs_cmd_quantize(int argc, char **argv)
     if (o.method && qs_calib_parse_method(&o.cal, o.method) != 0)
         return 2;
     o.cal.calib = o.calib;
-    if (o.cal.method == QS_METHOD_SPARSEGPT) {
-        /* SparseGPT prunes N:M itself, from the calibration data */
+    o.cal.format = c.format;
+    if (qs_calib_prunes(&o.cal)) {
+        /* SparseGPT and Wanda prune N:M themselves, from the calibration data; with --format
+         * none they only prune */
         if (!o.sparsity || qs_calib_parse_sparsity(&o.cal, o.sparsity) != 0) {
-            fprintf(stderr, "qsparse quantize: --method sparsegpt needs --sparsity N:M\n");
-            return 2;
-        }
-        if (!c.format) {
-            fprintf(stderr, "qsparse quantize: --method sparsegpt writes a quantized weight: "
-                            "give --format\n");
+            fprintf(stderr, "qsparse quantize: --method %s needs --sparsity N:M\n", o.method);
             return 2;
         }
     } else if (o.sparsity && strcmp(o.sparsity, "2:4") != 0) {
-        fprintf(stderr, "qsparse quantize: --sparsity takes 2:4 (N:M with --method sparsegpt)\n");
+        fprintf(stderr, "qsparse quantize: --sparsity takes 2:4 (N:M with --method sparsegpt or "
+                        "wanda)\n");
         return 2;
+    } else if (o.sparsity) {
+        o.cal.sp_n = 2, o.cal.sp_m = 4; /* the baseline of the table: magnitude 2:4 */
     }
     folder = qs_is_dir(o.in);
     if (o.nparts && !folder) {
@@ -1964,7 +2054,7 @@ int qs_cmd_quantize(int argc, char **argv)
     /* SparseGPT writes its pruned weight dense (exact zeros): a loader layout records 2:4 in
      * its config, the tool's own keys need nothing */
     c.req.sparsity24 = o.sparsity != NULL &&
-                       (o.cal.method != QS_METHOD_SPARSEGPT ||
+                       (!qs_calib_prunes(&o.cal) ||
                         (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &qs_layout_qsparse));
     if (o.act_amax) {
         if (!(c.act_amax = qs_side_json(o.act_amax, NULL, c.err, sizeof c.err))) {
@@ -2032,7 +2122,8 @@ int qs_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
         goto done;
     }
-    if (check_params(&c) != 0 || check_rules(&c) != 0) {
+    if (check_params(&c) != 0 || check_rules(&c) != 0 ||
+        qs_calib_check(c.ctx, &o.cal, c.format, &c.req.params, c.err, sizeof c.err) != 0) {
         fprintf(stderr, "qsparse quantize: %s\n", c.err);
         rc = 2;
         goto done;
@@ -2054,14 +2145,19 @@ int qs_cmd_quantize(int argc, char **argv)
 
     if (!o.quiet) {
         FILE *f = o.config_out && strcmp(o.config_out, "-") == 0 ? stderr : stdout;
+        /* the format column (--tensor-format) is padded when calibration columns follow it */
+        int fw = o.cal.open ? 8 : 0;
         char formats[512];
         if (o.ntformat)
             qs_tensor_rules_summary(&c.rules, formats, sizeof formats);
         else
             snprintf(formats, sizeof formats, "%s", o.format);
         qsort(c.stats, c.nstat, sizeof *c.stats, stat_cmp); /* layer.2 before layer.10 */
-        fprintf(f, "%-52s %11s %6s %10s %10s%s\n", "layer", "shape", "bits/w", "rel.RMSE",
-                "max|err|", o.ntformat ? "  format" : "");
+        fprintf(f, "%-52s %11s %6s %10s %10s", "layer", "shape", "bits/w", "rel.RMSE",
+                "max|err|");
+        if (o.ntformat)
+            fprintf(f, "  %-*s", fw, "format");
+        qs_calib_table_head(f, &o.cal);
         for (size_t i = 0; i < c.nstat; i++) {
             char shape[32], *name = qs_escape_dup(c.stats[i].name);
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)c.stats[i].rows,
@@ -2069,11 +2165,13 @@ int qs_cmd_quantize(int argc, char **argv)
             fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e", name ? name : "?", shape,
                     c.stats[i].bits, c.stats[i].rel_rmse, c.stats[i].max_abs);
             if (o.ntformat)
-                fprintf(f, "  %s",
+                fprintf(f, "  %-*s", fw,
                         c.stats[i].format ? qs_format_name(c.stats[i].format) : "none");
-            fputc('\n', f);
+            qs_calib_table_row(f, &o.cal, &c.stats[i].cal);
             qs_heap_free(name);
         }
+        if (c.nstat)
+            qs_calib_table_summary(f, &o.cal, &c.stats[0].cal, sizeof c.stats[0], c.nstat);
         if (o.dry_run)
             fputs("dry run: ", f);
         qs_escape_print(f, o.out);

@@ -10,5 +10,6 @@ int qs_cmd_inspect(int argc, char **argv);
 int qs_cmd_doctor(int argc, char **argv);
 int qs_cmd_recommend(int argc, char **argv);
 int qs_cmd_merge_index(int argc, char **argv);
+int qs_cmd_calibrate(int argc, char **argv);
 
 #endif /* QS_TOOLS_COMMANDS_H */

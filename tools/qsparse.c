@@ -17,6 +17,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"demo", qs_cmd_demo, "quantize a built-in heavy-tailed weight matrix into every format"},
+    {"calibrate", qs_cmd_calibrate,
+     "run a model over text: the calibration file of quantize --calib (Python, torch)"},
     {"quantize", qs_cmd_quantize, "quantize the weights of a safetensors model (see --help)"},
     {"merge-index", qs_cmd_merge_index,
      "join the part folders of `quantize --shard I/N` into one model folder"},

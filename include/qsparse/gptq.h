@@ -3,8 +3,9 @@
  * libqsparse second-order calibration: Hessian statistics H = 2 X^T X of a linear layer's input
  * activations, GPTQ quantization to every 4- and 8-bit grid of qsparse.h that has per-block or
  * per-row scales (NF4, FP4, INT8 by tensor, row or group, MXFP4, NVFP4), and SparseGPT pruning
- * (N:M, 2:4 and unstructured at a density), alone or jointly with a quantization format.
- * docs/calibration.md §14-§16 is the definition.
+ * (N:M, 2:4 and unstructured at a density), alone or jointly with a quantization format, and
+ * the block Hadamard rotation of weights, activations and Hessians. docs/calibration.md §14-§17
+ * is the definition.
  *
  * Conventions (in addition to those of qsparse.h):
  * - A weight is rows x cols row-major f32 (a PyTorch Linear weight [out, in]); cols = K, the
@@ -104,6 +105,27 @@ QS_API qs_status qs_hessian_serialize(qs_ctx *ctx, const qs_hessian *h, void *ds
 QS_API qs_status qs_hessian_deserialize(qs_ctx *ctx, const void *src, int64_t bytes,
                                         qs_hessian **out);
 
+/**
+ * What a changed weight does to the layer's output on the calibration tokens (§14.1): *err =
+ * tr(D H D^T) with D = w2 - w, and *ref = tr(w H w^T) (H = 2 X^T X; either pointer may be NULL,
+ * not both). *err / *ref is the relative squared output error ||X w2^T - X w^T||^2 / ||X w^T||^2
+ * of the statistics' tokens: what GPTQ and SparseGPT lower, where the weight's own error may
+ * rise. w and w2 are rows x cols f32 (cols = K). Sums in double (through dsymm with OpenBLAS).
+ * Returns QS_ERR_INVALID_ARG, QS_ERR_SHAPE (cols != K), QS_ERR_NONFINITE (a NaN or Inf weight),
+ * QS_ERR_OVERFLOW, QS_ERR_OUT_OF_MEMORY; nothing is written on error.
+ */
+QS_API qs_status qs_hessian_error(qs_ctx *ctx, const qs_hessian *h, const float *w,
+                                  const float *w2, int64_t rows, int64_t cols, double *err,
+                                  double *ref);
+
+/**
+ * S <- R S R with R the block Hadamard rotation of qs_hadamard (§17): the statistics of the
+ * inputs X R, for GPTQ on a weight rotated as W R. Returns QS_ERR_INVALID_ARG (block not a power
+ * of two in 2 ... QS_HADAMARD_MAX_BLOCK), QS_ERR_SHAPE (K not a multiple of block); the Hessian
+ * is unchanged on error.
+ */
+QS_API qs_status qs_hessian_rotate(qs_ctx *ctx, qs_hessian *h, int32_t block);
+
 /* ---------------------------------------------------------------------------------------------
  * GPTQ (§15)
  * ------------------------------------------------------------------------------------------- */
@@ -194,6 +216,32 @@ QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sparams,
                               const qs_quant_params *qparams, const float *w, int64_t rows,
                               int64_t cols, const qs_hessian *h, float *w_out, int64_t w_out_count,
                               qs_qtensor *q, uint16_t *meta, int64_t meta_count, double *loss);
+
+/* ---------------------------------------------------------------------------------------------
+ * Rotations (§17)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Largest block of a Hadamard rotation. */
+#define QS_HADAMARD_MAX_BLOCK 32768
+
+/**
+ * Rotate each row of x (rows x cols f32, row-major, in place) by the block Hadamard matrix R:
+ * every consecutive block of `block` columns multiplied by H_B / sqrt(B), H_B the Sylvester
+ * Hadamard matrix ([H_B]_ij = (-1)^popcount(i & j)). R is symmetric and orthogonal (R R = I), so
+ * a weight quantized as W R (its columns rotated: qs_hadamard on W's rows) gives the layer's
+ * output from inputs rotated the same way: (x R)(W R)^T = x W^T. A checkpoint written by
+ * `qsparse quantize --rotate hadamard` records the block; a loader or an engine calls this on
+ * the layer's input activations before the matmul. The fast transform (block log2 block
+ * additions and subtractions per block, then one product by fl(1 / sqrt(block))) runs the same
+ * operations in the same order on every machine and thread count; a NaN computed into x is the
+ * canonical quiet NaN. block: a power of two in 2 ... QS_HADAMARD_MAX_BLOCK dividing cols
+ * (qs_hadamard_block picks one). Returns QS_ERR_INVALID_ARG, QS_ERR_SHAPE, QS_ERR_OVERFLOW; x is
+ * unchanged on error.
+ */
+QS_API qs_status qs_hadamard(qs_ctx *ctx, float *x, int64_t rows, int64_t cols, int32_t block);
+
+/** The largest power of two (at most QS_HADAMARD_MAX_BLOCK) dividing cols; 0 when cols is odd. */
+QS_API int32_t qs_hadamard_block(int64_t cols);
 
 #ifdef __cplusplus
 }

@@ -29,7 +29,7 @@ from .matmul import PackedWeight, int8_vectorwise_quant, matmul, matmul_info, pa
 from .profile import Profile, doctor, profile
 from .recommend import recommend
 from . import cuda  # the device API: arrays already on the GPU (qsparse.cuda)
-from .gptq import Hessian, gptq, sparsegpt
+from .gptq import Hessian, gptq, hadamard, sparsegpt
 
 
 # ISA tier names come from the C library's tier table (_lib.isa_tiers): each allows a mask of ISA
@@ -228,7 +228,7 @@ def kernels() -> Dict[str, str]:
 __all__ = ["Hessian", "Observer", "PackedWeight", "Profile", "QTensor", "QsparseError", "backend",
            "backend_message",
            "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
-           "formats", "get_num_threads", "get_parallel", "gptq", "int8_vectorwise_quant", "isa",
-           "isas", "kernels", "load", "load_backend", "matmul", "matmul_info", "pack", "profile",
-           "prune", "quantize", "recommend", "save", "set_backend", "sparsegpt", "set_isa",
-           "set_num_threads", "set_parallel"]
+           "formats", "get_num_threads", "get_parallel", "gptq", "hadamard", "int8_vectorwise_quant",
+           "isa", "isas", "kernels", "load", "load_backend", "matmul", "matmul_info", "pack",
+           "profile", "prune", "quantize", "recommend", "save", "set_backend", "sparsegpt",
+           "set_isa", "set_num_threads", "set_parallel"]

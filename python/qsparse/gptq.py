@@ -124,12 +124,57 @@ class Hessian:
                                                  _c.byref(handle)))
         return cls(0, _handle=handle)
 
+    def error(self, w: Any, w2: Any) -> "tuple[float, float]":
+        """(tr(D H D^T), tr(W H W^T)) with D = w2 - w, both (out, K) float32: their ratio is the
+        relative squared output error of w2 in place of w on the statistics' tokens (what GPTQ
+        lowers, docs/calibration.md §14.1)."""
+        a, b = _weight2d(w, self), _weight2d(w2, self)
+        if a.shape != b.shape:
+            raise ValueError(f"shapes differ: {a.shape} and {b.shape}")
+        err, ref = _c.c_double(), _c.c_double()
+        _lib.check(_fn("qs_hessian_error")(_lib.ctx(), self._handle, _lib.ptr(a), _lib.ptr(b),
+                                           a.shape[0], a.shape[1], _c.byref(err),
+                                           _c.byref(ref)))
+        return err.value, ref.value
+
+    def rotate(self, block: Optional[int] = None) -> "Hessian":
+        """In place, H <- R H R for the block Hadamard rotation of qs.hadamard (block: a power of
+        two dividing K; default the largest up to 32768): the statistics of inputs x R."""
+        b = _lib_block(self.k) if block is None else int(block)
+        _lib.check(_fn("qs_hessian_rotate")(_lib.ctx(), self._handle, b))
+        return self
+
     def __reduce__(self):
         return (Hessian.from_bytes, (self.to_bytes(),))
 
     def __repr__(self) -> str:
         k, t = self._info()
         return f"Hessian(K={k}, tokens={t})"
+
+
+def _lib_block(cols: int) -> int:
+    b = int(_fn("qs_hadamard_block")(int(cols)))
+    if b < 2:
+        raise ValueError(f"{cols} columns: no power-of-two block divides them (odd)")
+    return b
+
+
+def hadamard(x: Any, block: Optional[int] = None) -> np.ndarray:
+    """x (..., K) rotated along its last axis by the block Hadamard matrix R (docs/calibration.md
+    §17): every block of `block` columns times H_B / sqrt(B), H_B the Sylvester Hadamard matrix.
+    R is symmetric and orthogonal: hadamard(x) @ hadamard(w).T == x @ w.T, hadamard(hadamard(x))
+    == x (up to rounding). Returns a new float32 array; block defaults to the largest power of two
+    dividing K (at most 32768), the block `qsparse quantize --rotate hadamard` uses."""
+    arr = np.array(x, dtype=np.float32, order="C", copy=True)
+    if arr.ndim < 1:
+        raise ValueError("x needs at least one axis (..., K)")
+    cols = arr.shape[-1]
+    b = _lib_block(cols) if block is None else block
+    if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
+        raise ValueError(f"block must be an int, got {block!r}")
+    rows = int(np.prod(arr.shape[:-1], dtype=np.int64)) if arr.ndim > 1 else 1
+    _lib.check(_fn("qs_hadamard")(_lib.ctx(), _lib.ptr(arr), rows, cols, int(b)))
+    return arr
 
 
 def _weight2d(w: Any, h: Hessian) -> np.ndarray:
@@ -238,4 +283,4 @@ def sparsegpt(w: Any, H: Hessian, pattern: str = "2:4", format: Optional[str] = 
 
 sparsegpt.last_loss = 0.0
 
-__all__ = ["Hessian", "gptq", "sparsegpt", "Compressed24"]
+__all__ = ["Hessian", "gptq", "hadamard", "sparsegpt", "Compressed24"]

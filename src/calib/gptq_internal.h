@@ -23,6 +23,14 @@ struct qs_hessian {
     double *s; /* S = X^T X, k * k row-major; the upper triangle is the state */
 };
 
+/* hadamard.c: the block Hadamard rotation (docs/calibration.md §17) ----------------------- */
+
+/* One block of b (a power of two) doubles times H_b, then times scale (1 / sqrt(b)). */
+QS_INTERNAL void qs_hadamard_f64(double *x, int64_t b, double scale);
+/* QS_OK, or the status and message for a block that is not a power of two in range or does not
+ * divide cols. */
+QS_INTERNAL qs_status qs_hadamard_check(qs_ctx *ctx, int64_t cols, int32_t block, const char *who);
+
 /* linalg.c -------------------------------------------------------------------------------- */
 
 /* The GPTQ inverse factor: from S (upper triangle, k x k row-major) and the weight's dead columns
