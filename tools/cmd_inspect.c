@@ -337,16 +337,15 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
         {
             json_t *lay = json_object_get(r, "layout"), *fmt = json_object_get(r, "format");
             json_t *dt = json_object_get(r, "dtype");
-            const struct qs_layout *L = json_is_string(lay)
-                                            ? qs_layout_find(json_string_value(lay))
-                                            : NULL;
-            struct qs_layout_req req;
+            const struct ckpt_layout *L =
+                json_is_string(lay) ? ckpt_layout_find(json_string_value(lay)) : NULL;
+            struct ckpt_layout_req req;
             const struct qs_ckpt_key *keys;
             const struct qs_st_tensor *m;
             char *prefix;
             struct weight *w;
 
-            if (!L || L == &qs_layout_bnb || L == &qs_layout_qsparse || !json_is_string(fmt) ||
+            if (!L || L == &ckpt_layout_bnb || L == &ckpt_layout_qsparse || !json_is_string(fmt) ||
                 qs_st_find(f, name))
                 continue;
             memset(&req, 0, sizeof req);

@@ -52,8 +52,8 @@
 #define COPY_PIECE (16u << 20) /* bytes of a copied tensor written between two releases */
 
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
-#define DEFAULT_INCLUDE QS_SELECT_INCLUDE
-#define DEFAULT_EXCLUDE QS_SELECT_EXCLUDE
+#define DEFAULT_INCLUDE CKPT_SELECT_INCLUDE
+#define DEFAULT_EXCLUDE CKPT_SELECT_EXCLUDE
 /* Embedding tables: no loader layout replaces them (they are not linear layers). */
 #define EMBEDDING "embed|(^|\\.)(wte|wpe)\\."
 
@@ -419,8 +419,8 @@ struct ctx_all {
     qs_ctx *ctx;
     const struct options *o;
     int32_t format;
-    const struct qs_layout *layout;
-    struct qs_layout_req req;
+    const struct ckpt_layout *layout;
+    struct ckpt_layout_req req;
     regex_t *inc, *exc, *embedding;
     enum pass pass;
     struct qs_st_writer *w;   /* PASS_PLAN: the output entries (no data) */
@@ -445,7 +445,7 @@ struct ctx_all {
     struct qs_tensor_rules rules; /* --tensor-format, and --format's rule (tensor_rules.h) */
     int32_t base_format;          /* --format, and its parameters */
     qs_quant_params base_params;
-    struct qs_layout_group groups[QS_MAX_TENSOR_RULES + 1]; /* schemes in use (after survey) */
+    struct ckpt_layout_group groups[QS_MAX_TENSOR_RULES + 1]; /* schemes in use (after survey) */
     int ngroups;
     int tty;
     char err[ERRLEN];
@@ -836,7 +836,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
     const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
     /* The tool's own layout keeps a 2:4 weight compressed: the format's keys hold its kept
      * values (rows x cols/2, docs/sparsity.md), N.sp24_meta its meta words. */
-    int sp = c->req.sparsity24 && c->layout == &qs_layout_qsparse;
+    int sp = c->req.sparsity24 && c->layout == &ckpt_layout_qsparse;
     int64_t qcols = sp ? cols / 2 : cols, vbytes = 0, meta_count = 0;
     int quantize = c->pass == PASS_WRITE;
 
@@ -859,7 +859,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                  t->name, (long long)cols);
         goto fail;
     }
-    if (c->format == QS_FORMAT_INT8 && c->layout == &qs_layout_ct && cols % 4 != 0) {
+    if (c->format == QS_FORMAT_INT8 && c->layout == &ckpt_layout_ct && cols % 4 != 0) {
         snprintf(c->err, sizeof c->err,
                  "%s: compressed-tensors packs int8 codes four to an int32 word: the row length "
                  "(%lld) must be a multiple of 4",
@@ -938,7 +938,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                               (json_int_t)rows, (json_int_t)cols, "dtype", dtname);
         if (!e || json_object_set_new(c->record, t->name, e) != 0)
             goto oom;
-        if (c->layout != &qs_layout_qsparse &&
+        if (c->layout != &ckpt_layout_qsparse &&
             json_object_set_new(e, "layout", json_string(c->layout->name)) != 0)
             goto oom;
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
@@ -1136,7 +1136,7 @@ static char *collision(struct ctx_all *c, const struct qs_st_file *f, const char
         qs_heap_free(key);
         key = NULL;
     }
-    if (!key && !*oom && c->req.sparsity24 && c->layout == &qs_layout_qsparse) {
+    if (!key && !*oom && c->req.sparsity24 && c->layout == &ckpt_layout_qsparse) {
         if (!(key = cat(name, QS_CKPT_SP24_META)))
             *oom = 1;
         else if (!qs_st_find(f, key)) {
@@ -1151,7 +1151,7 @@ static char *collision(struct ctx_all *c, const struct qs_st_file *f, const char
 static int32_t cli_format(const char *name)
 {
     if (strcasecmp(name, "none") == 0)
-        return QS_FORMAT_NONE;
+        return CKPT_FORMAT_NONE;
     return qs_format_from_name(name);
 }
 
@@ -1274,7 +1274,7 @@ static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
             qs_heap_free(clash);
             return 1;
         }
-        if (c->layout != &qs_layout_qsparse && regexec(c->embedding, t->name, 0, NULL, 0) == 0) {
+        if (c->layout != &ckpt_layout_qsparse && regexec(c->embedding, t->name, 0, NULL, 0) == 0) {
             fputs("qsparse quantize: error: ", stderr);
             qs_escape_print(stderr, t->name);
             fprintf(stderr,
@@ -1337,7 +1337,7 @@ static int plan_groups(struct ctx_all *c)
         fprintf(stderr, "qsparse quantize: error: out of memory\n");
         return 1;
     }
-    if (c->ngroups > 1 && (c->layout == &qs_layout_bnb || c->layout == &qs_layout_modelopt)) {
+    if (c->ngroups > 1 && (c->layout == &ckpt_layout_bnb || c->layout == &ckpt_layout_modelopt)) {
         fprintf(stderr,
                 "qsparse quantize: error: --tensor-format gives this model %d formats; the %s "
                 "layout holds one format per model (its loader reads one config): use --layout "
@@ -1658,11 +1658,11 @@ static int own_shard(const struct options *o, size_t j)
 }
 
 /* config.json's dtype where the layout's loader decodes into one dtype only
- * (qs_layout_model_dtype): both spellings, "dtype" (transformers 5) and "torch_dtype" (what
+ * (ckpt_layout_model_dtype): both spellings, "dtype" (transformers 5) and "torch_dtype" (what
  * earlier versions read; transformers 5 reads it when "dtype" is absent). */
 static int set_model_dtype(struct ctx_all *c, json_t *config)
 {
-    const char *dt = qs_layout_model_dtype(c->layout, &c->req);
+    const char *dt = ckpt_layout_model_dtype(c->layout, &c->req);
 
     if (!dt)
         return 0;
@@ -1971,18 +1971,18 @@ int qs_cmd_quantize(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.o = &o;
     c.format = cli_format(o.format);
-    if (c.format != QS_FORMAT_NONE && qs_format_info_get(c.format, &fi) != QS_OK) {
+    if (c.format != CKPT_FORMAT_NONE && qs_format_info_get(c.format, &fi) != QS_OK) {
         fprintf(stderr,
                 "qsparse quantize: unknown format '%s' (nf4, fp4, llm_int8, int8, fp8_e4m3, "
                 "fp8_e5m2, mxfp4, mxfp8, nvfp4, none)\n",
                 o.format);
         return 2;
     }
-    if (o.double_quant && (c.format == QS_FORMAT_NONE || !(fi.options & QS_OPT_DOUBLE_QUANT))) {
+    if (o.double_quant && (c.format == CKPT_FORMAT_NONE || !(fi.options & QS_OPT_DOUBLE_QUANT))) {
         fprintf(stderr, "qsparse quantize: --double-quant applies to nf4 and fp4 only\n");
         return 2;
     }
-    if (o.blocksize && c.format != QS_FORMAT_NONE && fi.block_min == fi.block_max &&
+    if (o.blocksize && c.format != CKPT_FORMAT_NONE && fi.block_min == fi.block_max &&
         o.blocksize != fi.block_size) {
         fprintf(stderr, "qsparse quantize: %s has a fixed block size of %d\n", o.format,
                 fi.block_size);
@@ -1996,7 +1996,7 @@ int qs_cmd_quantize(int argc, char **argv)
                         "for int8\n");
         return 2;
     }
-    if (o.asymmetric && (c.format == QS_FORMAT_NONE || !(fi.options & QS_OPT_SYMMETRIC))) {
+    if (o.asymmetric && (c.format == CKPT_FORMAT_NONE || !(fi.options & QS_OPT_SYMMETRIC))) {
         fprintf(stderr, "qsparse quantize: --asymmetric applies to int8 only (zero points)\n");
         return 2;
     }
@@ -2034,7 +2034,7 @@ int qs_cmd_quantize(int argc, char **argv)
         return 2;
     }
     if (o.layout) {
-        if (!(c.layout = qs_layout_find(o.layout))) {
+        if (!(c.layout = ckpt_layout_find(o.layout))) {
             fprintf(stderr,
                     "qsparse quantize: unknown layout '%s' (bitsandbytes, compressed-tensors, "
                     "modelopt, qsparse)\n",
@@ -2042,9 +2042,9 @@ int qs_cmd_quantize(int argc, char **argv)
             return 2;
         }
     } else {
-        c.layout = folder ? qs_layout_default(c.format) : &qs_layout_qsparse;
+        c.layout = folder ? ckpt_layout_default(c.format) : &ckpt_layout_qsparse;
     }
-    if (folder && c.layout == &qs_layout_qsparse) {
+    if (folder && c.layout == &ckpt_layout_qsparse) {
         fprintf(stderr, "qsparse quantize: a model folder is written for a loader: --layout "
                         "bitsandbytes, compressed-tensors or modelopt\n");
         return 2;
@@ -2055,7 +2055,7 @@ int qs_cmd_quantize(int argc, char **argv)
      * its config, the tool's own keys need nothing */
     c.req.sparsity24 = o.sparsity != NULL &&
                        (!qs_calib_prunes(&o.cal) ||
-                        (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &qs_layout_qsparse));
+                        (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &ckpt_layout_qsparse));
     if (o.act_amax) {
         if (!(c.act_amax = qs_side_json(o.act_amax, NULL, c.err, sizeof c.err))) {
             fputs("qsparse quantize: --act-amax ", stderr);
@@ -2066,7 +2066,7 @@ int qs_cmd_quantize(int argc, char **argv)
         c.req.have_act_amax = 1;
     }
     rc = 2; /* usage errors until the options are all checked */
-    if (c.layout == &qs_layout_qsparse && c.req.sparsity24 && o.cal.method == QS_METHOD_GPTQ) {
+    if (c.layout == &ckpt_layout_qsparse && c.req.sparsity24 && o.cal.method == QS_METHOD_GPTQ) {
         fprintf(stderr, "qsparse quantize: the qsparse layout stores a 2:4 weight compressed, "
                         "its kept values rounded to nearest: --method gptq with --sparsity 2:4 "
                         "needs a loader layout (or --method sparsegpt)\n");
@@ -2184,16 +2184,17 @@ int qs_cmd_quantize(int argc, char **argv)
                 o.dry_run ? " in safetensors files; nothing written" : "");
         if (o.ntformat)
             fprintf(f, "formats: %s%s\n", formats,
-                    c.ngroups > 1 && c.layout == &qs_layout_ct
+                    c.ngroups > 1 && c.layout == &ckpt_layout_ct
                         ? " (compressed-tensors: one config group per format, mixed-precision)"
                         : "");
-        if (folder && qs_layout_model_dtype(c.layout, &c.req))
-            fprintf(f, "config.json: dtype %s (compressed-tensors decodes %s weights to %s; "
-                       "loaded as float32 they would fail)\n",
-                    qs_layout_model_dtype(c.layout, &c.req), o.ntformat ? "FP4 and MX" : o.format,
-                    qs_layout_model_dtype(c.layout, &c.req));
+        if (folder && ckpt_layout_model_dtype(c.layout, &c.req))
+            fprintf(f,
+                    "config.json: dtype %s (compressed-tensors decodes %s weights to %s; "
+                    "loaded as float32 they would fail)\n",
+                    ckpt_layout_model_dtype(c.layout, &c.req), o.ntformat ? "FP4 and MX" : o.format,
+                    ckpt_layout_model_dtype(c.layout, &c.req));
     }
-    if (folder && c.layout == &qs_layout_modelopt)
+    if (folder && c.layout == &ckpt_layout_modelopt)
         warn_modelopt(o.out, c.format);
     if ((o.stats || o.stats_json) && print_stats(&c, &t0) != 0)
         goto done;

@@ -56,14 +56,13 @@ static const struct writable WRITABLE[] = {
     {"nf4 b64 + dq", "--format nf4 --double-quant", NULL, QS_FORMAT_NF4, 0, 1, 1},
     {"fp4 b64", "--format fp4", NULL, QS_FORMAT_FP4, 0, 0, 1},
     {"int8 row", "--format int8", NULL, QS_FORMAT_INT8, 0, 0, 1},
-    {"int8 g128 asym", NULL, "asymmetric int8: the tool writes symmetric int8 only",
-     QS_FORMAT_INT8, 0, 0, 0},
+    {"int8 g128 asym", NULL, "asymmetric int8: the tool writes symmetric int8 only", QS_FORMAT_INT8,
+     0, 0, 0},
     {"int8 row / int8 act", NULL,
      "int8 activations are chosen at run time (qs.matmul(..., activations=\"int8\")), not "
      "written: see int8 row",
      QS_FORMAT_INT8, 0, 0, 1},
-    {"llm.int8", NULL,
-     "bitsandbytes runs LLM.int8 with int8 activations: see llm.int8 / int8 act",
+    {"llm.int8", NULL, "bitsandbytes runs LLM.int8 with int8 activations: see llm.int8 / int8 act",
      QS_FORMAT_LLM_INT8, 0, 0, 1},
     {"llm.int8 / int8 act", "--format llm_int8", NULL, QS_FORMAT_LLM_INT8, 0, 0, 1},
     {"fp8 e4m3", "--format fp8_e4m3", NULL, QS_FORMAT_FP8_E4M3, 0, 0, 1},
@@ -71,7 +70,7 @@ static const struct writable WRITABLE[] = {
     {"mxfp4", "--format mxfp4", NULL, QS_FORMAT_MXFP4, 0, 0, 1},
     {"mxfp8", "--format mxfp8", NULL, QS_FORMAT_MXFP8, 0, 0, 1},
     {"nvfp4", "--format nvfp4", NULL, QS_FORMAT_NVFP4, 0, 0, 1},
-    {"2:4 f32", "--format none --sparsity 2:4", NULL, QS_FORMAT_NONE, 1, 0, 1},
+    {"2:4 f32", "--format none --sparsity 2:4", NULL, CKPT_FORMAT_NONE, 1, 0, 1},
     {"2:4 + nf4", "--format nf4 --sparsity 2:4", NULL, QS_FORMAT_NF4, 1, 0, 1},
 };
 
@@ -172,8 +171,8 @@ static const char *shell_quote(const char *s, char *buf, size_t n)
 static const char *command_for(const struct writable *w, const char *model, int folder, char *cmd,
                                size_t n)
 {
-    const struct qs_layout *order[4];
-    struct qs_layout_req req;
+    const struct ckpt_layout *order[4];
+    struct ckpt_layout_req req;
     char err[256];
     int no = 0;
 
@@ -186,11 +185,11 @@ static const char *command_for(const struct writable *w, const char *model, int 
     req.params.symmetric = w->symmetric;
     req.sparsity24 = w->sparse24;
     req.weight_dtype = "float32";
-    order[no++] = folder ? qs_layout_default(w->format) : &qs_layout_qsparse;
-    order[no++] = &qs_layout_ct;
-    order[no++] = &qs_layout_bnb;
+    order[no++] = folder ? ckpt_layout_default(w->format) : &ckpt_layout_qsparse;
+    order[no++] = &ckpt_layout_ct;
+    order[no++] = &ckpt_layout_bnb;
     for (int i = 0; i < no; i++) {
-        if ((!folder || order[i] != &qs_layout_qsparse) &&
+        if ((!folder || order[i] != &ckpt_layout_qsparse) &&
             order[i]->check(&req, err, sizeof err) == 0) {
             int dflt = order[i] == order[0];
             char quoted[2048];
@@ -218,9 +217,9 @@ static const char *tensors_fit(const struct writable *w, int ct, const struct qs
 
     if (!w->sparse24 && !(w->format == QS_FORMAT_INT8 && ct))
         return NULL;
-    if (regcomp(&inc, QS_SELECT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0)
+    if (regcomp(&inc, CKPT_SELECT_INCLUDE, REG_EXTENDED | REG_NOSUB) != 0)
         return "out of memory";
-    if (regcomp(&exc, QS_SELECT_EXCLUDE, REG_EXTENDED | REG_NOSUB | REG_ICASE) != 0) {
+    if (regcomp(&exc, CKPT_SELECT_EXCLUDE, REG_EXTENDED | REG_NOSUB | REG_ICASE) != 0) {
         regfree(&inc);
         return "out of memory";
     }

@@ -7,9 +7,9 @@
 
 /* Any format with keys; with --sparsity 2:4 the weight is written compressed (the kept values
  * in the format's keys, plus its meta: checkpoint_keys.h), also with --format none. */
-static int qsparse_check(const struct qs_layout_req *r, char *err, size_t errlen)
+static int qsparse_check(const struct ckpt_layout_req *r, char *err, size_t errlen)
 {
-    if (r->sparsity24 && r->format == QS_FORMAT_NONE)
+    if (r->sparsity24 && r->format == CKPT_FORMAT_NONE)
         return 0;
     if (!qs_ckpt_keys(r->format)) {
         snprintf(err, errlen, "the qsparse layout has no keys for %s",
@@ -19,33 +19,34 @@ static int qsparse_check(const struct qs_layout_req *r, char *err, size_t errlen
     return 0;
 }
 
-static const struct qs_ckpt_key *qsparse_keys(const struct qs_layout_req *r)
+static const struct qs_ckpt_key *qsparse_keys(const struct ckpt_layout_req *r)
 {
     return qs_ckpt_keys(r->format);
 }
 
-const struct qs_layout qs_layout_qsparse = {"qsparse", qsparse_check, qsparse_keys,
-                                            NULL,      NULL,          NULL};
+const struct ckpt_layout ckpt_layout_qsparse = {"qsparse", qsparse_check, qsparse_keys,
+                                                NULL,      NULL,          NULL};
 
-const struct qs_layout *qs_layout_find(const char *name)
+const struct ckpt_layout *ckpt_layout_find(const char *name)
 {
     if (strcmp(name, "qsparse") == 0)
-        return &qs_layout_qsparse;
+        return &ckpt_layout_qsparse;
     if (strcmp(name, "bnb") == 0 || strcmp(name, "bitsandbytes") == 0)
-        return &qs_layout_bnb;
+        return &ckpt_layout_bnb;
     if (strcmp(name, "ct") == 0 || strcmp(name, "compressed-tensors") == 0)
-        return &qs_layout_ct;
+        return &ckpt_layout_ct;
     if (strcmp(name, "modelopt") == 0)
-        return &qs_layout_modelopt;
+        return &ckpt_layout_modelopt;
     return NULL;
 }
 
-const char *qs_layout_model_dtype(const struct qs_layout *layout, const struct qs_layout_req *r)
+const char *ckpt_layout_model_dtype(const struct ckpt_layout *layout,
+                                    const struct ckpt_layout_req *r)
 {
-    if (layout != &qs_layout_ct)
+    if (layout != &ckpt_layout_ct)
         return NULL;
     for (int32_t g = 0; g < r->ngroups; g++)
-        if (qs_layout_model_dtype(layout, &r->groups[g].req))
+        if (ckpt_layout_model_dtype(layout, &r->groups[g].req))
             return "bfloat16";
     switch (r->format) {
     case QS_FORMAT_MXFP4:
@@ -55,12 +56,12 @@ const char *qs_layout_model_dtype(const struct qs_layout *layout, const struct q
     }
 }
 
-const struct qs_layout *qs_layout_default(int32_t format)
+const struct ckpt_layout *ckpt_layout_default(int32_t format)
 {
     switch (format) {
     case QS_FORMAT_NF4:
     case QS_FORMAT_FP4:
-    case QS_FORMAT_LLM_INT8: return &qs_layout_bnb;
-    default: return &qs_layout_ct;
+    case QS_FORMAT_LLM_INT8: return &ckpt_layout_bnb;
+    default: return &ckpt_layout_ct;
     }
 }

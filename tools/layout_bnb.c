@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 
-static int bnb_check(const struct qs_layout_req *r, char *err, size_t errlen)
+static int bnb_check(const struct ckpt_layout_req *r, char *err, size_t errlen)
 {
     int32_t bs = r->params.block_size;
 
@@ -44,12 +44,12 @@ static int bnb_check(const struct qs_layout_req *r, char *err, size_t errlen)
     }
 }
 
-static const struct qs_ckpt_key *bnb_keys(const struct qs_layout_req *r)
+static const struct qs_ckpt_key *bnb_keys(const struct ckpt_layout_req *r)
 {
     return qs_ckpt_keys(r->format);
 }
 
-static json_t *bnb_config(const struct qs_layout_req *r, json_t *skipped)
+static json_t *bnb_config(const struct ckpt_layout_req *r, json_t *skipped)
 {
     int four = r->format != QS_FORMAT_LLM_INT8;
     json_t *c = json_pack("{s:s, s:b, s:b, s:f, s:O, s:b, s:b}", "quant_method", "bitsandbytes",
@@ -69,5 +69,5 @@ static json_t *bnb_config(const struct qs_layout_req *r, json_t *skipped)
     return c;
 }
 
-const struct qs_layout qs_layout_bnb = {"bitsandbytes", bnb_check, bnb_keys,
-                                        bnb_config,     NULL,      NULL};
+const struct ckpt_layout ckpt_layout_bnb = {"bitsandbytes", bnb_check, bnb_keys,
+                                            bnb_config,     NULL,      NULL};

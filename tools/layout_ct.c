@@ -65,7 +65,7 @@ static const struct qs_ckpt_key nvfp4_keys[] = {
     END,
 };
 
-static int ct_check(const struct qs_layout_req *r, char *err, size_t errlen)
+static int ct_check(const struct ckpt_layout_req *r, char *err, size_t errlen)
 {
     switch (r->format) {
     case QS_FORMAT_FP8_E4M3:
@@ -78,7 +78,7 @@ static int ct_check(const struct qs_layout_req *r, char *err, size_t errlen)
             return -1;
         }
         return 0;
-    case QS_FORMAT_NONE:
+    case CKPT_FORMAT_NONE:
         if (r->sparsity24)
             return 0;
         snprintf(err, errlen, "--format none needs --sparsity 2:4");
@@ -96,7 +96,7 @@ static int ct_check(const struct qs_layout_req *r, char *err, size_t errlen)
     return -1;
 }
 
-static const struct qs_ckpt_key *ct_keys(const struct qs_layout_req *r)
+static const struct qs_ckpt_key *ct_keys(const struct ckpt_layout_req *r)
 {
     switch (r->format) {
     case QS_FORMAT_FP8_E4M3: return fp8_keys;
@@ -110,7 +110,7 @@ static const struct qs_ckpt_key *ct_keys(const struct qs_layout_req *r)
 }
 
 /* The compression format name and the weights' QuantizationArgs of a format. */
-static json_t *weight_args(const struct qs_layout_req *r, const char **ct_format)
+static json_t *weight_args(const struct ckpt_layout_req *r, const char **ct_format)
 {
     const qs_quant_params *p = &r->params;
 
@@ -146,7 +146,7 @@ static json_t *weight_args(const struct qs_layout_req *r, const char **ct_format
 
 /* Per-tensor formats: one scheme per group, targeting its modules by name, and the format
  * "mixed-precision" (compressed-tensors then takes each scheme's own format). */
-static json_t *mixed_groups(const struct qs_layout_req *r)
+static json_t *mixed_groups(const struct ckpt_layout_req *r)
 {
     json_t *groups = json_object();
 
@@ -167,7 +167,7 @@ static json_t *mixed_groups(const struct qs_layout_req *r)
     return groups;
 }
 
-static json_t *ct_config(const struct qs_layout_req *r, json_t *skipped)
+static json_t *ct_config(const struct ckpt_layout_req *r, json_t *skipped)
 {
     const char *fmt = "dense";
     json_t *w = r->ngroups > 1 ? NULL : weight_args(r, &fmt), *c;
@@ -207,5 +207,5 @@ fail:
     return NULL;
 }
 
-const struct qs_layout qs_layout_ct = {
+const struct ckpt_layout ckpt_layout_ct = {
     "compressed-tensors", ct_check, ct_keys, ct_config, NULL, NULL};

@@ -39,7 +39,7 @@ static const struct qs_ckpt_key nvfp4_keys[] = {
     END,
 };
 
-static int modelopt_check(const struct qs_layout_req *r, char *err, size_t errlen)
+static int modelopt_check(const struct ckpt_layout_req *r, char *err, size_t errlen)
 {
     if (r->sparsity24 || (r->format != QS_FORMAT_FP8_E4M3 && r->format != QS_FORMAT_NVFP4)) {
         snprintf(err, errlen, "the modelopt layout holds fp8_e4m3 and nvfp4 only%s",
@@ -56,12 +56,12 @@ static int modelopt_check(const struct qs_layout_req *r, char *err, size_t errle
     return 0;
 }
 
-static const struct qs_ckpt_key *modelopt_keys(const struct qs_layout_req *r)
+static const struct qs_ckpt_key *modelopt_keys(const struct ckpt_layout_req *r)
 {
     return r->format == QS_FORMAT_NVFP4 ? nvfp4_keys : fp8_keys;
 }
 
-static json_t *quantization(const struct qs_layout_req *r, json_t *skipped)
+static json_t *quantization(const struct ckpt_layout_req *r, json_t *skipped)
 {
     json_t *q =
         json_pack("{s:s, s:n, s:O}", "quant_algo", r->format == QS_FORMAT_NVFP4 ? "NVFP4" : "FP8",
@@ -76,7 +76,7 @@ static json_t *quantization(const struct qs_layout_req *r, json_t *skipped)
 }
 
 /* config.json: the same fields, flat, under quant_method "modelopt" (what vLLM reads). */
-static json_t *modelopt_config(const struct qs_layout_req *r, json_t *skipped)
+static json_t *modelopt_config(const struct ckpt_layout_req *r, json_t *skipped)
 {
     json_t *q = quantization(r, skipped);
 
@@ -87,7 +87,7 @@ static json_t *modelopt_config(const struct qs_layout_req *r, json_t *skipped)
     return q;
 }
 
-static json_t *modelopt_extra(const struct qs_layout_req *r, json_t *skipped)
+static json_t *modelopt_extra(const struct ckpt_layout_req *r, json_t *skipped)
 {
     json_t *q = quantization(r, skipped);
 
@@ -97,6 +97,6 @@ static json_t *modelopt_extra(const struct qs_layout_req *r, json_t *skipped)
                      qs_version_string(), "quantization", q);
 }
 
-const struct qs_layout qs_layout_modelopt = {
+const struct ckpt_layout ckpt_layout_modelopt = {
     "modelopt",      modelopt_check,         modelopt_keys,
     modelopt_config, "hf_quant_config.json", modelopt_extra};

@@ -30,7 +30,7 @@ int qs_tensor_rules_init(struct qs_tensor_rules *rs, const char *const *specs, i
         r->spec = specs[i];
         if (strcasecmp(eq + 1, "none") == 0) {
             r->keep_float = 1;
-            r->format = QS_FORMAT_NONE;
+            r->format = CKPT_FORMAT_NONE;
         } else if ((r->format = qs_format_from_name(eq + 1)) <= 0) {
             snprintf(err, errlen, "--tensor-format '%s': unknown format '%s'", specs[i], eq + 1);
             goto fail;
@@ -104,8 +104,8 @@ static int same_scheme(const struct qs_tensor_rule *a, const struct qs_tensor_ru
            a->params.symmetric == b->params.symmetric;
 }
 
-int qs_tensor_rules_groups(const struct qs_tensor_rules *rs, const struct qs_layout_req *base,
-                           struct qs_layout_group *groups)
+int qs_tensor_rules_groups(const struct qs_tensor_rules *rs, const struct ckpt_layout_req *base,
+                           struct ckpt_layout_group *groups)
 {
     int ng = 0;
 

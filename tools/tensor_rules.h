@@ -26,7 +26,7 @@
 struct qs_tensor_rule {
     const char *spec;         /* "REGEX=FORMAT" as given; NULL for the --format rule */
     regex_t re;               /* compiled REGEX (POSIX extended) */
-    int32_t format;           /* QS_FORMAT_*, or QS_FORMAT_NONE */
+    int32_t format;           /* QS_FORMAT_*, or CKPT_FORMAT_NONE */
     int keep_float;           /* FORMAT "none": the tensor is not quantized */
     qs_quant_params params;   /* the format's parameters */
     json_t *modules;          /* modules this rule quantized (survey) */
@@ -60,8 +60,8 @@ int qs_tensor_rules_note(struct qs_tensor_rule *r, const char *module);
  * groups, or -1 out of memory; the groups borrow the rules' module arrays (new references held
  * by groups[i].modules, released by the caller with json_decref).
  */
-int qs_tensor_rules_groups(const struct qs_tensor_rules *rs, const struct qs_layout_req *base,
-                           struct qs_layout_group *groups);
+int qs_tensor_rules_groups(const struct qs_tensor_rules *rs, const struct ckpt_layout_req *base,
+                           struct ckpt_layout_group *groups);
 
 /* "nf4: 30, fp8_e4m3: 7" for the summary line (into buf). */
 void qs_tensor_rules_summary(const struct qs_tensor_rules *rs, char *buf, size_t n);
