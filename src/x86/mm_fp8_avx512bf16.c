@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * FP8 (E4M3, E5M2) GEMV with bf16 activations for AVX512-BF16 (include/qsparse/matmul.h; the
+ * reference is src/ref/mm_abf16_ref.c): 32 codes a step decode to bf16 exactly with integer steps
+ * (mm_gemv_avx512bf16.h), vdpbf16ps multiplies them with x, and the whole row is one segment whose
+ * lane sums the per-tensor scale multiplies once.
+ */
+#include <immintrin.h>
+
+#include "../core/kernels.h"
+#include "../ref/ref.h"
+#include "mm_gemv_avx512bf16.h"
+
+static inline __m512i e4m3_dec_avx512bf16(const uint8_t *row, int64_t c, int32_t aux,
+                                          __mmask32 mask, const void *fmt)
+{
+    (void)aux;
+    (void)fmt;
+    return e4m3_bf16_avx512bf16(row + c, mask, e4m3_spec_avx512bf16());
+}
+
+static inline __m512i e5m2_dec_avx512bf16(const uint8_t *row, int64_t c, int32_t aux,
+                                          __mmask32 mask, const void *fmt)
+{
+    (void)aux;
+    (void)fmt;
+    return e5m2_bf16_avx512bf16(row + c, mask, e5m2_spec_avx512bf16());
+}
+
+static inline float fp8_scl_avx512bf16(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
+                                       const void *fmt)
+{
+    (void)srow;
+    (void)row;
+    (void)s;
+    *aux = 0;
+    return *(const float *)fmt;
+}
+
+/* The tensor scale: w->scale (sstride 0). */
+void qs_mm_e4m3abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                        const uint16_t *x, int64_t ldx, int64_t m, float *y,
+                                        int64_t ldy)
+{
+    const int64_t k = w->k;
+    const float scale = qs_ld_f32((const float *)w->scale);
+    gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
+    gemv_avx512bf16(x, ldx, m, k, &wr, rows, e4m3_dec_avx512bf16, fp8_scl_avx512bf16, &scale, 0, y,
+                    ldy);
+}
+
+void qs_mm_e5m2abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                        const uint16_t *x, int64_t ldx, int64_t m, float *y,
+                                        int64_t ldy)
+{
+    const int64_t k = w->k;
+    const float scale = qs_ld_f32((const float *)w->scale);
+    gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
+    gemv_avx512bf16(x, ldx, m, k, &wr, rows, e5m2_dec_avx512bf16, fp8_scl_avx512bf16, &scale, 0, y,
+                    ldy);
+}
