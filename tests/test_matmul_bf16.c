@@ -14,6 +14,8 @@
  * - f32, f16 and bf16 x holding the same values give the same bits; 1 and 2 threads too;
  * - bad parameters return a status and leave y untouched.
  */
+#include <float.h>
+
 #include "common.h"
 #include "quant_helpers.h"
 #include "qsparse/profile.h"
@@ -511,6 +513,45 @@ static void test_scales(void **state)
     qs_ctx_destroy(ctx);
 }
 
+/* NVFP4 with a tensor scale so large that the block scale fl(E4M3(S) * s_global) of the largest
+ * scale byte (448) overflows to infinity, where the kernels test block by block: x one-hot, so
+ * every y is one exact product times its block's scale (0 times the others'), the bits of the f32
+ * path: NaN in a row holding an infinite scale (a zero sum times infinity), else v * den. */
+static void test_nvfp4_infinite_scales(void **state)
+{
+    enum { N = 24, K = 96 };
+    qs_ctx *ctx = t_ctx();
+    const bspec *s = NULL;
+    float w0[N * K], x[K], y[N], y32[N];
+    t_rng r = {23};
+    int nan = 0, num = 0;
+    bweight o;
+
+    (void)state;
+    for (int si = 0; si < NSPECS; si++)
+        if (specs[si].format == QS_FORMAT_NVFP4)
+            s = &specs[si];
+    assert_non_null(s);
+    fill(&r, w0, N * K, 1.0);
+    bweight_make(ctx, s, w0, N, K, &o);
+    o.t.q.global_scale = FLT_MAX / 440.0f;
+    for (int c = 0; c < K; c += 5) {
+        memset(x, 0, sizeof x);
+        x[c] = 1.0f;
+        assert_int_equal(mm(ctx, QS_MATMUL_ACT_BF16, x, QS_DTYPE_F32, 1, K, &o, N, NULL, y), QS_OK);
+        assert_int_equal(mm(ctx, QS_MATMUL_ACT_F32, x, QS_DTYPE_F32, 1, K, &o, N, NULL, y32),
+                         QS_OK);
+        T_ASSERT_BYTES("nvfp4, huge tensor scale", y, y32, sizeof y);
+        for (int n = 0; n < N; n++) {
+            nan += isnan(y[n]);
+            num += isfinite(y[n]) && y[n] != 0.0f;
+        }
+    }
+    assert_true(nan > 0 && num > 0); /* some block scales overflowed, not all */
+    bweight_free(&o);
+    qs_ctx_destroy(ctx);
+}
+
 /* Subnormal activations and scales: the bound's flush and underflow terms (vdpbf16ps flushes
  * denormal inputs to zero). */
 static void test_subnormal(void **state)
@@ -655,10 +696,11 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bound),          cmocka_unit_test(test_exact_weights),
-        cmocka_unit_test(test_paths),          cmocka_unit_test(test_nonfinite_x),
-        cmocka_unit_test(test_scales),         cmocka_unit_test(test_subnormal),
-        cmocka_unit_test(test_dtypes_threads), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_bound),     cmocka_unit_test(test_exact_weights),
+        cmocka_unit_test(test_paths),     cmocka_unit_test(test_nonfinite_x),
+        cmocka_unit_test(test_scales),    cmocka_unit_test(test_nvfp4_infinite_scales),
+        cmocka_unit_test(test_subnormal), cmocka_unit_test(test_dtypes_threads),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,8 +48,8 @@ bnb4_avx512bf16(const float *book, qs_mm_gemv_xbf16_fn *ref, const qs_mm_weight 
     gemv_rows_avx512 w = {(const uint8_t *)wv->data + r0 * k / 2, k / 2,
                           (const uint8_t *)((const float *)wv->scale + r0 * k / block),
                           (k / block) * 4, block};
-    gemv_avx512bf16(x, ldx, m, k, &w, rows, bnb4_dec_avx512bf16, bnb4_scl_avx512bf16, table, 1, y,
-                    ldy);
+    gemv_avx512bf16(x, ldx, m, k, &w, rows, bnb4_dec_avx512bf16, NULL, bnb4_scl_avx512bf16, table,
+                    GEMV_BF16_PAIRS | GEMV_BF16_SCAN_F32, y, ldy);
 }
 
 void qs_mm_nf4abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,

@@ -45,8 +45,8 @@ void qs_mm_e4m3abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64
     const int64_t k = w->k;
     const float scale = qs_ld_f32((const float *)w->scale);
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
-    gemv_avx512bf16(x, ldx, m, k, &wr, rows, e4m3_dec_avx512bf16, fp8_scl_avx512bf16, &scale, 0, y,
-                    ldy);
+    gemv_avx512bf16(x, ldx, m, k, &wr, rows, e4m3_dec_avx512bf16, NULL, fp8_scl_avx512bf16, &scale,
+                    GEMV_BF16_SCAN_F32, y, ldy);
 }
 
 void qs_mm_e5m2abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
@@ -56,6 +56,6 @@ void qs_mm_e5m2abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64
     const int64_t k = w->k;
     const float scale = qs_ld_f32((const float *)w->scale);
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
-    gemv_avx512bf16(x, ldx, m, k, &wr, rows, e5m2_dec_avx512bf16, fp8_scl_avx512bf16, &scale, 0, y,
-                    ldy);
+    gemv_avx512bf16(x, ldx, m, k, &wr, rows, e5m2_dec_avx512bf16, NULL, fp8_scl_avx512bf16, &scale,
+                    GEMV_BF16_SCAN_F32, y, ldy);
 }

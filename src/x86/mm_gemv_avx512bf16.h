@@ -71,16 +71,72 @@ static inline __m512 pair_scale_add_avx512bf16(__m512 acc, __m512 sum, float sa,
     return acc;
 }
 
+/* How a format's scales behave (the driver's `flags`). */
+#define GEMV_BF16_PAIRS 1u /* segments of 16 may go two to a step (no zero point) */
+#define GEMV_BF16_SCAN_F32                                                                         \
+    2u                     /* f32 unit scales at the row's scale pointer, which may be             \
+                              infinite: a tile whose rows hold none runs without the test */
+#define GEMV_BF16_CHECK 4u /* every scale may be infinite: tested segment by segment */
+
+/* Whether any of the n f32 scales at p is +-Inf (16 a load). */
+static inline int f32_any_inf_avx512bf16(const uint8_t *p, int64_t n)
+{
+    const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    __mmask16 hit = 0;
+    int64_t i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        hit |= _mm512_cmpeq_epi32_mask(
+            _mm512_and_si512(_mm512_loadu_si512((const void *)(p + 4 * i)), abs), inf);
+    if (i < n)
+        hit |= _mm512_cmpeq_epi32_mask(
+            _mm512_and_si512(_mm512_maskz_loadu_epi32(gemv_mask_avx512(n - i), p + 4 * i), abs),
+            inf);
+    return hit != 0;
+}
+
+/* x's 32 columns at c widened to f32, columns c ... c+15 and c+16 ... c+31 (exact). */
+static inline void x_f32_avx512bf16(__m512i xv, __m512 *lo, __m512 *hi)
+{
+    *lo = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(xv)), 16));
+    *hi = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(xv, 1)), 16));
+}
+
 /* One step of 32 columns at c for the tile: W decoded (mask: the columns that exist), then every
- * x row against every W row into b. */
+ * x row against every W row into b. A format with an exact f32 decoder (dec32: 16 columns as
+ * f32, mm_gemv_avx512.h) may multiply those with x widened to f32 by FMA instead: the same exact
+ * products, cheaper where its bf16 decode costs more than widening x (INT8: up to 4 x rows; the
+ * 8 x rows of a tile share each bf16 decode enough for vdpbf16ps to win). */
 static inline __attribute__((always_inline)) void
 step_avx512bf16(const uint16_t *x, int64_t ldx, const int MI, const int R, int64_t c,
                 __mmask32 mask, const uint8_t *const *drow, const int32_t *aux,
-                gemv_dec_bf16_fn dec, const void *fmt, __m512 (*b)[4])
+                gemv_dec_bf16_fn dec, gemv_dec_avx512_fn dec32, const void *fmt, __m512 (*b)[4])
 {
-    __m512i v[4];
     int full = mask == (__mmask32)0xFFFFFFFFu;
 
+    if (!dec || (dec32 && MI <= 4)) {
+        __mmask16 m0 = (__mmask16)mask, m1 = (__mmask16)(mask >> 16);
+        __m512 lo[4], hi[4];
+        for (int r = 0; r < R; r++) {
+            lo[r] = full ? dec32(drow[r], c, aux[r], m0, fmt)
+                         : _mm512_maskz_mov_ps(m0, dec32(drow[r], c, aux[r], m0, fmt));
+            hi[r] = full ? dec32(drow[r], c + 16, aux[r], m1, fmt)
+                         : _mm512_maskz_mov_ps(m1, dec32(drow[r], c + 16, aux[r], m1, fmt));
+        }
+        for (int i = 0; i < MI; i++) {
+            const uint16_t *xp = x + i * ldx + c;
+            __m512 xl, xh;
+            x_f32_avx512bf16(full ? _mm512_loadu_si512((const void *)xp)
+                                  : _mm512_maskz_loadu_epi16(mask, xp),
+                             &xl, &xh);
+            for (int r = 0; r < R; r++)
+                b[i][r] = _mm512_fmadd_ps(hi[r], xh, _mm512_fmadd_ps(lo[r], xl, b[i][r]));
+        }
+        return;
+    }
+    __m512i v[4];
     for (int r = 0; r < R; r++)
         v[r] = full ? dec(drow[r], c, aux[r], mask, fmt)
                     : _mm512_maskz_mov_epi16(mask, dec(drow[r], c, aux[r], mask, fmt));
@@ -97,21 +153,26 @@ step_avx512bf16(const uint16_t *x, int64_t ldx, const int MI, const int R, int64
 static inline __attribute__((always_inline)) void
 gemv_tile_avx512bf16(const uint16_t *x, int64_t ldx, const int MI, const int R, int64_t k,
                      const gemv_rows_avx512 *w, int64_t r0, int64_t rows, gemv_dec_bf16_fn dec,
-                     gemv_scl_avx512_fn scl, const void *fmt, int pairs, float *y, int64_t ldy)
+                     gemv_dec_avx512_fn dec32, gemv_scl_avx512_fn scl, const void *fmt,
+                     unsigned flags, float *y, int64_t ldy)
 {
     __m512 acc[8][4], b[8][4];
     const uint8_t *drow[4], *srow[4];
     int32_t aux[4] = {0, 0, 0, 0};
+    const int pairs = (flags & GEMV_BF16_PAIRS) && w->seg == 16;
+    int chk = (flags & GEMV_BF16_CHECK) != 0;
     gemv_pf_avx512 pf;
 
     gemv_pf_init_avx512(&pf, w, k / 2, r0, R, rows); /* one prefetch step per 32 columns */
     for (int r = 0; r < R; r++) {
         drow[r] = w->data + (r0 + r) * w->dstride;
         srow[r] = w->scale + (r0 + r) * w->sstride;
+        if (flags & GEMV_BF16_SCAN_F32)
+            chk |= f32_any_inf_avx512bf16(srow[r], (k + w->seg - 1) / w->seg);
         for (int i = 0; i < MI; i++)
             acc[i][r] = _mm512_setzero_ps();
     }
-    if (pairs && w->seg == 16) {
+    if (pairs) {
         for (int64_t c = 0; c < k; c += 32) {
             float sa[4], sb[4];
             for (int r = 0; r < R; r++) {
@@ -121,10 +182,16 @@ gemv_tile_avx512bf16(const uint16_t *x, int64_t ldx, const int MI, const int R, 
                     b[i][r] = _mm512_setzero_ps();
             }
             gemv_pf_step_avx512(&pf);
-            step_avx512bf16(x, ldx, MI, R, c, mask32_avx512bf16(k - c), drow, aux, dec, fmt, b);
+            step_avx512bf16(x, ldx, MI, R, c, mask32_avx512bf16(k - c), drow, aux, dec, dec32, fmt,
+                            b);
             for (int i = 0; i < MI; i++)
                 for (int r = 0; r < R; r++)
-                    acc[i][r] = pair_scale_add_avx512bf16(acc[i][r], b[i][r], sa[r], sb[r]);
+                    acc[i][r] =
+                        chk ? pair_scale_add_avx512bf16(acc[i][r], b[i][r], sa[r], sb[r])
+                            : _mm512_fmadd_ps(b[i][r],
+                                              _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(sa[r]),
+                                                                   _mm512_set1_ps(sb[r])),
+                                              acc[i][r]);
         }
     } else {
         for (int64_t s0 = 0, s = 0; s0 < k; s0 += w->seg, s++) {
@@ -137,14 +204,16 @@ gemv_tile_avx512bf16(const uint16_t *x, int64_t ldx, const int MI, const int R, 
             }
             for (; c + 32 <= s1; c += 32) {
                 gemv_pf_step_avx512(&pf);
-                step_avx512bf16(x, ldx, MI, R, c, (__mmask32)0xFFFFFFFFu, drow, aux, dec, fmt, b);
+                step_avx512bf16(x, ldx, MI, R, c, (__mmask32)0xFFFFFFFFu, drow, aux, dec, dec32,
+                                fmt, b);
             }
             if (c < s1)
-                step_avx512bf16(x, ldx, MI, R, c, mask32_avx512bf16(s1 - c), drow, aux, dec, fmt,
-                                b);
+                step_avx512bf16(x, ldx, MI, R, c, mask32_avx512bf16(s1 - c), drow, aux, dec, dec32,
+                                fmt, b);
             for (int i = 0; i < MI; i++)
                 for (int r = 0; r < R; r++)
-                    acc[i][r] = gemv_scale_add_avx512(acc[i][r], b[i][r], sc[r]);
+                    acc[i][r] = chk ? gemv_scale_add_avx512(acc[i][r], b[i][r], sc[r])
+                                    : _mm512_fmadd_ps(b[i][r], sc[r], acc[i][r]);
         }
     }
     for (int i = 0; i < MI; i++)
@@ -156,36 +225,42 @@ gemv_tile_avx512bf16(const uint16_t *x, int64_t ldx, const int MI, const int R, 
 static inline __attribute__((always_inline)) void
 gemv_rows_run_avx512bf16(const uint16_t *x, int64_t ldx, const int MI, const int R, int64_t k,
                          const gemv_rows_avx512 *w, int64_t rows, gemv_dec_bf16_fn dec,
-                         gemv_scl_avx512_fn scl, const void *fmt, int pairs, float *y, int64_t ldy)
+                         gemv_dec_avx512_fn dec32, gemv_scl_avx512_fn scl, const void *fmt,
+                         unsigned flags, float *y, int64_t ldy)
 {
     int64_t r = 0;
     for (; r + R <= rows; r += R)
-        gemv_tile_avx512bf16(x, ldx, MI, R, k, w, r, rows, dec, scl, fmt, pairs, y, ldy);
+        gemv_tile_avx512bf16(x, ldx, MI, R, k, w, r, rows, dec, dec32, scl, fmt, flags, y, ldy);
     for (; r < rows; r++)
-        gemv_tile_avx512bf16(x, ldx, MI, 1, k, w, r, rows, dec, scl, fmt, pairs, y, ldy);
+        gemv_tile_avx512bf16(x, ldx, MI, 1, k, w, r, rows, dec, dec32, scl, fmt, flags, y, ldy);
 }
 
-/* The whole call: x rows in groups of 8, 4, 2, 1. */
+/* The whole call: x rows in groups of 8, 4, 2, 1. dec: the bf16 decoder (NULL: none), dec32 the
+ * f32 one (NULL: none; step_avx512bf16 says which runs); flags: GEMV_BF16_*. */
 static inline __attribute__((always_inline)) void
 gemv_avx512bf16(const uint16_t *x, int64_t ldx, int64_t m, int64_t k, const gemv_rows_avx512 *w,
-                int64_t rows, gemv_dec_bf16_fn dec, gemv_scl_avx512_fn scl, const void *fmt,
-                int pairs, float *y, int64_t ldy)
+                int64_t rows, gemv_dec_bf16_fn dec, gemv_dec_avx512_fn dec32,
+                gemv_scl_avx512_fn scl, const void *fmt, unsigned flags, float *y, int64_t ldy)
 {
     for (int64_t i0 = 0; i0 < m;) {
         int64_t left = m - i0;
         const uint16_t *xi = x + i0 * ldx;
         float *yi = y + i0 * ldy;
         if (left >= 8) {
-            gemv_rows_run_avx512bf16(xi, ldx, 8, 1, k, w, rows, dec, scl, fmt, pairs, yi, ldy);
+            gemv_rows_run_avx512bf16(xi, ldx, 8, 1, k, w, rows, dec, dec32, scl, fmt, flags, yi,
+                                     ldy);
             i0 += 8;
         } else if (left >= 4) {
-            gemv_rows_run_avx512bf16(xi, ldx, 4, 2, k, w, rows, dec, scl, fmt, pairs, yi, ldy);
+            gemv_rows_run_avx512bf16(xi, ldx, 4, 2, k, w, rows, dec, dec32, scl, fmt, flags, yi,
+                                     ldy);
             i0 += 4;
         } else if (left >= 2) {
-            gemv_rows_run_avx512bf16(xi, ldx, 2, 4, k, w, rows, dec, scl, fmt, pairs, yi, ldy);
+            gemv_rows_run_avx512bf16(xi, ldx, 2, 4, k, w, rows, dec, dec32, scl, fmt, flags, yi,
+                                     ldy);
             i0 += 2;
         } else {
-            gemv_rows_run_avx512bf16(xi, ldx, 1, 4, k, w, rows, dec, scl, fmt, pairs, yi, ldy);
+            gemv_rows_run_avx512bf16(xi, ldx, 1, 4, k, w, rows, dec, dec32, scl, fmt, flags, yi,
+                                     ldy);
             i0 += 1;
         }
     }

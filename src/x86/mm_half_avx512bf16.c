@@ -37,6 +37,6 @@ void qs_mm_bf16abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64
 {
     const int64_t k = w->k;
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
-    gemv_avx512bf16(x, ldx, m, k, &wr, rows, bf16_dec_avx512bf16, one_scl_avx512bf16, NULL, 0, y,
-                    ldy);
+    gemv_avx512bf16(x, ldx, m, k, &wr, rows, bf16_dec_avx512bf16, NULL, one_scl_avx512bf16, NULL, 0,
+                    y, ldy);
 }

@@ -5,7 +5,9 @@
  * look up their bf16 value with one vpermw per 32, E4M3 codes decode with integer steps
  * (mm_gemv_avx512bf16.h); both are exact in bf16. Each block's lane sums get the block scale once:
  * the E8M0 power of two (NaN for 0xFF) for MX, fl(E4M3(S & 0x7F) * s_global) for NVFP4, from
- * tables formed once per call as in mm_mx_avx512.c; NVFP4's blocks of 16 go two to a step.
+ * tables formed once per call as in mm_mx_avx512.c; NVFP4's blocks of 16 go two to a step. An
+ * E8M0 scale is never infinite, an NVFP4 one only where the table holds an infinity (a huge
+ * s_global): only then does the driver test block by block.
  */
 #include <immintrin.h>
 
@@ -68,8 +70,8 @@ void qs_mm_mxfp4abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int6
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 1, 32);
     e2m1_fmt_avx512bf16 f;
     e8m0_fmt_avx512bf16(&f);
-    gemv_avx512bf16(x, ldx, m, w->k, &wr, rows, e2m1_dec_avx512bf16, mx_scl_avx512bf16, &f, 0, y,
-                    ldy);
+    gemv_avx512bf16(x, ldx, m, w->k, &wr, rows, e2m1_dec_avx512bf16, NULL, mx_scl_avx512bf16, &f, 0,
+                    y, ldy);
 }
 
 void qs_mm_mxfp8abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
@@ -79,8 +81,8 @@ void qs_mm_mxfp8abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int6
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 1, 32);
     e2m1_fmt_avx512bf16 f;
     e8m0_fmt_avx512bf16(&f);
-    gemv_avx512bf16(x, ldx, m, w->k, &wr, rows, e4m3_dec_avx512bf16, mx_scl_avx512bf16, &f, 0, y,
-                    ldy);
+    gemv_avx512bf16(x, ldx, m, w->k, &wr, rows, e4m3_dec_avx512bf16, NULL, mx_scl_avx512bf16, &f, 0,
+                    y, ldy);
 }
 
 void qs_mm_nvfp4abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
@@ -90,8 +92,12 @@ void qs_mm_nvfp4abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int6
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 1, 16);
     e2m1_fmt_avx512bf16 f;
     _mm512_storeu_si512((void *)f.book, book_table_avx512bf16(qs_e2m1_values));
-    for (int i = 0; i < 128; i++)
+    unsigned flags = GEMV_BF16_PAIRS;
+    for (int i = 0; i < 128; i++) {
         f.scale[i] = gemv_e4m3_pos_avx512((uint8_t)i) * w->s_global;
-    gemv_avx512bf16(x, ldx, m, w->k, &wr, rows, e2m1_dec_avx512bf16, nvfp4_scl_avx512bf16, &f, 1, y,
-                    ldy);
+        if (f.scale[i] - f.scale[i] != 0.0f && f.scale[i] == f.scale[i])
+            flags |= GEMV_BF16_CHECK; /* an infinite block scale: tested block by block */
+    }
+    gemv_avx512bf16(x, ldx, m, w->k, &wr, rows, e2m1_dec_avx512bf16, NULL, nvfp4_scl_avx512bf16, &f,
+                    flags, y, ldy);
 }
