@@ -4,7 +4,8 @@
  * is src/ref/mm_abf16_ref.c): the codebook rounded to bf16 sits twice in one register, and one
  * vpermw turns 32 codes (16 bytes, element 2i in the high nibble of byte i) into their bf16
  * values in column order, which vdpbf16ps multiplies with x as it is stored; each block's lane
- * sums get the block's absmax once (mm_gemv_avx512bf16.h). Blocks of 16 go two to a step.
+ * sums get the block's absmax once (mm_gemv_avx512bf16.h). Blocks of 16 go two to a step. One
+ * x row with blocks of a multiple of 64 takes the 64-column steps of mm_gemv4_avx512bf16.h.
  *
  * Rows must start on a block (k a multiple of the block) and blocks hold whole bytes (even);
  * other shapes run the reference, which is exact for them and rare (the default block is 64).
@@ -13,25 +14,8 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
-#include "mm_gemv_avx512bf16.h"
-
-static inline __m512i bnb4_dec_avx512bf16(const uint8_t *row, int64_t c, int32_t aux,
-                                          __mmask32 mask, const void *fmt)
-{
-    (void)aux;
-    /* the high nibble (element 2i) in the low half of each 32-bit lane */
-    return _mm512_permutexvar_epi16(nibble_idx_avx512bf16(row + c / 2, mask, _mm512_set1_epi32(4)),
-                                    _mm512_loadu_si512(fmt));
-}
-
-static inline float bnb4_scl_avx512bf16(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
-                                        const void *fmt)
-{
-    (void)fmt;
-    (void)row;
-    *aux = 0;
-    return qs_ld_f32((const float *)srow + s);
-}
+#include "mm_abf16_fmt_avx512bf16.h"
+#include "mm_gemv4_avx512bf16.h"
 
 static inline __attribute__((always_inline)) void
 bnb4_avx512bf16(const float *book, qs_mm_gemv_xbf16_fn *ref, const qs_mm_weight *wv, int64_t r0,
@@ -48,6 +32,11 @@ bnb4_avx512bf16(const float *book, qs_mm_gemv_xbf16_fn *ref, const qs_mm_weight 
     gemv_rows_avx512 w = {(const uint8_t *)wv->data + r0 * k / 2, k / 2,
                           (const uint8_t *)((const float *)wv->scale + r0 * k / block),
                           (k / block) * 4, block};
+    if (m == 1 && block % 64 == 0) {
+        gemv4_m1_avx512bf16(x, k, &w, rows, _mm512_loadu_si512((const void *)table), 1,
+                            GEMV4_BLOCK64, 0.0f, y);
+        return;
+    }
     gemv_avx512bf16(x, ldx, m, k, &w, rows, bnb4_dec_avx512bf16, NULL, bnb4_scl_avx512bf16, table,
                     GEMV_BF16_PAIRS | GEMV_BF16_SCAN_F32, y, ldy);
 }

@@ -9,33 +9,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
-#include "mm_gemv_avx512bf16.h"
-
-static inline __m512i e4m3_dec_avx512bf16(const uint8_t *row, int64_t c, int32_t aux,
-                                          __mmask32 mask, const void *fmt)
-{
-    (void)aux;
-    (void)fmt;
-    return e4m3_bf16_avx512bf16(row + c, mask, e4m3_spec_avx512bf16());
-}
-
-static inline __m512i e5m2_dec_avx512bf16(const uint8_t *row, int64_t c, int32_t aux,
-                                          __mmask32 mask, const void *fmt)
-{
-    (void)aux;
-    (void)fmt;
-    return e5m2_bf16_avx512bf16(row + c, mask, e5m2_spec_avx512bf16());
-}
-
-static inline float fp8_scl_avx512bf16(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
-                                       const void *fmt)
-{
-    (void)srow;
-    (void)row;
-    (void)s;
-    *aux = 0;
-    return *(const float *)fmt;
-}
+#include "mm_abf16_fmt_avx512bf16.h"
 
 /* The tensor scale: w->scale (sstride 0). */
 void qs_mm_e4m3abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,

@@ -8,28 +8,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
-#include "mm_gemv_avx512bf16.h"
-
-static inline __m512i bf16_dec_avx512bf16(const uint8_t *row, int64_t c, int32_t aux,
-                                          __mmask32 mask, const void *fmt)
-{
-    const uint16_t *p = (const uint16_t *)(const void *)row + c;
-    (void)aux;
-    (void)fmt;
-    return mask == (__mmask32)0xFFFFFFFFu ? _mm512_loadu_si512((const void *)p)
-                                          : _mm512_maskz_loadu_epi16(mask, p);
-}
-
-static inline float one_scl_avx512bf16(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
-                                       const void *fmt)
-{
-    (void)srow;
-    (void)row;
-    (void)s;
-    (void)fmt;
-    *aux = 0;
-    return 1.0f;
-}
+#include "mm_abf16_fmt_avx512bf16.h"
 
 void qs_mm_bf16abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
                                         const uint16_t *x, int64_t ldx, int64_t m, float *y,

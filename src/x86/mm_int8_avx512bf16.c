@@ -14,51 +14,7 @@
 
 #include "../core/kernels.h"
 #include "../ref/ref.h"
-#include "mm_gemv_avx512bf16.h"
-
-/* zp: the zero points of the call's first row (NULL: symmetric); mul: the view's scale_mul. */
-typedef struct {
-    const int8_t *zp;
-    int64_t sstride;
-    float mul;
-} int8_fmt_avx512bf16;
-
-/* 32 codes minus the segment's zero point as bf16 (exact): the f32 values' upper halves,
- * gathered in column order by one vpermt2w. */
-static inline __m512i int8_dec16_avx512bf16(const uint8_t *row, int64_t c, int32_t aux,
-                                            __mmask32 mask, const void *fmt)
-{
-    const __m512i hi_words =
-        _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
-                         25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512i z = _mm512_set1_epi32(aux);
-    __m256i b = mask == (__mmask32)0xFFFFFFFFu ? _mm256_loadu_si256((const __m256i *)(row + c))
-                                               : _mm256_maskz_loadu_epi8(mask, row + c);
-    __m512 lo =
-        _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b)), z));
-    __m512 hi = _mm512_cvtepi32_ps(
-        _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1)), z));
-    (void)fmt;
-    return _mm512_permutex2var_epi16(_mm512_castps_si512(lo), hi_words, _mm512_castps_si512(hi));
-}
-
-/* 16 codes minus the segment's zero point, as f32 (exact). */
-static inline __m512 int8_dec_avx512bf16(const uint8_t *row, int64_t c, int32_t aux, __mmask16 mask,
-                                         const void *fmt)
-{
-    __m128i b = mask == 0xFFFF ? _mm_loadu_si128((const __m128i *)(row + c))
-                               : _mm_maskz_loadu_epi8(mask, row + c);
-    (void)fmt;
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepi8_epi32(b), _mm512_set1_epi32(aux)));
-}
-
-static inline float int8_scl_avx512bf16(const uint8_t *srow, int64_t row, int64_t s, int32_t *aux,
-                                        const void *fmt)
-{
-    const int8_fmt_avx512bf16 *f = fmt;
-    *aux = f->zp ? f->zp[row * f->sstride + s] : 0;
-    return qs_ld_f32((const float *)srow + s) * f->mul;
-}
+#include "mm_abf16_fmt_avx512bf16.h"
 
 void qs_mm_int8abf16__avx512bf16_1x4x32(const qs_mm_weight *w, int64_t r0, int64_t rows,
                                         const uint16_t *x, int64_t ldx, int64_t m, float *y,
