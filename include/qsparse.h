@@ -72,7 +72,7 @@ typedef int32_t qs_status;
 #define QS_ERR_INVALID_ARG      -1  /* null pointer, negative count, unknown enum, bad block size */
 #define QS_ERR_BUFFER_TOO_SMALL -2  /* an output capacity is below what a size query returns */
 #define QS_ERR_OVERFLOW         -3  /* a size or byte count does not fit in int64_t */
-#define QS_ERR_UNSUPPORTED      -4  /* valid values that this format or build does not support */
+#define QS_ERR_UNSUPPORTED      -4  /* valid values that this format, build or backend does not support */
 #define QS_ERR_NONFINITE        -5  /* NaN or Inf input while the context rejects non-finite values */
 #define QS_ERR_OUT_OF_MEMORY    -6  /* the context's allocator returned NULL */
 #define QS_ERR_BAD_DATA         -7  /* quantized input that no quantizer can produce (corrupt) */
@@ -159,19 +159,39 @@ typedef struct qs_allocator {
 #define QS_NONFINITE_REJECT 1 /* return QS_ERR_NONFINITE before writing anything */
 
 /*
- * Backends: where a context's heavy calls (qs_quantize, qs_dequantize) run. The CPU backend is
- * always there. Other backends are plugins: shared modules loaded with dlopen the first time CUDA
- * is asked for (a context, qs_backend_available, qs_cuda_*, or qs_backend_load), from the file
- * named by the QS_PLUGIN_PATH environment variable, else libqsparse-cuda.so in the directory of
- * the loaded libqsparse. A plugin is accepted only if it exports its init symbol and was built
- * for this library's backend ABI version; every failure leaves the CPU backend working and a message naming the cause and
- * the file (qs_backend_message). Arguments are validated in the core before any backend runs.
+ * Backends: where a context's operations run. An operation is a call of one of these families:
+ * qs_quantize, qs_dequantize, qs_matmul, 2:4 (qs_sp24_prune_compress, qs_sp24_compress,
+ * qs_sp24_decompress, and through them qs_sp24_quantize / qs_sp24_dequantize) and the
+ * calibration statistic qs_act_sumsq_update. Its arguments are validated in the core, then the
+ * context's backend runs it. The CPU backend is always there and runs every operation. Other
+ * backends are plugins (include/qsparse/plugin.h); one that lacks an operation makes the call
+ * return QS_ERR_UNSUPPORTED on a context created for it, with a message naming the backend and
+ * the operation (qs_ctx_last_error): the call never runs on the CPU instead. The CUDA plugin runs
+ * quantize and dequantize on host arrays, plus the device API (qsparse/cuda.h). Every other
+ * function computes on the CPU whatever the context's backend (masks, observers, Hessians,
+ * GPTQ / SparseGPT, conversions, metadata reorders).
+ *
+ * Plugins are shared modules loaded with dlopen the first time their backend is asked for (a
+ * context, qs_backend_available, qs_cuda_*, or qs_backend_load), from the file named by the
+ * QS_PLUGIN_PATH environment variable, else the backend's file (libqsparse-cuda.so for CUDA) in
+ * the directory of the loaded libqsparse. The current directory is never searched: a relative
+ * QS_PLUGIN_PATH (or qs_backend_load path) is joined to it once and that absolute file is
+ * checked and loaded, and where libqsparse is linked into the program itself, its directory is
+ * the program's own, read from /proc/self/exe, not argv[0] (the Python package's tool: the
+ * package folder, where it installs the plugin). A plugin is accepted only if it exports its init
+ * symbol, was built for this library's backend ABI version and gives a valid backend name; every
+ * failure leaves the CPU backend working and a message naming the cause and the absolute path
+ * of the file (qs_backend_message). A plugin registers the backend it names: a built-in one (CUDA) takes its
+ * code, a backend of another name (loaded with qs_backend_load) gets the next free code, which
+ * qs_backend_from_name finds; codes run from 0 without a gap, qs_backend_name is NULL past the
+ * last one.
  */
 #define QS_BACKEND_AUTO 0 /* host arrays run on the CPU; device arrays go through qs_cuda_* */
 #define QS_BACKEND_CPU  1 /* CPU, best ISA allowed by isa_mask */
 #define QS_BACKEND_CUDA 2 /* the CUDA plugin; qs_ctx_create gives QS_ERR_BACKEND without it */
 
-/** "auto", "cpu", "cuda", or NULL for an unknown backend. */
+/** "auto", "cpu", "cuda", a loaded plugin backend's own name, or NULL for an unknown code. The
+ * string lives as long as the process. Thread-safe. */
 QS_API const char *qs_backend_name(int32_t backend);
 /** The backend code for a name above, or -1. */
 QS_API int32_t qs_backend_from_name(const char *name);
@@ -183,21 +203,26 @@ QS_API int32_t qs_backend_available(int32_t backend);
 /**
  * Why a plugin backend is not available: "backend plugin PATH: no such file", "... cannot be
  * loaded: ...", "... does not export qs_backend_plugin_init", "... built for backend ABI version
- * N, this library has M", or the plugin's own reason (e.g. no device). "" when it is available,
- * was not tried yet, and for AUTO / CPU. The string stays valid until the next load. Thread-safe.
+ * N, this library has M", "... the backend name "cpu" is the library's own", or the plugin's own
+ * reason (e.g. no device). A file that fails before it names its backend leaves its message with
+ * every built-in plugin backend (CUDA), since it may have been meant for any of them. "" when
+ * the backend is available, was not tried yet, and for AUTO / CPU. The string stays valid until
+ * the next load. Thread-safe.
  */
 QS_API const char *qs_backend_message(int32_t backend);
 /**
- * Load a backend plugin from `path` and register it for the backend it implements, replacing
- * the default search (a later plugin for the same backend replaces an earlier one for contexts
- * created afterwards). path NULL repeats the default search. Returns QS_OK or QS_ERR_BACKEND
- * (the reason in qs_backend_message(QS_BACKEND_CUDA)). Thread-safe.
+ * Load a backend plugin from `path` and register it for the backend it names; that backend's
+ * search beside the library is then not made (a later plugin for the same backend replaces an
+ * earlier one for contexts created afterwards). path NULL repeats the default search of every
+ * built-in plugin backend. Returns QS_OK (path NULL: some plugin backend has a plugin) or
+ * QS_ERR_BACKEND (the reason in qs_backend_message(QS_BACKEND_CUDA), or in that of the backend
+ * the plugin named). Thread-safe.
  */
 QS_API qs_status qs_backend_load(const char *path);
 
 typedef struct qs_ctx_params {
     int32_t num_threads;  /* 0: OpenMP's default; 1: single-threaded */
-    int32_t backend;      /* QS_BACKEND_*: AUTO (default), CPU or CUDA */
+    int32_t backend;      /* QS_BACKEND_*: AUTO (default), CPU, CUDA, or a plugin backend's code */
     uint32_t isa_mask;    /* intersected with qs_cpu_isa() and QS_FORCE_ISA; default QS_ISA_ALL */
     int32_t nonfinite;    /* QS_NONFINITE_* */
     qs_allocator allocator; /* alloc == NULL: the C library's aligned allocation */
@@ -229,7 +254,8 @@ QS_API uint32_t qs_ctx_isa(const qs_ctx *ctx);
 /** Name of the last tier of the tier table (qs_isa_tier_info) whose `required` bits the
  * context's ISA contains: "scalar", "avx2", "avx512", "avx512-vnni", "neon", ... */
 QS_API const char *qs_ctx_isa_name(const qs_ctx *ctx);
-/** The backend the context runs on: QS_BACKEND_CPU or QS_BACKEND_CUDA (never AUTO); -1 for NULL. */
+/** The backend the context runs on: QS_BACKEND_CPU, QS_BACKEND_CUDA or a plugin backend's code
+ * (never AUTO); -1 for NULL. */
 QS_API int32_t qs_ctx_backend(const qs_ctx *ctx);
 
 /* Keys for qs_ctx_set / qs_ctx_get. */
@@ -237,6 +263,28 @@ QS_API int32_t qs_ctx_backend(const qs_ctx *ctx);
 #define QS_PARAM_NONFINITE   2 /* QS_NONFINITE_* */
 #define QS_PARAM_ISA         3 /* get only: same as qs_ctx_isa */
 #define QS_PARAM_PROFILE     4 /* 0 (default) or 1: profiling counters (qsparse/profile.h) */
+#define QS_PARAM_PARALLEL_GRAIN   5 /* >= 0: bytes of work per thread, default 1048576 */
+#define QS_PARAM_PARALLEL_BACKOFF 6 /* 1 (default) or 0: back off from threads on a busy machine */
+
+/*
+ * Threads. QS_PARAM_NUM_THREADS is the most a call uses; how many it does use follows its work
+ * and the machine:
+ *   - a call gets one thread per QS_PARAM_PARALLEL_GRAIN bytes it reads and writes (1 MiB by
+ *     default, about 100 us of work), so a small call (a 64 x 256 f32 quantize moves about
+ *     80 KiB) runs on the calling thread and never wakes another; 0 lets any call of two chunks
+ *     or more use every thread;
+ *   - with QS_PARAM_PARALLEL_BACKOFF (the default), a parallel call that took longer than its
+ *     work would have taken on one thread (the other threads got no CPU in time, because other
+ *     processes hold them) makes the context's next calls run on the calling thread for a while:
+ *     10 ms, doubled after each further such call up to 1 s, halved again after a call that the
+ *     threads made faster. On a busy machine calls then cost about what their work costs on one
+ *     thread; on a quiet one large calls use every thread.
+ * Results are identical whatever this decides (fixed chunks). The environment variables
+ * QS_PARALLEL_GRAIN (bytes) and QS_PARALLEL_BACKOFF (0 or 1), read by qs_ctx_create, set a new
+ * context's defaults. Idle OpenMP threads spin before they sleep (GNU OpenMP: up to a few ms);
+ * on a machine shared with other work, OMP_WAIT_POLICY=passive in the environment of the
+ * process makes them sleep at once.
+ */
 
 /** Set a context parameter. QS_ERR_INVALID_ARG for an unknown key or value. */
 QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value);
@@ -270,7 +318,7 @@ QS_API qs_status qs_ctx_kernel_info(const qs_ctx *ctx, int32_t index, const char
 QS_API int32_t qs_format_count(void);
 /** Lower-case name ("nf4", "fp8_e4m3", "llm_int8", ...) or NULL for an unknown format. */
 QS_API const char *qs_format_name(int32_t format);
-/** Format code for a name above, or -1. */
+/** Format code for a name above in any letter case ("NF4", "nf4"), or -1. */
 QS_API int32_t qs_format_from_name(const char *name);
 /** Default block size: 64 for NF4/FP4, 32 for MX, 16 for NVFP4, 0 for formats without blocks. */
 QS_API int32_t qs_format_block_size(int32_t format);
@@ -418,8 +466,9 @@ QS_API qs_status qs_quant_plane_info(qs_ctx *ctx, const qs_quant_params *params,
  *
  * Returns QS_OK; QS_ERR_INVALID_ARG (null pointer, bad params, negative size), QS_ERR_SHAPE,
  * QS_ERR_OVERFLOW, QS_ERR_BUFFER_TOO_SMALL, QS_ERR_NONFINITE (reject policy),
- * QS_ERR_OUT_OF_MEMORY (double quantization needs nb floats of scratch). Nothing is written on
- * error. Results are identical for every ISA and thread count.
+ * QS_ERR_OUT_OF_MEMORY (double quantization needs nb floats of scratch), QS_ERR_UNSUPPORTED (the
+ * context's backend has no quantize). Nothing is written on error. Results are identical for
+ * every ISA and thread count.
  */
 QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const void *src,
                              int32_t src_dtype, int64_t rows, int64_t cols, qs_qtensor *q);
@@ -430,7 +479,8 @@ QS_API qs_status qs_quantize(qs_ctx *ctx, const qs_quant_params *params, const v
  * decoded as stored (formats.md §5.3, §6.2, §8, §9, §10, §13, §14).
  *
  * Returns QS_OK, QS_ERR_INVALID_ARG, QS_ERR_SHAPE, QS_ERR_OVERFLOW, QS_ERR_BUFFER_TOO_SMALL
- * (a plane or dst shorter than its size). Nothing is written on error.
+ * (a plane or dst shorter than its size), QS_ERR_UNSUPPORTED (the context's backend has no
+ * dequantize). Nothing is written on error.
  */
 QS_API qs_status qs_dequantize(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *q,
                                int64_t rows, int64_t cols, void *dst, int32_t dst_dtype,

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The public headers compile on their own as strict C99: nothing else is included. */
+/* The public headers compile on their own as strict C99: nothing else is included. The plugin
+ * ABI comes first, so that it is seen to stand alone as a plugin includes it. */
+#include "qsparse/plugin.h"
 #include "qsparse.h"
 #include "qsparse/calib.h"
 #include "qsparse/cuda.h"

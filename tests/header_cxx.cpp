@@ -4,6 +4,7 @@
 #include "qsparse/calib.h"
 #include "qsparse/cuda.h"
 #include "qsparse/matmul.h"
+#include "qsparse/plugin.h"
 #include "qsparse/profile.h"
 #include "qsparse/sparse.h"
 

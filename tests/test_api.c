@@ -888,6 +888,11 @@ static void test_names(void **state)
     assert_int_equal(qs_format_from_name(""), -1);
     assert_int_equal(qs_format_from_name("NF4x"), -1);
     assert_int_equal(qs_format_from_name("nf"), -1);
+    /* any letter case names a format; the name given back is the lower-case one */
+    assert_int_equal(qs_format_from_name("NF4"), QS_FORMAT_NF4);
+    assert_int_equal(qs_format_from_name("Fp8_E4M3"), QS_FORMAT_FP8_E4M3);
+    assert_int_equal(qs_format_from_name("LLM_INT8"), QS_FORMAT_LLM_INT8);
+    assert_int_equal(qs_format_from_name("NVFP4 "), -1);
     qs_quant_params_init(NULL, 1); /* accepted, does nothing */
 
     static const char *const dnames[] = {"float32", "float16", "bfloat16"};

@@ -11,7 +11,6 @@
 #include "common.h"
 
 #include "../src/core/backend.h"
-#include "../src/core/format_traits.h"
 #include "../src/core/kernels.h"
 #include "../src/cuda/cuda_pipeline.h"
 #include "../src/ref/ref.h"
@@ -175,6 +174,18 @@ static void qt_free(struct qt *t)
         free(t->plane[k]);
 }
 
+/* The plain layout the plugin's drivers get (include/qsparse/plugin.h), as the core makes it. */
+static qs_status plain_layout(qs_ctx *ctx, const qs_quant_params *p, int64_t rows, int64_t cols,
+                              qs_backend_layout *out)
+{
+    struct qs_layout l;
+    qs_status st = qs_layout_compute(ctx, p, rows, cols, &l);
+
+    if (st == QS_OK)
+        qs_backend_layout_fill(&l, p, out);
+    return st;
+}
+
 static qs_ctx *cpu_ctx(int32_t reject)
 {
     qs_ctx_params cp;
@@ -197,7 +208,7 @@ static int check_case(const qs_quant_params *p, int64_t rows, int64_t cols, int3
     qs_ctx *ctx = cpu_ctx(reject);
     struct host_exec h = {0, 0};
     struct qs_cu_exec x = make_exec(&h);
-    struct qs_layout l;
+    qs_backend_layout l;
     struct qt a, b;
     int64_t n = rows * cols, esz = qs_dtype_size(dtype);
     float *xf = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -219,7 +230,7 @@ static int check_case(const qs_quant_params *p, int64_t rows, int64_t cols, int3
             ((uint16_t *)src)[i] = dtype == QS_DTYPE_F16 ? qs_ref_f32_to_f16(xf[i])
                                                          : qs_ref_f32_to_bf16(xf[i]);
     }
-    assert_int_equal(qs_layout_compute(ctx, p, rows, cols, &l), QS_OK);
+    assert_int_equal(plain_layout(ctx, p, rows, cols, &l), QS_OK);
     qt_alloc(&a, p, rows, cols, 0x88);
     qt_alloc(&b, p, rows, cols, 0x88);
     sa = qs_quantize(ctx, p, src, dtype, rows, cols, &a.q);
@@ -362,7 +373,7 @@ static void test_launch_failure(void **state)
     qs_ctx *ctx = cpu_ctx(0);
     struct host_exec h = {0, 1};
     struct qs_cu_exec x = make_exec(&h);
-    struct qs_layout l;
+    qs_backend_layout l;
     qs_quant_params p;
     struct qt t;
     float src[64] = {1.0f};
@@ -370,7 +381,7 @@ static void test_launch_failure(void **state)
     (void)state;
 
     qs_quant_params_init(&p, QS_FORMAT_NVFP4);
-    assert_int_equal(qs_layout_compute(ctx, &p, 1, 64, &l), QS_OK);
+    assert_int_equal(plain_layout(ctx, &p, 1, 64, &l), QS_OK);
     qt_alloc(&t, &p, 1, 64, 0);
     t.q.global_scale = 5.0f;
     assert_int_equal(qs_cu_quantize(&x, &l, &p, src, QS_DTYPE_F32, &t.q, 0, err, sizeof err),
@@ -388,7 +399,7 @@ static void gemv_case(const qs_quant_params *p, int64_t rows, int64_t cols, uint
     qs_ctx *ctx = cpu_ctx(0);
     struct host_exec h = {0, 0};
     struct qs_cu_exec x = make_exec(&h);
-    struct qs_layout l;
+    qs_backend_layout l;
     struct qt t;
     int64_t n = rows * cols;
     float *w = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -401,7 +412,7 @@ static void gemv_case(const qs_quant_params *p, int64_t rows, int64_t cols, uint
 
     t_fill_mixed(&rng, w, n, 0.0);
     t_fill_mixed(&rng, xv, cols, 0.01);
-    assert_int_equal(qs_layout_compute(ctx, p, rows, cols, &l), QS_OK);
+    assert_int_equal(plain_layout(ctx, p, rows, cols, &l), QS_OK);
     qt_alloc(&t, p, rows, cols, 0);
     assert_int_equal(qs_quantize(ctx, p, w, QS_DTYPE_F32, rows, cols, &t.q), QS_OK);
     if (p->format == QS_FORMAT_NF4 && p->double_quant) { /* the decoded absmax, as the CPU */
@@ -414,10 +425,10 @@ static void gemv_case(const qs_quant_params *p, int64_t rows, int64_t cols, uint
             want[r] = qs_mm_dot_nf4__ref(xv, cols, t.q.data, r * cols,
                                          absmax ? absmax : (const float *)t.q.scale, l.block);
         } else {
-            int64_t u = l.unit_rule == QS_UNITS_ROWS         ? r
-                        : l.unit_rule == QS_UNITS_ROW_BLOCKS ? r * (cols / l.block)
-                                                             : 0;
-            int64_t group = l.unit_rule == QS_UNITS_ROW_BLOCKS ? l.block : cols;
+            int64_t u = l.unit_rule == QS_BACKEND_UNITS_ROWS         ? r
+                        : l.unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? r * (cols / l.block)
+                                                                     : 0;
+            int64_t group = l.unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? l.block : cols;
             const int8_t *zp = p->symmetric ? NULL : (const int8_t *)t.q.zero_point + u;
             want[r] = qs_mm_dot_int8__ref(xv, cols, (const int8_t *)t.q.data + r * cols,
                                           (const float *)t.q.scale + u, zp, group);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The tiled GEMM path of qs_matmul with f32 activations (include/qsparse/matmul.h, M >=
- * QS_MATMUL_GEMM_MIN_M; src/core/matmul_gemm.c, src/ref/mm_gemm_ref.c):
+ * QS_MATMUL_GEMM_MIN_M; src/gemm/gemm_tiled.c, src/ref/mm_gemm_ref.c):
  *
  * - mm_gemm_f32 (the GEMM step): every implementation the CPU runs gives the reference's bytes,
  *   over 0 ... 3 panels of 16 activation rows (the AVX-512 pair and its single tail), 0 ... 25 W

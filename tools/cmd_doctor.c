@@ -5,11 +5,17 @@
  * (and whether QS_FORCE_ISA clamps it), OpenMP and BLAS with their thread counts and OpenBLAS's
  * core type, the compiler, and each backend with the reason it cannot run.
  */
+#define _POSIX_C_SOURCE 200809L
+
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "commands.h"
+#include "tool_threads.h"
 #include "qsparse.h"
 #include "qsparse/matmul.h"
 #include "qsparse/profile.h"
@@ -40,7 +46,36 @@ static const char *env_or(const char *name, const char *fallback)
 struct facts {
     char features[256], tiers[256];
     const char *isa, *openmp, *blas, *compiler;
+    struct qs_tool_threads thr;
+    char plugin[PATH_MAX + 64]; /* where the wheel's tool looked for the CUDA plugin, or "" */
 };
+
+/*
+ * The tool of a Python wheel is linked statically, so the library's default plugin search
+ * (beside the loaded library) looks beside the executable, in the scripts folder; the wheel
+ * puts libqsparse-cuda.so in the package folder. python/meson.build defines QS_TOOL_PKG_REL,
+ * that folder relative to the scripts folder, and the tool loads the plugin from there unless
+ * QS_PLUGIN_PATH says otherwise. Fills f->plugin with the path tried.
+ */
+static void load_package_plugin(struct facts *f)
+{
+    f->plugin[0] = '\0';
+#ifdef QS_TOOL_PKG_REL
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *env = getenv("QS_PLUGIN_PATH");
+    char *slash;
+
+    if (n <= 0 || (env && *env))
+        return;
+    exe[n] = '\0';
+    if (!(slash = strrchr(exe, '/')))
+        return;
+    *slash = '\0';
+    snprintf(f->plugin, sizeof f->plugin, "%s/%s/libqsparse-cuda.so", exe, QS_TOOL_PKG_REL);
+    qs_backend_load(f->plugin); /* the outcome is what qs_backend_message reports */
+#endif
+}
 
 static void gather(qs_ctx *ctx, struct facts *f)
 {
@@ -66,6 +101,21 @@ static void gather(qs_ctx *ctx, struct facts *f)
     f->openmp = qs_runtime_info(ctx, QS_RUNTIME_OPENMP);
     f->blas = qs_runtime_info(ctx, QS_RUNTIME_BLAS);
     f->compiler = qs_runtime_info(ctx, QS_RUNTIME_COMPILER);
+    qs_tool_threads_init(&f->thr, 0);
+}
+
+/* What `qsparse quantize` does with its threads here, and what to do on a shared machine. */
+static void print_threads(const struct facts *f)
+{
+    printf("tool threads:   auto per tensor: 1 below %lld elements (GPTQ/SparseGPT: K below %d), "
+           "else %d (%d cores, load average %.2f)\n",
+           (long long)QS_TOOL_PAR_ELEMENTS, QS_TOOL_PAR_GPTQ_K, f->thr.idle, f->thr.cores,
+           f->thr.load);
+    printf("shared machine: other jobs busy here? run `qsparse quantize --threads 1` (and "
+           "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for the library and GPTQ): a thread that "
+           "waits for a core at every barrier makes a run several times slower%s\n",
+           f->thr.load >= (double)f->thr.cores - 0.5 ? " (the load average says it is busy now)"
+                                                      : "");
 }
 
 static void print_words(const struct facts *f)
@@ -84,7 +134,11 @@ static void print_words(const struct facts *f)
            env_or("OPENBLAS_CORETYPE", "unset"), env_or("OPENBLAS_NUM_THREADS", "unset"));
     printf("matmul GEMM:    %s\n",
            qs_matmul_info() & QS_MATMUL_BLAS ? "cblas_sgemm" : "the library's own loop");
-    for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
+    print_threads(f);
+    if (f->plugin[0])
+        printf("CUDA plugin:    %s (the package folder; QS_PLUGIN_PATH overrides)\n", f->plugin);
+    /* CPU, CUDA, then any plugin backend of another name: codes run on without a gap */
+    for (int32_t b = QS_BACKEND_CPU; qs_backend_name(b); b++) {
         int avail = qs_backend_available(b); /* tries the plugin first: then the message says why */
         const char *msg = qs_backend_message(b);
         printf("backend %-6s  %s%s%s\n", qs_backend_name(b), avail ? "available" : "not available",
@@ -112,9 +166,14 @@ static void print_json(const struct facts *f)
     json_str(f->blas);
     printf(", \"openblas_coretype\": ");
     json_str(env_or("OPENBLAS_CORETYPE", ""));
+    printf(", \"tool_threads\": {\"cores\": %d, \"load_average\": %.2f, \"idle\": %d, "
+           "\"parallel_elements\": %lld, \"parallel_gptq_k\": %d}, \"cuda_plugin\": ",
+           f->thr.cores, f->thr.load, f->thr.idle, (long long)QS_TOOL_PAR_ELEMENTS,
+           QS_TOOL_PAR_GPTQ_K);
+    json_str(f->plugin);
     printf(", \"matmul_blas\": %s, \"backends\": {",
            qs_matmul_info() & QS_MATMUL_BLAS ? "true" : "false");
-    for (int32_t b = QS_BACKEND_CPU; b <= QS_BACKEND_CUDA; b++) {
+    for (int32_t b = QS_BACKEND_CPU; qs_backend_name(b); b++) {
         printf("%s", b > QS_BACKEND_CPU ? ", " : "");
         json_str(qs_backend_name(b));
         int avail = qs_backend_available(b); /* before the message, as above */
@@ -153,6 +212,7 @@ int qs_cmd_doctor(int argc, char **argv)
         return 1;
     }
     gather(ctx, &f);
+    load_package_plugin(&f);
     if (json)
         print_json(&f);
     else

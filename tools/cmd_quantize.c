@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -38,16 +39,21 @@
 #include "escape.h"
 #include "layout.h"
 #include "model_dir.h"
+#include "natsort.h"
+#include "output_path.h"
 #include "safetensors.h"
+#include "side_file.h"
 #include "tool_ctx.h"
+#include "tool_threads.h"
+#include "tensor_rules.h"
 #include "heap.h"
 
 #define ERRLEN 1024
 #define COPY_PIECE (16u << 20) /* bytes of a copied tensor written between two releases */
 
 /* Linear layers' weights, not norms, biases or embeddings (nor the tied output head). */
-#define DEFAULT_INCLUDE "\\.weight$"
-#define DEFAULT_EXCLUDE "norm|embed|lm_head|(^|\\.)(wte|wpe|ln_[a-z0-9]+)\\."
+#define DEFAULT_INCLUDE QS_SELECT_INCLUDE
+#define DEFAULT_EXCLUDE QS_SELECT_EXCLUDE
 /* Embedding tables: no loader layout replaces them (they are not linear layers). */
 #define EMBEDDING "embed|(^|\\.)(wte|wpe)\\."
 
@@ -55,7 +61,9 @@ struct options {
     const char *in, *out, *format, *include, *exclude, *layout, *config_out, *act_amax;
     const char *sparsity, *granularity, *method, *calib, *stats_json;
     int32_t blocksize;
-    int double_quant, threads, quiet, stats;
+    int double_quant, asymmetric, threads, quiet, stats, dry_run, force;
+    const char *tformat[QS_MAX_TENSOR_RULES]; /* --tensor-format REGEX=FORMAT, in order */
+    int ntformat;
     int64_t part, nparts; /* --shard part/nparts; nparts 0: every shard */
     int argc;
     char **argv;
@@ -65,6 +73,7 @@ struct options {
 struct layer_stat {
     char *name;
     int64_t rows, cols;
+    int32_t format;
     double bits, rel_rmse, max_abs;
 };
 
@@ -72,37 +81,57 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: qsparse quantize IN -o OUT --format FORMAT [--layout LAYOUT]\n"
-            "                        [--blocksize N] [--double-quant] [--granularity G]\n"
+            "                        [--block-size N] [--double-quant] [--granularity G]\n"
+            "                        [--asymmetric]\n"
             "                        [--sparsity 2:4] [--act-amax FILE.json]\n"
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
-            "                        [--threads N] [--quiet]\n"
+            "                        [--threads N] [--quiet] [--force]\n"
             "                        [--method rtn|gptq|sparsegpt --calib FILE]\n"
-            "                        [--shard I/N] [--stats] [--stats-json FILE]\n\n"
+            "                        [--shard I/N] [--stats] [--stats-json FILE]\n"
+            "                        [--tensor-format REGEX=FORMAT]... [--dry-run]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
             "    model.safetensors.index.json): OUT is a folder its loader reads as written.\n"
-            "    Or one .safetensors file: OUT is a file.\n"
+            "    Or one .safetensors file: OUT is a file. An existing OUT is refused unless\n"
+            "    --force, which replaces it once the new output is complete.\n"
             "FORMAT: nf4, fp4, llm_int8 (bitsandbytes LLM.int8: row absmax SCB), int8 (plain\n"
-            "        symmetric INT8, --granularity channel (default), group or tensor), fp8_e4m3,\n"
-            "        fp8_e5m2, mxfp4, mxfp8, nvfp4; none (with --sparsity: prune only).\n"
+            "        INT8, --granularity row (default; 'channel' is the same), group or tensor,\n"
+            "        symmetric unless --asymmetric), fp8_e4m3, fp8_e5m2, mxfp4, mxfp8, nvfp4;\n"
+            "        none (with --sparsity: prune only).\n"
             "LAYOUT: bitsandbytes (nf4, fp4, llm_int8; default for those in a folder),\n"
             "        compressed-tensors (fp8_e4m3, int8, mxfp4, mxfp8, nvfp4, 2:4; default for\n"
-            "        the others), modelopt (fp8_e4m3, nvfp4; needs --act-amax), qsparse (the\n"
-            "        tool's own keys, single files only; the default for a single file).\n"
+            "        the others), modelopt (fp8_e4m3, nvfp4; needs --act-amax; for vLLM, SGLang,\n"
+            "        TensorRT-LLM: transformers misreads it), qsparse (the tool's own keys,\n"
+            "        single files only; the default for a single file).\n"
             "Quantizes the 2-D float tensors whose name matches --include (default '%s')\n"
             "and not --exclude (default '%s', case-insensitive):\n"
             "the linear layers' weights. Everything else is copied unchanged. POSIX extended\n"
             "regular expressions.\n"
-            "--blocksize: nf4/fp4 block (default 64), int8 group size with --granularity group.\n"
-            "--double-quant (nf4/fp4). --sparsity 2:4 prunes by magnitude before quantizing.\n"
+            "--block-size (or --blocksize): nf4/fp4 block (default 64), int8 group size with\n"
+            "--granularity group. --double-quant (nf4/fp4). --asymmetric: int8 with zero\n"
+            "points (qsparse layout). --sparsity 2:4 prunes by magnitude before quantizing.\n"
             "--act-amax: {\"module\": activation amax} for modelopt's input_scale.\n"
             "--config-out writes the layout's quantization_config as JSON ('-': stdout).\n"
             "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
             "--sparsity N:M) take each layer's Hessian or inputs from --calib FILE\n"
             "(tools/README.md); rtn (the default) is plain rounding.\n"
-            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet.\n"
+            "Prints a per-layer error table (relative RMS error, max |error|) unless --quiet;\n"
+            "--quiet also skips decoding the weights to measure it (the slowest step).\n"
+            "--threads N: threads per tensor. Default: one for tensors under 4M elements and\n"
+            "GPTQ/SparseGPT layers under K = 2048, else the cores the 1-minute load average\n"
+            "leaves idle (qsparse doctor shows the choice). On a machine shared with other busy\n"
+            "jobs use --threads 1 (and OPENBLAS_NUM_THREADS=1 with --method gptq|sparsegpt):\n"
+            "threads that wait for a core at every barrier make the run several times slower.\n"
             "Tensors stream: read from the memory-mapped input, quantized, written, freed, one\n"
             "at a time. --stats prints the heap peak against the largest tensor (stderr);\n"
             "--stats-json FILE writes those numbers as JSON.\n"
+            "--tensor-format REGEX=FORMAT (repeatable; --tensor-type is the same): a selected\n"
+            "tensor whose name matches REGEX gets FORMAT (its defaults; the first match wins;\n"
+            "'none' keeps it float), e.g. --format nf4 --tensor-format 'down_proj=fp8_e4m3'.\n"
+            "Mixed formats need a layout that holds them: compressed-tensors (one config group\n"
+            "per format) or the qsparse keys of a single file; bitsandbytes and modelopt hold\n"
+            "one format.\n"
+            "--dry-run: every check, the plan and the output size (per tensor unless --quiet);\n"
+            "nothing is quantized or written.\n"
             "--shard I/N (0 <= I < N, a folder): only the input shards whose position in the\n"
             "sorted list of shard files is I modulo N, into a part folder that\n"
             "`qsparse merge-index OUT PART...` joins with the other parts.\n",
@@ -168,17 +197,32 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (!next)
                 goto missing;
             *slot = argv[++i];
-        } else if (strcmp(a, "--blocksize") == 0) {
+        } else if (strcmp(a, "--block-size") == 0 || strcmp(a, "--blocksize") == 0) {
             if (parse_int(next, 1, 1 << 30, &v) != 0) {
-                fprintf(stderr, "qsparse quantize: --blocksize needs a positive integer\n");
+                fprintf(stderr, "qsparse quantize: %s needs a positive integer\n", a);
                 return -1;
             }
             o->blocksize = (int32_t)v;
             i++;
         } else if (strcmp(a, "--double-quant") == 0) {
             o->double_quant = 1;
+        } else if (strcmp(a, "--asymmetric") == 0) {
+            o->asymmetric = 1;
+        } else if (strcmp(a, "--force") == 0) {
+            o->force = 1;
         } else if (strcmp(a, "--stats") == 0) {
             o->stats = 1;
+        } else if (strcmp(a, "--dry-run") == 0) {
+            o->dry_run = 1;
+        } else if (strcmp(a, "--tensor-format") == 0 || strcmp(a, "--tensor-type") == 0) {
+            if (!next)
+                goto missing;
+            if (o->ntformat == QS_MAX_TENSOR_RULES) {
+                fprintf(stderr, "qsparse quantize: at most %d --tensor-format rules\n",
+                        QS_MAX_TENSOR_RULES);
+                return -1;
+            }
+            o->tformat[o->ntformat++] = argv[++i];
         } else if (strcmp(a, "--shard") == 0) {
             long long pi, pn;
             int used = 0;
@@ -385,10 +429,19 @@ struct ctx_all {
     uint64_t total_size;
     struct layer_stat *stats;
     size_t nstat, cap_stat, nsel, ncopy;
+    size_t nsurveyed;         /* tensors the survey selected */
+    uint64_t tensor_bytes;    /* bytes emitted for the tensor at hand (its bits per weight) */
+    const char *quantized;    /* why the input looks quantized already (a static string) */
     double bytes_in, bytes_out;
     uint64_t largest;         /* bytes of the largest input tensor read (--stats) */
     uint64_t largest_q;       /* ... and of the largest one quantized */
     char *largest_name;
+    struct qs_tool_threads thr; /* threads per operation (tool_threads.h) */
+    struct qs_tensor_rules rules; /* --tensor-format, and --format's rule (tensor_rules.h) */
+    int32_t base_format;          /* --format, and its parameters */
+    qs_quant_params base_params;
+    struct qs_layout_group groups[QS_MAX_TENSOR_RULES + 1]; /* schemes in use (after survey) */
+    int ngroups;
     int tty;
     char err[ERRLEN];
 };
@@ -403,6 +456,7 @@ struct ctx_all {
 static int emit(struct ctx_all *c, const char *name, const char *dtype, int ndim,
                 const int64_t *shape, const void *data, uint64_t bytes)
 {
+    c->tensor_bytes += bytes;
     if (c->pass == PASS_WRITE)
         return qs_st_stream_put(c->out, data, bytes, c->err, sizeof c->err);
     if (qs_st_writer_add(c->w, name, dtype, ndim, shape, NULL, bytes, NULL, c->err,
@@ -423,10 +477,12 @@ static void make_params(const struct options *o, int32_t format, qs_quant_params
     if (o->blocksize)
         p->block_size = o->blocksize;
     p->double_quant = o->double_quant;
+    if (o->asymmetric)
+        p->symmetric = 0;
     if (format == QS_FORMAT_INT8 && o->granularity)
         p->granularity = strcmp(o->granularity, "tensor") == 0  ? QS_GRAN_TENSOR
                          : strcmp(o->granularity, "group") == 0 ? QS_GRAN_GROUP
-                                                                : QS_GRAN_ROW;
+                                                                : QS_GRAN_ROW; /* row, channel */
 }
 
 /* Check the format options once, before any work. Returns 0, or -1 with the library's message
@@ -442,6 +498,35 @@ static int check_params(struct ctx_all *c)
         return 0;
     snprintf(c->err, sizeof c->err, "%s", qs_ctx_last_error(c->ctx));
     return -1;
+}
+
+/* Each --tensor-format rule's format and parameters, as check_params and the layout check the
+ * base ones (before any work). Returns 0, or -1 with the message in c->err. */
+static int check_rules(struct ctx_all *c)
+{
+    char why[512];
+
+    for (int i = 0; i < c->rules.n; i++) {
+        const struct qs_tensor_rule *r = &c->rules.r[i];
+        qs_plane_info info;
+        if (r->keep_float)
+            continue;
+        c->req.format = r->format;
+        c->req.params = r->params;
+        if (c->layout->check(&c->req, why, sizeof why) != 0) {
+            snprintf(c->err, sizeof c->err, "--tensor-format '%s': %s", r->spec, why);
+            return -1;
+        }
+        if (qs_quant_plane_info(c->ctx, &c->req.params, 1, c->req.params.block_size,
+                                QS_PLANE_DATA, &info) != QS_OK) {
+            snprintf(c->err, sizeof c->err, "--tensor-format '%s': %s", r->spec,
+                     qs_ctx_last_error(c->ctx));
+            return -1;
+        }
+    }
+    c->req.format = c->base_format;
+    c->req.params = c->base_params;
+    return 0;
 }
 
 /* The bitsandbytes JSON quant_state of a 4-bit weight (a malloc'd string, NULL without memory). */
@@ -633,16 +718,18 @@ static int sub_qtensor(struct ctx_all *c, const qs_quant_params *p, const qs_qte
  */
 static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt,
                        const void *src, const qs_quant_params *p, const qs_qtensor *q,
-                       const qs_plane_info *info, struct layer_stat *st)
+                       const qs_plane_info *info, const uint16_t *meta, struct layer_stat *st)
 {
-    int64_t rows = t->shape[0], cols = t->shape[1], cr = rows;
+    /* a compressed 2:4 weight (meta): its planes hold rows x cols/2 kept values */
+    int64_t rows = t->shape[0], cols = t->shape[1], cr = rows, words = (cols + 15) / 16;
+    int64_t qcols = meta ? cols / 2 : cols;
     uint64_t es = (uint64_t)t->elem_size;
     struct plane_split sp;
     double err2 = 0.0, ref2 = 0.0, maxabs = 0.0;
     float *ref = NULL, *deq = NULL;
     int rc = -1;
 
-    if (!c->format || split_planes(c, p, info, rows, cols, &sp) == 0)
+    if (!c->format || split_planes(c, p, info, rows, qcols, &sp) == 0)
         cr = chunk_rows(rows, cols, c->format ? sp.unit : 1);
     ref = qs_heap_malloc((size_t)(cr * cols) * sizeof *ref);
     deq = qs_heap_malloc((size_t)(cr * cols) * sizeof *deq);
@@ -656,7 +743,12 @@ static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t 
         qs_qtensor sq;
         if (qs_convert(c->ctx, t->data + at, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK)
             goto lib_error;
-        if (c->format) {
+        if (c->format && meta) {
+            if (sub_qtensor(c, p, q, &sp, r0, qcols, &sq) != 0 ||
+                qs_sp24_dequantize(c->ctx, p, &sq, meta + r0 * words, m * words, m, cols, deq,
+                                   QS_DTYPE_F32, n * 4) != QS_OK)
+                goto lib_error;
+        } else if (c->format) {
             if (sub_qtensor(c, p, q, &sp, r0, cols, &sq) != 0 ||
                 qs_dequantize(c->ctx, p, &sq, m, cols, deq, QS_DTYPE_F32, n * 4) != QS_OK)
                 goto lib_error;
@@ -695,26 +787,66 @@ done:
  * the nested offset, so the plan quantizes such a tensor once to learn it. Returns 0 or -1 with
  * c->err.
  */
+/* The format and parameters of tensor `name` (tensor_rules.h) become the current ones: every
+ * per-tensor step reads c->format and c->req. Returns the rule. */
+static struct qs_tensor_rule *use_rule(struct ctx_all *c, const char *name)
+{
+    struct qs_tensor_rule *r = qs_tensor_rules_match(&c->rules, name);
+
+    c->format = r->format;
+    c->req.format = r->format;
+    c->req.params = r->params;
+    return r;
+}
+
+/* --format's format and parameters again (for the model-wide config and summary). */
+static void use_base(struct ctx_all *c)
+{
+    c->format = c->base_format;
+    c->req.format = c->base_format;
+    c->req.params = c->base_params;
+}
+
 static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t ti,
                         struct layer_stat *st)
 {
-    qs_quant_params p = c->req.params;
+    qs_quant_params p = (use_rule(c, t->name), c->req.params);
     qs_qtensor q;
     qs_plane_info info[QS_PLANE_COUNT];
     int64_t rows = t->shape[0], cols = t->shape[1], n = t->numel;
     int32_t sdt;
     const char *dtname = src_dtype_name(t->dtype, &sdt);
     void *planes[QS_PLANE_COUNT] = {0};
-    void *pruned = NULL;
+    void *pruned = NULL, *values = NULL;
+    uint16_t *meta = NULL;
     const void *src = t->data;
     char *prefix = NULL, *key = NULL;
     const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
-    int64_t total = 0;
+    /* The tool's own layout keeps a 2:4 weight compressed: the format's keys hold its kept
+     * values (rows x cols/2, docs/sparsity.md), N.sp24_meta its meta words. */
+    int sp = c->req.sparsity24 && c->layout == &qs_layout_qsparse;
+    int64_t qcols = sp ? cols / 2 : cols, vbytes = 0, meta_count = 0;
     int quantize = c->pass == PASS_WRITE;
 
     memset(&q, 0, sizeof q);
+    c->tensor_bytes = 0;
     if (!(prefix = module_prefix(t->name)))
         goto oom;
+    if (qs_ctx_set(c->ctx, QS_PARAM_NUM_THREADS,
+                   qs_tool_threads_for(&c->thr,
+                                       c->o->cal.method == QS_METHOD_RTN ? QS_TOOL_OP_ELEMENTWISE
+                                                                         : QS_TOOL_OP_GPTQ,
+                                       rows, cols)) != QS_OK) {
+        snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+        goto fail;
+    }
+    if (sp && qs_sp24_size(sdt, rows, cols, &vbytes, &meta_count) != QS_OK) {
+        snprintf(c->err, sizeof c->err,
+                 "%s: 2:4 groups of four run along the rows: the row length (%lld) must be a "
+                 "multiple of 4",
+                 t->name, (long long)cols);
+        goto fail;
+    }
     if (c->format == QS_FORMAT_INT8 && c->layout == &qs_layout_ct && cols % 4 != 0) {
         snprintf(c->err, sizeof c->err,
                  "%s: compressed-tensors packs int8 codes four to an int32 word: the row length "
@@ -727,20 +859,20 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             quantize = 1; /* its length depends on the nested offset */
     if (c->format) {
         for (int i = 0; i < QS_PLANE_COUNT; i++) {
-            if (qs_quant_plane_info(c->ctx, &p, rows, cols, i, &info[i]) != QS_OK) {
-                snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+            if (qs_quant_plane_info(c->ctx, &p, rows, qcols, i, &info[i]) != QS_OK) {
+                snprintf(c->err, sizeof c->err, "%s: %s%s", t->name, qs_ctx_last_error(c->ctx),
+                         sp ? " (the kept values of a 2:4 weight: cols / 2 per row)" : "");
                 goto fail;
             }
-            total += info[i].bytes;
         }
-    } else {
-        total = (int64_t)(t->end - t->begin);
     }
     if (quantize && c->req.sparsity24 && c->o->cal.method != QS_METHOD_SPARSEGPT) {
         if (!(pruned = prune24(c, t, sdt)))
             goto fail;
         src = pruned;
     }
+    if (quantize && sp && !(meta = qs_heap_malloc((size_t)meta_count * 2 + 1)))
+        goto oom;
     if (quantize && c->format) {
         for (int i = 0; i < QS_PLANE_COUNT; i++)
             if (info[i].bytes > 0 && !(planes[i] = qs_heap_malloc((size_t)info[i].bytes)))
@@ -749,9 +881,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
         q.scale = planes[1], q.scale_bytes = info[1].bytes;
         q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
         q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
-        if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q, c->err,
-                              sizeof c->err) != 0)
+        if (sp) {
+            if (qs_sp24_quantize(c->ctx, &p, src, sdt, rows, cols, NULL, &q, meta, meta_count) !=
+                QS_OK) {
+                snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+                goto fail;
+            }
+        } else if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q,
+                                     c->err, sizeof c->err) != 0) {
             goto fail;
+        }
         if (c->pass == PASS_PLAN) {
             c->nested[ti] = q.nested_offset;
         } else if (p.double_quant &&
@@ -775,18 +914,36 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             goto oom;
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
+        if (st) { /* --dry-run: the plan is all there is (bits/w below, from what it emits) */
+            st->rows = rows;
+            st->cols = cols;
+            st->format = c->format;
+            st->rel_rmse = st->max_abs = NAN;
+        }
     } else {
-        if (layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
+        st->format = c->format;
+        /* the error table is the only reader of the decode: --quiet skips it (it costs several
+         * times the quantization) */
+        if (!c->o->quiet &&
+            layer_error(c, t, sdt, src, &p, &q, info, c->format ? meta : NULL, st) != 0)
             goto fail;
-        st->bits = 8.0 * (double)total / (double)n;
     }
 
-    if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
+    if (!c->format && sp) { /* pruned only, compressed: the kept values and the meta */
+        int64_t vshape[2] = {rows, cols / 2};
+        if (quantize && (!(values = qs_heap_malloc((size_t)vbytes + 1)) ||
+                         qs_sp24_compress(c->ctx, pruned, sdt, rows, cols, NULL, values, vbytes,
+                                          meta, meta_count) != QS_OK)) {
+            snprintf(c->err, sizeof c->err, "%s: %s", t->name,
+                     values ? qs_ctx_last_error(c->ctx) : "out of memory");
+            goto fail;
+        }
+        EMIT(t->name, t->dtype, 2, vshape, values, (uint64_t)vbytes);
+    } else if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
         EMIT(t->name, t->dtype, t->ndim, t->shape, pruned, t->end - t->begin);
-        qs_heap_free(pruned);
-        qs_heap_free(prefix);
-        return 0;
     }
+    if (!c->format)
+        goto meta_key;
 
     /* Every key of the layout's scheme, in table order. */
     for (const struct qs_ckpt_key *k = keys; k->suffix; k++) {
@@ -809,7 +966,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             nbytes = (uint64_t)pi->bytes;
             if (!dtype)
                 dtype = qs_ckpt_elem_dtype(pi->elem);
-            ndim = key_shape(k, pi, rows, cols, shape);
+            ndim = key_shape(k, pi, rows, qcols, shape);
             if (k->transform == QS_KEY_XOR80 && bytes)
                 for (uint64_t i = 0; i < nbytes; i++)
                     ((unsigned char *)bytes)[i] ^= 0x80;
@@ -824,7 +981,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             break;
         case QS_KEY_QUANT_STATE:
             q.nested_offset = c->nested ? c->nested[ti] : q.nested_offset;
-            if (!(bytes = own = bnb_quant_state(c, &p, &q, dtname, rows, cols)))
+            if (!(bytes = own = bnb_quant_state(c, &p, &q, dtname, rows, qcols)))
                 goto oom;
             nbytes = strlen(bytes);
             shape[0] = (int64_t)nbytes;
@@ -837,6 +994,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                 v = 1.0f / q.global_scale;
             } else if (k->source == QS_KEY_INPUT_SCALE) {
                 json_t *a = json_object_get(c->act_amax, prefix);
+                double den = c->format == QS_FORMAT_NVFP4 ? 6.0 * 448.0 : 448.0;
                 if (!json_is_number(a) || !(json_number_value(a) > 0) ||
                     !isfinite(json_number_value(a))) {
                     snprintf(c->err, sizeof c->err,
@@ -844,8 +1002,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                              t->name, prefix);
                     goto fail;
                 }
-                v = (float)(json_number_value(a) /
-                            (c->format == QS_FORMAT_NVFP4 ? 6.0 * 448.0 : 448.0));
+                v = (float)(json_number_value(a) / den);
+                /* the scale is stored as float32: an amax whose scale would round to Inf, to
+                 * 0 or into the subnormals (whose reciprocal overflows) is refused */
+                if (!isnormal(v)) {
+                    snprintf(c->err, sizeof c->err,
+                             "%s: --act-amax %.17g for module '%s' gives input_scale %.9g, "
+                             "outside float32's normal range",
+                             t->name, json_number_value(a), prefix, (double)v);
+                    goto fail;
+                }
             }
             ndim = k->shape == QS_KEY_SHAPE_ONE;
             shape[0] = 1;
@@ -877,8 +1043,21 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
         qs_heap_free(key);
         key = NULL;
     }
+meta_key:
+    if (sp) {
+        int64_t mshape[2] = {rows, (cols + 15) / 16};
+        if (!(key = cat(t->name, QS_CKPT_SP24_META)))
+            goto oom;
+        EMIT(key, "U16", 2, mshape, meta, (uint64_t)meta_count * 2);
+    }
+    /* every byte written for this weight, as `qsparse inspect` counts them */
+    if (st)
+        st->bits = 8.0 * (double)c->tensor_bytes / (double)n;
+    qs_heap_free(key);
     qs_heap_free(prefix);
     qs_heap_free(pruned);
+    qs_heap_free(values);
+    qs_heap_free(meta);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         qs_heap_free(planes[i]);
     return 0;
@@ -888,6 +1067,8 @@ fail:
     qs_heap_free(prefix);
     qs_heap_free(key);
     qs_heap_free(pruned);
+    qs_heap_free(values);
+    qs_heap_free(meta);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         qs_heap_free(planes[i]);
     return -1;
@@ -899,10 +1080,10 @@ fail:
  * malloc, for the message), else NULL; *oom is set when memory ran out. Each lookup is a binary
  * search, so checking every tensor costs n log n.
  */
-static char *collision(const struct ctx_all *c, const struct qs_st_file *f, const char *name,
-                       int *oom)
+static char *collision(struct ctx_all *c, const struct qs_st_file *f, const char *name, int *oom)
 {
-    const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
+    const struct qs_ckpt_key *keys = (use_rule(c, name), c->format ? c->layout->keys(&c->req)
+                                                                   : NULL);
     char *prefix = NULL, *key = NULL;
 
     *oom = 0;
@@ -920,24 +1101,35 @@ static char *collision(const struct ctx_all *c, const struct qs_st_file *f, cons
         qs_heap_free(key);
         key = NULL;
     }
+    if (!key && !*oom && c->req.sparsity24 && c->layout == &qs_layout_qsparse) {
+        if (!(key = cat(name, QS_CKPT_SP24_META)))
+            *oom = 1;
+        else if (!qs_st_find(f, key)) {
+            qs_heap_free(key);
+            key = NULL;
+        }
+    }
     qs_heap_free(prefix);
     return key;
 }
 
 static int32_t cli_format(const char *name)
 {
-    if (strcmp(name, "none") == 0)
+    if (strcasecmp(name, "none") == 0)
         return QS_FORMAT_NONE;
     return qs_format_from_name(name);
 }
 
-/* Quantized: 2-D, non-empty, a float dtype, named by --include and not by --exclude. */
-static int selected(const struct ctx_all *c, const struct qs_st_tensor *t)
+/* Quantized: 2-D, non-empty, a float dtype, named by --include and not by --exclude, and not
+ * kept float by a --tensor-format rule. */
+static int selected(struct ctx_all *c, const struct qs_st_tensor *t)
 {
     int32_t sdt;
 
     return t->ndim == 2 && t->numel > 0 && src_dtype_name(t->dtype, &sdt) &&
-           regexec(c->inc, t->name, 0, NULL, 0) == 0 && regexec(c->exc, t->name, 0, NULL, 0) != 0;
+           regexec(c->inc, t->name, 0, NULL, 0) == 0 &&
+           regexec(c->exc, t->name, 0, NULL, 0) != 0 &&
+           !qs_tensor_rules_match(&c->rules, t->name)->keep_float;
 }
 
 /* A 2-D float weight left unquantized: its module goes to the loader's skip list. */
@@ -973,6 +1165,45 @@ static void print_error(const char *msg)
     fputc('\n', stderr);
 }
 
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* Why the file looks like the output of a quantizer (a static string), or NULL: the tool's own
+ * record, or the keys or dtypes that bitsandbytes, compressed-tensors and ModelOpt write. */
+static const char *quantized_already(const struct qs_st_file *f)
+{
+    if (f->metadata && json_object_get(f->metadata, "qsparse.quantized"))
+        return "its qsparse.quantized record";
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
+        if (strstr(t->name, ".quant_state.bitsandbytes__"))
+            return "bitsandbytes 4-bit keys (quant_state)";
+        if (ends_with(t->name, ".SCB"))
+            return "bitsandbytes LLM.int8 keys (SCB)";
+        if (ends_with(t->name, ".weight_packed") || ends_with(t->name, ".weight_scale"))
+            return "compressed-tensors or ModelOpt keys (weight_packed, weight_scale)";
+        if (strncmp(t->dtype, "F8_", 3) == 0)
+            return "FP8 weights";
+    }
+    return NULL;
+}
+
+/* After the survey: an input with no float weight to quantize that looks quantized already
+ * is an error that says so, not a copy. Returns 0, or 1 after printing the error. */
+static int refuse_quantized(const struct ctx_all *c)
+{
+    if (c->nsurveyed > 0 || !c->quantized)
+        return 0;
+    fputs("qsparse quantize: error: ", stderr);
+    qs_escape_print(stderr, c->o->in);
+    fprintf(stderr, " is quantized already (%s) and holds no float weight to quantize; quantize "
+                    "the original model\n", c->quantized);
+    return 1;
+}
+
 /*
  * The survey of one input file: its header only, no tensor read. It checks every selected
  * tensor (no output key already in the input, no embedding under a loader layout), notes the
@@ -982,6 +1213,8 @@ static void print_error(const char *msg)
  */
 static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
 {
+    if (!c->quantized)
+        c->quantized = quantized_already(f);
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
         char *clash;
@@ -991,6 +1224,7 @@ static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
                 goto oom;
             continue;
         }
+        c->nsurveyed++;
         if ((clash = collision(c, f, t->name, &oom)) || oom) {
             fputs("qsparse quantize: error: ", stderr);
             if (oom) {
@@ -1018,6 +1252,13 @@ static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
             int32_t sdt;
             c->req.weight_dtype = src_dtype_name(t->dtype, &sdt);
         }
+        {
+            char *m = module_prefix(t->name);
+            int r = m ? qs_tensor_rules_note(use_rule(c, t->name), m) : -1;
+            qs_heap_free(m);
+            if (r != 0)
+                goto oom;
+        }
     }
     return 0;
 oom:
@@ -1025,7 +1266,10 @@ oom:
     return 1;
 }
 
-static int survey_file(struct ctx_all *c, const char *in_path)
+/* The survey of shard `shard` of folder m: its tensors are also noted against the other
+ * shards' and the index (model_dir.h). */
+static int survey_file(struct ctx_all *c, const char *in_path, struct qs_model_dir *m,
+                       size_t shard)
 {
     struct qs_st_file in;
     char err[ERRLEN];
@@ -1036,8 +1280,39 @@ static int survey_file(struct ctx_all *c, const char *in_path)
         return 1;
     }
     rc = survey_in(c, &in);
+    if (rc == 0 && qs_model_dir_note_tensors(m, shard, &in, err, sizeof err) != 0) {
+        print_error(err);
+        rc = 1;
+    }
     qs_st_close(&in);
     return rc;
+}
+
+/*
+ * After the survey: the schemes the model's tensors use (tensor_rules.h). More than one needs a
+ * layout that holds mixed formats: compressed-tensors (a config group per scheme) or the qsparse
+ * keys (each tensor's format is in the record). Returns 0, or 1 after printing the error.
+ */
+static int plan_groups(struct ctx_all *c)
+{
+    c->ngroups = qs_tensor_rules_groups(&c->rules, &c->req, c->groups);
+    use_base(c);
+    if (c->ngroups < 0) {
+        c->ngroups = 0;
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        return 1;
+    }
+    if (c->ngroups > 1 && (c->layout == &qs_layout_bnb || c->layout == &qs_layout_modelopt)) {
+        fprintf(stderr,
+                "qsparse quantize: error: --tensor-format gives this model %d formats; the %s "
+                "layout holds one format per model (its loader reads one config): use --layout "
+                "compressed-tensors for a folder, or the qsparse layout for a single file\n",
+                c->ngroups, c->layout->name);
+        return 1;
+    }
+    c->req.groups = c->ngroups > 1 ? c->groups : NULL;
+    c->req.ngroups = c->ngroups > 1 ? c->ngroups : 0;
+    return 0;
 }
 
 /* The largest input tensor read so far (--stats). */
@@ -1088,9 +1363,17 @@ static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char 
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
         if (selected(c, t)) {
-            if (quantize_one(c, t, i, NULL) != 0) {
+            struct layer_stat *st = c->o->dry_run ? &c->stats[c->nstat] : NULL;
+            if (st)
+                memset(st, 0, sizeof *st);
+            if (quantize_one(c, t, i, st) != 0) {
                 print_error(c->err);
                 goto done;
+            }
+            if (st) {
+                if (!(st->name = qs_heap_strdup(t->name)))
+                    goto oom;
+                c->nstat++;
             }
         } else {
             if (emit(c, t->name, t->dtype, t->ndim, t->shape, NULL, t->end - t->begin) != 0) {
@@ -1113,6 +1396,14 @@ static int process_in(struct ctx_all *c, const struct qs_st_file *f, const char 
             goto oom;
         }
         qs_heap_free(rec);
+    }
+
+    if (c->o->dry_run) { /* the plan's sizes are the output's: nothing more to do */
+        c->nsel += nsel;
+        c->bytes_in += file_size(in_path);
+        c->bytes_out += (double)qs_st_writer_file_bytes(&w);
+        rc = 0;
+        goto done;
     }
 
     /* The header, then the tensors one at a time. */
@@ -1215,6 +1506,10 @@ static int process_single(struct ctx_all *c, const char *in_path, const char *ou
     }
     rc = survey_in(c, &in);
     if (rc == 0)
+        rc = refuse_quantized(c);
+    if (rc == 0)
+        rc = plan_groups(c);
+    if (rc == 0)
         rc = process_in(c, &in, in_path, out_path);
     qs_st_close(&in);
     return rc;
@@ -1223,6 +1518,7 @@ static int process_single(struct ctx_all *c, const char *in_path, const char *ou
 /* The quantization_config block of --config-out or config.json (a new reference, or NULL). */
 static json_t *layout_config(struct ctx_all *c)
 {
+    use_base(c);
     if (!c->req.weight_dtype)
         c->req.weight_dtype = "float32";
     return c->layout->config ? c->layout->config(&c->req, c->skipped) : NULL;
@@ -1253,8 +1549,8 @@ static int write_config_out(struct ctx_all *c, const char *path)
 /*
  * The options of a part's command line that shape its output, for qsparse-part.json: merge-index
  * refuses parts made with different ones. Left out: IN, -o, --shard, and what changes nothing
- * in the files (--threads, --quiet, --stats*); --act-amax and --calib keep their name, not
- * their path (the parts may run on machines that mount the files in different places).
+ * in the files (--threads, --quiet, --stats*, --force); --act-amax and --calib keep their name,
+ * not their path (the parts may run on machines that mount the files in different places).
  */
 static json_t *part_options(const struct options *o)
 {
@@ -1269,7 +1565,8 @@ static json_t *part_options(const struct options *o)
             i++;
             continue;
         }
-        if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0 || strcmp(s, "--stats") == 0)
+        if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0 || strcmp(s, "--stats") == 0 ||
+            strcmp(s, "--force") == 0)
             continue;
         if (json_array_append_new(a, json_string(s)) != 0) {
             json_decref(a);
@@ -1288,6 +1585,71 @@ static int own_shard(const struct options *o, size_t j)
     return o->nparts == 0 || (int64_t)(j % (size_t)o->nparts) == o->part;
 }
 
+/* config.json's dtype where the layout's loader decodes into one dtype only
+ * (qs_layout_model_dtype): both spellings, "dtype" (transformers 5) and "torch_dtype" (what
+ * earlier versions read; transformers 5 reads it when "dtype" is absent). */
+static int set_model_dtype(struct ctx_all *c, json_t *config)
+{
+    const char *dt = qs_layout_model_dtype(c->layout, &c->req);
+
+    if (!dt)
+        return 0;
+    return json_object_set_new(config, "dtype", json_string(dt)) != 0 ||
+                   json_object_set_new(config, "torch_dtype", json_string(dt)) != 0
+               ? -1
+               : 0;
+}
+
+/* --dry-run of a folder: the survey, the plan of each shard (this part's, with --shard) and the
+ * config, with every check of a real run; no output folder. Returns the exit status. */
+static int dry_run_folder(struct ctx_all *c, const char *in_dir)
+{
+    struct qs_model_dir m;
+    char err[ERRLEN];
+    json_t *cfg;
+    int rc = 1;
+
+    if (qs_model_dir_open(&m, in_dir, err, sizeof err) != 0) {
+        print_error(err);
+        return 1;
+    }
+    for (size_t i = 0; i < m.nshards; i++) {
+        char *src = path_join(m.dir, m.shards[i]);
+        int r = src ? survey_file(c, src, &m, i) : -1;
+        qs_heap_free(src);
+        if (r != 0)
+            goto done;
+    }
+    if (qs_model_dir_check_index(&m, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
+    }
+    if (plan_groups(c) != 0)
+        goto done;
+    for (size_t i = 0; i < m.nshards; i++) {
+        char *src;
+        int r;
+        if (!own_shard(c->o, i))
+            continue;
+        if (!(src = path_join(m.dir, m.shards[i])))
+            goto done;
+        c->shard = m.shards[i];
+        r = process_file(c, src, NULL);
+        qs_heap_free(src);
+        if (r != 0)
+            goto done;
+    }
+    if (!(cfg = layout_config(c))) {
+        fprintf(stderr, "qsparse quantize: error: out of memory\n");
+        goto done;
+    }
+    json_decref(cfg);
+    rc = 0;
+done:
+    qs_model_dir_close(&m);
+    return rc;
+}
+
 /* A model folder in, a model folder out (or one part of it, --shard). Returns the exit status. */
 static int process_folder(struct ctx_all *c, const char *in_dir, const char *out_dir)
 {
@@ -1301,7 +1663,7 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         print_error(err);
         return 1;
     }
-    if (qs_model_out_begin(&out, out_dir, err, sizeof err) != 0) {
+    if (qs_model_out_begin(&out, out_dir, c->o->force, err, sizeof err) != 0) {
         print_error(err);
         qs_model_dir_close(&m);
         return 1;
@@ -1315,11 +1677,19 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         int r;
         if (!src)
             goto oom;
-        r = survey_file(c, src);
+        r = survey_file(c, src, &m, i);
         qs_heap_free(src);
         if (r != 0)
             goto done;
     }
+    if (qs_model_dir_check_index(&m, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
+    }
+    if (!c->quantized && json_object_get(m.config, "quantization_config"))
+        c->quantized = "config.json has a quantization_config";
+    if (refuse_quantized(c) != 0 || plan_groups(c) != 0)
+        goto done;
     for (size_t i = 0; i < m.nshards; i++) {
         char *src = NULL, *dst = NULL;
         int r;
@@ -1348,6 +1718,8 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         cfg = NULL;
         goto oom;
     }
+    if (set_model_dtype(c, m.config) != 0)
+        goto oom;
     if (qs_model_out_json(&out, "config.json", m.config, err, sizeof err) != 0) {
         print_error(err);
         goto done;
@@ -1418,6 +1790,12 @@ done:
     return rc;
 }
 
+static int stat_cmp(const void *a, const void *b)
+{
+    return qs_natural_cmp(((const struct layer_stat *)a)->name,
+                          ((const struct layer_stat *)b)->name);
+}
+
 /*
  * --stats / --stats-json: the heap peak (heap.h: every allocation of the tool, the library and
  * jansson since the start, counted exactly) against the largest input tensor read, and the
@@ -1467,6 +1845,27 @@ static int print_stats(struct ctx_all *c, const struct timespec *t0)
     return rc;
 }
 
+/*
+ * transformers has no reader for the modelopt layout: it skips quant_method "modelopt" with a
+ * warning of its own and loads the FP8 codes into the float weights without their scales, so the
+ * model runs and computes garbage (cosine -0.07 on all-MiniLM-L6-v2); NVFP4's packed weights at
+ * least fail its shape check. Said on every run, --quiet or not, since nothing in the folder can
+ * stop that load without also stopping vLLM's.
+ */
+static void warn_modelopt(const char *out, int32_t format)
+{
+    fputs("qsparse quantize: warning: ", stderr);
+    qs_escape_print(stderr, out);
+    fprintf(stderr,
+            " is for vLLM, SGLang or TensorRT-LLM. transformers does not read the modelopt "
+            "layout: %s; for transformers write --layout compressed-tensors "
+            "(docs/layouts.md)\n",
+            format == QS_FORMAT_FP8_E4M3
+                ? "AutoModel.from_pretrained() skips it with a warning and loads the FP8 codes "
+                  "as weights without their scales, so the model runs and computes garbage"
+                : "AutoModel.from_pretrained() fails on the packed weights' shapes");
+}
+
 int qs_cmd_quantize(int argc, char **argv)
 {
     struct timespec t0;
@@ -1500,9 +1899,15 @@ int qs_cmd_quantize(int argc, char **argv)
         return 2;
     }
     if (o.granularity && (c.format != QS_FORMAT_INT8 || (strcmp(o.granularity, "tensor") != 0 &&
+                                                         strcmp(o.granularity, "row") != 0 &&
                                                          strcmp(o.granularity, "channel") != 0 &&
                                                          strcmp(o.granularity, "group") != 0))) {
-        fprintf(stderr, "qsparse quantize: --granularity is tensor, channel or group, for int8\n");
+        fprintf(stderr, "qsparse quantize: --granularity is tensor, row (or channel) or group, "
+                        "for int8\n");
+        return 2;
+    }
+    if (o.asymmetric && (c.format == QS_FORMAT_NONE || !(fi.options & QS_OPT_SYMMETRIC))) {
+        fprintf(stderr, "qsparse quantize: --asymmetric applies to int8 only (zero points)\n");
         return 2;
     }
     if (o.method && qs_calib_parse_method(&o.cal, o.method) != 0)
@@ -1528,6 +1933,10 @@ int qs_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qsparse quantize: --shard splits a model folder's shards; IN is a "
                         "single file\n");
         return 2;
+    }
+    if (qs_output_check(o.out, o.in, folder, o.force, c.err, sizeof c.err) != 0) {
+        print_error(c.err);
+        return 1;
     }
     if (o.nparts && o.config_out) {
         fprintf(stderr, "qsparse quantize: --config-out is for a single file; a part holds "
@@ -1558,19 +1967,29 @@ int qs_cmd_quantize(int argc, char **argv)
                        (o.cal.method != QS_METHOD_SPARSEGPT ||
                         (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &qs_layout_qsparse));
     if (o.act_amax) {
-        json_error_t je;
-        c.act_amax = json_load_file(o.act_amax, 0, &je);
-        if (!json_is_object(c.act_amax)) {
-            fprintf(stderr, "qsparse quantize: --act-amax %s: %s\n", o.act_amax,
-                    c.act_amax ? "not a JSON object" : je.text);
-            if (c.act_amax)
-                json_decref(c.act_amax);
+        if (!(c.act_amax = qs_side_json(o.act_amax, NULL, c.err, sizeof c.err))) {
+            fputs("qsparse quantize: --act-amax ", stderr);
+            qs_escape_print(stderr, c.err);
+            fputc('\n', stderr);
             return 2;
         }
         c.req.have_act_amax = 1;
     }
     rc = 2; /* usage errors until the options are all checked */
+    if (c.layout == &qs_layout_qsparse && c.req.sparsity24 && o.cal.method == QS_METHOD_GPTQ) {
+        fprintf(stderr, "qsparse quantize: the qsparse layout stores a 2:4 weight compressed, "
+                        "its kept values rounded to nearest: --method gptq with --sparsity 2:4 "
+                        "needs a loader layout (or --method sparsegpt)\n");
+        goto done_early;
+    }
     if (c.layout->check(&c.req, c.err, sizeof c.err) != 0) {
+        fprintf(stderr, "qsparse quantize: %s\n", c.err);
+        goto done_early;
+    }
+    c.base_format = c.format;
+    c.base_params = c.req.params;
+    if (qs_tensor_rules_init(&c.rules, o.tformat, o.ntformat, c.format, &c.req.params, c.err,
+                             sizeof c.err) != 0) {
         fprintf(stderr, "qsparse quantize: %s\n", c.err);
         goto done_early;
     }
@@ -1606,13 +2025,14 @@ int qs_cmd_quantize(int argc, char **argv)
         goto done;
     }
     qs_ctx_params_init(&cp);
-    cp.num_threads = o.threads;
+    qs_tool_threads_init(&c.thr, o.threads);
+    cp.num_threads = o.threads > 0 ? o.threads : 1; /* auto: set per tensor (quantize_one) */
     cp.allocator = qs_heap_allocator(); /* the library's scratch counts in --stats */
     if (qs_tool_ctx_create(&cp, &c.ctx) != QS_OK) {
         fprintf(stderr, "qsparse quantize: error: cannot create a library context\n");
         goto done;
     }
-    if (check_params(&c) != 0) {
+    if (check_params(&c) != 0 || check_rules(&c) != 0) {
         fprintf(stderr, "qsparse quantize: %s\n", c.err);
         rc = 2;
         goto done;
@@ -1622,32 +2042,61 @@ int qs_cmd_quantize(int argc, char **argv)
         goto done;
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((folder ? process_folder(&c, o.in, o.out) : process_single(&c, o.in, o.out)) != 0)
+    if ((folder ? (o.dry_run ? dry_run_folder(&c, o.in) : process_folder(&c, o.in, o.out))
+                : process_single(&c, o.in, o.dry_run ? NULL : o.out)) != 0)
         goto done;
+    use_base(&c);
     if (c.nsel == 0)
         fprintf(stderr, "qsparse quantize: warning: no tensor matched; the weights were copied\n");
-    if (o.config_out && write_config_out(&c, o.config_out) != 0)
+    if (o.config_out && (!o.dry_run || strcmp(o.config_out, "-") == 0) &&
+        write_config_out(&c, o.config_out) != 0)
         goto done;
 
     if (!o.quiet) {
         FILE *f = o.config_out && strcmp(o.config_out, "-") == 0 ? stderr : stdout;
-        fprintf(f, "%-52s %11s %6s %10s %10s\n", "layer", "shape", "bits/w", "rel.RMSE",
-                "max|err|");
+        char formats[512];
+        if (o.ntformat)
+            qs_tensor_rules_summary(&c.rules, formats, sizeof formats);
+        else
+            snprintf(formats, sizeof formats, "%s", o.format);
+        qsort(c.stats, c.nstat, sizeof *c.stats, stat_cmp); /* layer.2 before layer.10 */
+        fprintf(f, "%-52s %11s %6s %10s %10s%s\n", "layer", "shape", "bits/w", "rel.RMSE",
+                "max|err|", o.ntformat ? "  format" : "");
         for (size_t i = 0; i < c.nstat; i++) {
             char shape[32], *name = qs_escape_dup(c.stats[i].name);
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)c.stats[i].rows,
                      (long long)c.stats[i].cols);
-            fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e\n", name ? name : "?", shape,
+            fprintf(f, "%-52s %11s %6.3f %10.3e %10.3e", name ? name : "?", shape,
                     c.stats[i].bits, c.stats[i].rel_rmse, c.stats[i].max_abs);
+            if (o.ntformat)
+                fprintf(f, "  %s",
+                        c.stats[i].format ? qs_format_name(c.stats[i].format) : "none");
+            fputc('\n', f);
             qs_heap_free(name);
         }
+        if (o.dry_run)
+            fputs("dry run: ", f);
         qs_escape_print(f, o.out);
-        fprintf(f, ": %zu tensors quantized to %s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
-                   "(%.2fx)\n",
-                c.nstat, o.format, c.layout->name, c.req.sparsity24 ? ", 2:4 sparse" : "",
+        fprintf(f, ": %zu tensors %s%s%s (%s layout%s), %zu copied; %.2f MB -> %.2f MB "
+                   "(%.2fx)%s\n",
+                c.nstat, o.dry_run ? "to quantize" : "quantized", o.ntformat ? "" : " to ",
+                o.ntformat ? "" : formats, c.layout->name, c.req.sparsity24 ? ", 2:4 sparse" : "",
                 c.ncopy, c.bytes_in / 1e6, c.bytes_out / 1e6,
-                c.bytes_out > 0 ? c.bytes_in / c.bytes_out : 0.0);
+                c.bytes_out > 0 ? c.bytes_in / c.bytes_out : 0.0,
+                o.dry_run ? " in safetensors files; nothing written" : "");
+        if (o.ntformat)
+            fprintf(f, "formats: %s%s\n", formats,
+                    c.ngroups > 1 && c.layout == &qs_layout_ct
+                        ? " (compressed-tensors: one config group per format, mixed-precision)"
+                        : "");
+        if (folder && qs_layout_model_dtype(c.layout, &c.req))
+            fprintf(f, "config.json: dtype %s (compressed-tensors decodes %s weights to %s; "
+                       "loaded as float32 they would fail)\n",
+                    qs_layout_model_dtype(c.layout, &c.req), o.ntformat ? "FP4 and MX" : o.format,
+                    qs_layout_model_dtype(c.layout, &c.req));
     }
+    if (folder && c.layout == &qs_layout_modelopt)
+        warn_modelopt(o.out, c.format);
     if ((o.stats || o.stats_json) && print_stats(&c, &t0) != 0)
         goto done;
     rc = 0;
@@ -1668,6 +2117,9 @@ done:
         regfree(&emb);
     }
 done_early:
+    for (int g = 0; g < c.ngroups; g++)
+        json_decref(c.groups[g].modules);
+    qs_tensor_rules_free(&c.rules);
     if (c.act_amax)
         json_decref(c.act_amax);
     return rc;

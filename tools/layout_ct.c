@@ -144,11 +144,36 @@ static json_t *weight_args(const struct qs_layout_req *r, const char **ct_format
     }
 }
 
+/* Per-tensor formats: one scheme per group, targeting its modules by name, and the format
+ * "mixed-precision" (compressed-tensors then takes each scheme's own format). */
+static json_t *mixed_groups(const struct qs_layout_req *r)
+{
+    json_t *groups = json_object();
+
+    for (int32_t g = 0; groups && g < r->ngroups; g++) {
+        const char *fmt = "dense";
+        char name[32];
+        json_t *w = weight_args(&r->groups[g].req, &fmt), *s;
+        if (!w)
+            continue; /* --format none: pruned dense weights belong to no scheme */
+        s = json_pack("{s:O, s:o, s:n, s:n, s:s}", "targets", r->groups[g].modules, "weights", w,
+                      "input_activations", "output_activations", "format", fmt);
+        snprintf(name, sizeof name, "group_%d", (int)g);
+        if (!s || json_object_set_new(groups, name, s) != 0) {
+            json_decref(groups);
+            return NULL;
+        }
+    }
+    return groups;
+}
+
 static json_t *ct_config(const struct qs_layout_req *r, json_t *skipped)
 {
     const char *fmt = "dense";
-    json_t *w = weight_args(r, &fmt), *c;
+    json_t *w = r->ngroups > 1 ? NULL : weight_args(r, &fmt), *c;
 
+    if (r->ngroups > 1)
+        fmt = "mixed-precision";
     c = json_pack("{s:s, s:s, s:s, s:n, s:n, s:O, s:{}}", "quant_method", "compressed-tensors",
                   "format", fmt, "quantization_status", "compressed", "kv_cache_scheme",
                   "global_compression_ratio", "ignore", skipped, "sparsity_config");
@@ -156,7 +181,11 @@ static json_t *ct_config(const struct qs_layout_req *r, json_t *skipped)
         json_decref(w);
         return NULL;
     }
-    if (w) {
+    if (r->ngroups > 1) {
+        json_t *groups = mixed_groups(r);
+        if (!groups || json_object_set_new(c, "config_groups", groups) != 0)
+            goto fail;
+    } else if (w) {
         json_t *groups =
             json_pack("{s:{s:[s], s:o, s:n, s:n, s:s}}", "group_0", "targets", "Linear", "weights",
                       w, "input_activations", "output_activations", "format", fmt);

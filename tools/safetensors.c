@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* madvise's MADV_DONTNEED */
 
+#include "file_kind.h"
 #include "safetensors.h"
 #include "heap.h"
 
@@ -267,9 +268,18 @@ int qs_st_open(struct qs_st_file *f, const char *path, char *err, size_t errlen)
     watched_fd = fd;
     for (int i = 7; i >= 0; i--)
         hl = (hl << 8) | f->map[i];
+    /* Only a file that cannot be safetensors (its header length does not fit, or the header is
+     * not a JSON object) is named by its magic: a real header length may begin with any byte. */
+    if ((hl > QS_ST_MAX_HEADER || hl > f->map_size - 8 || f->map_size == 8 || f->map[8] != '{') &&
+        qs_file_kind_hint(f->map, f->map_size)) {
+        fail(err, errlen, "%s: %s", path, qs_file_kind_hint(f->map, f->map_size));
+        goto bad;
+    }
     if (hl > QS_ST_MAX_HEADER) {
-        fail(err, errlen, "%s: header of %llu bytes is larger than the %u-byte limit", path,
-             (unsigned long long)hl, QS_ST_MAX_HEADER);
+        fail(err, errlen,
+             "%s: not a safetensors file? its first 8 bytes give a header of %llu bytes, larger "
+             "than the %u-byte limit",
+             path, (unsigned long long)hl, QS_ST_MAX_HEADER);
         goto bad;
     }
     if (hl > f->map_size - 8) {
@@ -1048,4 +1058,18 @@ void qs_st_stream_abort(struct qs_st_stream *s)
     s->fd = -1;
     qs_heap_free(s->buf);
     s->buf = NULL;
+}
+
+uint64_t qs_st_writer_file_bytes(struct qs_st_writer *w)
+{
+    char err[256];
+    uint64_t hl = 0, data = 0;
+    char *h = build_header(w, &hl, err, sizeof err);
+
+    if (!h)
+        return 0;
+    qs_heap_free(h);
+    for (size_t i = 0; i < w->count; i++)
+        data += w->t[i].bytes;
+    return 8 + hl + data;
 }

@@ -96,6 +96,9 @@ int qs_st_writer_add(struct qs_st_writer *w, const char *name, const char *dtype
 /* Set a metadata string (copied). */
 int qs_st_writer_meta(struct qs_st_writer *w, const char *key, const char *value);
 void qs_st_writer_free(struct qs_st_writer *w);
+/* The bytes of the file these entries make (header included), without writing it; 0 when the
+ * header cannot be built (names that are not UTF-8, no memory). */
+uint64_t qs_st_writer_file_bytes(struct qs_st_writer *w);
 
 /*
  * Writing is streamed: the header is written first, from a writer whose entries give names,

@@ -286,6 +286,8 @@ QS_API qs_status qs_quantize_dynamic_fp8(qs_ctx *ctx, int32_t format, const void
  * are exact; each column is summed in row order whatever the ISA and thread count, so feeding the
  * same rows in the same order in any number of calls gives the same bits. Shards merge by adding
  * their arrays (qs_act_sumsq_merge), exact up to the order of those additions (§9).
+ * A backend operation (qsparse.h "Backends"): QS_ERR_UNSUPPORTED, sumsq untouched, on a context
+ * whose backend has none.
  */
 QS_API qs_status qs_act_sumsq_update(qs_ctx *ctx, const void *src, int32_t dtype, int64_t rows,
                                      int64_t cols, double *sumsq, int64_t count);

@@ -66,7 +66,9 @@
  * - INT8 weights (QS_FORMAT_INT8, any granularity, symmetric or not; QS_FORMAT_LLM_INT8), dense:
  *   integer dot products with int32 accumulation per segment, exact: a_s = sum q_x * (q_w - zp).
  *   INT8: t = sum over segments of fl(a_s * scale_s) (ascending), y = fl(t * fl(r_m / 127)).
- *   LLM_INT8: y = fl(fl(a * fl(r_m * SCB[n])) * fl(6.200124e-05)), bitsandbytes' int8_mm_dequant.
+ *   LLM_INT8: y = fl(fl(fl(a * r_m) * SCB[n]) * fl(1/16129)), fl(1/16129) = 6.200012e-05f:
+ *   bitsandbytes' CUDA int8_mm_dequant (before its float16 store; not its CPU backend's
+ *   6.200124e-05, a typo 1.8e-5 too large).
  * - NF4 / FP4 weights (dense, with or without double quantization): each 4-bit code stands for
  *   its codebook entry scaled to int8, w8 = rne(127 * c) (NF4: -127 -88 -67 -50 -36 -23 -12 0 10
  *   20 31 43 56 71 92 127; FP4: 0 1 85 127 42 64 21 32 and their negatives), so the weight gets
@@ -133,6 +135,7 @@ extern "C" {
 #define QS_WEIGHT_SP24 2  /* qs_sp24_compress output: `data` values (N x K/2 of `dtype`), `meta` */
 #define QS_WEIGHT_SP24_QUANT                                                                       \
     3 /* qs_sp24_quantize output: `q` (N x K/2 quantized with `quant`), `meta` */
+#define QS_WEIGHT_PACKED 4 /* `data` (`data_bytes`): a weight qs_matmul_pack wrote; nothing else */
 
 /**
  * A weight W (N x K) as the library stores it. Zero the struct, then set the fields of its kind;
@@ -185,13 +188,45 @@ QS_API void qs_matmul_params_init(qs_matmul_params *params);
  * params, non-zero reserved fields, fields a kind does not use); QS_ERR_SHAPE (K % 4 for 2:4, an
  * INT8 group that does not divide K); QS_ERR_BUFFER_TOO_SMALL (y, data, meta or a plane shorter
  * than an N x K weight needs: a weight made for other shapes); QS_ERR_BAD_DATA (invalid 2:4 meta
- * nibbles); QS_ERR_OVERFLOW; QS_ERR_UNSUPPORTED (int8 activations with K > QS_MATMUL_INT8_MAX_K);
- * QS_ERR_OUT_OF_MEMORY (scratch for converted x, dequantized tiles, decoded scales). Every check
- * runs, and every scratch buffer is allocated, before y is written.
+ * nibbles); QS_ERR_OVERFLOW; QS_ERR_UNSUPPORTED (int8 activations with K > QS_MATMUL_INT8_MAX_K,
+ * or a context whose backend has no matmul, e.g. a CUDA context: qsparse.h "Backends"; any
+ * shape); QS_ERR_OUT_OF_MEMORY (scratch for converted x, dequantized tiles, decoded scales).
+ * Every check runs, and every scratch buffer is allocated, before y is written.
  */
 QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
                            const float *bias, float *y, int64_t y_bytes);
+
+/**
+ * Packed weights: a weight of any other kind copied once into the form this context's matmul
+ * kernels read fastest, for a model that is multiplied many times (an inference engine's
+ * weights). qs_matmul then takes it as {.kind = QS_WEIGHT_PACKED, .data = buffer, .data_bytes =
+ * bytes} for the same N x K, with the same results as the weight it came from.
+ *
+ * Layout version 1: a 64-byte-aligned header, then the weight's planes, NF4/FP4 absmax decoded
+ * to f32 where it was double-quantized (every call would decode it again), and the 2:4 meta. The
+ * header binds the buffer to this build of the library and to the ISA mask of the context that
+ * packed it (qs_ctx_isa_name names its tier): a packed weight is valid only for contexts of the
+ * same build and tier on the CPU backend, and qs_matmul refuses any other use with a status
+ * saying why (QS_ERR_BAD_DATA: another build, another tier, not a packed weight, a damaged
+ * header; QS_ERR_SHAPE: another N x K; QS_ERR_UNSUPPORTED: a GPU backend), never misreading it.
+ * Its planes are checked again on every call, like an unpacked weight's. The buffer holds its own
+ * copy of everything: the weight it came from may be freed. Store it only as a cache (it is not
+ * an interchange format: another build or CPU packs again).
+ */
+
+/** Bytes qs_matmul_pack needs for w (N x K): *bytes. Errors as qs_matmul's weight checks. */
+QS_API qs_status qs_matmul_pack_size(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K,
+                                     int64_t *bytes);
+
+/**
+ * Pack w (N x K, any kind but QS_WEIGHT_PACKED) for this context into dst (capacity dst_bytes,
+ * any alignment). Returns QS_OK; the errors of qs_matmul's weight checks (QS_ERR_INVALID_ARG,
+ * QS_ERR_SHAPE, QS_ERR_BUFFER_TOO_SMALL for a short plane, QS_ERR_BAD_DATA for 2:4 meta);
+ * QS_ERR_BUFFER_TOO_SMALL when dst_bytes < qs_matmul_pack_size. Nothing is written on error.
+ */
+QS_API qs_status qs_matmul_pack(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K, void *dst,
+                                int64_t dst_bytes);
 
 /* Bits of qs_matmul_info. QS_MATMUL_BLAS: the build found OpenBLAS; the GEMM path calls
  * cblas_sgemm for plain f32 weights (and for every weight but 2:4 ones where the build has no

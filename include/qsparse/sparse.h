@@ -20,6 +20,10 @@
  *   checks the call returns at once, whatever the other dimension, and writes nothing, except
  *   that qs_sp24_permute_search writes the identity order of its cols entries (kept fractions
  *   1.0).
+ * - qs_sp24_prune_compress, qs_sp24_compress and qs_sp24_decompress (and qs_sp24_quantize /
+ *   qs_sp24_dequantize through them) are backend operations (qsparse.h "Backends"): on a context
+ *   whose backend has no 2:4 operation they return QS_ERR_UNSUPPORTED after the argument checks,
+ *   empty tensors included, and write nothing. The other functions here run on the CPU.
  */
 #ifndef QSPARSE_SPARSE_H
 #define QSPARSE_SPARSE_H

@@ -17,7 +17,7 @@ docs/ecosystem.md says what loads where (transformers + bitsandbytes, compressed
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 from . import _lib, checkpoint  # noqa: F401  (qs.checkpoint.bnb_quantization_config)
 from ._lib import QsparseError
@@ -25,7 +25,7 @@ from ._quant import QTensor, codebook, convert, dequantize, formats, quantize
 from .checkpoint import load, save
 from .observer import Observer
 from .sparse import compress, decompress, prune
-from .matmul import int8_vectorwise_quant, matmul, matmul_info
+from .matmul import PackedWeight, int8_vectorwise_quant, matmul, matmul_info, pack
 from .profile import Profile, doctor, profile
 from .recommend import recommend
 from . import cuda  # the device API: arrays already on the GPU (qsparse.cuda)
@@ -50,12 +50,30 @@ def backend() -> str:
     return lib.qs_backend_name(lib.qs_ctx_backend(_lib.ctx())).decode()
 
 
+def _backend_names() -> List[str]:
+    """Every backend the library knows now: the built-in ones ("auto", "cpu", "cuda"), then the
+    backends of plugins loaded under other names (codes run on without a gap)."""
+    lib = _lib.lib()
+    names = []
+    while True:
+        name = lib.qs_backend_name(len(names))
+        if name is None:
+            return names
+        names.append(name.decode())
+
+
 def backends() -> List[str]:
     """Backends that can run in this process: "cpu" always, "cuda" when its plugin loads and
-    finds a device (backend_message("cuda") says why not)."""
+    finds a device (backend_message("cuda") says why not), and the backend of any plugin loaded
+    with load_backend() that can run here."""
     lib = _lib.lib()
-    return [name for name in ("cpu", "cuda")
-            if lib.qs_backend_available(lib.qs_backend_from_name(name.encode()))]
+    return [name for code, name in enumerate(_backend_names())
+            if code != _lib.QS_BACKEND_AUTO and lib.qs_backend_available(code)]
+
+
+def _unknown_backend(name: object) -> ValueError:
+    return ValueError(f"unknown backend {name!r}: expected one of {_backend_names()} "
+                      "(a plugin's backend is known once load_backend() loaded it)")
 
 
 def backend_message(name: str) -> str:
@@ -63,20 +81,39 @@ def backend_message(name: str) -> str:
     lib = _lib.lib()
     code = lib.qs_backend_from_name(name.encode()) if isinstance(name, str) else -1
     if code < 0:
-        raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or 'cuda'")
+        raise _unknown_backend(name)
     return (lib.qs_backend_message(code) or b"").decode("utf-8", "replace")
 
 
+def load_backend(path: str) -> None:
+    """Load the backend plugin in file `path` (an absolute path) and register its backend under
+    the name it gives (a built-in one such as "cuda", or its own), for set_backend(). Loading
+    the same backend again replaces it for contexts made afterwards.
+    QsparseError (QS_ERR_BACKEND) with the library's reason (no such file, not loadable, no init
+    symbol, another backend ABI version, a bad name) if the plugin is refused."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"path must be a non-empty string, got {path!r}")
+    lib = _lib.lib()
+    status = lib.qs_backend_load(path.encode())
+    if status != _lib.QS_OK:
+        # a file that fails before naming its backend leaves the reason with the built-in
+        # plugin backends (qs_backend_load in include/qsparse.h)
+        raise QsparseError(status, (lib.qs_backend_message(_lib.QS_BACKEND_CUDA) or b"")
+                           .decode("utf-8", "replace") or _lib.status_str(status))
+
+
 def set_backend(name: str) -> None:
-    """Run on backend `name`: "auto" (the CPU for host arrays), "cpu" or "cuda" (host arrays
-    through the GPU; qsparse.cuda takes arrays already on it).
-    QsparseError (QS_ERR_BACKEND, with the reason) if it cannot run here."""
+    """Run on backend `name`: "auto" (the CPU for host arrays), "cpu", "cuda" (host arrays
+    through the GPU; qsparse.cuda takes arrays already on it) or a loaded plugin's backend.
+    QsparseError (QS_ERR_BACKEND, with the reason) if it cannot run here. A call the backend does
+    not implement (matmul, 2:4 compression or act_sumsq on "cuda") then raises QsparseError
+    (QS_ERR_UNSUPPORTED, naming backend and operation); it never runs on the CPU instead."""
     if not isinstance(name, str):
         raise ValueError(f"backend name must be a string, got {type(name).__name__}")
     lib = _lib.lib()
     code = lib.qs_backend_from_name(name.encode())
     if code < 0:
-        raise ValueError(f"unknown backend {name!r}: expected 'auto', 'cpu' or 'cuda'")
+        raise _unknown_backend(name)
     if not lib.qs_backend_available(code):
         raise QsparseError(_lib.QS_ERR_BACKEND,
                            f"backend {name!r} is not available: {backend_message(name)}")
@@ -145,6 +182,37 @@ def get_num_threads() -> int:
     return _lib.settings()["num_threads"]
 
 
+def set_parallel(grain: Optional[int] = None, backoff: Optional[bool] = None) -> None:
+    """How many of set_num_threads' threads a call uses (the library's threading policy):
+    one per `grain` bytes the call reads and writes (default 1 MiB, so small calls stay on the
+    calling thread; 0: every call of two chunks or more uses every thread), and with `backoff`
+    (default True) only the calling thread for a while after a call that its threads made slower
+    than one thread, as happens on a machine busy with other work. None leaves a setting as it
+    is. Results are identical whatever the policy decides."""
+    changes: Dict[str, Any] = {}
+    if grain is not None:
+        if isinstance(grain, bool) or not isinstance(grain, int) or grain < 0:
+            raise ValueError(f"grain must be an int >= 0 (bytes per thread), got {grain!r}")
+        changes["parallel_grain"] = grain
+    if backoff is not None:
+        if not isinstance(backoff, bool):
+            raise ValueError(f"backoff must be True or False, got {backoff!r}")
+        changes["parallel_backoff"] = int(backoff)
+    if changes:
+        _lib.update_settings(**changes)
+
+
+def get_parallel() -> Dict[str, Any]:
+    """The calling thread's policy: {"grain": bytes per thread, "backoff": bool}."""
+    lib, handle, value = _lib.lib(), _lib.ctx(), ctypes.c_int64()
+    out: Dict[str, Any] = {}
+    for name, key in (("grain", _lib.QS_PARAM_PARALLEL_GRAIN),
+                      ("backoff", _lib.QS_PARAM_PARALLEL_BACKOFF)):
+        _lib.check(lib.qs_ctx_get(handle, key, ctypes.byref(value)))
+        out[name] = value.value if name == "grain" else bool(value.value)
+    return out
+
+
 def kernels() -> Dict[str, str]:
     """{slot: implementation} of this thread's context: {"nf4_quant": "qs_nf4_quant__avx2", ...}."""
     lib = _lib.lib()
@@ -157,8 +225,10 @@ def kernels() -> Dict[str, str]:
     return out
 
 
-__all__ = ["Hessian", "Observer", "Profile", "QTensor", "QsparseError", "backend", "backend_message",
+__all__ = ["Hessian", "Observer", "PackedWeight", "Profile", "QTensor", "QsparseError", "backend",
+           "backend_message",
            "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
-           "formats", "get_num_threads", "gptq", "int8_vectorwise_quant", "isa", "isas", "kernels",
-           "load", "matmul", "matmul_info", "profile", "prune", "quantize", "recommend", "save",
-           "set_backend", "sparsegpt", "set_isa", "set_num_threads"]
+           "formats", "get_num_threads", "get_parallel", "gptq", "int8_vectorwise_quant", "isa",
+           "isas", "kernels", "load", "load_backend", "matmul", "matmul_info", "pack", "profile",
+           "prune", "quantize", "recommend", "save", "set_backend", "sparsegpt", "set_isa",
+           "set_num_threads", "set_parallel"]

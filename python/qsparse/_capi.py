@@ -33,6 +33,8 @@ QS_PARAM_NUM_THREADS = 1
 QS_PARAM_NONFINITE = 2
 QS_PARAM_ISA = 3
 QS_PARAM_PROFILE = 4
+QS_PARAM_PARALLEL_GRAIN = 5
+QS_PARAM_PARALLEL_BACKOFF = 6
 
 QS_ISA_AVX2 = 1 << 0
 QS_ISA_AVX512 = 1 << 1
@@ -89,6 +91,7 @@ QS_RUNTIME_BLAS, QS_RUNTIME_OPENMP, QS_RUNTIME_COMPILER = 1, 2, 3
 
 # include/qsparse/matmul.h
 QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
+QS_WEIGHT_PACKED = 4
 QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_ACT_BF16 = 0, 1, 2
 QS_MATMUL_BF16_MAX_M = 16
 QS_MATMUL_BLAS = 1
@@ -408,6 +411,8 @@ SIGNATURES.update({
     "qs_matmul": (I32, [P, c.POINTER(MatmulParams), P, I32, I64, I64, c.POINTER(WeightC), I64, P,
                         P, I64]),
     "qs_matmul_info": (c.c_uint32, []),
+    "qs_matmul_pack_size": (I32, [P, c.POINTER(WeightC), I64, I64, c.POINTER(c.c_int64)]),
+    "qs_matmul_pack": (I32, [P, c.POINTER(WeightC), I64, I64, P, I64]),
     "qs_int8_vectorwise_quant": (I32, [P, P, I32, I64, I64, c.c_float, P, I64, P, I64, P, I64,
                                        c.POINTER(I64)]),
 })

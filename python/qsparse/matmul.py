@@ -5,6 +5,7 @@
     y = qs.matmul(x, qs.quantize(w, "nf4"), bias)    # any QTensor, Compressed24, SparseQTensor
     y = qs.matmul(x, q8, activations="int8", threshold=6.0)  # LLM.int8 with the outlier split
     y = qs.matmul(x, q, activations="bf16")           # x rounded to bf16, bf16 products
+    pw = qs.pack(q); y = qs.matmul(x, pw)            # packed once for this context's kernels
     codes, row_stats, outlier_cols = qs.int8_vectorwise_quant(x, threshold=6.0)
 
 Every number is computed by the C library; this module checks arguments, describes the weight to
@@ -23,7 +24,8 @@ from . import _arrays, _lib, _quant
 from .sparse import Compressed24, SparseQTensor
 
 from ._capi import (QS_MATMUL_ACT_BF16, QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_BLAS,
-                    QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT,
+                    QS_WEIGHT_DENSE, QS_WEIGHT_PACKED, QS_WEIGHT_QUANT, QS_WEIGHT_SP24,
+                    QS_WEIGHT_SP24_QUANT,
                     MatmulParams, WeightC)
 
 _ACTIVATIONS = {"f32": QS_MATMUL_ACT_F32, "float32": QS_MATMUL_ACT_F32, "int8": QS_MATMUL_ACT_INT8,
@@ -35,6 +37,15 @@ _I64 = ctypes.c_int64
 def _fn(name: str) -> Any:
     """The C function `name`, declared from _capi.SIGNATURES when the library loaded."""
     return getattr(_lib.lib(), name)
+
+
+def _threshold(value: Any) -> float:
+    """The outlier threshold as the float32 the C parameter holds: finite, >= 0, and not one
+    that float32 turns into 0 ("no outliers", the opposite of a tiny threshold) or Inf."""
+    t = _arrays.option_float("threshold", value)
+    if not math.isfinite(t) or t < 0.0:
+        raise ValueError(f"threshold must be finite and >= 0, got {t}")
+    return _quant._f32("threshold", t)
 
 
 def blas() -> bool:
@@ -49,9 +60,48 @@ def matmul_info() -> Dict[str, bool]:
     return {"blas": blas()}
 
 
+class PackedWeight:
+    """A weight packed by qs.pack for this process's library and ISA tier (qs_matmul_pack):
+    qs.matmul takes it like the weight it came from, with the same results. `buffer` (uint8) is
+    its own copy of everything; `shape` is (N, K). It is valid only for the library build and
+    tier that packed it (qs.set_backend / QS_FORCE_ISA changes make qs.matmul refuse it)."""
+
+    __slots__ = ("buffer", "shape")
+
+    def __init__(self, buffer: np.ndarray, shape: Tuple[int, int]) -> None:
+        self.buffer = buffer
+        self.shape = shape
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes)
+
+    def __repr__(self) -> str:
+        return f"PackedWeight(shape={self.shape}, nbytes={self.nbytes})"
+
+
+def pack(w: Any) -> PackedWeight:
+    """Pack any weight qs.matmul accepts (a float array, QTensor, Compressed24, SparseQTensor)
+    into the form this context's matmul kernels read fastest (qs_matmul_pack): double-quantized
+    absmax is decoded once instead of on every call. The result holds its own copy."""
+    if isinstance(w, PackedWeight):
+        raise ValueError("the weight is packed already")
+    wc, (n, k), keep = _weight_c(w)
+    size = _I64(0)
+    _lib.check(_fn("qs_matmul_pack_size")(_lib.ctx(), ctypes.byref(wc), n, k, ctypes.byref(size)))
+    buf = np.empty(size.value, np.uint8)
+    _lib.check(_fn("qs_matmul_pack")(_lib.ctx(), ctypes.byref(wc), n, k, _lib.ptr(buf), buf.nbytes))
+    del keep
+    return PackedWeight(buf, (n, k))
+
+
 def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
     """(WeightC, (N, K), objects to keep alive) for any weight qs.matmul accepts."""
     wc = WeightC()
+    if isinstance(w, PackedWeight):
+        wc.kind = QS_WEIGHT_PACKED
+        wc.data, wc.data_bytes = _lib.address(w.buffer), w.buffer.nbytes
+        return wc, w.shape, (w.buffer,)
     if isinstance(w, _quant.QTensor):
         shape = w.shape
         p, qt, keep = _quant._c_tensor(w)
@@ -90,10 +140,13 @@ def _weight_c(w: Any) -> Tuple[WeightC, Tuple[int, int], Tuple[Any, ...]]:
 
 
 def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
-           threshold: float = 0.0) -> np.ndarray:
+           threshold: float = 0.0) -> Any:
     """y = x . w^T (+ bias) as float32, x of shape (..., K) (float32, float16 or bfloat16),
     w of shape (N, K): a float32/float16/bfloat16 array, a QTensor of any format, a
-    Compressed24 or a SparseQTensor (qs.compress / qs.quantize of one). Returns (..., N).
+    Compressed24, a SparseQTensor (qs.compress / qs.quantize of one) or a PackedWeight (qs.pack
+    of any of them). Returns (..., N) float32 of the caller's kind: a torch tensor (CPU) when x is
+    one, else a numpy array. A bias may be float32, float16 or bfloat16 (bfloat16 without
+    ml_dtypes too, as x and w).
 
     activations="int8" quantizes x per token on the fly (LLM.int8 vector-wise, integer dot
     products against INT8 / LLM_INT8 weights, and against NF4 / FP4 through their codebooks
@@ -107,9 +160,7 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     docs/bf16_activations.md for the definition and the error bound."""
     if activations not in _ACTIVATIONS:
         raise ValueError(f"activations must be 'f32', 'int8' or 'bf16', got {activations!r}")
-    threshold = _arrays.option_float("threshold", threshold)
-    if not math.isfinite(threshold) or threshold < 0.0:
-        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    threshold = _threshold(threshold)
     if threshold > 0.0 and activations != "int8":
         raise ValueError("an outlier threshold needs activations='int8'")
     xa, xcode, _ = _lib.as_float_array(x)
@@ -121,11 +172,15 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     m = math.prod(xa.shape[:-1])
     b = None
     if bias is not None:
-        ba = _arrays.as_array(bias)
-        if ba.dtype.kind not in "fiu":
+        ba, bf16_bits = _arrays.read(bias)
+        if bf16_bits or ba.dtype.name == "bfloat16":
+            # widened by the library, with or without ml_dtypes (as x and w are read)
+            b = _quant.convert(bias, "float32")
+        elif ba.dtype.kind not in "fiu":
             raise ValueError(f"bias must hold numbers, got dtype {ba.dtype}")
-        with np.errstate(over="ignore"):
-            b = np.ascontiguousarray(ba, dtype=np.float32)
+        else:
+            with np.errstate(over="ignore"):
+                b = np.ascontiguousarray(ba, dtype=np.float32)
         if b.shape != (n,):
             raise ValueError(f"bias must have shape ({n},), got {ba.shape}")
     params = MatmulParams()
@@ -136,6 +191,16 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
                                 ctypes.byref(wc), n, None if b is None else _lib.ptr(b),
                                 _lib.ptr(y), y.nbytes))
     del keep
+    return _like(x, y)
+
+
+def _like(x: Any, y: np.ndarray) -> Any:
+    """y in the caller's kind: a torch tensor (CPU, float32, sharing y's memory) for a torch x,
+    else the numpy array."""
+    if type(x).__module__.split(".")[0] == "torch":
+        import torch
+
+        return torch.from_numpy(y)
     return y
 
 
@@ -148,9 +213,7 @@ def int8_vectorwise_quant(x: Any, threshold: float = 0.0
     xa, code, _ = _lib.as_float_array(x)
     if xa.ndim != 2:
         raise ValueError(f"x must be 2-D (M, K), got shape {xa.shape}")
-    threshold = _arrays.option_float("threshold", threshold)
-    if not math.isfinite(threshold) or threshold < 0.0:
-        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    threshold = _threshold(threshold)
     m, k = xa.shape
     codes = np.empty((m, k), np.int8)
     stats = np.empty(m, np.float32)

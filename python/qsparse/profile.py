@@ -104,11 +104,12 @@ def doctor() -> Dict[str, Any]:
             name = lib.qs_isa_name(1 << bit)
             features.append(name.decode() if name else f"bit{bit}")
     backends = {}
-    for name in ("cpu", "cuda"):
-        code = lib.qs_backend_from_name(name.encode())
-        avail = bool(lib.qs_backend_available(code))
+    code = _lib.QS_BACKEND_CPU  # then "cuda" and any loaded plugin's backend, codes without a gap
+    while lib.qs_backend_name(code) is not None:
+        avail = bool(lib.qs_backend_available(code))  # may load a plugin: before the message
         msg = (lib.qs_backend_message(code) or b"").decode("utf-8", "replace")
-        backends[name] = {"available": avail, "message": msg}
+        backends[lib.qs_backend_name(code).decode()] = {"available": avail, "message": msg}
+        code += 1
     return {
         "version": lib.qs_version_string().decode(),
         "api_version": lib.qs_api_version(),

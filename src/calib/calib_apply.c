@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/backend.h"
 #include "../core/parallel.h"
 #include "../ref/ref.h"
 #include "../ref/scale_ref.h"
@@ -211,7 +212,8 @@ QS_API qs_status qs_observer_quantize(qs_ctx *ctx, const qs_observer *obs, int32
     struct apply_job j = {ctx, target, dtype, obs->p.axis, rows, cols, n, src, q->data,
                           scale, mul, zp};
     if (n > 0)
-        qs_parallel_for(ctx, obs->p.axis < 0 ? qs_ceil_div(n, QS_TILE) : rows, apply_task, &j);
+        qs_parallel_run(ctx, obs->p.axis < 0 ? qs_ceil_div(n, QS_TILE) : rows,
+                        qs_work(n, qs_dtype_size(dtype) + 1), apply_task, NULL, &j);
     qs_scratch_free(ctx, work);
     return qs_ok(ctx);
 }
@@ -310,10 +312,26 @@ QS_API qs_status qs_act_sumsq_update(qs_ctx *ctx, const void *src, int32_t dtype
     if (count < cols)
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "qs_act_sumsq_update: %lld < %lld columns",
                        (long long)count, (long long)cols);
+    if (!ctx->ops->act_sumsq)
+        return qs_backend_unsupported(ctx, "act_sumsq (qs_act_sumsq_update)");
+    if (n == 0)
+        return qs_ok(ctx);
+    ctx->last_error[0] = '\0';
+    return qs_backend_result(
+        ctx, ctx->ops->act_sumsq(qs_backend_handle(ctx), src, dtype, rows, cols, sumsq),
+        "act_sumsq (qs_act_sumsq_update)");
+}
+
+/* The CPU backend's act_sumsq (backend.h), after the checks above. */
+qs_status qs_cpu_act_sumsq(qs_ctx *ctx, const void *src, int32_t dtype, int64_t rows,
+                           int64_t cols, double *sumsq)
+{
     struct sq_job j = {ctx, src, dtype, rows, cols, sumsq};
-    if (n > 0)
-        qs_parallel_for(ctx, qs_ceil_div(cols, SQ_COLS), sumsq_task, &j);
-    return qs_ok(ctx);
+
+    /* the work: every element read once (the caller checked rows * cols for overflow) */
+    qs_parallel_run(ctx, qs_ceil_div(cols, SQ_COLS), qs_work(rows * cols, qs_dtype_size(dtype)),
+                    sumsq_task, NULL, &j);
+    return QS_OK;
 }
 
 QS_API qs_status qs_act_sumsq_merge(qs_ctx *ctx, double *dst, const double *src, int64_t count)

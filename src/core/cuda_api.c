@@ -2,7 +2,7 @@
 /*
  * The device API (include/qsparse/cuda.h): the same checks as qs_quantize / qs_dequantize and the
  * matmul's shape rules, made without touching device memory, then the CUDA plugin's device
- * operations (backend.h, ABI 2). This file knows no CUDA type: a stream is a void *.
+ * operations (include/qsparse/plugin.h). This file knows no CUDA type: a stream is a void *.
  */
 #include <stdint.h>
 
@@ -12,9 +12,9 @@
 #include "qsparse/sparse.h"
 
 /* The CUDA plugin's operations, or NULL with the reason in ctx. */
-static const struct qs_backend_ops *cuda_ops(qs_ctx *ctx, const char *what)
+static const qs_backend_ops *cuda_ops(qs_ctx *ctx, const char *what)
 {
-    const struct qs_backend_ops *ops = qs_backend_select(QS_BACKEND_CUDA);
+    const qs_backend_ops *ops = qs_backend_select(QS_BACKEND_CUDA);
 
     if (!ops) {
         qs_fail(ctx, QS_ERR_BACKEND, "%s", qs_backend_message(QS_BACKEND_CUDA));
@@ -57,8 +57,9 @@ QS_API qs_status qs_cuda_quantize(qs_ctx *ctx, const qs_quant_params *params, co
                                   int32_t src_dtype, int64_t rows, int64_t cols, qs_qtensor *q,
                                   void *stream)
 {
-    const struct qs_backend_ops *ops;
+    const qs_backend_ops *ops;
     struct qs_layout l;
+    qs_backend_layout bl;
     qs_status st;
 
     if (!ctx)
@@ -77,8 +78,10 @@ QS_API qs_status qs_cuda_quantize(qs_ctx *ctx, const qs_quant_params *params, co
         return st;
     if (!(ops = cuda_ops(ctx, "quantize")))
         return QS_ERR_BACKEND;
+    qs_backend_layout_fill(&l, params, &bl);
     ctx->last_error[0] = '\0';
-    if ((st = ops->quantize_dev(ctx, &l, params, src, src_dtype, q, stream)) != QS_OK)
+    if ((st = ops->quantize_dev(qs_backend_handle(ctx), &bl, params, src, src_dtype, q,
+                                stream)) != QS_OK)
         return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: quantize failed");
     return qs_ok(ctx);
 }
@@ -87,8 +90,9 @@ QS_API qs_status qs_cuda_dequantize(qs_ctx *ctx, const qs_quant_params *params,
                                     const qs_qtensor *q, int64_t rows, int64_t cols, void *dst,
                                     int32_t dst_dtype, int64_t dst_bytes, void *stream)
 {
-    const struct qs_backend_ops *ops;
+    const qs_backend_ops *ops;
     struct qs_layout l;
+    qs_backend_layout bl;
     qs_status st;
     int64_t need;
 
@@ -113,8 +117,10 @@ QS_API qs_status qs_cuda_dequantize(qs_ctx *ctx, const qs_quant_params *params,
         return st;
     if (!(ops = cuda_ops(ctx, "dequantize")))
         return QS_ERR_BACKEND;
+    qs_backend_layout_fill(&l, params, &bl);
     ctx->last_error[0] = '\0';
-    if ((st = ops->dequantize_dev(ctx, &l, params, q, dst, dst_dtype, stream)) != QS_OK)
+    if ((st = ops->dequantize_dev(qs_backend_handle(ctx), &bl, params, q, dst, dst_dtype,
+                                  stream)) != QS_OK)
         return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: dequantize failed");
     return qs_ok(ctx);
 }
@@ -122,8 +128,9 @@ QS_API qs_status qs_cuda_dequantize(qs_ctx *ctx, const qs_quant_params *params,
 QS_API qs_status qs_cuda_gemv(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *w,
                               int64_t rows, int64_t cols, const float *x, float *y, void *stream)
 {
-    const struct qs_backend_ops *ops;
+    const qs_backend_ops *ops;
     struct qs_layout l;
+    qs_backend_layout bl;
     qs_status st;
 
     if (!ctx)
@@ -145,8 +152,9 @@ QS_API qs_status qs_cuda_gemv(qs_ctx *ctx, const qs_quant_params *params, const 
         return st;
     if (!(ops = cuda_ops(ctx, "gemv")))
         return QS_ERR_BACKEND;
+    qs_backend_layout_fill(&l, params, &bl);
     ctx->last_error[0] = '\0';
-    if ((st = ops->gemv_dev(ctx, &l, params, w, x, y, stream)) != QS_OK)
+    if ((st = ops->gemv_dev(qs_backend_handle(ctx), &bl, params, w, x, y, stream)) != QS_OK)
         return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: gemv failed");
     return qs_ok(ctx);
 }
@@ -154,7 +162,7 @@ QS_API qs_status qs_cuda_gemv(qs_ctx *ctx, const qs_quant_params *params, const 
 /* ---- 2:4 ------------------------------------------------------------------------------------- */
 
 /* Shape, sizes and capacities of a 2:4 call; the pointers' alignment. */
-static qs_status sp24_check(qs_ctx *ctx, const struct qs_sp24_dev *a, int64_t values_bytes,
+static qs_status sp24_check(qs_ctx *ctx, const qs_backend_sp24 *a, int64_t values_bytes,
                             int64_t meta_count, int64_t dense_bytes, int64_t mask_bytes)
 {
     int64_t vb, mc;
@@ -175,7 +183,7 @@ static qs_status sp24_check(qs_ctx *ctx, const struct qs_sp24_dev *a, int64_t va
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "mask holds %lld bytes, %lld needed",
                        (long long)mask_bytes, (long long)(a->rows * a->cols));
     if (a->rows * a->cols > 0) {
-        int dec = a->op == QS_SP24_DEV_DECOMPRESS;
+        int dec = a->op == QS_BACKEND_SP24_DECOMPRESS;
         const void *need[3] = {dec ? (const void *)a->values_in : (const void *)a->w,
                                dec ? (const void *)a->meta_in : (const void *)a->meta,
                                dec ? (const void *)a->dst : (const void *)a->values};
@@ -190,11 +198,11 @@ static qs_status sp24_check(qs_ctx *ctx, const struct qs_sp24_dev *a, int64_t va
     return QS_OK;
 }
 
-static qs_status sp24_call(qs_ctx *ctx, const struct qs_sp24_dev *a, int64_t values_bytes,
+static qs_status sp24_call(qs_ctx *ctx, const qs_backend_sp24 *a, int64_t values_bytes,
                            int64_t meta_count, int64_t dense_bytes, int64_t mask_bytes,
                            void *stream)
 {
-    const struct qs_backend_ops *ops;
+    const qs_backend_ops *ops;
     qs_status st;
 
     if ((st = sp24_check(ctx, a, values_bytes, meta_count, dense_bytes, mask_bytes)) != QS_OK)
@@ -202,7 +210,7 @@ static qs_status sp24_call(qs_ctx *ctx, const struct qs_sp24_dev *a, int64_t val
     if (!(ops = cuda_ops(ctx, "2:4")))
         return QS_ERR_BACKEND;
     ctx->last_error[0] = '\0';
-    if ((st = ops->sp24_dev(ctx, a, stream)) != QS_OK)
+    if ((st = ops->sp24_dev(qs_backend_handle(ctx), a, stream)) != QS_OK)
         return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: 2:4 failed");
     return qs_ok(ctx);
 }
@@ -213,8 +221,9 @@ QS_API qs_status qs_cuda_sp24_prune_compress(qs_ctx *ctx, const float *w, int64_
                                              int64_t meta_count, uint8_t *mask,
                                              int64_t mask_bytes, void *stream)
 {
-    struct qs_sp24_dev a = {QS_SP24_DEV_PRUNE, rows, cols, w, norms, NULL, values, meta, mask,
-                            NULL, NULL, NULL};
+    qs_backend_sp24 a = {.op = QS_BACKEND_SP24_PRUNE, .dtype = QS_DTYPE_F32, .rows = rows,
+                         .cols = cols, .w = w, .norms = norms, .values = values, .meta = meta,
+                         .mask_out = mask};
 
     if (!ctx)
         return QS_ERR_INVALID_ARG;
@@ -225,8 +234,8 @@ QS_API qs_status qs_cuda_sp24_compress(qs_ctx *ctx, const float *w, int64_t rows
                                        const uint8_t *mask, float *values, int64_t values_bytes,
                                        uint16_t *meta, int64_t meta_count, void *stream)
 {
-    struct qs_sp24_dev a = {QS_SP24_DEV_COMPRESS, rows, cols, w, NULL, mask, values, meta, NULL,
-                            NULL, NULL, NULL};
+    qs_backend_sp24 a = {.op = QS_BACKEND_SP24_COMPRESS, .dtype = QS_DTYPE_F32, .rows = rows,
+                         .cols = cols, .w = w, .mask_in = mask, .values = values, .meta = meta};
 
     if (!ctx)
         return QS_ERR_INVALID_ARG;
@@ -237,8 +246,8 @@ QS_API qs_status qs_cuda_sp24_decompress(qs_ctx *ctx, const float *values, const
                                          int64_t meta_count, int64_t rows, int64_t cols,
                                          float *dst, int64_t dst_bytes, void *stream)
 {
-    struct qs_sp24_dev a = {QS_SP24_DEV_DECOMPRESS, rows, cols, NULL, NULL, NULL, NULL, NULL,
-                            NULL, values, meta, dst};
+    qs_backend_sp24 a = {.op = QS_BACKEND_SP24_DECOMPRESS, .dtype = QS_DTYPE_F32, .rows = rows,
+                         .cols = cols, .values_in = values, .meta_in = meta, .dst = dst};
 
     if (!ctx)
         return QS_ERR_INVALID_ARG;

@@ -97,7 +97,7 @@ static const struct qs_format_traits traits[] = {
     [QS_FORMAT_NF4] = {
         .name = "nf4", .bits = 4, .block_default = 64, .block_min = 2, .block_max = QS_TILE,
         .blocks = QS_BLOCKS_FLAT, .options = QS_OPT_BLOCK_SIZE | QS_OPT_DOUBLE_QUANT,
-        .units = QS_UNITS_FLAT_BLOCKS, .driver = QS_DRIVER_BNB4,
+        .units = QS_UNITS_FLAT_BLOCKS, .driver = QS_DRIVER_BNB4, .element = QS_ELEMENT_NF4,
         .plane = {{RULE(ELEMENTS, ALWAYS, U8, 4)},
                   {RULE(UNITS, SINGLE_QUANT, F32, 32), RULE(UNITS, DOUBLE_QUANT, U8, 8)},
                   NONE,
@@ -110,7 +110,7 @@ static const struct qs_format_traits traits[] = {
     [QS_FORMAT_FP4] = {
         .name = "fp4", .bits = 4, .block_default = 64, .block_min = 2, .block_max = QS_TILE,
         .blocks = QS_BLOCKS_FLAT, .options = QS_OPT_BLOCK_SIZE | QS_OPT_DOUBLE_QUANT,
-        .units = QS_UNITS_FLAT_BLOCKS, .driver = QS_DRIVER_BNB4,
+        .units = QS_UNITS_FLAT_BLOCKS, .driver = QS_DRIVER_BNB4, .element = QS_ELEMENT_FP4,
         .plane = {{RULE(ELEMENTS, ALWAYS, U8, 4)},
                   {RULE(UNITS, SINGLE_QUANT, F32, 32), RULE(UNITS, DOUBLE_QUANT, U8, 8)},
                   NONE,
@@ -124,7 +124,7 @@ static const struct qs_format_traits traits[] = {
         .name = "int8", .bits = 8, .block_min = 1, .block_max = INT32_MAX,
         .blocks = QS_BLOCKS_ROWS,
         .options = QS_OPT_BLOCK_SIZE | QS_OPT_GRANULARITY | QS_OPT_SYMMETRIC,
-        .units = QS_UNITS_GRANULARITY, .driver = QS_DRIVER_INT8,
+        .units = QS_UNITS_GRANULARITY, .driver = QS_DRIVER_INT8, .element = QS_ELEMENT_INT8,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, I8, 8)},
                   {RULE(UNITS, ALWAYS, F32, 32)},
                   {RULE(UNITS, ASYMMETRIC, I8, 8)},
@@ -135,7 +135,7 @@ static const struct qs_format_traits traits[] = {
     },
     [QS_FORMAT_LLM_INT8] = {
         .name = "llm_int8", .bits = 8, .blocks = QS_BLOCKS_NONE, .units = QS_UNITS_ROWS,
-        .driver = QS_DRIVER_INT8, .flags = QS_TRAIT_ROWSTAT,
+        .driver = QS_DRIVER_INT8, .element = QS_ELEMENT_INT8, .flags = QS_TRAIT_ROWSTAT,
         .plane = CODES_F32_SCALE(I8),
         .check = check_none, .quant_slot = QS_SLOT_int8_quant,
         .dequant_slot = QS_SLOT_int8_dequant_rowstat,
@@ -144,7 +144,7 @@ static const struct qs_format_traits traits[] = {
     },
     [QS_FORMAT_FP8_E4M3] = {
         .name = "fp8_e4m3", .bits = 8, .blocks = QS_BLOCKS_NONE, .options = QS_OPT_SCALE,
-        .units = QS_UNITS_TENSOR, .driver = QS_DRIVER_FP8, .elem_max = 448.0f,
+        .units = QS_UNITS_TENSOR, .driver = QS_DRIVER_FP8, .element = QS_ELEMENT_E4M3, .elem_max = 448.0f,
         .plane = CODES_F32_SCALE(U8),
         .check = check_scale, .quant_slot = QS_SLOT_e4m3_quant,
         .dequant_slot = QS_SLOT_e4m3_dequant,
@@ -152,7 +152,7 @@ static const struct qs_format_traits traits[] = {
     },
     [QS_FORMAT_FP8_E5M2] = {
         .name = "fp8_e5m2", .bits = 8, .blocks = QS_BLOCKS_NONE, .options = QS_OPT_SCALE,
-        .units = QS_UNITS_TENSOR, .driver = QS_DRIVER_FP8, .elem_max = 57344.0f,
+        .units = QS_UNITS_TENSOR, .driver = QS_DRIVER_FP8, .element = QS_ELEMENT_E5M2, .elem_max = 57344.0f,
         .plane = CODES_F32_SCALE(U8),
         .check = check_scale, .quant_slot = QS_SLOT_e5m2_quant,
         .dequant_slot = QS_SLOT_e5m2_dequant,
@@ -161,7 +161,7 @@ static const struct qs_format_traits traits[] = {
     [QS_FORMAT_MXFP4] = {
         .name = "mxfp4", .bits = 4, .block_default = 32, .block_min = 32, .block_max = 32,
         .blocks = QS_BLOCKS_ROWS, .options = QS_OPT_BLOCK_SIZE | QS_OPT_SCALE_ROUNDING,
-        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_MX, .elem_max = 6.0f,
+        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_MX, .element = QS_ELEMENT_E2M1, .elem_max = 6.0f,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 4)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_mx, .quant_slot = QS_SLOT_mxfp4_quant, .dequant_slot = QS_SLOT_mxfp4_dequant,
         .mm = {QS_SLOT_mm_gemv_mxfp4, -1, -1, QS_A8_NONE, QS_SLOT_mm_mxfp4abf16},
@@ -169,7 +169,7 @@ static const struct qs_format_traits traits[] = {
     [QS_FORMAT_MXFP8] = {
         .name = "mxfp8", .bits = 8, .block_default = 32, .block_min = 32, .block_max = 32,
         .blocks = QS_BLOCKS_ROWS, .options = QS_OPT_BLOCK_SIZE | QS_OPT_SCALE_ROUNDING,
-        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_MX, .elem_max = 448.0f,
+        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_MX, .element = QS_ELEMENT_E4M3, .elem_max = 448.0f,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 8)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_mx, .quant_slot = QS_SLOT_mxfp8_quant, .dequant_slot = QS_SLOT_mxfp8_dequant,
         .mm = {QS_SLOT_mm_gemv_mxfp8, -1, -1, QS_A8_NONE, QS_SLOT_mm_mxfp8abf16},
@@ -177,7 +177,7 @@ static const struct qs_format_traits traits[] = {
     [QS_FORMAT_NVFP4] = {
         .name = "nvfp4", .bits = 4, .block_default = 16, .block_min = 16, .block_max = 16,
         .blocks = QS_BLOCKS_ROWS, .options = QS_OPT_BLOCK_SIZE | QS_OPT_SCALE,
-        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_NV, .flags = QS_TRAIT_GLOBAL_SCALE,
+        .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_NV, .element = QS_ELEMENT_E2M1, .flags = QS_TRAIT_GLOBAL_SCALE,
         .elem_max = 6.0f,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 4)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_nvfp4, .quant_slot = QS_SLOT_nvfp4_quant,

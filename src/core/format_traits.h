@@ -74,6 +74,17 @@ struct qs_mm_traits {
                                path on x^ (x rounded to bf16 and widened) */
 };
 
+/* The element rule of a format's codes (qs_format_traits.element; the plugin ABI's
+ * QS_BACKEND_ELEM_* have the same values). */
+enum qs_element {
+    QS_ELEMENT_NF4 = 0,
+    QS_ELEMENT_FP4,
+    QS_ELEMENT_INT8,
+    QS_ELEMENT_E4M3,
+    QS_ELEMENT_E5M2,
+    QS_ELEMENT_E2M1,
+};
+
 /* qs_format_traits.flags */
 #define QS_TRAIT_ROWSTAT 1u /* INT8 driver: the scale plane stores the row absmax (LLM.int8 SCB) */
 #define QS_TRAIT_GLOBAL_SCALE 2u /* an f32 tensor scale in qs_qtensor.global_scale (NVFP4) */
@@ -87,6 +98,7 @@ struct qs_format_traits {
     uint32_t options;      /* QS_OPT_* fields of qs_quant_params this format reads */
     int32_t units;         /* enum qs_unit_rule */
     int32_t driver;        /* enum qs_driver */
+    int32_t element;       /* enum qs_element: the rule of one code */
     uint32_t flags;        /* QS_TRAIT_* */
     float elem_max;        /* largest finite element magnitude (FP8: the scale's divisor) */
     /* Up to two rules per plane, the first whose `when` holds applies. */

@@ -20,12 +20,23 @@ QS_API const char *qs_format_name(int32_t format)
     return t ? t->name : NULL;
 }
 
+/* ASCII case-insensitive equality, locale-free: "NF4", "Fp8_E4M3" name their formats too. */
+static int same_name(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        char x = *a >= 'A' && *a <= 'Z' ? (char)(*a - 'A' + 'a') : *a;
+        if (x != *b)
+            return 0;
+    }
+    return *a == *b;
+}
+
 QS_API int32_t qs_format_from_name(const char *name)
 {
     if (!name)
         return -1;
     for (int32_t f = 1; f <= qs_format_traits_count(); f++)
-        if (strcmp(name, qs_format_traits(f)->name) == 0)
+        if (same_name(name, qs_format_traits(f)->name))
             return f;
     return -1;
 }

@@ -5,13 +5,19 @@
  * Reductions (absmax, min/max, the non-finite scan) are order-independent, so any grid gives
  * the CPU's bits; the two sequential steps, the double-quantization mean (§6.1) and a GEMV row's
  * sum over its segments, run as the reference runs them (on the host, and in one thread per row).
+ * What a format is comes from the call's plain layout (family, unit rule, flags, elem_max), never
+ * from a switch on the format code beyond the element kind.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../core/format_traits.h"
 #include "cuda_pipeline.h"
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return a / b + (a % b != 0);
+}
 
 /* Scratch buffers of one call, released together. */
 #define MAX_SCRATCH 6
@@ -74,7 +80,7 @@ static qs_status reduce(struct run *r, const float *src, int64_t units, int64_t 
 {
     struct qs_cu_red a;
 
-    *chunks = unit_len > 0 ? qs_ceil_div(unit_len, QS_CU_CHUNK) : 1;
+    *chunks = unit_len > 0 ? ceil_div(unit_len, QS_CU_CHUNK) : 1;
     *partial = scratch(r, (size_t)(units * *chunks) * sizeof(struct qs_cu_pair));
     NEED(r, *partial);
     a.src = src;
@@ -88,7 +94,7 @@ static qs_status reduce(struct run *r, const float *src, int64_t units, int64_t 
 
 /* ---- quantize ------------------------------------------------------------------------------- */
 
-static qs_status quant_bnb4(struct run *r, const struct qs_layout *l, const qs_quant_params *p,
+static qs_status quant_bnb4(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
                             const float *src, qs_qtensor *q)
 {
     struct qs_cu_bnb4_quant a;
@@ -97,7 +103,7 @@ static qs_status quant_bnb4(struct run *r, const struct qs_layout *l, const qs_q
     a.src = src;
     a.n = l->n;
     a.block = l->block;
-    a.fp4 = l->format == QS_FORMAT_FP4;
+    a.fp4 = l->element == QS_BACKEND_ELEM_FP4;
     a.data = q->data;
     a.absmax = q->scale;
     if (p->double_quant) {
@@ -126,31 +132,31 @@ static qs_status quant_bnb4(struct run *r, const struct qs_layout *l, const qs_q
         d.codes = q->scale;
         d.nested = q->nested_scale;
         LAUNCH(r, QS_CU_K_DQ_CENTER, &d, nb);
-        LAUNCH(r, QS_CU_K_DQ_BLOCK, &d, qs_ceil_div(nb, 256));
+        LAUNCH(r, QS_CU_K_DQ_BLOCK, &d, ceil_div(nb, 256));
         q->nested_offset = d.offset;
     }
     return QS_OK;
 }
 
-static qs_status quant_int8(struct run *r, const struct qs_layout *l, const qs_quant_params *p,
+static qs_status quant_int8(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
                             const float *src, qs_qtensor *q)
 {
-    const struct qs_format_traits *t = l->traits;
-    int symmetric = (t->options & QS_OPT_SYMMETRIC) ? p->symmetric : 1;
+    int symmetric = !(l->flags & QS_BACKEND_LAYOUT_ZERO_POINT);
     int64_t units = 1, unit_len = l->n, chunks;
     struct qs_cu_pair *partial;
     struct qs_cu_int8_params pa;
     struct qs_cu_int8_quant qa;
     qs_status st;
 
-    if (l->unit_rule == QS_UNITS_ROWS) {
+    (void)p;
+    if (l->unit_rule == QS_BACKEND_UNITS_ROWS) {
         units = l->rows;
         unit_len = l->cols;
-    } else if (l->unit_rule == QS_UNITS_ROW_BLOCKS) {
+    } else if (l->unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS) {
         units = l->units;
         unit_len = l->block;
     }
-    pa.rule = (t->flags & QS_TRAIT_ROWSTAT) ? QS_CU_INT8_ROWSTAT
+    pa.rule = (l->flags & QS_BACKEND_LAYOUT_ROWSTAT) ? QS_CU_INT8_ROWSTAT
               : symmetric                   ? QS_CU_INT8_SYM
                                             : QS_CU_INT8_ASYM;
     st = reduce(r, src, units, unit_len,
@@ -177,7 +183,7 @@ static qs_status quant_int8(struct run *r, const struct qs_layout *l, const qs_q
 }
 
 /* The per-tensor scale (FP8 or NVFP4) into *out (device); a given scale > 0 wins. */
-static qs_status tensor_scale(struct run *r, const struct qs_layout *l, const float *src,
+static qs_status tensor_scale(struct run *r, const qs_backend_layout *l, const float *src,
                               float given, int nvfp4, float *out)
 {
     struct qs_cu_tensor_scale a;
@@ -190,14 +196,14 @@ static qs_status tensor_scale(struct run *r, const struct qs_layout *l, const fl
     a.partial = partial;
     a.chunks = chunks;
     a.given = given;
-    a.elem_max = l->traits->elem_max;
+    a.elem_max = l->elem_max;
     a.nvfp4 = nvfp4;
     a.out = out;
     LAUNCH(r, QS_CU_K_TENSOR_SCALE, &a, 1);
     return QS_OK;
 }
 
-static qs_status quant_fp8(struct run *r, const struct qs_layout *l, const qs_quant_params *p,
+static qs_status quant_fp8(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
                            const float *src, qs_qtensor *q)
 {
     struct qs_cu_fp8 a;
@@ -208,28 +214,28 @@ static qs_status quant_fp8(struct run *r, const struct qs_layout *l, const qs_qu
     memset(&a, 0, sizeof a);
     a.src = src;
     a.scale = q->scale;
-    a.e5m2 = l->format == QS_FORMAT_FP8_E5M2;
+    a.e5m2 = l->element == QS_BACKEND_ELEM_E5M2;
     a.dst_codes = q->data;
     LAUNCH(r, QS_CU_K_FP8_QUANT, &a, l->n);
     return QS_OK;
 }
 
-static void rows_init(struct qs_cu_rows *a, const struct run *r, const struct qs_layout *l,
+static void rows_init(struct qs_cu_rows *a, const struct run *r, const qs_backend_layout *l,
                       const qs_quant_params *p)
 {
     memset(a, 0, sizeof *a);
-    a->kind = l->format == QS_FORMAT_MXFP4   ? QS_CU_ROW_MXFP4
-              : l->format == QS_FORMAT_MXFP8 ? QS_CU_ROW_MXFP8
-                                             : QS_CU_ROW_NVFP4;
+    a->kind = l->family == QS_BACKEND_FAMILY_NV      ? QS_CU_ROW_NVFP4
+              : l->element == QS_BACKEND_ELEM_E2M1 ? QS_CU_ROW_MXFP4
+                                                   : QS_CU_ROW_MXFP8;
     a->block = l->block;
     a->rounding = p->scale_rounding;
     a->cols = l->cols;
     a->row_bytes = l->plane[QS_PLANE_DATA].shape[1];
-    a->spr = qs_ceil_div(l->cols, l->block);
+    a->spr = ceil_div(l->cols, l->block);
     a->e2m1 = r->x->tables.e2m1;
 }
 
-static qs_status quant_rows(struct run *r, const struct qs_layout *l, const qs_quant_params *p,
+static qs_status quant_rows(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
                             const float *src, qs_qtensor *q)
 {
     struct qs_cu_rows a;
@@ -253,7 +259,7 @@ static qs_status quant_rows(struct run *r, const struct qs_layout *l, const qs_q
     return QS_OK;
 }
 
-qs_status qs_cu_quantize(const struct qs_cu_exec *x, const struct qs_layout *l,
+qs_status qs_cu_quantize(const struct qs_cu_exec *x, const qs_backend_layout *l,
                          const qs_quant_params *p, const void *src, int32_t dtype, qs_qtensor *q,
                          int32_t reject, char *err, size_t err_len)
 {
@@ -299,10 +305,10 @@ qs_status qs_cu_quantize(const struct qs_cu_exec *x, const struct qs_layout *l,
             goto done;
         }
     }
-    switch (l->traits->driver) {
-    case QS_DRIVER_BNB4: st = quant_bnb4(&r, l, p, f, &out); break;
-    case QS_DRIVER_INT8: st = quant_int8(&r, l, p, f, &out); break;
-    case QS_DRIVER_FP8: st = quant_fp8(&r, l, p, f, &out); break;
+    switch (l->family) {
+    case QS_BACKEND_FAMILY_BNB4: st = quant_bnb4(&r, l, p, f, &out); break;
+    case QS_BACKEND_FAMILY_INT8: st = quant_int8(&r, l, p, f, &out); break;
+    case QS_BACKEND_FAMILY_FP8: st = quant_fp8(&r, l, p, f, &out); break;
     default: st = quant_rows(&r, l, p, f, &out); break;
     }
     if (st == QS_OK) {
@@ -316,14 +322,14 @@ done:
 
 /* ---- dequantize ----------------------------------------------------------------------------- */
 
-static qs_status dequant_bnb4(struct run *r, const struct qs_layout *l, const qs_quant_params *p,
+static qs_status dequant_bnb4(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
                               const qs_qtensor *q, float *dst)
 {
     struct qs_cu_bnb4_dequant a;
 
     a.data = q->data;
     a.absmax = q->scale;
-    a.book = l->format == QS_FORMAT_FP4 ? r->x->tables.fp4 : r->x->tables.nf4;
+    a.book = l->element == QS_BACKEND_ELEM_FP4 ? r->x->tables.fp4 : r->x->tables.nf4;
     a.block = l->block;
     a.dst = dst;
     if (p->double_quant) {
@@ -342,37 +348,36 @@ static qs_status dequant_bnb4(struct run *r, const struct qs_layout *l, const qs
     return QS_OK;
 }
 
-static qs_status dequant_units(struct run *r, const struct qs_layout *l, const qs_quant_params *p,
+static qs_status dequant_units(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
                                const qs_qtensor *q, float *dst)
 {
-    const struct qs_format_traits *t = l->traits;
-
-    if (t->driver == QS_DRIVER_FP8) {
+    (void)p;
+    if (l->family == QS_BACKEND_FAMILY_FP8) {
         struct qs_cu_fp8 a;
         memset(&a, 0, sizeof a);
         a.codes = q->data;
         a.scale = q->scale;
-        a.e5m2 = l->format == QS_FORMAT_FP8_E5M2;
+        a.e5m2 = l->element == QS_BACKEND_ELEM_E5M2;
         a.dst = dst;
         LAUNCH(r, QS_CU_K_FP8_DEQUANT, &a, l->n);
     } else {
         struct qs_cu_int8_dequant a;
         a.src = q->data;
-        a.unit_len = l->unit_rule == QS_UNITS_ROWS         ? l->cols
-                     : l->unit_rule == QS_UNITS_ROW_BLOCKS ? l->block
-                                                           : l->n;
+        a.unit_len = l->unit_rule == QS_BACKEND_UNITS_ROWS         ? l->cols
+                     : l->unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? l->block
+                                                                   : l->n;
         if (a.unit_len <= 0)
             a.unit_len = 1;
         a.scale = q->scale;
-        a.zero_point = (t->options & QS_OPT_SYMMETRIC) && !p->symmetric ? q->zero_point : NULL;
-        a.rowstat = (t->flags & QS_TRAIT_ROWSTAT) != 0;
+        a.zero_point = (l->flags & QS_BACKEND_LAYOUT_ZERO_POINT) ? q->zero_point : NULL;
+        a.rowstat = (l->flags & QS_BACKEND_LAYOUT_ROWSTAT) != 0;
         a.dst = dst;
         LAUNCH(r, QS_CU_K_INT8_DEQUANT, &a, l->n);
     }
     return QS_OK;
 }
 
-qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const struct qs_layout *l,
+qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const qs_backend_layout *l,
                            const qs_quant_params *p, const qs_qtensor *q, void *dst, int32_t dtype,
                            char *err, size_t err_len)
 {
@@ -391,10 +396,10 @@ qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const struct qs_layout *l
             goto done;
         }
     }
-    switch (l->traits->driver) {
-    case QS_DRIVER_BNB4: st = dequant_bnb4(&r, l, p, q, f); break;
-    case QS_DRIVER_INT8:
-    case QS_DRIVER_FP8: st = dequant_units(&r, l, p, q, f); break;
+    switch (l->family) {
+    case QS_BACKEND_FAMILY_BNB4: st = dequant_bnb4(&r, l, p, q, f); break;
+    case QS_BACKEND_FAMILY_INT8:
+    case QS_BACKEND_FAMILY_FP8: st = dequant_units(&r, l, p, q, f); break;
     default: {
         struct qs_cu_rows a;
         rows_init(&a, &r, l, p);
@@ -464,7 +469,7 @@ done:
 
 /* ---- GEMV ----------------------------------------------------------------------------------- */
 
-qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,
+qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const qs_backend_layout *l,
                          const qs_quant_params *p, const qs_qtensor *q, const float *xv, float *y,
                          char *err, size_t err_len)
 {
@@ -479,7 +484,7 @@ qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,
     g.x = xv;
     g.w = q->data;
     g.y = y;
-    if (l->format == QS_FORMAT_NF4) {
+    if (l->element == QS_BACKEND_ELEM_NF4) {
         g.kind = QS_CU_GEMV_NF4;
         g.book = x->tables.nf4;
         g.block = l->block;
@@ -505,9 +510,9 @@ qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,
     } else {
         g.kind = QS_CU_GEMV_INT8;
         g.scale = q->scale;
-        g.gran = l->unit_rule == QS_UNITS_ROWS         ? QS_GRAN_ROW
-                 : l->unit_rule == QS_UNITS_ROW_BLOCKS ? QS_GRAN_GROUP
-                                                       : QS_GRAN_TENSOR;
+        g.gran = l->unit_rule == QS_BACKEND_UNITS_ROWS         ? QS_GRAN_ROW
+                 : l->unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? QS_GRAN_GROUP
+                                                               : QS_GRAN_TENSOR;
         g.group = g.gran == QS_GRAN_GROUP ? l->block : (l->cols > 0 ? l->cols : 1);
         g.zero_point = p->symmetric ? NULL : q->zero_point;
     }

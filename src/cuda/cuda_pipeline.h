@@ -4,7 +4,9 @@
  * which order with which arguments, what scratch memory they need, and what comes back to the
  * host. The plugin's executor (cuda_plugin.cu) launches CUDA kernels on a stream; the test
  * executor (tests/test_cuda_items.c) runs the same items on the host over an emulated grid, so
- * the drivers, the index arithmetic and the item code are all checked without a GPU.
+ * the drivers, the index arithmetic and the item code are all checked without a GPU. Like the
+ * rest of the plugin they see the library only through the plugin ABI (qsparse/plugin.h): the
+ * layout of a call is its plain qs_backend_layout.
  */
 #ifndef QS_CUDA_PIPELINE_H
 #define QS_CUDA_PIPELINE_H
@@ -12,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/backend.h"
+#include "qsparse/plugin.h"
 #include "cuda_items.h"
 
 /* The kernels an executor launches; `args` points to the item struct named in the comment. */
@@ -66,21 +68,21 @@ struct qs_cu_exec {
 /* Quantize / dequantize with every pointer (src, dst, the planes of q) in the executor's memory.
  * Arguments were checked by the core. reject: the context's QS_NONFINITE_REJECT. On failure the
  * message is in err. */
-QS_INTERNAL qs_status qs_cu_quantize(const struct qs_cu_exec *x, const struct qs_layout *l,
-                                     const qs_quant_params *p, const void *src, int32_t dtype,
-                                     qs_qtensor *q, int32_t reject, char *err, size_t err_len);
-QS_INTERNAL qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const struct qs_layout *l,
-                                       const qs_quant_params *p, const qs_qtensor *q, void *dst,
-                                       int32_t dtype, char *err, size_t err_len);
+qs_status qs_cu_quantize(const struct qs_cu_exec *x, const qs_backend_layout *l,
+                         const qs_quant_params *p, const void *src, int32_t dtype, qs_qtensor *q,
+                         int32_t reject, char *err, size_t err_len);
+qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const qs_backend_layout *l,
+                           const qs_quant_params *p, const qs_qtensor *q, void *dst, int32_t dtype,
+                           char *err, size_t err_len);
 /* y (rows f32) = W x (cols f32) for an NF4 or INT8 weight in the planes of q. */
-QS_INTERNAL qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const struct qs_layout *l,
-                                     const qs_quant_params *p, const qs_qtensor *q, const float *xv,
-                                     float *y, char *err, size_t err_len);
+qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const qs_backend_layout *l,
+                         const qs_quant_params *p, const qs_qtensor *q, const float *xv, float *y,
+                         char *err, size_t err_len);
 
 /* 2:4 on f32 device arrays (rows x cols, cols % 4 == 0): op QS_CU_SP24_PRUNE or _COMPRESS fill
  * a->values, a->meta (and a->mask_out); op -1 decompresses a->cvalues / a->cmeta into a->dst.
  * Compress and decompress validate first (QS_ERR_BAD_DATA, nothing written). */
-QS_INTERNAL qs_status qs_cu_sp24_run(const struct qs_cu_exec *x, const struct qs_cu_sp24 *a,
-                                     int64_t rows, char *err, size_t err_len);
+qs_status qs_cu_sp24_run(const struct qs_cu_exec *x, const struct qs_cu_sp24 *a, int64_t rows,
+                         char *err, size_t err_len);
 
 #endif /* QS_CUDA_PIPELINE_H */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //
-// libqsparse-cuda.so: the CUDA backend plugin (src/core/backend.h). It exports one symbol,
-// qs_backend_plugin_init. Its kernels are grid-stride loops over the items of cuda_items.h (the
+// libqsparse-cuda.so: the CUDA backend plugin (include/qsparse/plugin.h, the only header of the
+// library it includes besides the public ones). It exports one symbol, qs_backend_plugin_init. Its kernels are grid-stride loops over the items of cuda_items.h (the
 // reference's own element and block rules, element_hd.h), plus a block reduction and a GEMV
 // whose shared-memory and shuffle steps follow the orders that tests/test_cuda_items.c emulates
 // on the host. The drivers are cuda_pipeline.c's; this file is their executor: launches on the
@@ -17,7 +17,6 @@
 
 extern "C" {
 #include "cuda_pipeline.h"
-#include "../core/format_traits.h"
 extern const float qs_nf4_codebook[16];
 extern const float qs_fp4_codebook[16];
 extern const float qs_dyn8_map[256];
@@ -26,16 +25,22 @@ extern const float qs_e2m1_values[16];
 
 #define THREADS 256
 
-// The context's message (backend.h: a plugin may write ctx->last_error). The plugin calls no
-// function of libqsparse: it may be loaded RTLD_LOCAL under a library loaded RTLD_LOCAL too.
-__attribute__((format(printf, 3, 4))) static qs_status plugin_fail(qs_ctx *ctx, qs_status st,
-                                                               const char *fmt, ...)
+// The library's services (plugin.h), from init. The plugin calls no function of libqsparse by
+// name: it may be loaded RTLD_LOCAL under a library loaded RTLD_LOCAL too.
+static const qs_backend_host *host_api;
+
+// The context's message, through the host.
+__attribute__((format(printf, 3, 4))) static qs_status plugin_fail(qs_backend_ctx *ctx,
+                                                                   qs_status st, const char *fmt,
+                                                                   ...)
 {
+    char msg[256];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    host_api->set_error(ctx, msg);
     return st;
 }
 
@@ -255,7 +260,7 @@ static cudaError_t tables_for(int dev, float **out)
 }
 
 // Fill an executor for the current device and `stream`; a status and message on failure.
-static qs_status exec_init(qs_ctx *ctx, exec_state *s, qs_cu_exec *x, void *stream)
+static qs_status exec_init(qs_backend_ctx *ctx, exec_state *s, qs_cu_exec *x, void *stream)
 {
     int dev = 0;
     float *t = NULL;
@@ -283,7 +288,7 @@ static qs_status exec_init(qs_ctx *ctx, exec_state *s, qs_cu_exec *x, void *stre
 }
 
 // The executor's CUDA error, if any, replaces the driver's generic message.
-static qs_status finish(qs_ctx *ctx, const exec_state *s, qs_status st, const char *err)
+static qs_status finish(qs_backend_ctx *ctx, const exec_state *s, qs_status st, const char *err)
 {
     if (st == QS_OK)
         return QS_OK;
@@ -327,7 +332,7 @@ static int32_t cuda_available(char *why, size_t why_len)
     return 1;
 }
 
-static qs_status quantize_dev(qs_ctx *ctx, const qs_layout *l, const qs_quant_params *p,
+static qs_status quantize_dev(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
                               const void *src, int32_t src_dtype, qs_qtensor *q, void *stream)
 {
     exec_state s;
@@ -337,12 +342,12 @@ static qs_status quantize_dev(qs_ctx *ctx, const qs_layout *l, const qs_quant_pa
 
     if (st != QS_OK)
         return st;
-    st = qs_cu_quantize(&x, l, p, src, src_dtype, q, ctx->nonfinite == QS_NONFINITE_REJECT, err,
-                        sizeof err);
+    st = qs_cu_quantize(&x, l, p, src, src_dtype, q,
+                        host_api->nonfinite(ctx) == QS_NONFINITE_REJECT, err, sizeof err);
     return finish(ctx, &s, st, err);
 }
 
-static qs_status dequantize_dev(qs_ctx *ctx, const qs_layout *l, const qs_quant_params *p,
+static qs_status dequantize_dev(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
                                 const qs_qtensor *q, void *dst, int32_t dst_dtype, void *stream)
 {
     exec_state s;
@@ -356,7 +361,7 @@ static qs_status dequantize_dev(qs_ctx *ctx, const qs_layout *l, const qs_quant_
     return finish(ctx, &s, st, err);
 }
 
-static qs_status gemv_dev(qs_ctx *ctx, const qs_layout *l, const qs_quant_params *p,
+static qs_status gemv_dev(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
                           const qs_qtensor *w, const float *xv, float *y, void *stream)
 {
     exec_state s;
@@ -370,7 +375,7 @@ static qs_status gemv_dev(qs_ctx *ctx, const qs_layout *l, const qs_quant_params
     return finish(ctx, &s, st, err);
 }
 
-static qs_status sp24_dev(qs_ctx *ctx, const qs_sp24_dev *d, void *stream)
+static qs_status sp24_dev(qs_backend_ctx *ctx, const qs_backend_sp24 *d, void *stream)
 {
     exec_state s;
     qs_cu_exec x;
@@ -381,19 +386,20 @@ static qs_status sp24_dev(qs_ctx *ctx, const qs_sp24_dev *d, void *stream)
     if (st != QS_OK)
         return st;
     memset(&a, 0, sizeof a);
-    a.op = d->op == QS_SP24_DEV_PRUNE ? QS_CU_SP24_PRUNE
-           : d->op == QS_SP24_DEV_COMPRESS ? QS_CU_SP24_COMPRESS : -1;
+    a.op = d->op == QS_BACKEND_SP24_PRUNE      ? QS_CU_SP24_PRUNE
+           : d->op == QS_BACKEND_SP24_COMPRESS ? QS_CU_SP24_COMPRESS
+                                               : -1;
     a.cols = d->cols;
     a.words = (d->cols + 15) / 16;
-    a.w = d->w;
+    a.w = (const float *)d->w; // device 2:4 is f32 (the core checks)
     a.norms = d->norms;
     a.mask_in = d->mask_in;
-    a.values = d->values;
+    a.values = (float *)d->values;
     a.meta = d->meta;
     a.mask_out = d->mask_out;
-    a.cvalues = d->values_in;
+    a.cvalues = (const float *)d->values_in;
     a.cmeta = d->meta_in;
-    a.dst = d->dst;
+    a.dst = (float *)d->dst;
     st = qs_cu_sp24_run(&x, &a, d->rows, err, sizeof err);
     return finish(ctx, &s, st, err);
 }
@@ -411,7 +417,7 @@ static void staged_free(staged *g)
             cudaFree(g->dev[i]);
 }
 
-static qs_status stage_planes(qs_ctx *ctx, const qs_layout *l, const qs_qtensor *q, staged *g,
+static qs_status stage_planes(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_qtensor *q, staged *g,
                               qs_qtensor *dq, int upload)
 {
     void *const host[QS_PLANE_COUNT] = {q->data, q->scale, q->zero_point, q->nested_scale};
@@ -420,11 +426,11 @@ static qs_status stage_planes(qs_ctx *ctx, const qs_layout *l, const qs_qtensor 
     for (int k = 0; k < QS_PLANE_COUNT; k++) {
         cudaError_t e;
         *dev[k] = NULL;
-        if (l->bytes[k] == 0)
+        if (l->plane[k].bytes == 0)
             continue;
-        e = cudaMalloc(&g->dev[k], (size_t)l->bytes[k]);
+        e = cudaMalloc(&g->dev[k], (size_t)l->plane[k].bytes);
         if (e == cudaSuccess && upload)
-            e = cudaMemcpy(g->dev[k], host[k], (size_t)l->bytes[k], cudaMemcpyHostToDevice);
+            e = cudaMemcpy(g->dev[k], host[k], (size_t)l->plane[k].bytes, cudaMemcpyHostToDevice);
         if (e != cudaSuccess)
             return plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: staging plane %d: %s", k,
                            cudaGetErrorString(e));
@@ -433,7 +439,7 @@ static qs_status stage_planes(qs_ctx *ctx, const qs_layout *l, const qs_qtensor 
     return QS_OK;
 }
 
-static qs_status quantize_host(qs_ctx *ctx, const qs_layout *l, const qs_quant_params *p,
+static qs_status quantize_host(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
                                const void *src, int32_t src_dtype, qs_qtensor *q)
 {
     staged g;
@@ -454,7 +460,7 @@ static qs_status quantize_host(qs_ctx *ctx, const qs_layout *l, const qs_quant_p
     // The caller's planes are written only after the device work succeeded.
     void *const host[QS_PLANE_COUNT] = {q->data, q->scale, q->zero_point, q->nested_scale};
     for (int k = 0; st == QS_OK && k < QS_PLANE_COUNT; k++)
-        if (l->bytes[k] && (e = cudaMemcpy(host[k], g.dev[k], (size_t)l->bytes[k],
+        if (l->plane[k].bytes && (e = cudaMemcpy(host[k], g.dev[k], (size_t)l->plane[k].bytes,
                                            cudaMemcpyDeviceToHost)) != cudaSuccess)
             st = plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: copying plane %d back: %s", k,
                          cudaGetErrorString(e));
@@ -466,7 +472,7 @@ static qs_status quantize_host(qs_ctx *ctx, const qs_layout *l, const qs_quant_p
     return st;
 }
 
-static qs_status dequantize_host(qs_ctx *ctx, const qs_layout *l, const qs_quant_params *p,
+static qs_status dequantize_host(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
                                  const qs_qtensor *q, void *dst, int32_t dst_dtype)
 {
     staged g;
@@ -490,13 +496,33 @@ static qs_status dequantize_host(qs_ctx *ctx, const qs_layout *l, const qs_quant
     return st;
 }
 
-static const qs_backend_ops cuda_ops = {
-    QS_BACKEND_ABI_VERSION, QS_BACKEND_CUDA, "cuda", cuda_available, quantize_host,
-    dequantize_host, quantize_dev, dequantize_dev, gemv_dev, sp24_dev,
-};
+// Host arrays: quantize and dequantize through device copies. Matmul, 2:4 and act_sumsq on host
+// arrays are not this backend's yet (NULL): a CUDA context refuses them by name.
+static qs_backend_ops make_ops()
+{
+    qs_backend_ops o;
+
+    memset(&o, 0, sizeof o);
+    o.abi_version = QS_BACKEND_ABI_VERSION;
+    o.name = "cuda";
+    o.available = cuda_available;
+    o.quantize = quantize_host;
+    o.dequantize = dequantize_host;
+    o.quantize_dev = quantize_dev;
+    o.dequantize_dev = dequantize_dev;
+    o.gemv_dev = gemv_dev;
+    o.sp24_dev = sp24_dev;
+    return o;
+}
 
 extern "C" __attribute__((visibility("default"))) const qs_backend_ops *
-qs_backend_plugin_init(int32_t host_abi_version)
+qs_backend_plugin_init(int32_t host_abi_version, const qs_backend_host *host)
 {
-    return host_abi_version == QS_BACKEND_ABI_VERSION ? &cuda_ops : NULL;
+    static const qs_backend_ops cuda_ops = make_ops();
+
+    if (host_abi_version != QS_BACKEND_ABI_VERSION || !host)
+        return NULL;
+    if (host_api != host) // the library's one static table: written once, before any call
+        host_api = host;
+    return &cuda_ops;
 }

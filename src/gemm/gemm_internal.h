@@ -50,7 +50,13 @@ struct qs_mm_job {
     int32_t bits;                     /* bits of one stored value (code or plain element) */
     int32_t scale_bytes;              /* bytes of one scale (4: f32, 1: E8M0 / E4M3 byte) */
     int64_t M, K, N;
+    int64_t work; /* bytes of work for the threading policy (core/parallel.h), saturating */
     qs_mm_weight w; /* the view (kernels.h); w.k = K or K / 2 (2:4) */
+    /* double-quantized absmax (NF4/FP4): the codes, their scales and offset, decoded to f32
+     * before the kernels run (dq_codes NULL: w.scale is f32 already) */
+    const uint8_t *dq_codes;
+    const float *dq_nested;
+    float dq_offset;
     struct qs_mm_plan plan;
     /* 2:4 GEMV with f32 activations: the meta check runs inside the tasks, on each task's rows
      * just before its kernel reads them (no pass of its own over the meta), y goes to scratch
@@ -102,6 +108,11 @@ QS_INTERNAL void qs_mm_parallel_dynamic(const struct qs_mm_job *j, int64_t count
  * double-quantized absmax into scratch and points j->w.scale there). 2:4 meta is checked here
  * unless j->meta_bad is set (the GEMV tasks check it then). */
 QS_INTERNAL qs_status qs_mm_weight_build(qs_ctx *ctx, const qs_weight *w, struct qs_mm_job *j);
+
+/* A packed weight (pack.c): its header checked against this context and an N x K call, and
+ * *plain (with *quant and *q) made to point at its planes, ready for qs_mm_weight_build. */
+QS_INTERNAL qs_status qs_mm_packed_weight(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K,
+                                          qs_weight *plain, qs_quant_params *quant, qs_qtensor *q);
 
 /* Whether every nibble of the N rows' meta words is valid (used ones one of the six codes,
  * unused ones 0); QS_ERR_BAD_DATA naming the first bad nibble otherwise. */
@@ -177,8 +188,9 @@ QS_INTERNAL void qs_mm_span_prefetch(const struct qs_mm_job *j, int64_t r, int64
 /* y = fl(acc + bias[n]) under the NaN rule: a computed NaN is the canonical quiet NaN. */
 QS_INTERNAL float qs_mm_finish(const struct qs_mm_job *j, float acc, int64_t n);
 
-/* fl(1/127), the LLM.int8 dequantize constant, and bitsandbytes' fl(1/(127*127)). */
+/* fl(1/127), the LLM.int8 dequantize constant, and fl(1/16129) = 6.200012e-05, bitsandbytes'
+ * MM_DEQUANT_CONST of its CUDA int8 matmul (its CPU backend's 6.200124e-05 is a typo). */
 #define QS_MM_INV127 0x1.020408p-7f
-#define QS_MM_INV127SQ 6.200124e-05f
+#define QS_MM_INV16129 0x1.040c2p-14f
 
 #endif /* QS_GEMM_INTERNAL_H */

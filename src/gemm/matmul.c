@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * qs_matmul: checks the parameters, shapes and activations, builds the weight view (weight.c: its
- * planes against an N x K weight of its format, 2:4 meta nibbles), plans the call (plan.c),
+ * qs_matmul: checks the parameters, shapes and activations and builds the weight view (weight.c:
+ * its planes against an N x K weight of its format), then calls the context's backend (backend.h).
+ * The CPU backend's run, qs_cpu_matmul, checks the 2:4 meta nibbles, plans the call (plan.c),
  * allocates every scratch buffer the plan needs, and only then converts x (to f32, to x^ or to
  * bf16: act_bf16.c), decodes double-quantized scales and runs the plan's path (f32 and bf16
  * activations) or the int8-activation part (act8.c). Nothing is written to y before all of that
@@ -18,6 +19,7 @@
 #include "../core/profile_internal.h"
 #include "../core/quant_common.h"
 #include "../ref/ref.h"
+#include "../core/backend.h"
 #include "gemm_internal.h"
 
 QS_API void qs_matmul_params_init(qs_matmul_params *params)
@@ -39,38 +41,51 @@ QS_API uint32_t qs_matmul_info(void)
 
 #define MM_RUNS_PER_THREAD 4 /* see mm_parallel */
 
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return qs_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* The matmul's own parallel regions take the library's threading policy (core/parallel.h): as
+ * many threads as the call's work (j->work) is worth, none while the machine is busy, and a
+ * report of each region afterwards. Which thread runs a task never changes a bit. */
 static void mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn, int dynamic)
 {
-    int32_t threads = qs_threads(j->ctx);
-    /* dynamic: runs of consecutive tasks, about MM_RUNS_PER_THREAD per thread. Handed out one at
-     * a time, the int8 GEMV's tasks (16 rows, a few microseconds each) ran about a third slower
-     * on 2 threads than under the static split (measured): a thread's rows no longer follow one
-     * another, so each task starts its memory streams afresh. */
-    int64_t chunk = count / ((int64_t)threads * MM_RUNS_PER_THREAD);
-    chunk = chunk < 1 ? 1 : chunk;
+    int32_t threads = count > 1 ? qs_parallel_threads(j->ctx, j->work) : 1;
 
-    if (count <= 1 || threads <= 1) {
+    if (threads > count)
+        threads = (int32_t)count;
+    if (threads <= 1) {
         for (int64_t i = 0; i < count; i++)
             fn(j, i, j->scratch);
         return;
     }
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+    /* dynamic: runs of consecutive tasks, about MM_RUNS_PER_THREAD per thread. Handed out one at
+     * a time, the int8 GEMV's tasks (16 rows, a few microseconds each) ran about a third slower
+     * on 2 threads than under the static split (measured): a thread's rows no longer follow one
+     * another, so each task starts its memory streams afresh. */
+    int64_t chunk = count / ((int64_t)threads * MM_RUNS_PER_THREAD);
+    double t0 = omp_get_wtime(), busy = 0.0;
+
+    chunk = chunk < 1 ? 1 : chunk;
+#pragma omp parallel num_threads(threads) reduction(+ : busy)
     {
         float *s = j->scratch ? j->scratch + (int64_t)omp_get_thread_num() * j->per_thread : NULL;
+        double start = omp_get_wtime();
         if (dynamic) {
-#pragma omp for schedule(dynamic, chunk)
+#pragma omp for schedule(dynamic, chunk) nowait
             for (int64_t i = 0; i < count; i++)
                 fn(j, i, s);
         } else {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
             for (int64_t i = 0; i < count; i++)
                 fn(j, i, s);
         }
+        busy = omp_get_wtime() - start;
     }
-#else
-    (void)dynamic;
-    (void)chunk;
+    qs_parallel_note(j->ctx, omp_get_wtime() - t0, busy);
 #endif
 }
 
@@ -147,28 +162,16 @@ static void dyn8_task(void *arg, int64_t i, float *tile)
 /* ---- entry point ------------------------------------------------------------------------------
  */
 
-/* The call; *kernel gets the name of the registry entry of its inner loop (the plan's), for the
- * profiler ("" where sgemm runs on the caller's weight). */
-static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
-                                int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w,
-                                int64_t N, const float *bias, float *y, int64_t y_bytes,
-                                const char **kernel)
+/* Every check of qs_matmul but the 2:4 meta nibbles, which the backend's run checks (the CPU's
+ * below, inside its GEMV tasks where it can). Fills *j with the weight view and the shape. */
+static qs_status matmul_check(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
+                              int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
+                              float *y, int64_t y_bytes, struct qs_mm_job *j)
 {
-    qs_matmul_params defaults;
-    struct qs_mm_job j;
     qs_status st;
-    int64_t mk, nk, mn, nb = 0, per_thread = 0, panel = 0, xt = 0, threads;
-    int need_x, need_xb, need_absmax, bf16, bf16_gemv;
-    float *xf = NULL, *absmax = NULL, *scratch = NULL, *big = NULL, *ydefer = NULL;
-    uint16_t *xb = NULL;
-    int meta_bad = 0;
+    int64_t mk, nk, mn;
+    int meta_later = 0;
 
-    if (!ctx)
-        return QS_ERR_INVALID_ARG;
-    if (!params) {
-        qs_matmul_params_init(&defaults);
-        params = &defaults;
-    }
     if ((st = check_params(ctx, params)) != QS_OK)
         return st;
     if (!w)
@@ -189,30 +192,56 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
     if (y_bytes < mn)
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "y holds %lld bytes, %lld needed",
                        (long long)y_bytes, (long long)mn);
-    memset(&j, 0, sizeof j);
-    j.ctx = ctx;
-    j.M = M;
-    j.K = K;
-    j.N = N;
+    memset(j, 0, sizeof *j);
+    j->ctx = ctx;
+    j->M = M;
+    j->K = K;
+    j->N = N;
+    j->meta_bad = &meta_later; /* the view leaves the nibbles to the run */
+    if ((st = qs_mm_weight_build(ctx, w, j)) != QS_OK)
+        return st;
+    j->meta_bad = NULL;
+    if (params->activations == QS_MATMUL_ACT_INT8 && j->kind == QS_WEIGHT_QUANT &&
+        j->mt->a8_slot >= 0 && K > QS_MATMUL_INT8_MAX_K)
+        return qs_fail(ctx, QS_ERR_UNSUPPORTED,
+                       "int8 activations with INT8, LLM_INT8, NF4 or FP4 weights support "
+                       "K <= %d, got %lld",
+                       QS_MATMUL_INT8_MAX_K, (long long)K);
+    return QS_OK;
+}
+
+/* The CPU backend's matmul (backend.h): the run of the job matmul_check filled. */
+qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
+                        const qs_matmul_params *params, const void *x, int32_t x_dtype, int64_t M,
+                        int64_t K, const qs_weight *w, int64_t N, const float *bias, float *y)
+{
+    struct qs_mm_job j = *checked; /* its view is the weight (w, packed or not, was checked) */
+    qs_status st;
+    int64_t mk = M * K * 4, mn = M * N * 4, nb = 0, per_thread = 0, panel = 0, xt = 0, threads;
+    int need_x, need_xb, need_absmax, bf16, bf16_gemv;
+    float *xf = NULL, *absmax = NULL, *scratch = NULL, *big = NULL, *ydefer = NULL;
+    uint16_t *xb = NULL;
+    int meta_bad = 0;
+
+    (void)w;
     j.bias = bias;
+    /* the call's work for the threading policy: its multiply-adds (one byte each, the policy's
+     * rule) and the bytes it reads and writes */
+    j.work = sat_add(sat_add(qs_work(M, qs_work(N, K)), qs_work(N, qs_work(K, j.bits) / 8 + 1)),
+                     sat_add(mk, mn));
     j.y = y;
     /* A 2:4 GEMV with f32 activations checks its meta in the tasks (qs_mm_job.meta_bad): the
      * check's own pass over the meta cost 2:4 + NF4 at 4096 x 4096 about an eighth of its time.
      * Full meta words only (K % 16 == 0: the word-parallel check); an empty y keeps the check
      * up front, since no task runs. */
-    if ((w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT) && M > 0 && N > 0 &&
-        !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, M, N, K) && K % 16 == 0 &&
-        params->activations == QS_MATMUL_ACT_F32)
-        j.meta_bad = &meta_bad;
-    if ((st = qs_mm_weight_build(ctx, w, &j)) != QS_OK)
-        return st;
+    if (j.kind == QS_WEIGHT_SP24 || j.kind == QS_WEIGHT_SP24_QUANT) {
+        if (M > 0 && N > 0 && !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, M, N, K) &&
+            K % 16 == 0 && params->activations == QS_MATMUL_ACT_F32)
+            j.meta_bad = &meta_bad;
+        else if ((st = qs_mm_check_meta(ctx, j.w.meta, N, K, j.w.words)) != QS_OK)
+            return st;
+    }
     qs_mm_plan_make(ctx, &j, params->activations);
-    *kernel = j.plan.entry ? j.plan.entry->name : "";
-    if (j.plan.path == QS_MM_A8 && K > QS_MATMUL_INT8_MAX_K)
-        return qs_fail(ctx, QS_ERR_UNSUPPORTED,
-                       "int8 activations with INT8, LLM_INT8, NF4 or FP4 weights support "
-                       "K <= %d, got %lld",
-                       QS_MATMUL_INT8_MAX_K, (long long)K);
     if (mn == 0)
         return qs_ok(ctx);
     if (K == 0) {
@@ -233,7 +262,7 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
     need_x = bf16 ? !bf16_gemv : x_dtype != QS_DTYPE_F32;
     need_xb = bf16_gemv && x_dtype != QS_DTYPE_BF16;
     /* double-quantized scales: the view gets them decoded to f32 */
-    need_absmax = j.t && (j.t->options & QS_OPT_DOUBLE_QUANT) && w->quant->double_quant;
+    need_absmax = j.dq_codes != NULL;
     if (need_absmax) {
         nb = qs_ceil_div(j.N * j.w.k, j.w.group);
         if (!(absmax = qs_scratch_alloc(ctx, (size_t)(nb > 0 ? nb : 1) * sizeof(float))))
@@ -284,13 +313,12 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
         j.x = xf;
     } else if (need_x) {
         struct cvt_job c = {ctx, x, x_dtype, M * K, xf, NULL, NULL, 0.0f};
-        qs_parallel_for(ctx, qs_ceil_div(c.n, QS_TILE), cvt_task, &c);
+        qs_parallel_run(ctx, qs_ceil_div(c.n, QS_TILE), qs_work(c.n, 6), cvt_task, NULL, &c);
         j.x = xf;
     }
     if (need_absmax) {
-        struct cvt_job c = {
-            ctx, NULL, 0, nb, absmax, w->q->scale, w->q->nested_scale, w->q->nested_offset};
-        qs_parallel_for(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), dyn8_task, &c);
+        struct cvt_job c = {ctx, NULL, 0, nb, absmax, j.dq_codes, j.dq_nested, j.dq_offset};
+        qs_parallel_run(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), qs_work(nb, 5), dyn8_task, NULL, &c);
         j.w.scale = absmax;
     }
 
@@ -304,7 +332,7 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
              * first bad nibble (check_meta locates it) and y untouched */
             if (!meta_bad)
                 memcpy(y, ydefer, (size_t)mn);
-            else if ((st = qs_mm_check_meta(ctx, w->meta, N, K, j.w.words)) == QS_OK)
+            else if ((st = qs_mm_check_meta(ctx, j.w.meta, N, K, j.w.words)) == QS_OK)
                 st = qs_fail(ctx, QS_ERR_BAD_DATA, "2:4 meta holds an invalid nibble");
         }
     } else {
@@ -325,6 +353,9 @@ static qs_status matmul_checked(qs_ctx *ctx, const qs_matmul_params *params, con
 static uint64_t weight_bytes(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K)
 {
     int64_t cols = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT ? K / 2 : K;
+
+    if (w->kind == QS_WEIGHT_PACKED) /* its header and planes */
+        return (uint64_t)w->data_bytes;
     uint64_t meta = w->meta ? (uint64_t)(N * qs_ceil_div(K, 16)) * 2u : 0;
     struct qs_layout l;
 
@@ -337,11 +368,25 @@ QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const vo
                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
                            const float *bias, float *y, int64_t y_bytes)
 {
+    qs_matmul_params defaults;
+
     if (!ctx)
         return QS_ERR_INVALID_ARG;
+    if (!params) {
+        qs_matmul_params_init(&defaults);
+        params = &defaults;
+    }
+    struct qs_mm_job j;
     uint64_t t0 = qs_prof_start(ctx);
     const char *kernel = "";
-    qs_status st = matmul_checked(ctx, params, x, x_dtype, M, K, w, N, bias, y, y_bytes, &kernel);
+    qs_status st = matmul_check(ctx, params, x, x_dtype, M, K, w, N, y, y_bytes, &j);
+    if (st == QS_OK)
+        st = qs_backend_matmul(ctx, &j, params, x, x_dtype, M, K, w, N, bias, y);
+    if (t0 && st == QS_OK && ctx->backend == QS_BACKEND_CPU) {
+        /* the entry the CPU's plan runs (the plan depends only on the context and the call) */
+        qs_mm_plan_make(ctx, &j, params->activations);
+        kernel = j.plan.entry ? j.plan.entry->name : "";
+    }
     if (t0 && st == QS_OK)
         qs_prof_record_kernel(
             ctx, t0, "matmul", kernel,

@@ -13,6 +13,7 @@
 
 #include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
+#include "../core/parallel.h"
 #include "../core/quant_common.h"
 #include "gemm_internal.h"
 
@@ -35,7 +36,7 @@ static const struct qs_mm_traits plain_mm[] = {
 static int words_valid(const qs_ctx *ctx, const uint16_t *w, int64_t n)
 {
     int64_t pieces = qs_ceil_div(n, META_PIECE);
-    int32_t threads = qs_threads(ctx);
+    int32_t threads = pieces > 1 ? qs_parallel_threads(ctx, qs_work(n, 2)) : 1;
     uint64_t bad = 0;
 
     (void)threads;
@@ -110,6 +111,11 @@ static qs_status quant_view(qs_ctx *ctx, struct qs_mm_job *j, const qs_weight *w
     j->w.zp = l.bytes[QS_PLANE_ZERO_POINT] > 0 ? q->zero_point : NULL;
     j->w.scale_mul = l.traits->flags & QS_TRAIT_ROWSTAT ? QS_MM_INV127 : 1.0f;
     j->w.s_global = l.traits->flags & QS_TRAIT_GLOBAL_SCALE ? q->global_scale : 0.0f;
+    if (l.bytes[QS_PLANE_NESTED_SCALE] > 0) {
+        j->dq_codes = q->scale;
+        j->dq_nested = q->nested_scale;
+        j->dq_offset = q->nested_offset;
+    }
     return QS_OK;
 }
 
@@ -141,13 +147,23 @@ static qs_status plain_view(qs_ctx *ctx, struct qs_mm_job *j, const qs_weight *w
 
 qs_status qs_mm_weight_build(qs_ctx *ctx, const qs_weight *w, struct qs_mm_job *j)
 {
-    int sparse = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT;
+    int sparse;
     int64_t cols = j->K, need;
     qs_status st;
+    qs_weight unpacked;
+    qs_quant_params quant;
+    qs_qtensor q;
 
     for (size_t i = 0; i < sizeof w->reserved / sizeof w->reserved[0]; i++)
         if (w->reserved[i] != 0)
             return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_weight reserved fields must be zero");
+    if (w->kind == QS_WEIGHT_PACKED) {
+        /* the view points into the packed buffer; quant and q are only read below */
+        if ((st = qs_mm_packed_weight(ctx, w, j->N, j->K, &unpacked, &quant, &q)) != QS_OK)
+            return st;
+        w = &unpacked;
+    }
+    sparse = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT;
     if (w->kind < QS_WEIGHT_DENSE || w->kind > QS_WEIGHT_SP24_QUANT)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown weight kind %d", w->kind);
     j->kind = w->kind;

@@ -4,7 +4,7 @@
  * for every W row r of the tile and every packed activation row i, one chain of fused
  * multiply-adds over the k columns of the slice in ascending order from +0, added to the running
  * result of the earlier slices (or stored, for the first slice). The driver
- * (src/core/matmul_gemm.c) calls it slice after slice of QS_MM_GEMM_KC columns, so
+ * (src/gemm/gemm_tiled.c) calls it slice after slice of QS_MM_GEMM_KC columns, so
  *   y[m, n] = (...((s_0 + s_1) + s_2) ...) + s_last,  s_j = fma chain over slice j,
  * which depends on the shape alone: not on the thread count, the tile a SIMD version keeps in
  * registers, or the ISA tier (fused multiply-add is one correctly rounded operation, the same in

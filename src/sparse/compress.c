@@ -4,10 +4,13 @@
  * values), the fused prune + compress, decompress, the CUTLASS / PyTorch metadata reordering
  * (§4) and 2:4 weights with quantized kept values (§3.6). Every entry point validates its
  * arguments and the data (groups keeping more than two, invalid meta nibbles) in a first pass,
- * so nothing is written on error, then runs table kernels over fixed chunks of whole rows.
+ * so nothing is written on error. Compress, prune + compress and decompress then call the
+ * context's backend (qs_backend_ops.sp24): the CPU's, qs_cpu_sp24, runs table kernels over fixed
+ * chunks of whole rows.
  */
 #include <string.h>
 
+#include "../core/backend.h"
 #include "../ref/sp24_ref.h"
 #include "sparse_internal.h"
 
@@ -98,7 +101,7 @@ static void meta_scan_task(void *arg, int64_t t, float *tile)
 
 static qs_status run_scan(qs_ctx *ctx, struct scan_job *j, qs_task_fn *task, int64_t *first_bad)
 {
-    int64_t tasks = qs_ceil_div(j->rows, j->rows_per_task);
+    int64_t tasks = qs_ceil_div(j->rows, j->rows_per_task), work;
 
     *first_bad = -1;
     if (tasks == 0)
@@ -107,7 +110,11 @@ static qs_status run_scan(qs_ctx *ctx, struct scan_job *j, qs_task_fn *task, int
     if (!j->bad)
         return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld scan results",
                        (long long)tasks);
-    qs_parallel_for(ctx, tasks, task, j);
+    /* the bytes read: the meta words, or the tensor or mask */
+    work = j->meta ? qs_work(j->rows * j->words, 2)
+                   : qs_work(j->rows * j->cols,
+                             j->dtype == QS_DTYPE_MASK_U8 ? 1 : qs_dtype_size(j->dtype));
+    qs_parallel_run(ctx, tasks, work, task, NULL, j);
     for (int64_t t = 0; t < tasks && *first_bad < 0; t++)
         *first_bad = j->bad[t];
     qs_scratch_free(ctx, j->bad);
@@ -171,12 +178,19 @@ static qs_status bad_group(qs_ctx *ctx, int64_t bad, int64_t cols, const char *w
                    (long long)(bad % cols + 3));
 }
 
+/* A checked call on the context's backend. */
+static qs_status sp24_call(qs_ctx *ctx, const qs_backend_sp24 *a, const char *what)
+{
+    ctx->last_error[0] = '\0';
+    return qs_backend_result(ctx, ctx->ops->sp24(qs_backend_handle(ctx), a), what);
+}
+
 QS_API qs_status qs_sp24_compress(qs_ctx *ctx, const void *w, int32_t dtype, int64_t rows,
                                   int64_t cols, const uint8_t *mask, void *values,
                                   int64_t values_bytes, uint16_t *meta, int64_t meta_count)
 {
     struct sp24_shape s;
-    struct sp24_job j;
+    qs_backend_sp24 a;
     struct scan_job scan;
     int64_t bad;
     qs_status st;
@@ -187,6 +201,8 @@ QS_API qs_status qs_sp24_compress(qs_ctx *ctx, const void *w, int32_t dtype, int
         return st;
     if ((st = check_outputs(ctx, &s, w, values, values_bytes, meta, meta_count)) != QS_OK)
         return st;
+    if (!ctx->ops->sp24)
+        return qs_backend_unsupported(ctx, "sp24 (qs_sp24_compress)");
     if (s.n == 0)
         return qs_ok(ctx);
     scan = (struct scan_job){mask ? (const void *)mask : w, mask ? QS_DTYPE_MASK_U8 : dtype,
@@ -195,10 +211,9 @@ QS_API qs_status qs_sp24_compress(qs_ctx *ctx, const void *w, int32_t dtype, int
         return st;
     if (bad >= 0)
         return bad_group(ctx, bad, cols, mask ? "the mask" : "the tensor");
-    j = (struct sp24_job){ctx, w, dtype, mask, NULL, rows, cols, s.words,
-                          qs_sp_rows_per_task(cols), values, meta, NULL};
-    qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), compress_task, &j);
-    return qs_ok(ctx);
+    a = (qs_backend_sp24){.op = QS_BACKEND_SP24_COMPRESS, .dtype = dtype, .rows = rows,
+                          .cols = cols, .w = w, .mask_in = mask, .values = values, .meta = meta};
+    return sp24_call(ctx, &a, "sp24 (qs_sp24_compress)");
 }
 
 /* ---- prune + compress ------------------------------------------------------------------------ */
@@ -239,7 +254,7 @@ QS_API qs_status qs_sp24_prune_compress(qs_ctx *ctx, const void *w, int32_t dtyp
                                         uint8_t *mask, int64_t mask_bytes)
 {
     struct sp24_shape s;
-    struct sp24_job j;
+    qs_backend_sp24 a;
     qs_status st;
 
     if (!ctx)
@@ -252,11 +267,14 @@ QS_API qs_status qs_sp24_prune_compress(qs_ctx *ctx, const void *w, int32_t dtyp
         return st;
     if (mask && (st = qs_sp_check_capacity(ctx, "mask", mask_bytes, s.n)) != QS_OK)
         return st;
-    j = (struct sp24_job){ctx, w, dtype, NULL, norms, rows, cols, s.words,
-                          qs_sp_rows_per_task(cols), values, meta, mask};
-    if (s.n > 0)
-        qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), prune_task, &j);
-    return qs_ok(ctx);
+    if (!ctx->ops->sp24)
+        return qs_backend_unsupported(ctx, "sp24 (qs_sp24_prune_compress)");
+    if (s.n == 0)
+        return qs_ok(ctx);
+    a = (qs_backend_sp24){.op = QS_BACKEND_SP24_PRUNE, .dtype = dtype, .rows = rows,
+                          .cols = cols, .w = w, .norms = norms, .values = values, .meta = meta,
+                          .mask_out = mask};
+    return sp24_call(ctx, &a, "sp24 (qs_sp24_prune_compress)");
 }
 
 /* ---- decompress (§3.5 rule 3) ---------------------------------------------------------------- */
@@ -304,7 +322,7 @@ QS_API qs_status qs_sp24_decompress(qs_ctx *ctx, const void *values, int32_t dty
                                     int64_t cols, void *dst, int64_t dst_bytes)
 {
     struct sp24_shape s;
-    struct sp24_job j;
+    qs_backend_sp24 a;
     qs_status st;
 
     if (!ctx)
@@ -318,14 +336,46 @@ QS_API qs_status qs_sp24_decompress(qs_ctx *ctx, const void *values, int32_t dty
         return st;
     if ((st = qs_sp_check_capacity(ctx, "dst", dst_bytes, s.n * qs_dtype_size(dtype))) != QS_OK)
         return st;
+    if (!ctx->ops->sp24)
+        return qs_backend_unsupported(ctx, "sp24 (qs_sp24_decompress)");
     if (s.n == 0)
         return qs_ok(ctx);
     if ((st = check_meta(ctx, meta, &s, rows, cols)) != QS_OK)
         return st;
-    j = (struct sp24_job){ctx, values, dtype, NULL, NULL, rows, cols, s.words,
-                          qs_sp_rows_per_task(cols), dst, (uint16_t *)meta, NULL};
-    qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), decompress_task, &j);
-    return qs_ok(ctx);
+    a = (qs_backend_sp24){.op = QS_BACKEND_SP24_DECOMPRESS, .dtype = dtype, .rows = rows,
+                          .cols = cols, .values_in = values, .meta_in = meta, .dst = dst};
+    return sp24_call(ctx, &a, "sp24 (qs_sp24_decompress)");
+}
+
+/* ---- the CPU backend's 2:4 (qs_backend_ops.sp24) --------------------------------------------- */
+
+qs_status qs_cpu_sp24(qs_ctx *ctx, const qs_backend_sp24 *a)
+{
+    struct sp24_job j = {ctx, a->w, a->dtype, a->mask_in, a->norms, a->rows, a->cols,
+                         qs_ceil_div(a->cols, 16), qs_sp_rows_per_task(a->cols), a->values,
+                         a->meta, a->mask_out};
+    int64_t tasks = qs_ceil_div(a->rows, j.rows_per_task), n = a->rows * a->cols;
+    int64_t esize = qs_dtype_size(a->dtype);
+
+    /* the work: each element read and its kept value written (a mask byte more for prune);
+     * rows * cols was checked for overflow by the entry point */
+    switch (a->op) {
+    case QS_BACKEND_SP24_COMPRESS:
+        qs_parallel_run(ctx, tasks, qs_work(n, 2 * esize), compress_task, NULL, &j);
+        break;
+    case QS_BACKEND_SP24_PRUNE:
+        qs_parallel_run(ctx, tasks, qs_work(n, 2 * esize + 1), prune_task, NULL, &j);
+        break;
+    case QS_BACKEND_SP24_DECOMPRESS:
+        /* the job's names are compress's: its input in w, its output in values */
+        j.w = a->values_in;
+        j.meta = (uint16_t *)a->meta_in; /* read only by decompress_task */
+        j.values = a->dst;
+        qs_parallel_run(ctx, tasks, qs_work(n, 2 * esize), decompress_task, NULL, &j);
+        break;
+    default: return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown 2:4 operation %d", a->op);
+    }
+    return QS_OK;
 }
 
 /* ---- CUTLASS / PyTorch metadata order (§4) --------------------------------------------------- */

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * qs_matmul and qs_int8_vectorwise_quant under every ISA tier. The input chooses the weight kind
- * (dense f32/f16/bf16, quantized in any format and option, 2:4, 2:4 + quantized; an invalid kind
- * too), the shapes, the x dtype, bias or not, f32, int8 or bf16 activations, the outlier threshold,
+ * (dense f32/f16/bf16, quantized in any format and option, 2:4, 2:4 + quantized; a "packed"
+ * weight made of the fuzzed bytes, which must be refused unless they form a valid header), the
+ * shapes, the x dtype, bias or not, f32, int8 or bf16 activations, the outlier threshold,
  * misaligned pointers, one buffer a byte short, and the bytes of x, bias, the weight's data or
  * planes and its meta words (optionally forced to valid 2:4 nibbles so the arithmetic is reached).
  * Checked: the status is a known one and the same on every tier; a failing call wrote nothing (y,
  * codes, row statistics, outlier columns; only *n_outliers when the outlier capacity is short); a
  * successful one gave identical bits on every tier, or for y, where the bits differ, the same
- * non-finite elements and finite ones within the cross-tier tolerance matmul.h documents.
+ * non-finite elements and finite ones within the cross-tier tolerance matmul.h documents; and
+ * the weight packed by each tier's context (qs_matmul_pack) gives that tier's bits again, while
+ * a context of another tier refuses it with y untouched.
  *
  * Input layout: kind, flags, M, N, K, short choice, format, quant flags, block-size choice,
  * threshold choice, [4-byte threshold], 4-byte global_scale, 4-byte nested_offset, then the
@@ -263,12 +266,53 @@ static void fuzz_vectorwise(fz_tiers *t, const void *x, int dtype, int64_t M, in
     }
 }
 
+/* The weight packed by tier i's context: the same bits as y (that tier's unpacked product), and
+ * refused by every context of another ISA mask with its y untouched. */
+static void fuzz_packed(fz_tiers *t, int i, const qs_matmul_params *mp, const void *x,
+                        int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w, int64_t N,
+                        const float *bias, const uint8_t *y, size_t ybytes)
+{
+    int64_t bytes = 0;
+    qs_status st = qs_matmul_pack_size(t->ctx[i], w, N, K, &bytes);
+
+    fz_check(st == QS_OK, "qs_matmul_pack_size failed (%s) on a weight qs_matmul took",
+             qs_status_str(st));
+    if (st != QS_OK || bytes > 4 * CAP)
+        return;
+    uint8_t *buf = fz_canary_new((size_t)bytes + 1), *yp = fz_canary_new(ybytes);
+    fz_check(qs_matmul_pack(t->ctx[i], w, N, K, buf, bytes) == QS_OK, "qs_matmul_pack failed");
+    fz_check(fz_untouched(buf + bytes, 1), "qs_matmul_pack wrote past its size");
+    qs_weight pw;
+    memset(&pw, 0, sizeof pw);
+    pw.kind = QS_WEIGHT_PACKED;
+    pw.data = buf;
+    pw.data_bytes = bytes;
+    st = qs_matmul(t->ctx[i], mp, x, x_dtype, M, K, &pw, N, bias, (float *)yp, (int64_t)ybytes);
+    fz_check(st == QS_OK, "the packed weight failed (%s) where the weight passed",
+             qs_status_str(st));
+    fz_check(st != QS_OK || memcmp(yp, y, ybytes) == 0,
+             "the packed weight gave other bits than the weight (tier %s)",
+             fz_tier_name(t->ctx[i]));
+    for (int j = 0; j < t->count; j++) {
+        if (qs_ctx_isa(t->ctx[j]) == qs_ctx_isa(t->ctx[i]) || ybytes == 0)
+            continue;
+        memset(yp, FZ_CANARY, ybytes);
+        st = qs_matmul(t->ctx[j], mp, x, x_dtype, M, K, &pw, N, bias, (float *)yp,
+                       (int64_t)ybytes);
+        fz_check(st == QS_ERR_BAD_DATA, "a weight packed on tier %s was taken on tier %s (%s)",
+                 fz_tier_name(t->ctx[i]), fz_tier_name(t->ctx[j]), qs_status_str(st));
+        fz_check(fz_untouched(yp, ybytes), "y written by a refused packed weight");
+    }
+    free(buf);
+    free(yp);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fz_in in = {data, size};
     fz_tiers *t = fz_tiers_get();
 
-    int32_t kind = fz_u8(&in) % 5; /* 4 is invalid */
+    int32_t kind = fz_u8(&in) % 5; /* 4: QS_WEIGHT_PACKED over the weight's fuzzed bytes */
     uint8_t flags = fz_u8(&in), msel = fz_u8(&in), nsel = fz_u8(&in), ksel = fz_u8(&in);
     int short_sel = fz_u8(&in);
     int32_t format = fz_u8(&in) % 11; /* 0 and 10 are invalid */
@@ -422,7 +466,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (st != QS_OK) {
             fz_check(fz_untouched(y->p, y->cap), "y written by a failing qs_matmul (%s)",
                      qs_status_str(st));
-        } else if (i > 0) {
+            continue;
+        }
+        if (kind != QS_WEIGHT_PACKED && small)
+            fuzz_packed(t, i, &mp, x.p, x_dtype, M, K, &w, N, (const float *)bias.p, y->p,
+                        y->cap);
+        if (i > 0) {
             int64_t d = y_diff(y0.p, y1.p, (int64_t)(y0.cap / 4));
             /* int8 activations take the integer kernels (bit-exact across tiers) for INT8,
              * LLM.int8, NF4 and FP4 weights; other weights run the f32 kernels on x^ */

@@ -5,6 +5,7 @@ every error path (ValueError before the C call, QsparseError with the library's 
 
 import ctypes
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -96,6 +97,69 @@ def test_backends_cpu_and_cuda(tmp_path):
         qs.set_backend(None)
 
 
+_PLUGIN_SCRIPT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import qsparse as qs
+from qsparse import _lib
+
+plugin, missing = sys.argv[2], sys.argv[3]
+try:
+    qs.load_backend(missing)
+    raise SystemExit("a missing plugin file was accepted")
+except qs.QsparseError as e:
+    assert e.status == _lib.QS_ERR_BACKEND and "no such file" in str(e), str(e)
+try:
+    qs.set_backend("recorder")
+    raise SystemExit("an unknown backend was accepted")
+except ValueError as e:
+    assert "unknown backend" in str(e), str(e)
+qs.load_backend(plugin)
+assert "recorder" in qs.backends(), qs.backends()
+assert qs.backend_message("recorder") == ""
+assert qs.doctor()["backends"]["recorder"]["available"]
+w = np.arange(4 * 64, dtype=np.float32).reshape(4, 64) / 256
+x = np.ones((2, 64), np.float32)
+q = qs.quantize(w, "nf4")  # on the CPU
+qs.set_backend("recorder")
+assert qs.backend() == "recorder"
+# the recorder's matmul: y[m][n] = 1000 m + n (tests/plugins/test_plugin.h)
+y = qs.matmul(x, w)
+assert (y == 1000 * np.arange(2)[:, None] + np.arange(4)[None, :]).all(), y
+try:
+    qs.dequantize(q)
+    raise SystemExit("a missing operation ran")
+except qs.QsparseError as e:
+    assert e.status == _lib.QS_ERR_UNSUPPORTED, e.status
+    assert "recorder backend: dequantize (qs_dequantize) is not implemented" in str(e), str(e)
+qs.set_backend("auto")
+assert np.allclose(qs.matmul(x, w), x @ w.T, rtol=1e-5)  # the CPU again
+print("plugin ok")
+"""
+
+
+def test_plugin_backend(tmp_path):
+    # A plugin of its own name (tests/plugins/test_plugin.c, built against the plugin ABI header
+    # alone): loaded, listed, selected, its matmul called, its missing dequantize refused by name.
+    # In a fresh interpreter, since the registry is per process.
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the test plugin")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    plugin = str(tmp_path / "libqs-test-plugin-recorder.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-DPLUGIN_VARIANT=RECORDER",
+                    "-I", os.path.join(root, "include"),
+                    os.path.join(root, "tests", "plugins", "test_plugin.c"), "-o", plugin],
+                   check=True)
+    pkg_parent = os.path.dirname(os.path.dirname(qs.__file__))
+    r = subprocess.run([sys.executable, "-c", _PLUGIN_SCRIPT, pkg_parent, plugin,
+                        str(tmp_path / "none.so")],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, QSPARSE_LIB=qs._lib.library_path()))
+    assert r.returncode == 0 and r.stdout.strip() == "plugin ok", r.stdout + r.stderr
+
+
 def test_struct_layouts_match_the_library():
     assert _capi.layout_mismatches(_lib.lib()) == []
     assert _lib.lib().qs_struct_size(0) == -1
@@ -147,6 +211,26 @@ def test_threads_do_not_change_results():
     for bad in (-1, 1.5, "2", True, 2**31):
         with pytest.raises(ValueError):
             qs.set_num_threads(bad)
+
+
+def test_parallel_policy():
+    """qs.set_parallel reaches every thread's context; the bits never depend on it."""
+    x = rand((64, 1024), seed=4)
+    assert qs.get_parallel() == {"grain": 1 << 20, "backoff": True}
+    ref = qs.quantize(x, "nf4").data.tobytes()
+    try:
+        qs.set_num_threads(2)
+        qs.set_parallel(grain=0, backoff=False)
+        assert qs.get_parallel() == {"grain": 0, "backoff": False}
+        assert qs.quantize(x, "nf4").data.tobytes() == ref
+        qs.set_parallel(grain=4096)
+        assert qs.get_parallel() == {"grain": 4096, "backoff": False}
+        for bad in ({"grain": -1}, {"grain": 1.5}, {"grain": True}, {"backoff": 1}):
+            with pytest.raises(ValueError):
+                qs.set_parallel(**bad)
+    finally:
+        qs.set_num_threads(0)
+        qs.set_parallel(grain=1 << 20, backoff=True)
 
 
 def test_python_threads_get_their_own_context():
@@ -456,7 +540,7 @@ def test_value_errors_before_the_c_call():
         qs.quantize(x, "fp8_e4m3", scale=float("nan"))
     with pytest.raises(ValueError, match="scale_rounding"):
         qs.quantize(x, "mxfp4", scale_rounding="up")
-    with pytest.raises(ValueError, match="blocksize must be an int"):
+    with pytest.raises(ValueError, match="block_size must be an int"):
         qs.quantize(x, "nf4", blocksize=64.0)
     with pytest.raises(ValueError, match="out of range"):
         qs.quantize(x, "nf4", blocksize=2**40)
@@ -581,7 +665,7 @@ def test_cached_layouts_follow_the_tensor():
     with pytest.raises(ValueError, match="absmax holds 32 bytes"):
         qs.matmul(a, q)
     q.blocksize = 64.0                       # == 64 and hashes alike: a float is refused
-    with pytest.raises(ValueError, match="blocksize must be an int"):
+    with pytest.raises(ValueError, match="block_size must be an int"):
         qs.dequantize(q)
     q.blocksize = 64
     q.shape = (4, 64)                        # planes of 8 rows
@@ -637,8 +721,9 @@ def test_quantize_hook_protocol():
         def __qsparse_dequantize__(self, dtype):
             return ("dehooked", dtype)
 
-    assert qs.quantize(Compressed(), "nf4", blocksize=128) == ("hooked", "nf4",
-                                                                 {"blocksize": 128})
+    # either spelling reaches the hook as block_size, the one name of the options
+    for kw in ({"blocksize": 128}, {"block_size": 128}):
+        assert qs.quantize(Compressed(), "nf4", **kw) == ("hooked", "nf4", {"block_size": 128})
     assert qs.dequantize(Compressed()) == ("dehooked", "float32")
 
 

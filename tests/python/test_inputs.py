@@ -143,8 +143,9 @@ def test_bfloat16_tensor_without_ml_dtypes(monkeypatch):
         qs.dequantize(ref, "bfloat16")
     with pytest.raises(ImportError, match="pip install ml_dtypes"):
         qs.convert(w, "bfloat16")
-    with pytest.raises(ValueError, match="ml_dtypes"):
-        qs.matmul(w[:2], w, tb[:, 0])  # a bias read by value
+    # a bfloat16 bias is widened by the library like x and w: no ml_dtypes needed
+    yb = qs.matmul(w[:2], w, tb[:, 0])
+    assert yb.tobytes() == qs.matmul(w[:2], w, tb[:, 0].float().numpy()).tobytes()
     # bits in, bits out: compress of uint16 bfloat16 bits gives uint16 bits
     s = qs.compress(np.zeros((4, 8), np.uint16), dtype="bfloat16")
     assert s.values.dtype == np.uint16
@@ -171,7 +172,7 @@ def test_other_functions_take_every_kind():
     q = qs.quantize(w, "nf4")
     bias = np.linspace(-1, 1, 16).astype(np.float32)
     y = qs.matmul(x, q, bias)
-    assert qs.matmul(tx, q, torch.from_numpy(bias)).tobytes() == y.tobytes()
+    assert qs.matmul(tx, q, torch.from_numpy(bias)).numpy().tobytes() == y.tobytes()  # torch out
     assert qs.matmul(x.astype(np.float64), q, bias.astype(np.float64)).tobytes() == y.tobytes()
     assert qs.matmul(x, t).tobytes() == qs.matmul(x, w).tobytes()
     codes, stats, cols = qs.int8_vectorwise_quant(x, 0.2)
@@ -283,3 +284,42 @@ def test_refused_inputs_leave_state_untouched(tmp_path):
         qs.save(path, {"l.weight": qs.quantize(weights(), "fp8_e4m3")}, layout="bnb")
     assert path.read_bytes() == b"old contents"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.safetensors"]
+
+
+def test_matmul_returns_the_callers_kind():
+    w = weights((16, 64))
+    x = weights((3, 64), seed=1)
+    q = qs.quantize(w, "nf4")
+    y = qs.matmul(x, q)
+    assert isinstance(y, np.ndarray)
+    ty = qs.matmul(torch.from_numpy(x), q, torch.from_numpy(w[:, 0].copy()))
+    assert isinstance(ty, torch.Tensor) and ty.dtype == torch.float32 and ty.shape == (3, 16)
+    assert ty.numpy().tobytes() == qs.matmul(x, q, w[:, 0].copy()).tobytes()
+    # torch bfloat16 activations and weight too
+    tb = torch.from_numpy(x).to(torch.bfloat16)
+    assert isinstance(qs.matmul(tb, torch.from_numpy(w).to(torch.bfloat16)), torch.Tensor)
+
+
+def test_format_names_in_any_case():
+    w = weights((16, 64))
+    ref = qs.quantize(w, "nf4")
+    for name in ("NF4", "Nf4"):
+        q = qs.quantize(w, name)
+        assert q.format == "nf4"
+        same_q(q, ref)
+    q = qs.QTensor("FP8_E4M3", (4, 4), np.zeros((4, 4), np.uint8), scale=np.ones(1, np.float32))
+    assert q.format == "fp8_e4m3"
+    with pytest.raises(ValueError, match="unknown format"):
+        qs.quantize(w, "nf5")
+
+
+def test_tool_format_names_in_any_case(run_tool, tmp_path):
+    from safetensors.numpy import save_file
+
+    src = tmp_path / "m.safetensors"
+    save_file({"a.weight": weights((16, 64))}, str(src))
+    for name in ("nf4", "NF4"):
+        run_tool("quantize", src, "-o", tmp_path / f"{name}.safetensors", "--format", name, "-q",
+                 check=0)
+    assert (tmp_path / "nf4.safetensors").read_bytes() == \
+        (tmp_path / "NF4.safetensors").read_bytes()

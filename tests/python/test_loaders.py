@@ -113,8 +113,60 @@ def cosine(a, b):
     return float((a * b).sum(-1).min())
 
 
-def report(fmt, layout, loader, loads, cos, own):
-    REPORT.append((fmt, layout, loader, loads, cos, own))
+def in_dtype(path, enc, ref, dtype):
+    """'cos 0.9686' when from_pretrained(path, dtype=dtype) loads and computes, else why not."""
+    try:
+        e = embed(load(path, dtype=dtype), enc)
+    except Exception as ex:  # the table records the loader's own message
+        return f"fails: `{str(ex).splitlines()[0][:70]}`"
+    return f"cos {cosine(e.float(), ref):.4f}"
+
+
+def report(fmt, layout, loader, loads, cos, own, path=None, enc=None, ref=None):
+    """A row of the table; with `path`, the folder is also loaded with dtype float32 and
+    bfloat16 given explicitly."""
+    dts = [in_dtype(path, enc, ref, d) if path else "-" for d in (torch.float32, torch.bfloat16)]
+    REPORT.append((fmt, layout, loader, loads, cos, dts[0], dts[1], own))
+
+
+def linear_names(weights):
+    names = sorted(k for k, v in weights.items() if v.ndim == 2 and "embeddings" not in k)
+    assert len(names) == 37
+    return names
+
+
+def lib_decode(w, fmt, ct_scale=False, **kw):
+    """The library's decode of w quantized to fmt. ct_scale: NVFP4 as compressed-tensors stores
+    it, a weight_global_scale g = fl(1 / s) that a reader turns back into fl(1 / g), which is s
+    for most but not all float32 values (1/x does not reach every float)."""
+    q = qs.quantize(np.ascontiguousarray(w), fmt, **kw)
+    if ct_scale:
+        g = np.float32(1) / np.float32(q.global_scale)
+        q = qs.QTensor(fmt, q.shape, q.data, scale=q.scale,
+                       global_scale=float(np.float32(1) / g), dtype=q.dtype)
+    return qs.dequantize(q)
+
+
+def check_qs_load(out, weights, fmt, kw=None, loader_weight=None, ct=False):
+    """qs.load reads the tool's folder as written: every linear weight is a QTensor (an array for
+    --format none) that decodes to the library's decode of the float weight, bit for bit, and,
+    where the loader's own decoded weight of QUERY is given (float32), to the same values."""
+    t = qs.load(out)
+    for k in linear_names(weights):
+        if fmt is None:
+            assert isinstance(t[k], np.ndarray) and t[k].shape == weights[k].shape
+            continue
+        assert isinstance(t[k], qs.QTensor) and t[k].format == fmt, (k, type(t[k]))
+        want = lib_decode(weights[k], fmt, ct_scale=ct and fmt == "nvfp4", **(kw or {}))
+        assert qs.dequantize(t[k]).tobytes() == want.tobytes(), k
+    if loader_weight is not None:
+        got = t[QUERY + ".weight"]
+        got = got if fmt is None else qs.dequantize(got)
+        # equal values (bitsandbytes' CPU FP4 decode gives +0.0 for the code of -0.0)
+        assert np.array_equal(got, loader_weight)
+    # nothing of the file is left over as a stray companion of a quantized weight
+    assert not [k for k in t if k.endswith(("_packed", "_global_scale", "_shape", ".absmax"))]
+    return t
 
 
 def bnb_config(**kw):
@@ -150,6 +202,11 @@ def test_bnb_4bit(quantized, model_dir, encoded, reference, weights, fmt, extra,
     ours_model = load(out)
     assert type(ours_model.get_submodule(QUERY)).__name__ == "Linear4bit"
     assert type(ours_model.embeddings.word_embeddings).__name__ == "Embedding"
+    # qs.load reads the folder; its decode of QUERY is what bitsandbytes decodes from the
+    # loaded Linear4bit
+    p4 = ours_model.get_submodule(QUERY).weight
+    bnb_w = bnb.functional.dequantize_4bit(p4.data, p4.quant_state).float().numpy()
+    check_qs_load(out, weights, fmt, dict(blocksize=64, double_quant=dq), bnb_w)
     ours = embed(ours_model, encoded)
     cos = cosine(ours, reference)
     assert cos > min_cos
@@ -198,7 +255,7 @@ def test_bnb_4bit(quantized, model_dir, encoded, reference, weights, fmt, extra,
         assert 0 < code_diff < 0.05 and (not dq or absmax_diff < 0.05)
         why = f"no: {code_diff:.2%} of the code bytes differ (bitsandbytes' CPU FP4 quantizer)"
     report(fmt + (" + double quant" if dq else ""), "bitsandbytes", "transformers+bitsandbytes",
-           "yes", cos, why)
+           "yes", cos, why, out, encoded, reference)
 
 
 def test_bnb_llm_int8(quantized, model_dir, encoded, reference, weights, tmp_path):
@@ -207,6 +264,9 @@ def test_bnb_llm_int8(quantized, model_dir, encoded, reference, weights, tmp_pat
     assert qc["load_in_8bit"] is True and qc["load_in_4bit"] is False
     ours_model = load(out)
     assert type(ours_model.get_submodule(QUERY)).__name__ == "Linear8bitLt"
+    p8 = ours_model.get_submodule(QUERY).weight
+    check_qs_load(out, weights, "llm_int8", None,
+                  bnb.functional.int8_vectorwise_dequant(p8.data, p8.SCB).float().numpy())
     ours = embed(ours_model, encoded)
     explicit = load(out, quantization_config=bnb_config(load_in_8bit=True))
     assert torch.equal(ours, embed(explicit, encoded))
@@ -240,7 +300,7 @@ def test_bnb_llm_int8(quantized, model_dir, encoded, reference, weights, tmp_pat
         diff += (d > 0).mean() / len(names)
     report("llm_int8", "bitsandbytes", "transformers+bitsandbytes", "yes", cos,
            f"no: SCB identical on float16 weights; {diff:.2%} of the codes differ by 1 "
-           "(bitsandbytes casts to float16, then its CPU int8 quantizer)")
+           "(bitsandbytes casts to float16, then its CPU int8 quantizer)", out, encoded, reference)
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -265,7 +325,7 @@ def test_output_folder_rules(run_tool, model_dir, tmp_path):
     out.mkdir()
     (out / "keep").write_text("x")
     r = run_tool("quantize", model_dir, "-o", out, "--format", "nf4", check=1)
-    assert "is not empty" in r.stderr and os.listdir(out) == ["keep"]
+    assert "exists: --force replaces it" in r.stderr and os.listdir(out) == ["keep"]
     # an empty folder is replaced; no temporary folder is left beside it
     (out / "keep").unlink()
     run_tool("quantize", model_dir, "-o", out, "--format", "nf4", "-q", check=0)
@@ -276,11 +336,7 @@ def test_output_folder_rules(run_tool, model_dir, tmp_path):
 # ---- compressed-tensors -----------------------------------------------------------------------
 
 
-def lib_decode(w, fmt, **kw):
-    return qs.dequantize(qs.quantize(np.ascontiguousarray(w), fmt, **kw))
-
-
-CT = [  # id, tool options, library decode options, float32 forward works, min cosine
+CT = [  # id, tool options, library decode options, float32 model, min cosine
     ("fp8_e4m3", ["--format", "fp8_e4m3"], ("fp8_e4m3", {}), True, 0.995),
     ("int8-channel", ["--format", "int8"], ("int8", {}), True, 0.999),
     ("int8-group128", ["--format", "int8", "--granularity", "group", "--blocksize", "128"],
@@ -304,21 +360,23 @@ def test_compressed_tensors(run_tool, quantized, encoded, reference, weights, na
     qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
     assert qc["quant_method"] == "compressed-tensors" and qc["ignore"] == SKIPPED
     w_ref = lib_decode(weights[QUERY + ".weight"], lib[0], **lib[1])
-    loads = "yes"
-    if not f32_ok:
-        # compressed-tensors 0.20 decodes FP4 and MX weights into bfloat16, whatever the
-        # model's dtype: a float32 model then fails at its first forward.
-        model = load(out)
-        with pytest.raises(RuntimeError, match="same dtype") as e:
-            embed(model, encoded)
-        loads = f"yes, as bfloat16 (float32: `{str(e.value)[:60]}`)"
-        model = model.to(torch.bfloat16)  # the weights were decoded by the failed forward
-    else:
-        model = load(out)
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    # A bare from_pretrained loads every folder as written and computes with it. compressed-
+    # tensors decodes FP4 and MX weights to bfloat16 whatever the model's dtype, so for those the
+    # tool names bfloat16 in config.json (a float32 model would fail at its first forward with
+    # "self and mat2 must have the same dtype"); the others stay the input's float32.
+    model = load(out)
+    want = torch.float32 if f32_ok else torch.bfloat16
+    assert cfg.get("dtype", "float32") == str(want)[len("torch."):]
+    assert cfg.get("torch_dtype", "float32") == str(want)[len("torch."):]
+    assert model.dtype == want and model.embeddings.word_embeddings.weight.dtype == want
+    loads = "yes" if f32_ok else "yes (config.json names bfloat16)"
     e = embed(model, encoded)
     cos = cosine(e, reference)
     assert cos > min_cos
     got = model.get_submodule(QUERY).weight.detach().float().numpy()
+    # qs.load reads the folder (compressed-tensors' renamed keys folded into P.weight)
+    check_qs_load(out, weights, lib[0], lib[1], got if f32_ok else None, ct=True)
     if f32_ok:
         # the loader's decode is the library's, bit for bit
         assert got.tobytes() == w_ref.tobytes()
@@ -327,7 +385,8 @@ def test_compressed_tensors(run_tool, quantized, encoded, reference, weights, na
         # bfloat16 products of the same codes and scales
         assert np.allclose(got, w_ref, rtol=1e-2, atol=1e-6 * np.abs(w_ref).max())
         own = "n/a (no quantizer on load); decoded weights = library's within bfloat16"
-    report(name, "compressed-tensors", "transformers+compressed-tensors", loads, cos, own)
+    report(name, "compressed-tensors", "transformers+compressed-tensors", loads, cos, own, out,
+           encoded, reference)
 
 
 @pytest.mark.parametrize("fmt", ["none", "fp8_e4m3"])
@@ -348,13 +407,48 @@ def test_compressed_tensors_sparse24(quantized, encoded, reference, weights, fmt
     assert not (kept & ~mask).any()
     if fmt == "none":
         assert np.array_equal(got.reshape(-1, 4)[mask], w.reshape(-1, 4)[mask])
+        check_qs_load(out, weights, None, loader_weight=got)
+    else:
+        pruned = {k: np.where(qs.prune(v, "2:4"), v, np.float32(0)) for k, v in weights.items()
+                  if v.ndim == 2}
+        check_qs_load(out, pruned, fmt, loader_weight=got)
     # one-shot magnitude pruning of every linear layer without retraining costs this model
     # most of its accuracy (cosine about 0.56): the test pins the loading, not the method.
     cos = cosine(e, reference)
     assert cos > 0.3
     report(("" if fmt == "none" else fmt + " + ") + "2:4", "compressed-tensors",
            "transformers+compressed-tensors", "yes (sparsity_config read, weights dense)", cos,
-           "n/a; pruned weights = magnitude 2:4")
+           "n/a; pruned weights = magnitude 2:4", out, encoded, reference)
+
+
+def test_compressed_tensors_mixed_formats(quantized, encoded, reference, weights):
+    """--tensor-format: NVFP4 for the attention projections, FP8 for the feed-forward ones, the
+    pooler kept float; compressed-tensors reads one config group per format ("mixed-precision")
+    and the folder loads with a bare from_pretrained; qs.load reads each weight in its format."""
+    out = quantized("--format", "nvfp4", "--tensor-format", r"(intermediate|output)\.dense=fp8_e4m3",
+                    "--tensor-format", "pooler=none")
+    qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+    assert qc["format"] == "mixed-precision" and "pooler.dense" in qc["ignore"]
+    model = load(out)
+    ff = "encoder.layer.0.intermediate.dense"
+    assert type(model.pooler.dense).__name__ == "Linear"
+    e = embed(model, encoded)
+    cos = cosine(e, reference)
+    assert cos > 0.97
+    t = qs.load(out)
+    fmts = {k: v.format for k, v in t.items() if isinstance(v, qs.QTensor)}
+    assert fmts[ff + ".weight"] == "fp8_e4m3" and fmts[QUERY + ".weight"] == "nvfp4"
+    assert "pooler.dense.weight" not in fmts and len(fmts) == 36
+    for k, f in fmts.items():
+        want = lib_decode(weights[k], f, ct_scale=True)
+        assert qs.dequantize(t[k]).tobytes() == want.tobytes(), k
+    # the loader's FP8 weights (bfloat16 model) are the library's decode within bfloat16
+    got = model.get_submodule(ff).weight.detach().float().numpy()
+    w_ref = lib_decode(weights[ff + ".weight"], "fp8_e4m3")
+    assert np.allclose(got, w_ref, rtol=1e-2, atol=1e-6 * np.abs(w_ref).max())
+    report("nvfp4 + fp8_e4m3 (--tensor-format)", "compressed-tensors",
+           "transformers+compressed-tensors", "yes (mixed-precision, bfloat16)", cos,
+           "n/a; decoded weights = library's", out, encoded, reference)
 
 
 # ---- modelopt ---------------------------------------------------------------------------------
@@ -395,8 +489,38 @@ def test_modelopt_layout(quantized, weights, tmp_path, fmt):
                        global_scale=np.frombuffer(raw[QUERY + ".weight_scale_2"][2],
                                                   np.float32)[0])
     assert qs.dequantize(q).tobytes() == lib_decode(w, fmt).tobytes()
+    t = check_qs_load(out, weights, fmt)
+    assert t[QUERY + ".input_scale"].tobytes() == inp.tobytes()
     report(fmt, "modelopt", "vLLM / TensorRT-LLM (GPU)", "not run: no CPU loader", None,
            "n/a; files match the layout, decode = library's")
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "nvfp4"])
+def test_modelopt_in_transformers(run_tool, model_dir, encoded, reference, weights, tmp_path, fmt):
+    """transformers has no modelopt reader: it skips quant_method "modelopt" with a warning and
+    reads the FP8 codes as float weights without their scales (NVFP4's packed weights fail its
+    shape check). Nothing in the folder can stop that without stopping vLLM too, so the tool says
+    it on every run, --quiet or not: the warning names transformers and the layout to use."""
+    amax = {k[:-len(".weight")]: 4.0 for k in linear_names(weights)}
+    f = tmp_path / "amax.json"
+    f.write_text(json.dumps(amax))
+    out = tmp_path / "o"
+    r = run_tool("quantize", model_dir, "-o", out, "--format", fmt, "--layout", "modelopt",
+                 "--act-amax", f, "--quiet", check=0)
+    assert "transformers does not read the modelopt layout" in r.stderr
+    assert "--layout compressed-tensors" in r.stderr
+    if fmt == "fp8_e4m3":
+        e = embed(load(str(out)), encoded)  # loads and runs: the misreading the warning names
+        cos = cosine(e, reference)
+        assert cos < 0.5
+        loads = "misread: skips modelopt with a warning, FP8 codes taken as weights " \
+                "(the tool warns)"
+    else:
+        with pytest.raises(Exception, match="mismatch"):
+            load(str(out))
+        cos, loads = None, "no: size mismatch of the packed weights (the tool warns)"
+    report(fmt, "modelopt", "transformers (not its loader)", loads, cos,
+           "n/a: use vLLM / SGLang / TensorRT-LLM, or --layout compressed-tensors")
 
 
 def test_zz_print_table():
@@ -405,10 +529,11 @@ def test_zz_print_table():
     if not REPORT:
         pytest.skip("no loader case ran")
     lines = ["| format | layout | loader | loads as written | cosine to fp32 | "
-             "identical to the loader's own quantization |", "|---|---|---|---|---|---|"]
-    for fmt, layout, loader, loads, cos, own in REPORT:
+             "dtype=float32 | dtype=bfloat16 | identical to the loader's own quantization |",
+             "|---|---|---|---|---|---|---|---|"]
+    for fmt, layout, loader, loads, cos, f32, bf16, own in REPORT:
         lines.append(f"| {fmt} | {layout} | {loader} | {loads} | "
-                     f"{'-' if cos is None else f'{cos:.4f}'} | {own} |")
+                     f"{'-' if cos is None else f'{cos:.4f}'} | {f32} | {bf16} | {own} |")
     print("\n" + "\n".join(lines))
     out = os.environ.get("QSPARSE_LOADER_TABLE")
     if out:

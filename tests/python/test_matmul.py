@@ -122,7 +122,7 @@ def test_llm_int8_outlier_split_matches_numpy_model():
     ca, sca, cols = _bnb_vectorwise(x, 6.0)
     cb, scb = q.data.astype(np.int64), q.scale.astype(np.float32)
     acc = (ca.astype(np.int64) @ cb.T).astype(np.float32)  # exact int32 sums
-    inner = ((acc * (sca[:, None] * scb[None, :])) * np.float32(6.200124e-05)).astype(np.float32)
+    inner = (((acc * sca[:, None]) * scb[None, :]) * np.float32(1 / 16129)).astype(np.float32)
     # outlier columns: x as given against fl(fl(q * SCB) * fl(1/127)), summed in column order
     wdq = ((cb[:, cols].astype(np.float32) * scb[:, None]) * np.float32(1 / 127)).astype(np.float32)
     out = np.zeros((m, n), np.float32)
@@ -134,6 +134,37 @@ def test_llm_int8_outlier_split_matches_numpy_model():
     exact = x.astype(np.float64) @ qs.dequantize(q).astype(np.float64).T + bias
     plain = qs.matmul(x, q, bias, activations="int8")
     assert _rel(y, exact) * 2 < _rel(plain, exact)
+
+
+# bitsandbytes' CUDA kernel kdequant_mm_int32_fp16 (csrc/kernels.cu): MM_DEQUANT_CONST is
+# 6.200012e-05f, the float nearest 1/(127 * 127), and the product is formed left to right,
+# fmaf(acc * rowStats * colStats, MM_DEQUANT_CONST, bias). Its CPU/default backend multiplies by
+# 6.200124e-05 instead, a typo 1.8e-5 too large.
+BNB_CUDA_MM_DEQUANT_CONST = np.float32(6.200012e-05)
+
+
+def _bnb_cuda_mm_dequant(acc, row_stats, col_stats):
+    """bitsandbytes' CUDA int8_mm_dequant without bias, in float32 (before its float16 store)."""
+    v = ((acc.astype(np.float32) * row_stats[:, None]).astype(np.float32) *
+         col_stats[None, :]).astype(np.float32)
+    return (v * BNB_CUDA_MM_DEQUANT_CONST).astype(np.float32)
+
+
+@pytest.mark.parametrize("m", [1, 3, 17, 40])  # GEMV (M < 16) and GEMM paths
+def test_llm_int8_dequant_is_bitsandbytes_cuda_rule(m):
+    assert BNB_CUDA_MM_DEQUANT_CONST == np.float32(1 / 16129)
+    assert BNB_CUDA_MM_DEQUANT_CONST.view(np.uint32) == 0x38820610
+    # one times one is one (the CPU backend's constant gives 1.000018)
+    one = qs.quantize(np.ones((1, 1), np.float32), "llm_int8")
+    assert qs.matmul(np.ones((m, 1), np.float32), one, activations="int8").tolist() == [[1.0]] * m
+    n, k = 24, 96
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    q = qs.quantize(w, "llm_int8")
+    y = qs.matmul(x, q, activations="int8")
+    ca, sca, _ = _bnb_vectorwise(x, 0.0)
+    acc = ca.astype(np.int64) @ q.data.astype(np.int64).T
+    np.testing.assert_array_equal(y, _bnb_cuda_mm_dequant(acc, sca, q.scale.astype(np.float32)))
 
 
 def test_threads_bit_identical():
@@ -265,3 +296,37 @@ def test_bnb4_int8_activations_match_numpy_model(fmt, book, m):
     want = ((inner + out) + bias).astype(np.float32)
     assert list(cols) == [3]
     np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_packed_weights_same_bits(m):
+    """qs.pack: every weight kind packed gives the bits of the weight it came from, with f32, int8
+    and bf16 activations, and its buffer is its own (the source may go)."""
+    n, k = 24, 96
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    for name, wobj, _ in _weights(w):
+        pw = qs.pack(wobj)
+        assert isinstance(pw, qs.PackedWeight) and pw.shape == (n, k), name
+        for act in ("f32", "int8", "bf16"):
+            want = qs.matmul(x, wobj, activations=act)
+            got = qs.matmul(x, pw, activations=act)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, act)
+    with pytest.raises(ValueError):
+        qs.pack(pw)
+
+
+def test_packed_weight_refused_when_damaged_or_misused():
+    w = (RNG.standard_normal((8, 64)) * 0.05).astype(np.float32)
+    pw = qs.pack(qs.quantize(w, "nf4"))
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    qs.matmul(x, pw)
+    with pytest.raises(ValueError, match="x has K"):
+        qs.matmul(RNG.standard_normal((2, 32)).astype(np.float32), pw)
+    bad = qs.PackedWeight(pw.buffer.copy(), pw.shape)
+    bad.buffer[20] ^= 0x40
+    with pytest.raises(qs.QsparseError, match="damaged|packed"):
+        qs.matmul(x, bad)
+    junk = qs.PackedWeight(np.zeros(pw.nbytes, np.uint8), pw.shape)
+    with pytest.raises(qs.QsparseError, match="no packed weight"):
+        qs.matmul(x, junk)

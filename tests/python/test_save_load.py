@@ -358,3 +358,60 @@ def test_load_reads_transformers_bitsandbytes_checkpoints(bnb, tmp_path, kind):
         a = model(input_ids=ids).last_hidden_state
         b = ours(input_ids=ids).last_hidden_state
     assert torch.equal(a, b)
+
+
+LAYOUT_CASES = [  # tool options, QTensor format (None: the weight stays an array), quantize kw
+    (["--format", "nf4", "--layout", "bitsandbytes"], "nf4", {}),
+    (["--format", "fp8_e4m3", "--layout", "compressed-tensors"], "fp8_e4m3", {}),
+    (["--format", "int8", "--layout", "compressed-tensors"], "int8", {}),
+    (["--format", "int8", "--layout", "compressed-tensors", "--granularity", "tensor"], "int8",
+     {"granularity": "tensor"}),
+    (["--format", "int8", "--layout", "compressed-tensors", "--granularity", "group",
+      "--blocksize", "16"], "int8", {"granularity": "group", "group_size": 16}),
+    (["--format", "mxfp4", "--layout", "compressed-tensors"], "mxfp4", {}),
+    (["--format", "mxfp8", "--layout", "compressed-tensors"], "mxfp8", {}),
+    (["--format", "nvfp4", "--layout", "compressed-tensors"], "nvfp4", {}),
+    (["--format", "none", "--sparsity", "2:4", "--layout", "compressed-tensors"], None, {}),
+    (["--format", "fp8_e4m3", "--layout", "modelopt"], "fp8_e4m3", {}),
+    (["--format", "nvfp4", "--layout", "modelopt"], "nvfp4", {}),
+]
+
+
+@pytest.mark.parametrize("args,fmt,kw", LAYOUT_CASES,
+                         ids=["-".join(a[1::2]) for a, _, _ in LAYOUT_CASES])
+def test_load_reads_every_tool_layout(tmp_path, run_tool, model_file, args, fmt, kw):
+    """Every layout the tool writes reads back with qs.load, as a file and as a folder: the
+    weights decode as the library decodes them (compressed-tensors' NVFP4 keeps 1 / scale, read
+    back as fl(1 / g))."""
+    src, tensors = model_file
+    sel = ["--include", r"(query|dense)\.weight$"]  # rows of a multiple of 16: every layout
+    amax = tmp_path / "amax.json"
+    amax.write_text(json.dumps({k[:-len(".weight")]: 3.0 for k in tensors}))
+    extra = ["--act-amax", str(amax)] if "modelopt" in args else []
+    out = tmp_path / "out.safetensors"
+    run_tool("quantize", src, "-o", out, "--quiet", *sel, *args, *extra, check=0)
+    folder = tmp_path / "folder"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "model.safetensors").write_bytes(src.read_bytes())
+    (tmp_path / "in" / "config.json").write_text('{"model_type": "bert"}')
+    run_tool("quantize", tmp_path / "in", "-o", folder, "--quiet", *sel, *args, *extra, check=0)
+    for back in (qs.load(out), qs.load(folder)):
+        names = [k for k in tensors if k.endswith((".query.weight", ".dense.weight"))]
+        assert len(names) == 4
+        for k in names:
+            if fmt is None:
+                kept = np.where(qs.prune(tensors[k], "2:4"), tensors[k], np.float32(0))
+                assert isinstance(back[k], np.ndarray) and bits(back[k]) == bits(kept)
+                continue
+            assert isinstance(back[k], qs.QTensor) and back[k].format == fmt, k
+            q = qs.quantize(tensors[k], fmt, **kw)
+            if fmt == "nvfp4" and "compressed-tensors" in args:
+                g = np.float32(1) / np.float32(q.global_scale)
+                assert back[k].global_scale == np.float32(1) / g
+                q = qs.QTensor(fmt, q.shape, q.data, scale=q.scale,
+                               global_scale=back[k].global_scale)
+            assert bits(qs.dequantize(back[k])) == bits(qs.dequantize(q)), k
+        # the other tensors come back as they were
+        assert bits(back["embeddings.word_embeddings.weight"]) == \
+            bits(tensors["embeddings.word_embeddings.weight"])
+        assert not [k for k in back if k.endswith(("_packed", "_global_scale", "_shape"))]
