@@ -99,9 +99,9 @@
  *   format but NF4 and FP4: their 16 codebook entries are rounded to bf16 (nearest even), an
  *   extra rounding of the weight of at most 2^-8 relative (NF4: 0.0032, FP4: 0.0020).
  * - GEMV path (M <= QS_MATMUL_BF16_MAX_M, dense weights of a format with a bf16 kernel: every
- *   quantized format and plain bf16, on a CPU with AVX512-BF16): per segment (the f32 GEMV's,
- *   one scale each) the exact products x^_k * v_k are summed in f32 in an unspecified order and
- *   grouping, where denormal inputs, products and partial sums may be flushed to zero (as
+ *   quantized format and plain bf16, packed or not, on a CPU with AVX512-BF16): per segment (the
+ *   f32 GEMV's, one scale each) the exact products x^_k * v_k are summed in f32 in an unspecified
+ *   order and grouping, where denormal inputs, products and partial sums may be flushed to zero (as
  *   vdpbf16ps does); each partial sum of a segment is multiplied by the segment scale (an
  *   infinite scale multiplies the segment's whole sum, as in the f32 GEMV) and the results are
  *   added in f32 in an unspecified order; then bias and the NaN rule as above.
