@@ -34,12 +34,13 @@
 
 #define GEMV_HDR 16
 
-/* Multi-row GEMV: y is m x rows at a row stride ldy (gaps between rows keep the canary). */
-static void gemv_bounds(const kc_gemv *g, float *bound)
+/* Multi-row GEMV: y is m x rows at a row stride ldy (gaps between rows keep the canary).
+ * bf16 activations (g->ws): flush[] gets each slot's flush term (kernel_call.h). */
+static void gemv_bounds(const kc_gemv *g, float *bound, float *flush)
 {
     for (int64_t i = 0; i < g->m; i++)
         for (int64_t r = 0; r < g->ldy; r++) {
-            double b = 0.0, xs = 0.0;
+            double b = 0.0, xs = 0.0, fl = 0.0;
             int nonfinite = 0, overflow = 0;
             for (int64_t c = 0; r < g->rows && c < g->k; c++) {
                 float xv = g->x[i * g->ldx + c], wv = g->w[r * g->k + c];
@@ -51,7 +52,18 @@ static void gemv_bounds(const kc_gemv *g, float *bound)
                     nonfinite = 1;
                 if (isfinite(xv))
                     xs += fabs((double)xv);
+                if (g->ws) {
+                    double sc = fabs((double)g->ws[r * g->k + c]);
+                    /* a flushed denormal x^ against an infinite value (or the other way round)
+                     * is 0 * Inf, a NaN where the reference has an infinity */
+                    overflow |= (isinf(wv) || isinf(xv)) &&
+                                (fpclassify(xv) == FP_SUBNORMAL || fpclassify(wv) == FP_SUBNORMAL);
+                    if (isfinite(sc) && isfinite(xv) && isfinite(wv))
+                        fl += fabs((double)wv) + sc * (1.0 + fabs((double)xv));
+                }
             }
+            if (flush)
+                flush[i * g->ldy + r] = (float)(0x1p-125 * fl);
             /* 2^127 marks a sum that may overflow in one order and not the other (an infinite
              * dequantized weight: a scale near the f32 limit, or an infinite one), infinity one
              * with a non-finite input or a NaN weight */
@@ -86,19 +98,20 @@ static size_t run_case(const kc_case *c, kc_fn *fn, uint8_t *out)
 
     const kc_gemv *g = &c->gemv;
     int64_t slots = g->m * g->ldy;
-    uint32_t hdr = (uint32_t)slots, kk = (uint32_t)g->k;
+    uint32_t hdr = (uint32_t)slots, kk = (uint32_t)g->k, has_flush = g->ws != NULL;
     size_t used = kc_call(c, fn, out + GEMV_HDR);
     float *bound = (float *)(out + GEMV_HDR + (size_t)slots * 4);
 
     assert_int_equal(used, (size_t)slots * 4);
     if (c->rule == KC_RULE_GEMV)
-        gemv_bounds(g, bound);
+        gemv_bounds(g, bound, has_flush ? bound + slots : NULL);
     else
         sp24_bound(g, bound);
     memcpy(out, &hdr, 4);
     memcpy(out + 4, &kk, 4);
-    memset(out + 8, 0, GEMV_HDR - 8);
-    return GEMV_HDR + (size_t)slots * 8;
+    memcpy(out + 8, &has_flush, 4);
+    memset(out + 12, 0, GEMV_HDR - 12);
+    return GEMV_HDR + (size_t)slots * (has_flush ? 12 : 8);
 }
 
 /* ---- the bit-exactness sweep ------------------------------------------------------------------ */
@@ -227,8 +240,9 @@ static int64_t compare_matmul(const uint8_t *got, const uint8_t *want, size_t by
 }
 
 /* The GEMV slots' rule (run_case's layout): y within its error scale of the reference,
- * |got - want| <= (k/16 + 8) * 2^-23 * sum|x w|: both sum k products in 16 lanes of about k/16
- * terms plus a short tree and one scale per segment, in different orders and with or without
+ * |got - want| <= (k/16 + 8) * 2^-23 * sum|x w| (+ the flush term of bf16 activations, stored
+ * after the scales where the header's third word is 1): both sum k products in 16 lanes of about
+ * k/16 terms plus a short tree and one scale per segment, in different orders and with or without
  * FMA, each within about (k/16 + 4) * 2^-24 of that scale. A NaN matches only a NaN and an
  * infinity only itself; where the scale is past 2^126 (an f32 partial sum may overflow in one
  * order and not in the other) anything passes, and where it is not finite (an infinite or NaN
@@ -236,17 +250,20 @@ static int64_t compare_matmul(const uint8_t *got, const uint8_t *want, size_t by
  * header, the scales and every byte after them must be identical (canaries included). */
 static int64_t compare_gemv(const uint8_t *got, const uint8_t *want, size_t bytes)
 {
-    uint32_t slots, k;
+    uint32_t slots, k, has_flush;
     memcpy(&slots, want, 4);
     memcpy(&k, want + 4, 4);
+    memcpy(&has_flush, want + 8, 4);
     if (memcmp(got, want, GEMV_HDR) != 0)
         return 0;
     for (uint32_t i = 0; i < slots; i++) {
-        float g, w, b;
+        float g, w, b, fl = 0.0f;
         size_t at = GEMV_HDR + (size_t)i * 4;
         memcpy(&g, got + at, 4);
         memcpy(&w, want + at, 4);
         memcpy(&b, want + GEMV_HDR + (size_t)slots * 4 + (size_t)i * 4, 4);
+        if (has_flush)
+            memcpy(&fl, want + GEMV_HDR + (size_t)slots * 8 + (size_t)i * 4, 4);
         if (t_bits(g) == t_bits(w) || (isfinite(b) && b > 0x1p126f))
             continue;
         if (!isfinite(b)) {
@@ -257,7 +274,8 @@ static int64_t compare_gemv(const uint8_t *got, const uint8_t *want, size_t byte
             continue;
         }
         if (!isfinite(g) || !isfinite(w) ||
-            fabs((double)g - (double)w) > ((double)k / 16.0 + 8.0) * 0x1p-23 * (double)b + 0x1p-140) {
+            fabs((double)g - (double)w) >
+                ((double)k / 16.0 + 8.0) * 0x1p-23 * (double)b + 0x1p-140 + (double)fl) {
             print_message("  y slot %u: got %.9g, want %.9g, sum|x w| %.9g, k %u\n", i, g, w, b, k);
             return (int64_t)at;
         }

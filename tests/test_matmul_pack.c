@@ -2,9 +2,10 @@
 /*
  * Packed weights (qs_matmul_pack, include/qsparse/matmul.h): for every weight kind, format and
  * option, a packed weight gives the bits of the weight it came from, on the GEMV and GEMM paths,
- * with f32 and int8 activations, after the original planes are gone; the size query is exact and
- * nothing past it is written; and a packed buffer is refused, with y untouched, for another tier,
- * another shape, a damaged or short header, data that is no packed weight, and misuse of the API.
+ * with f32, int8 and bf16 activations, after the original planes are gone; the size query is
+ * exact and nothing past it is written; and a packed buffer is refused, with y untouched, for
+ * another tier, another shape, a damaged or short header, data that is no packed weight, and
+ * misuse of the API.
  */
 #include "common.h"
 #include "quant_helpers.h"
@@ -40,13 +41,14 @@ static void test_same_bits(void **state)
 {
     static const int64_t Ms[] = {1, 3, QS_MATMUL_GEMM_MIN_M + 1};
     static const int64_t Ns[] = {1, 9, 70};
+    static const int32_t acts[] = {QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_ACT_BF16};
     qs_ctx *ctx = t_ctx();
     t_rng r = {31};
 
     (void)state;
     for (int s = 0; s < NSPECS; s++)
         for (int c = 0; c < 3; c++)
-            for (int act = 0; act < 2; act++) {
+            for (int act = 0; act < 3; act++) {
                 const wspec *sp = &specs[s];
                 int64_t M = Ms[c], N = Ns[(c + s) % 3], K = spec_k(sp, c + s);
                 float *w0 = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(M * K) * 4);
@@ -58,7 +60,7 @@ static void test_same_bits(void **state)
                 wobj o;
 
                 qs_matmul_params_init(&mp);
-                mp.activations = act ? QS_MATMUL_ACT_INT8 : QS_MATMUL_ACT_F32;
+                mp.activations = acts[act];
                 fill(&r, w0, N * K, 0.05);
                 fill(&r, x, M * K, 1.0);
                 fill(&r, bias, N, 0.1);

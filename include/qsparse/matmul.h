@@ -89,6 +89,36 @@
  * rounding of both paths). NF4 and FP4 add the weight rounding:
  *   + 1.001 * (1/254) * sum_k absmax_b(k) * (|x[m, k]| + r_m / 254)
  * (absmax_b(k) the scale of W[n, k]'s block). Outlier columns add no quantization error.
+ *
+ * bf16 activations (params.activations = QS_MATMUL_ACT_BF16): products of bf16 values summed in
+ * f32, as AVX512-BF16 (vdpbf16ps) and NEON BF16 (BFDOT) give them.
+ * - x^ = x rounded to bf16 (round to nearest even, a NaN stays a quiet NaN): an f32 x is
+ *   rounded, an f16 x widened exactly and rounded, a bf16 x used as it is.
+ * - Each element of W is taken as its unscaled value v (the f32 GEMV's: codebook entry,
+ *   q - zero_point, FP8 / E2M1 value, bf16 weight value), which bf16 holds exactly for every
+ *   format but NF4 and FP4: their 16 codebook entries are rounded to bf16 (nearest even), an
+ *   extra rounding of the weight of at most 2^-8 relative (NF4: 0.0032, FP4: 0.0020).
+ * - GEMV path (M <= QS_MATMUL_BF16_MAX_M, dense weights of a format with a bf16 kernel: every
+ *   quantized format and plain bf16, packed or not, on a CPU with AVX512-BF16): per segment (the
+ *   f32 GEMV's, one scale each) the exact products x^_k * v_k are summed in f32 in an unspecified
+ *   order and grouping, where denormal inputs, products and partial sums may be flushed to zero (as
+ *   vdpbf16ps does); each partial sum of a segment is multiplied by the segment scale (an
+ *   infinite scale multiplies the segment's whole sum, as in the f32 GEMV) and the results are
+ *   added in f32 in an unspecified order; then bias and the NaN rule as above.
+ * - Everywhere else (a CPU without a bf16 kernel, 2:4 weights, plain f32 / f16 weights,
+ *   M > QS_MATMUL_BF16_MAX_M): the f32 path above on x^ widened to f32 (the products are exact
+ *   there too, the codebooks are not rounded).
+ * Results never depend on the thread count; for a fixed tier and shape they are deterministic.
+ * Error bound of bf16 activations, against the f32-activation result y32 with the same weight
+ * (W[n, k] = v_k s_k dequantized, s_k the scale of its segment, 1 for plain weights, s_max the
+ * row's largest; c = 1 for NF4 / FP4 through a bf16 kernel, else 0):
+ *   |y[m, n] - y32[m, n]| <= (2^-8 + c (2^-8 + 2^-16) + (3.2 K + 16) 2^-24) sum_k |x[m, k] W[n, k]|
+ *                            + 2^-125 sum_k (|W[n, k]| + s_k (1 + |x[m, k]|))
+ *                            + (4 K + 64) 2^-149 (1 + s_max)
+ * for x below bf16's largest finite value (about 3.39e38; larger |x| round to infinity). The
+ * first term is the rounding of x to bf16 (half a unit of its 8-bit significand), the codebook
+ * rounding and the f32 sums of both paths in any order; the second the flushed denormals (a
+ * flushed x^ or product is below 2^-126); the third gradual underflow as above.
  */
 #ifndef QSPARSE_MATMUL_H
 #define QSPARSE_MATMUL_H
@@ -127,6 +157,7 @@ typedef struct qs_weight {
 #define QS_MATMUL_ACT_F32 0 /* x used as given (f16/bf16 widened exactly): the default */
 #define QS_MATMUL_ACT_INT8                                                                         \
     1 /* x quantized per token to INT8 on the fly (see the definition above) */
+#define QS_MATMUL_ACT_BF16 2 /* x rounded to bf16, bf16 products summed in f32 (see above) */
 
 /* bitsandbytes' default LLM.int8 outlier threshold. */
 #define QS_LLM_INT8_THRESHOLD 6.0f
@@ -135,11 +166,14 @@ typedef struct qs_weight {
 #define QS_MATMUL_INT8_MAX_K 65536
 /* Rows of x from which the GEMM (dequantized tiles) path is taken. */
 #define QS_MATMUL_GEMM_MIN_M 16
+/* Rows of x up to which bf16 activations run the bf16 GEMV kernels (where the CPU has them): a
+ * W block decoded once serves up to 16 rows of x in registers. Larger M runs the f32 path on x^. */
+#define QS_MATMUL_BF16_MAX_M 16
 
 typedef struct qs_matmul_params {
-    int32_t activations; /* QS_MATMUL_ACT_F32 (default) or QS_MATMUL_ACT_INT8 */
+    int32_t activations; /* QS_MATMUL_ACT_F32 (default), QS_MATMUL_ACT_INT8, QS_MATMUL_ACT_BF16 */
     float threshold; /* QS_MATMUL_ACT_INT8: outlier threshold (> 0, finite) or 0 for none (default);
-                        must be 0 with QS_MATMUL_ACT_F32 */
+                        must be 0 with QS_MATMUL_ACT_F32 and QS_MATMUL_ACT_BF16 */
     int64_t reserved[7]; /* must be zero */
 } qs_matmul_params;
 

@@ -92,7 +92,8 @@ QS_RUNTIME_BLAS, QS_RUNTIME_OPENMP, QS_RUNTIME_COMPILER = 1, 2, 3
 # include/qsparse/matmul.h
 QS_WEIGHT_DENSE, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT = 0, 1, 2, 3
 QS_WEIGHT_PACKED = 4
-QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8 = 0, 1
+QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_ACT_BF16 = 0, 1, 2
+QS_MATMUL_BF16_MAX_M = 16
 QS_MATMUL_BLAS = 1
 
 # ---- struct mirrors ------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
     y = qs.matmul(x, w)                              # x (..., K), w (N, K): y (..., N) float32
     y = qs.matmul(x, qs.quantize(w, "nf4"), bias)    # any QTensor, Compressed24, SparseQTensor
     y = qs.matmul(x, q8, activations="int8", threshold=6.0)  # LLM.int8 with the outlier split
+    y = qs.matmul(x, q, activations="bf16")           # x rounded to bf16, bf16 products
     pw = qs.pack(q); y = qs.matmul(x, pw)            # packed once for this context's kernels
     codes, row_stats, outlier_cols = qs.int8_vectorwise_quant(x, threshold=6.0)
 
@@ -22,11 +23,13 @@ import numpy as np
 from . import _arrays, _lib, _quant
 from .sparse import Compressed24, SparseQTensor
 
-from ._capi import (QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_BLAS, QS_WEIGHT_DENSE,
-                    QS_WEIGHT_PACKED, QS_WEIGHT_QUANT, QS_WEIGHT_SP24, QS_WEIGHT_SP24_QUANT,
+from ._capi import (QS_MATMUL_ACT_BF16, QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8, QS_MATMUL_BLAS,
+                    QS_WEIGHT_DENSE, QS_WEIGHT_PACKED, QS_WEIGHT_QUANT, QS_WEIGHT_SP24,
+                    QS_WEIGHT_SP24_QUANT,
                     MatmulParams, WeightC)
 
-_ACTIVATIONS = {"f32": QS_MATMUL_ACT_F32, "float32": QS_MATMUL_ACT_F32, "int8": QS_MATMUL_ACT_INT8}
+_ACTIVATIONS = {"f32": QS_MATMUL_ACT_F32, "float32": QS_MATMUL_ACT_F32, "int8": QS_MATMUL_ACT_INT8,
+                "bf16": QS_MATMUL_ACT_BF16, "bfloat16": QS_MATMUL_ACT_BF16}
 
 _I64 = ctypes.c_int64
 
@@ -149,9 +152,14 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     products against INT8 / LLM_INT8 weights, and against NF4 / FP4 through their codebooks
     scaled to int8); threshold > 0 (bitsandbytes uses 6.0) sends every column of x holding an
     |x| >= threshold through float32 instead. See docs/int8_activations.md for the definition
-    and the error bound."""
+    and the error bound.
+
+    activations="bf16" rounds x to bfloat16 and multiplies bf16 values with float32 sums, as
+    AVX512-BF16 does (NF4 / FP4 codebooks rounded to bf16); up to 16 rows of x run the bf16
+    kernels where the CPU has them, everything else the float32 path on the rounded x. See
+    docs/bf16_activations.md for the definition and the error bound."""
     if activations not in _ACTIVATIONS:
-        raise ValueError(f"activations must be 'f32' or 'int8', got {activations!r}")
+        raise ValueError(f"activations must be 'f32', 'int8' or 'bf16', got {activations!r}")
     threshold = _threshold(threshold)
     if threshold > 0.0 and activations != "int8":
         raise ValueError("an outlier threshold needs activations='int8'")

@@ -104,7 +104,8 @@ static const struct qs_format_traits traits[] = {
                   {RULE(NESTED, DOUBLE_QUANT, F32, 32)}},
         .check = check_bnb4, .quant_slot = QS_SLOT_nf4_quant, .dequant_slot = QS_SLOT_nf4_dequant,
         .codebook = qs_nf4_codebook, .encode = qs_ref_nf4_encode,
-        .mm = {QS_SLOT_mm_gemv_nf4, QS_SLOT_mm_gemv_sp24_nf4, QS_SLOT_mm_nf4a8, QS_A8_CODEBOOK_I8},
+        .mm = {QS_SLOT_mm_gemv_nf4, QS_SLOT_mm_gemv_sp24_nf4, QS_SLOT_mm_nf4a8, QS_A8_CODEBOOK_I8,
+               QS_SLOT_mm_nf4abf16},
     },
     [QS_FORMAT_FP4] = {
         .name = "fp4", .bits = 4, .block_default = 64, .block_min = 2, .block_max = QS_TILE,
@@ -116,7 +117,8 @@ static const struct qs_format_traits traits[] = {
                   {RULE(NESTED, DOUBLE_QUANT, F32, 32)}},
         .check = check_bnb4, .quant_slot = QS_SLOT_fp4_quant, .dequant_slot = QS_SLOT_fp4_dequant,
         .codebook = qs_fp4_codebook, .encode = qs_ref_fp4_encode,
-        .mm = {QS_SLOT_mm_gemv_fp4, -1, QS_SLOT_mm_fp4a8, QS_A8_CODEBOOK_I8},
+        .mm = {QS_SLOT_mm_gemv_fp4, -1, QS_SLOT_mm_fp4a8, QS_A8_CODEBOOK_I8,
+               QS_SLOT_mm_fp4abf16},
     },
     [QS_FORMAT_INT8] = {
         .name = "int8", .bits = 8, .block_min = 1, .block_max = INT32_MAX,
@@ -128,7 +130,8 @@ static const struct qs_format_traits traits[] = {
                   {RULE(UNITS, ASYMMETRIC, I8, 8)},
                   NONE},
         .check = check_int8, .quant_slot = QS_SLOT_int8_quant, .dequant_slot = QS_SLOT_int8_dequant,
-        .mm = {QS_SLOT_mm_gemv_int8, -1, QS_SLOT_mm_w8a8, QS_A8_UNIT_SCALES},
+        .mm = {QS_SLOT_mm_gemv_int8, -1, QS_SLOT_mm_w8a8, QS_A8_UNIT_SCALES,
+               QS_SLOT_mm_int8abf16},
     },
     [QS_FORMAT_LLM_INT8] = {
         .name = "llm_int8", .bits = 8, .blocks = QS_BLOCKS_NONE, .units = QS_UNITS_ROWS,
@@ -136,7 +139,8 @@ static const struct qs_format_traits traits[] = {
         .plane = CODES_F32_SCALE(I8),
         .check = check_none, .quant_slot = QS_SLOT_int8_quant,
         .dequant_slot = QS_SLOT_int8_dequant_rowstat,
-        .mm = {QS_SLOT_mm_gemv_int8, -1, QS_SLOT_mm_w8a8, QS_A8_ROWSTAT},
+        .mm = {QS_SLOT_mm_gemv_int8, -1, QS_SLOT_mm_w8a8, QS_A8_ROWSTAT,
+               QS_SLOT_mm_int8abf16},
     },
     [QS_FORMAT_FP8_E4M3] = {
         .name = "fp8_e4m3", .bits = 8, .blocks = QS_BLOCKS_NONE, .options = QS_OPT_SCALE,
@@ -144,7 +148,7 @@ static const struct qs_format_traits traits[] = {
         .plane = CODES_F32_SCALE(U8),
         .check = check_scale, .quant_slot = QS_SLOT_e4m3_quant,
         .dequant_slot = QS_SLOT_e4m3_dequant,
-        .mm = {QS_SLOT_mm_gemv_e4m3, -1, -1, QS_A8_NONE},
+        .mm = {QS_SLOT_mm_gemv_e4m3, -1, -1, QS_A8_NONE, QS_SLOT_mm_e4m3abf16},
     },
     [QS_FORMAT_FP8_E5M2] = {
         .name = "fp8_e5m2", .bits = 8, .blocks = QS_BLOCKS_NONE, .options = QS_OPT_SCALE,
@@ -152,7 +156,7 @@ static const struct qs_format_traits traits[] = {
         .plane = CODES_F32_SCALE(U8),
         .check = check_scale, .quant_slot = QS_SLOT_e5m2_quant,
         .dequant_slot = QS_SLOT_e5m2_dequant,
-        .mm = {QS_SLOT_mm_gemv_e5m2, -1, -1, QS_A8_NONE},
+        .mm = {QS_SLOT_mm_gemv_e5m2, -1, -1, QS_A8_NONE, QS_SLOT_mm_e5m2abf16},
     },
     [QS_FORMAT_MXFP4] = {
         .name = "mxfp4", .bits = 4, .block_default = 32, .block_min = 32, .block_max = 32,
@@ -160,7 +164,7 @@ static const struct qs_format_traits traits[] = {
         .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_MX, .element = QS_ELEMENT_E2M1, .elem_max = 6.0f,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 4)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_mx, .quant_slot = QS_SLOT_mxfp4_quant, .dequant_slot = QS_SLOT_mxfp4_dequant,
-        .mm = {QS_SLOT_mm_gemv_mxfp4, -1, -1, QS_A8_NONE},
+        .mm = {QS_SLOT_mm_gemv_mxfp4, -1, -1, QS_A8_NONE, QS_SLOT_mm_mxfp4abf16},
     },
     [QS_FORMAT_MXFP8] = {
         .name = "mxfp8", .bits = 8, .block_default = 32, .block_min = 32, .block_max = 32,
@@ -168,7 +172,7 @@ static const struct qs_format_traits traits[] = {
         .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_MX, .element = QS_ELEMENT_E4M3, .elem_max = 448.0f,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 8)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_mx, .quant_slot = QS_SLOT_mxfp8_quant, .dequant_slot = QS_SLOT_mxfp8_dequant,
-        .mm = {QS_SLOT_mm_gemv_mxfp8, -1, -1, QS_A8_NONE},
+        .mm = {QS_SLOT_mm_gemv_mxfp8, -1, -1, QS_A8_NONE, QS_SLOT_mm_mxfp8abf16},
     },
     [QS_FORMAT_NVFP4] = {
         .name = "nvfp4", .bits = 4, .block_default = 16, .block_min = 16, .block_max = 16,
@@ -178,7 +182,7 @@ static const struct qs_format_traits traits[] = {
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 4)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_nvfp4, .quant_slot = QS_SLOT_nvfp4_quant,
         .dequant_slot = QS_SLOT_nvfp4_dequant,
-        .mm = {QS_SLOT_mm_gemv_nvfp4, -1, -1, QS_A8_NONE},
+        .mm = {QS_SLOT_mm_gemv_nvfp4, -1, -1, QS_A8_NONE, QS_SLOT_mm_nvfp4abf16},
     },
 };
 

@@ -70,6 +70,8 @@ struct qs_mm_traits {
                                at the kept columns, then gemv_slot over one compressed row */
     int32_t a8_slot;        /* qs_mm_a8_fn: int8 activations; -1: the f32 path on x^ */
     int32_t a8_rule;        /* enum qs_a8_rule */
+    int32_t bf16_slot;      /* qs_mm_gemv_xbf16_fn: bf16 activations, the GEMV path; -1: the f32
+                               path on x^ (x rounded to bf16 and widened) */
 };
 
 /* The element rule of a format's codes (qs_format_traits.element; the plugin ABI's

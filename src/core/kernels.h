@@ -235,6 +235,24 @@ typedef qs_mm_a8_fn qs_mm_w8a8_fn;
 typedef qs_mm_a8_fn qs_mm_nf4a8_fn;
 typedef qs_mm_a8_fn qs_mm_fp4a8_fn;
 
+/* Multi-row GEMV with bf16 activations: x holds bf16 bits (row i at x + i * ldx, w->k values),
+ * otherwise as qs_mm_gemv_fn: y[i * ldy + r] for i < m, r < rows is row i of x against row
+ * r0 + r of W by the bf16 definition of include/qsparse/matmul.h (src/ref/mm_abf16_ref.c: the
+ * unscaled values rounded to bf16, exact products in the f32 GEMV's lanes and tree; SIMD kernels
+ * sum in their own order and may flush denormals, within the bound stated there). Raw sums (no
+ * bias) under the NaN rule; W streams once for all m rows of x. */
+typedef void qs_mm_gemv_xbf16_fn(const qs_mm_weight *w, int64_t r0, int64_t rows,
+                                 const uint16_t *x, int64_t ldx, int64_t m, float *y, int64_t ldy);
+typedef qs_mm_gemv_xbf16_fn qs_mm_nf4abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_fp4abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_int8abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_e4m3abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_e5m2abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_mxfp4abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_mxfp8abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_nvfp4abf16_fn;
+typedef qs_mm_gemv_xbf16_fn qs_mm_bf16abf16_fn;
+
 /* Tiled GEMM step of the f32-activation GEMM path (include/qsparse/matmul.h; src/ref/mm_gemm_ref.c
  * defines it): for r < rows and i < 16 * mp,
  *   s = +0; for p < k (ascending): s = fmaf(x_i[p], w[r * QS_MM_GEMM_LDW + p], s);

@@ -27,6 +27,7 @@ enum qs_mm_path {
     QS_MM_GEMM_BLAS,        /* cblas_sgemm on W or on dequantized panels (gemm_blas.c) */
     QS_MM_GEMM_SP24,        /* 2:4 outer product over rows of x^T (gemm_sp24.c) */
     QS_MM_A8,               /* int8 activations, the descriptor's integer kernel (act8.c) */
+    QS_MM_GEMV_BF16,        /* bf16 activations, the descriptor's bf16 GEMV kernel (gemv.c) */
     QS_MM_PATH_COUNT
 };
 
@@ -62,7 +63,8 @@ struct qs_mm_job {
      * and reaches the caller's y only if every row passed; a task that finds a bad word sets
      * *meta_bad (NULL: checked before the call) */
     int *meta_bad;
-    const float *x; /* M x K f32 activations (the caller's, converted, or x^) */
+    const float *x;     /* M x K f32 activations (the caller's, converted, or x^) */
+    const uint16_t *xb; /* QS_MM_GEMV_BF16: M x K bf16 activations (the caller's or rounded) */
     const float *bias;
     float *y;
     /* int8 activations against a weight with an integer kernel */
@@ -124,8 +126,8 @@ QS_INTERNAL qs_status qs_mm_check_meta(qs_ctx *ctx, const uint16_t *meta, int64_
  * shape; the only place that does (the profiler reports what it chose). */
 QS_INTERNAL void qs_mm_plan_make(const qs_ctx *ctx, struct qs_mm_job *j, int32_t activations);
 
-/* The f32-activation plan of j (used for int8 activations on weights without an integer
- * kernel, on x^). */
+/* The f32-activation plan of j (used for int8 and bf16 activations on weights without an
+ * integer or bf16 kernel, on x^). */
 QS_INTERNAL void qs_mm_plan_f32(const qs_ctx *ctx, struct qs_mm_job *j);
 
 /* Scratch of the plan's f32 path: per-thread floats, panel floats and x^T / packed-x floats. */
@@ -148,6 +150,14 @@ QS_INTERNAL void qs_mm_gemm_blas_run(struct qs_mm_job *j);
 QS_INTERNAL void qs_mm_gemm_sp24_scratch(const struct qs_mm_job *j, int64_t *per_thread,
                                          int64_t *panel, int64_t *xt); /* gemm_sp24.c */
 QS_INTERNAL void qs_mm_gemm_sp24_run(struct qs_mm_job *j);
+
+/* bf16 activations (act_bf16.c): dst = the n elements of x (QS_DTYPE_* dtype) rounded to bf16
+ * (round to nearest even; f16 widened exactly first), as bf16 bits, or x^ = that widened back
+ * to f32 (the f32 path's input where no bf16 kernel runs); in parallel, fixed chunks. */
+QS_INTERNAL void qs_mm_x_to_bf16(const qs_ctx *ctx, const void *x, int32_t dtype, int64_t n,
+                                 uint16_t *dst);
+QS_INTERNAL void qs_mm_x_to_bf16_f32(const qs_ctx *ctx, const void *x, int32_t dtype, int64_t n,
+                                     float *dst);
 
 /* The int8-activation part of qs_matmul (act8.c): everything validated, j->x is the f32
  * activation. Allocates its own scratch; returns QS_OK or QS_ERR_OUT_OF_MEMORY before y is

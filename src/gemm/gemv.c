@@ -6,7 +6,9 @@
  * - dense weights: the multi-row GEMV kernel, raw sums into y, then bias and the NaN rule;
  * - 2:4 weights with a fused 2:4 kernel: that kernel per x row, which also checks the rows' meta;
  * - other 2:4 weights: x gathered at each row's kept columns (mm_gather_sp24), then the gemv
- *   kernel over that one compressed row; the task's meta is checked first.
+ *   kernel over that one compressed row; the task's meta is checked first;
+ * - bf16 activations (QS_MM_GEMV_BF16): the descriptor's bf16 kernel on x in bf16, as the dense
+ *   f32 GEMV otherwise.
  * Tasks have fixed bounds that depend only on the shape, so the bits never depend on threads.
  */
 #include "../ref/ref.h"
@@ -61,6 +63,9 @@ static void gemv_task(const struct qs_mm_job *j, int64_t t, float *scratch)
     case QS_MM_GEMV_SP24_GATHER:
         if (gather_rows(j, (qs_mm_gemv_fn *)fn, r0, r1, scratch))
             return;
+        break;
+    case QS_MM_GEMV_BF16:
+        ((qs_mm_gemv_xbf16_fn *)fn)(&j->w, r0, r1 - r0, j->xb, j->K, j->M, j->y + r0, j->N);
         break;
     default: ((qs_mm_gemv_fn *)fn)(&j->w, r0, r1 - r0, j->x, j->K, j->M, j->y + r0, j->N); break;
     }

@@ -3,9 +3,10 @@
  * qs_matmul: checks the parameters, shapes and activations and builds the weight view (weight.c:
  * its planes against an N x K weight of its format), then calls the context's backend (backend.h).
  * The CPU backend's run, qs_cpu_matmul, checks the 2:4 meta nibbles, plans the call (plan.c),
- * allocates every scratch buffer the plan needs, and only then converts x, decodes
- * double-quantized scales and runs the plan's path (f32 activations) or the int8-activation part
- * (act8.c). Nothing is written to y before all of that succeeded.
+ * allocates every scratch buffer the plan needs, and only then converts x (to f32, to x^ or to
+ * bf16: act_bf16.c), decodes double-quantized scales and runs the plan's path (f32 and bf16
+ * activations) or the int8-activation part (act8.c). Nothing is written to y before all of that
+ * succeeded.
  */
 #include <math.h>
 #include <string.h>
@@ -107,9 +108,11 @@ static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
         if (p->reserved[i] != 0)
             return qs_fail(ctx, QS_ERR_INVALID_ARG,
                            "qs_matmul_params reserved fields must be zero");
-    if (p->activations != QS_MATMUL_ACT_F32 && p->activations != QS_MATMUL_ACT_INT8)
+    if (p->activations != QS_MATMUL_ACT_F32 && p->activations != QS_MATMUL_ACT_INT8 &&
+        p->activations != QS_MATMUL_ACT_BF16)
         return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                       "unknown activations %d (QS_MATMUL_ACT_F32 or QS_MATMUL_ACT_INT8)",
+                       "unknown activations %d (QS_MATMUL_ACT_F32, QS_MATMUL_ACT_INT8 or "
+                       "QS_MATMUL_ACT_BF16)",
                        p->activations);
     if (!(p->threshold >= 0.0f) || isinf(p->threshold))
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "threshold must be finite and >= 0, got %g",
@@ -215,8 +218,9 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
     struct qs_mm_job j = *checked; /* its view is the weight (w, packed or not, was checked) */
     qs_status st;
     int64_t mk = M * K * 4, mn = M * N * 4, nb = 0, per_thread = 0, panel = 0, xt = 0, threads;
-    int need_x, need_absmax;
+    int need_x, need_xb, need_absmax, bf16, bf16_gemv;
     float *xf = NULL, *absmax = NULL, *scratch = NULL, *big = NULL, *ydefer = NULL;
+    uint16_t *xb = NULL;
     int meta_bad = 0;
 
     (void)w;
@@ -251,8 +255,12 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
         return qs_ok(ctx);
     }
 
-    /* Scratch, all of it before any output. */
-    need_x = x_dtype != QS_DTYPE_F32;
+    /* Scratch, all of it before any output. bf16 activations: the bf16 kernels read x in bf16
+     * (the caller's bf16 x as it is, else rounded into scratch), the f32 path x^ in f32. */
+    bf16 = params->activations == QS_MATMUL_ACT_BF16;
+    bf16_gemv = j.plan.path == QS_MM_GEMV_BF16;
+    need_x = bf16 ? !bf16_gemv : x_dtype != QS_DTYPE_F32;
+    need_xb = bf16_gemv && x_dtype != QS_DTYPE_BF16;
     /* double-quantized scales: the view gets them decoded to f32 */
     need_absmax = j.dq_codes != NULL;
     if (need_absmax) {
@@ -261,12 +269,14 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
             return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld absmax values",
                            (long long)nb);
     }
-    if (need_x && !(xf = qs_scratch_alloc(ctx, (size_t)(mk > 0 ? mk : 4)))) {
+    if ((need_x && !(xf = qs_scratch_alloc(ctx, (size_t)(mk > 0 ? mk : 4)))) ||
+        (need_xb && !(xb = qs_scratch_alloc(ctx, (size_t)(mk / 2 > 0 ? mk / 2 : 2))))) {
+        qs_scratch_free(ctx, xf);
         qs_scratch_free(ctx, absmax);
         return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld activation bytes",
-                       (long long)mk);
+                       (long long)(need_x ? mk : mk / 2));
     }
-    if (params->activations == QS_MATMUL_ACT_F32) {
+    if (params->activations != QS_MATMUL_ACT_INT8) {
         qs_mm_f32_scratch(&j, &per_thread, &panel, &xt);
         threads = qs_threads(ctx);
         scratch = per_thread > 0
@@ -278,6 +288,7 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
             qs_scratch_free(ctx, ydefer);
             qs_scratch_free(ctx, scratch);
             qs_scratch_free(ctx, big);
+            qs_scratch_free(ctx, xb);
             qs_scratch_free(ctx, xf);
             qs_scratch_free(ctx, absmax);
             return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for matmul scratch");
@@ -288,9 +299,19 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
         j.xt = xt > 0 ? big + panel : NULL;
     }
 
-    /* Inputs in f32. */
+    /* Inputs: x in f32 (the caller's, converted, or x^), or in bf16 for the bf16 kernels. */
     j.x = x;
-    if (need_x) {
+    if (bf16_gemv) {
+        j.x = NULL;
+        j.xb = x;
+        if (need_xb) {
+            qs_mm_x_to_bf16(ctx, x, x_dtype, M * K, xb);
+            j.xb = xb;
+        }
+    } else if (bf16) {
+        qs_mm_x_to_bf16_f32(ctx, x, x_dtype, M * K, xf);
+        j.x = xf;
+    } else if (need_x) {
         struct cvt_job c = {ctx, x, x_dtype, M * K, xf, NULL, NULL, 0.0f};
         qs_parallel_run(ctx, qs_ceil_div(c.n, QS_TILE), qs_work(c.n, 6), cvt_task, NULL, &c);
         j.x = xf;
@@ -302,7 +323,7 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
     }
 
     st = QS_OK;
-    if (params->activations == QS_MATMUL_ACT_F32) {
+    if (params->activations != QS_MATMUL_ACT_INT8) {
         if (ydefer)
             j.y = ydefer;
         qs_mm_run_f32(&j);
@@ -320,6 +341,7 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
     qs_scratch_free(ctx, scratch);
     qs_scratch_free(ctx, big);
     qs_scratch_free(ctx, ydefer);
+    qs_scratch_free(ctx, xb);
     qs_scratch_free(ctx, xf);
     qs_scratch_free(ctx, absmax);
     return st == QS_OK ? qs_ok(ctx) : st;

@@ -204,11 +204,11 @@ QS_API qs_status qs_matmul_pack(qs_ctx *ctx, const qs_weight *w, int64_t N, int6
     for (int i = 0; i < PACK_PLANES; i++) {
         if (h.bytes[i] == 0)
             continue;
-        if (i == QS_PLANE_SCALE && j.t && w->quant->double_quant) {
+        if (i == QS_PLANE_SCALE && j.dq_codes) { /* as qs_matmul: the layout's nested plane */
             struct dq_job d = {ctx,
-                               w->q->scale,
-                               w->q->nested_scale,
-                               w->q->nested_offset,
+                               j.dq_codes,
+                               j.dq_nested,
+                               j.dq_offset,
                                h.bytes[i] / 4,
                                (float *)(void *)(out + h.off[i])};
             qs_parallel_run(ctx, qs_ceil_div(d.n, QS_DQ_CHUNK), qs_work(d.n, 5), dq_task, NULL,

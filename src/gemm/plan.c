@@ -6,6 +6,11 @@
  * shape: kernels_matmul.inc), through qs_ctx_kernel_select:
  *
  * - int8 activations and a format with an integer kernel (descriptor a8_slot): the A8 path.
+ * - bf16 activations, up to QS_MATMUL_BF16_MAX_M rows of x, a dense weight whose descriptor has a
+ *   bf16 kernel (bf16_slot) and a SIMD entry of it for this context: the GEMV_BF16 path. Without
+ *   one (a tier without bf16 products, 2:4 or f32 / f16 weights, more rows) the f32 plan below
+ *   runs on x^: a reference bf16 kernel would only be a slower form of that.
+ * Otherwise, and for the x^ of int8 and bf16 activations:
  * - The GEMM path wherever an mm_gemm_f32 entry takes the shape (every entry's min_m is
  *   QS_MATMUL_GEMM_MIN_M, so the public constant states the rule): the 2:4 outer product for 2:4
  *   weights; sgemm on the caller's plain f32 weight, or on dequantized panels where the build has
@@ -98,6 +103,19 @@ void qs_mm_plan_make(const qs_ctx *ctx, struct qs_mm_job *j, int32_t activations
 {
     struct qs_mm_plan *p = &j->plan;
 
+    if (activations == QS_MATMUL_ACT_BF16 && j->mt->bf16_slot >= 0 &&
+        (j->kind == QS_WEIGHT_QUANT || j->kind == QS_WEIGHT_DENSE) &&
+        j->M <= QS_MATMUL_BF16_MAX_M) {
+        const struct qs_kernel_entry *e =
+            qs_ctx_kernel_select(ctx, j->mt->bf16_slot, j->M, j->N, j->K);
+        if (e && e->rank > 0) {
+            p->path = QS_MM_GEMV_BF16;
+            p->slot = j->mt->bf16_slot;
+            p->entry = e;
+            p->task_rows = GEMV_TILES_PER_TASK * tile_rows(e);
+            return;
+        }
+    }
     if (activations == QS_MATMUL_ACT_INT8 && j->kind == QS_WEIGHT_QUANT && j->mt->a8_slot >= 0) {
         int gemv = !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, j->M, j->N, j->K);
         p->path = QS_MM_A8;

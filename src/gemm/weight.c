@@ -18,11 +18,13 @@
 #include "gemm_internal.h"
 
 /* The matmul kernels of plain (and 2:4) f32 / f16 / bf16 values, by QS_DTYPE_*: they have no
- * format descriptor, so this table is theirs. */
+ * format descriptor, so this table is theirs. Only bf16 values are exact in bf16, so only they
+ * have a bf16-activation kernel (f32 and f16 weights run the f32 path on x^). */
 static const struct qs_mm_traits plain_mm[] = {
-    [QS_DTYPE_F32] = {QS_SLOT_mm_gemv_f32, QS_SLOT_mm_gemv_sp24_f32, -1, QS_A8_NONE},
-    [QS_DTYPE_F16] = {QS_SLOT_mm_gemv_f16, QS_SLOT_mm_gemv_sp24_f16, -1, QS_A8_NONE},
-    [QS_DTYPE_BF16] = {QS_SLOT_mm_gemv_bf16, QS_SLOT_mm_gemv_sp24_bf16, -1, QS_A8_NONE},
+    [QS_DTYPE_F32] = {QS_SLOT_mm_gemv_f32, QS_SLOT_mm_gemv_sp24_f32, -1, QS_A8_NONE, -1},
+    [QS_DTYPE_F16] = {QS_SLOT_mm_gemv_f16, QS_SLOT_mm_gemv_sp24_f16, -1, QS_A8_NONE, -1},
+    [QS_DTYPE_BF16] = {QS_SLOT_mm_gemv_bf16, QS_SLOT_mm_gemv_sp24_bf16, -1, QS_A8_NONE,
+                       QS_SLOT_mm_bf16abf16},
 };
 
 /* Words per piece of the parallel meta check (fixed, so the pieces never depend on threads). */

@@ -26,52 +26,12 @@
  * driver bounds K so it cannot overflow), then t = t + fl(a_s * scale_s) in ascending segments.
  */
 #include "../core/kernels.h"
+#include "mm_lanes_ref.h"
 #include "ref.h"
 #include "sp24_ref.h"
 
-#define LANES 16
-/* Elements decoded per call of a dequantize kernel: a multiple of LANES and of 2 (nibbles). */
+/* Elements decoded per call of a dequantize kernel: a multiple of MM_LANES and of 2 (nibbles). */
 #define PIECE 64
-
-struct lanes {
-    float p[LANES];
-    int64_t i;
-};
-
-static void lanes_reset(struct lanes *l)
-{
-    for (int i = 0; i < LANES; i++)
-        l->p[i] = 0.0f;
-    l->i = 0;
-}
-
-/* Element k goes to lane (l->i + k) % 16. Once the lanes are at a multiple of 16, whole rounds
- * of 16 run as one loop over the lanes (the same order, in a form the compiler vectorizes). */
-static void lanes_feed(struct lanes *l, const float *x, const float *v, int64_t n)
-{
-    int64_t k = 0;
-
-    for (; k < n && (l->i + k) % LANES != 0; k++)
-        l->p[(l->i + k) % LANES] += qs_ld_f32(x + k) * v[k];
-    for (; k + LANES <= n; k += LANES)
-        for (int j = 0; j < LANES; j++)
-            l->p[j] += qs_ld_f32(x + k + j) * v[k + j];
-    for (; k < n; k++)
-        l->p[(l->i + k) % LANES] += qs_ld_f32(x + k) * v[k];
-    l->i += n;
-}
-
-static float lanes_sum(const struct lanes *l)
-{
-    float t[LANES];
-
-    for (int i = 0; i < LANES; i++)
-        t[i] = l->p[i];
-    for (int h = LANES / 2; h >= 1; h /= 2)
-        for (int i = 0; i < h; i++)
-            t[i] = t[i] + t[i + h];
-    return t[0];
-}
 
 static const uint8_t e8m0_one[2] = {127, 127}; /* 2^0; a piece spans at most 2 MX blocks */
 static const uint8_t e4m3_one[4] = {0x38, 0x38, 0x38, 0x38}; /* 1.0; up to 4 NVFP4 blocks */
@@ -81,32 +41,32 @@ static const uint8_t e4m3_one[4] = {0x38, 0x38, 0x38, 0x38}; /* 1.0; up to 4 NVF
 
 float qs_mm_dot_f32__ref(const float *x, const float *w, int64_t n)
 {
-    struct lanes l;
+    struct mm_lanes l;
     float v[PIECE];
 
-    lanes_reset(&l);
+    mm_lanes_reset(&l);
     for (int64_t i = 0; i < n; i += PIECE) {
         int64_t len = n - i < PIECE ? n - i : PIECE;
         for (int64_t k = 0; k < len; k++)
             v[k] = qs_ld_f32(w + i + k); /* the caller's weight may sit at any byte */
-        lanes_feed(&l, x + i, v, len);
+        mm_lanes_feed(&l, x + i, v, len);
     }
-    return qs_ref_nan_canon(lanes_sum(&l));
+    return qs_ref_nan_canon(mm_lanes_sum(&l));
 }
 
 static float dot_u16(const float *x, const uint16_t *w, int64_t n,
                      void (*cvt)(const uint16_t *, int64_t, float *))
 {
-    struct lanes l;
+    struct mm_lanes l;
     float v[PIECE];
 
-    lanes_reset(&l);
+    mm_lanes_reset(&l);
     for (int64_t i = 0; i < n; i += PIECE) {
         int64_t len = n - i < PIECE ? n - i : PIECE;
         cvt(w + i, len, v);
-        lanes_feed(&l, x + i, v, len);
+        mm_lanes_feed(&l, x + i, v, len);
     }
-    return qs_ref_nan_canon(lanes_sum(&l));
+    return qs_ref_nan_canon(mm_lanes_sum(&l));
 }
 
 float qs_mm_dot_f16__ref(const float *x, const uint16_t *w, int64_t n)
@@ -133,21 +93,21 @@ static float bnb4_dot(const float *book, const float *x, int64_t n, const uint8_
 
     while (i < n) {
         int64_t b = (start + i) / block, end = (b + 1) * block - start;
-        struct lanes l;
+        struct mm_lanes l;
 
         if (end > n)
             end = n;
-        lanes_reset(&l);
+        mm_lanes_reset(&l);
         while (i < end) {
             int64_t len = end - i < PIECE ? end - i : PIECE;
             for (int64_t k = 0; k < len; k++) {
                 int64_t f = start + i + k;
                 v[k] = book[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
             }
-            lanes_feed(&l, x + i, v, len);
+            mm_lanes_feed(&l, x + i, v, len);
             i += len;
         }
-        acc = acc + lanes_sum(&l) * qs_ld_f32(absmax + b);
+        acc = acc + mm_lanes_sum(&l) * qs_ld_f32(absmax + b);
     }
     return qs_ref_nan_canon(acc);
 }
@@ -176,15 +136,15 @@ static float int8_dot(const float *x, int64_t n, const int8_t *q, const float *s
 
     for (int64_t s = 0; s * group < n; s++) {
         int64_t i0 = s * group, end = i0 + group < n ? i0 + group : n;
-        struct lanes l;
+        struct mm_lanes l;
 
-        lanes_reset(&l);
+        mm_lanes_reset(&l);
         for (int64_t i = i0; i < end; i += PIECE) {
             int64_t len = end - i < PIECE ? end - i : PIECE;
             qs_int8_dequant__ref(q + i, len, 1.0f, zp ? zp[s] : 0, v); /* q - zp, exact */
-            lanes_feed(&l, x + i, v, len);
+            mm_lanes_feed(&l, x + i, v, len);
         }
-        acc = acc + lanes_sum(&l) * (qs_ld_f32(scale + s) * mul);
+        acc = acc + mm_lanes_sum(&l) * (qs_ld_f32(scale + s) * mul);
     }
     return qs_ref_nan_canon(acc);
 }
@@ -202,15 +162,15 @@ static float fp8_dot(qs_e4m3_dequant_fn *dec, const float *x, int64_t n, const u
                      float scale)
 {
     float acc = 0.0f, v[PIECE];
-    struct lanes l;
+    struct mm_lanes l;
 
-    lanes_reset(&l);
+    mm_lanes_reset(&l);
     for (int64_t i = 0; i < n; i += PIECE) {
         int64_t len = n - i < PIECE ? n - i : PIECE;
         dec(q + i, len, 1.0f, v);
-        lanes_feed(&l, x + i, v, len);
+        mm_lanes_feed(&l, x + i, v, len);
     }
-    return qs_ref_nan_canon(acc + lanes_sum(&l) * scale);
+    return qs_ref_nan_canon(acc + mm_lanes_sum(&l) * scale);
 }
 
 float qs_mm_dot_e4m3__ref(const float *x, int64_t n, const uint8_t *q, float scale)
@@ -232,11 +192,11 @@ float qs_mm_dot_mxfp4__ref(const float *x, int64_t n, const uint8_t *data, const
 
     for (int64_t i = 0; i < n; i += 32) {
         int64_t len = n - i < 32 ? n - i : 32;
-        struct lanes l;
+        struct mm_lanes l;
         qs_mxfp4_dequant__ref(data + i / 2, e8m0_one, len, v);
-        lanes_reset(&l);
-        lanes_feed(&l, x + i, v, len);
-        acc = acc + lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
+        mm_lanes_reset(&l);
+        mm_lanes_feed(&l, x + i, v, len);
+        acc = acc + mm_lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
     }
     return qs_ref_nan_canon(acc);
 }
@@ -247,11 +207,11 @@ float qs_mm_dot_mxfp8__ref(const float *x, int64_t n, const uint8_t *data, const
 
     for (int64_t i = 0; i < n; i += 32) {
         int64_t len = n - i < 32 ? n - i : 32;
-        struct lanes l;
+        struct mm_lanes l;
         qs_mxfp8_dequant__ref(data + i, e8m0_one, len, v);
-        lanes_reset(&l);
-        lanes_feed(&l, x + i, v, len);
-        acc = acc + lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
+        mm_lanes_reset(&l);
+        mm_lanes_feed(&l, x + i, v, len);
+        acc = acc + mm_lanes_sum(&l) * qs_ref_e8m0_decode(scales[i / 32]);
     }
     return qs_ref_nan_canon(acc);
 }
@@ -263,13 +223,13 @@ float qs_mm_dot_nvfp4__ref(const float *x, int64_t n, const uint8_t *data, const
 
     for (int64_t i = 0; i < n; i += 16) {
         int64_t len = n - i < 16 ? n - i : 16;
-        struct lanes l;
+        struct mm_lanes l;
         /* the block's den as the dequantize rule forms it: fl(value(S & 0x7F) * s_global) */
         float den = qs_ref_e4m3_decode(scales[i / 16] & 0x7F) * s_global;
         qs_nvfp4_dequant__ref(data + i / 2, e4m3_one, len, 1.0f, v);
-        lanes_reset(&l);
-        lanes_feed(&l, x + i, v, len);
-        acc = acc + lanes_sum(&l) * den;
+        mm_lanes_reset(&l);
+        mm_lanes_feed(&l, x + i, v, len);
+        acc = acc + mm_lanes_sum(&l) * den;
     }
     return qs_ref_nan_canon(acc);
 }
@@ -462,10 +422,10 @@ static void gather_kept(const float *x, const uint16_t *meta, int64_t j0, int64_
 static float sp24_dot_plain(const float *x, const uint16_t *meta, int64_t n, const void *w,
                             void (*cvt)(const uint16_t *, int64_t, float *))
 {
-    struct lanes l;
+    struct mm_lanes l;
     float v[PIECE], xg[PIECE];
 
-    lanes_reset(&l);
+    mm_lanes_reset(&l);
     for (int64_t i = 0; i < n / 2; i += PIECE) {
         int64_t len = n / 2 - i < PIECE ? n / 2 - i : PIECE;
         if (cvt)
@@ -474,9 +434,9 @@ static float sp24_dot_plain(const float *x, const uint16_t *meta, int64_t n, con
             for (int64_t k = 0; k < len; k++)
                 v[k] = qs_ld_f32((const float *)w + i + k);
         gather_kept(x, meta, i, len, xg);
-        lanes_feed(&l, xg, v, len);
+        mm_lanes_feed(&l, xg, v, len);
     }
-    return qs_ref_nan_canon(lanes_sum(&l));
+    return qs_ref_nan_canon(mm_lanes_sum(&l));
 }
 
 static float sp24_dot_f32(const float *x, const uint16_t *meta, int64_t n, const void *w)
@@ -521,11 +481,11 @@ float qs_mm_dot_sp24_nf4__ref(const float *x, const uint16_t *meta, int64_t n, c
 
     while (i < kept) {
         int64_t b = (start + i) / block, end = (b + 1) * block - start;
-        struct lanes l;
+        struct mm_lanes l;
 
         if (end > kept)
             end = kept;
-        lanes_reset(&l);
+        mm_lanes_reset(&l);
         while (i < end) {
             int64_t len = end - i < PIECE ? end - i : PIECE;
             for (int64_t k = 0; k < len; k++) {
@@ -533,10 +493,10 @@ float qs_mm_dot_sp24_nf4__ref(const float *x, const uint16_t *meta, int64_t n, c
                 v[k] = qs_nf4_codebook[(f & 1) ? data[f / 2] & 0xF : data[f / 2] >> 4];
             }
             gather_kept(x, meta, i, len, xg);
-            lanes_feed(&l, xg, v, len);
+            mm_lanes_feed(&l, xg, v, len);
             i += len;
         }
-        acc = acc + lanes_sum(&l) * qs_ld_f32(absmax + b);
+        acc = acc + mm_lanes_sum(&l) * qs_ld_f32(absmax + b);
     }
     return qs_ref_nan_canon(acc);
 }

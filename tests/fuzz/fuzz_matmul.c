@@ -3,7 +3,7 @@
  * qs_matmul and qs_int8_vectorwise_quant under every ISA tier. The input chooses the weight kind
  * (dense f32/f16/bf16, quantized in any format and option, 2:4, 2:4 + quantized; a "packed"
  * weight made of the fuzzed bytes, which must be refused unless they form a valid header), the
- * shapes, the x dtype, bias or not, f32 or int8 activations, the outlier threshold,
+ * shapes, the x dtype, bias or not, f32, int8 or bf16 activations, the outlier threshold,
  * misaligned pointers, one buffer a byte short, and the bytes of x, bias, the weight's data or
  * planes and its meta words (optionally forced to valid 2:4 nibbles so the arithmetic is reached).
  * Checked: the status is a known one and the same on every tier; a failing call wrote nothing (y,
@@ -101,7 +101,11 @@ static int64_t y_diff(const void *a, const void *b, int64_t n)
  * unscaled value (a segment whose values are all 0 adds 0 in every order). With int8 activations
  * the kernels see x^ with |x^_k| <= |x_k| + max |x| / 254 (half a code step). Only for plain and
  * quantized weights (the 2:4 kernels are bit-exact); returns the first element over it, or -1;
- * -2 when the bound cannot be formed (the strict check stands).
+ * -2 when the bound cannot be formed (the strict check stands). With bf16 activations every tier
+ * sees x^ = x rounded to bf16, and a bf16 kernel (AVX512-BF16) against the f32 path on x^ adds
+ * the NF4 / FP4 codebook's rounding to bf16, (2^-8 + 2^-16) sum_k |x^_k| |v_nk s_nk|, its own
+ * summation order (within 2 K + 1 roundings) and the flushed denormals,
+ * 2^-125 sum_k (|v s| + s (1 + |x^_k|)) (matmul.h).
  */
 static double smallest_unscaled(const qs_weight *w)
 {
@@ -121,8 +125,9 @@ static double smallest_unscaled(const qs_weight *w)
 
 static int64_t y_diff_reordered(qs_ctx *ctx, const float *a, const float *b, const void *x,
                                 int32_t x_dtype, const qs_weight *w, int64_t M, int64_t K,
-                                int64_t N, int act8)
+                                int64_t N, int32_t act)
 {
+    int act8 = act == QS_MATMUL_ACT_INT8, bf16 = act == QS_MATMUL_ACT_BF16;
     if (M > MAX_M || N > MAX_N || K > 4096 || M * K == 0 || N * K == 0)
         return -2;
     /* 2:4 weights (the fused 2:4 GEMV sums in its own order too): the row's kept values, N x K/2,
@@ -135,6 +140,15 @@ static int64_t y_diff_reordered(qs_ctx *ctx, const float *a, const float *b, con
         goto out;
     if (qs_convert(ctx, x, x_dtype, xf, QS_DTYPE_F32, M * K, M * K * 4) != QS_OK)
         goto out;
+    if (bf16) { /* x^: x rounded to bf16 */
+        uint16_t *h = malloc((size_t)(M * K) * 2);
+        int ok = h && qs_convert(ctx, xf, QS_DTYPE_F32, h, QS_DTYPE_BF16, M * K, M * K * 2) ==
+                          QS_OK &&
+                 qs_convert(ctx, h, QS_DTYPE_BF16, xf, QS_DTYPE_F32, M * K, M * K * 4) == QS_OK;
+        free(h);
+        if (!ok)
+            goto out;
+    }
     if (w->kind == QS_WEIGHT_QUANT || w->kind == QS_WEIGHT_SP24_QUANT
             ? qs_dequantize(ctx, w->quant, w->q, N, kw, wf, QS_DTYPE_F32, N * kw * 4) != QS_OK
             : qs_convert(ctx, w->data, w->dtype, wf, QS_DTYPE_F32, N * kw, N * kw * 4) != QS_OK)
@@ -164,6 +178,12 @@ static int64_t y_diff_reordered(qs_ctx *ctx, const float *a, const float *b, con
             double tol = 2.0 * ((double)K / 16.0 + 8.0) * 0x1p-23 * sx * vs +
                          (2.0 * (double)K + 32.0) * 0x1p-149 * (1.0 + smax) +
                          0x1p-22 * fabs((double)ya);
+            if (bf16) {
+                int fmt = w->kind == QS_WEIGHT_QUANT ? w->quant->format : -1;
+                int cb = fmt == QS_FORMAT_NF4 || fmt == QS_FORMAT_FP4;
+                tol += (cb * (0x1p-8 + 0x1p-16) + (2.0 * (double)K + 1.0) * 0x1p-24) * sx * vs +
+                       0x1p-125 * ((double)K * vs + smax * ((double)K + sx));
+            }
             if (fabs((double)ya - (double)yb) > tol) {
                 bad = m * N + n;
                 break;
@@ -324,7 +344,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     qs_matmul_params mp;
     qs_matmul_params_init(&mp);
-    mp.activations = act8 ? QS_MATMUL_ACT_INT8 : QS_MATMUL_ACT_F32;
+    /* bf16 activations on a bit of tsel that only int8 activations (and bad params) read */
+    mp.activations = act8          ? QS_MATMUL_ACT_INT8
+                     : tsel & 0x40 ? QS_MATMUL_ACT_BF16
+                                   : QS_MATMUL_ACT_F32;
     mp.threshold = act8 || bad_params ? threshold : 0.0f;
     if (bad_params && (tsel & 1))
         mp.reserved[tsel >> 1 & 3] = 1;
@@ -456,10 +479,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             int integer = w.kind == QS_WEIGHT_QUANT &&
                           (fmt == QS_FORMAT_INT8 || fmt == QS_FORMAT_LLM_INT8 ||
                            fmt == QS_FORMAT_NF4 || fmt == QS_FORMAT_FP4);
-            if (d >= 0 && st == QS_OK && (mp.activations == QS_MATMUL_ACT_F32 || !integer)) {
+            if (d >= 0 && st == QS_OK && (mp.activations != QS_MATMUL_ACT_INT8 || !integer)) {
                 int64_t r = y_diff_reordered(t->ctx[0], (const float *)y0.p,
                                              (const float *)y1.p, x.p, x_dtype, &w, M, K, N,
-                                             mp.activations == QS_MATMUL_ACT_INT8);
+                                             mp.activations);
                 d = r == -2 ? d : r;
             }
             fz_check(d < 0, "y[%lld] differs beyond the tolerance: tier %s vs scalar",

@@ -939,6 +939,98 @@ static size_t call_gemv(const kc_case *c, kc_fn *fn, uint8_t *out)
     return (size_t)(c->m * c->ldy) * 4;
 }
 
+/* ---- matmul: multi-row GEMV with bf16 activations ---------------------------------------------
+ * The f32 GEMV's cases (setup_gemv: shapes, weights, parameters) with x rounded to bf16. The GEMV
+ * rule gets x^ and the weights as the bf16 definition takes them (the NF4 / FP4 codebooks rounded
+ * to bf16) and each element's scale for the flush term. */
+
+static int32_t f32_gemv_slot(int32_t s)
+{
+    switch (s) {
+    case QS_SLOT_mm_nf4abf16: return QS_SLOT_mm_gemv_nf4;
+    case QS_SLOT_mm_fp4abf16: return QS_SLOT_mm_gemv_fp4;
+    case QS_SLOT_mm_int8abf16: return QS_SLOT_mm_gemv_int8;
+    case QS_SLOT_mm_e4m3abf16: return QS_SLOT_mm_gemv_e4m3;
+    case QS_SLOT_mm_e5m2abf16: return QS_SLOT_mm_gemv_e5m2;
+    case QS_SLOT_mm_mxfp4abf16: return QS_SLOT_mm_gemv_mxfp4;
+    case QS_SLOT_mm_mxfp8abf16: return QS_SLOT_mm_gemv_mxfp8;
+    case QS_SLOT_mm_nvfp4abf16: return QS_SLOT_mm_gemv_nvfp4;
+    default: return QS_SLOT_mm_gemv_bf16;
+    }
+}
+
+/* The scale of element (r, col) of the case's weight (row r of the call), as the f32 GEMV
+ * applies it. */
+static float gemv_elem_scale(const kc_case *c, int64_t r, int64_t col)
+{
+    const qs_mm_weight *w = &c->w;
+    int64_t row = c->r0 + r;
+
+    switch (c->slot) {
+    case QS_SLOT_mm_nf4abf16:
+    case QS_SLOT_mm_fp4abf16: return c->in.absmax[(row * w->k + col) / w->group];
+    case QS_SLOT_mm_int8abf16:
+        return c->in.absmax[row * w->sstride + col / w->group] * w->scale_mul;
+    case QS_SLOT_mm_e4m3abf16:
+    case QS_SLOT_mm_e5m2abf16: return *(const float *)w->scale;
+    case QS_SLOT_mm_mxfp4abf16:
+    case QS_SLOT_mm_mxfp8abf16:
+        return qs_ref_e8m0_decode(c->in.sbytes[row * w->sstride + col / 32]);
+    case QS_SLOT_mm_nvfp4abf16:
+        return qs_ref_e4m3_decode(c->in.sbytes[row * w->sstride + col / 16] & 0x7F) * w->s_global;
+    default: return 1.0f;
+    }
+}
+
+static int setup_gemv_bf16(kc_case *c)
+{
+    const kc_in *in = &c->in;
+    int32_t s = c->slot;
+    int64_t n = in->n;
+    int st;
+
+    c->slot = f32_gemv_slot(s);
+    st = setup_gemv(c);
+    c->slot = s;
+    if (st != 0)
+        return st;
+    if (!(c->h16 = scratch(c, (size_t)n * 2)))
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        c->h16[i] = qs_ref_f32_to_bf16(in->x[i]);
+    if (in->typical)
+        return 0;
+
+    float *xf = c->fb = scratch(c, (size_t)n * 4 + 4);
+    float *ws = scratch(c, (size_t)(c->rows * c->k) * 4 + 4);
+    if (!xf || !ws)
+        return -1;
+    qs_cvt_bf16_f32__ref(c->h16, n, xf);
+    for (int64_t r = 0; r < c->rows; r++)
+        for (int64_t col = 0; col < c->k; col++)
+            ws[r * c->k + col] = gemv_elem_scale(c, r, col);
+    if (s == QS_SLOT_mm_nf4abf16 || s == QS_SLOT_mm_fp4abf16) {
+        /* the weights again, from the codebook rounded to bf16 */
+        const float *book = s == QS_SLOT_mm_nf4abf16 ? qs_nf4_codebook : qs_fp4_codebook;
+        for (int64_t r = 0; r < c->rows; r++)
+            for (int64_t col = 0; col < c->k; col++) {
+                int64_t f = (c->r0 + r) * c->k + col;
+                uint8_t q = f & 1 ? in->codes[f / 2] & 0xF : in->codes[f / 2] >> 4;
+                c->fa[r * c->k + col] =
+                    qs_ref_bf16_to_f32(qs_ref_f32_to_bf16(book[q])) * ws[r * c->k + col];
+            }
+    }
+    c->gemv.x = xf;
+    c->gemv.ws = ws;
+    return 0;
+}
+
+static size_t call_gemv_bf16(const kc_case *c, kc_fn *fn, uint8_t *out)
+{
+    ((qs_mm_gemv_xbf16_fn *)fn)(&c->w, c->r0, c->rows, c->h16, c->k, c->m, (float *)out, c->ldy);
+    return (size_t)(c->m * c->ldy) * 4;
+}
+
 /* ---- matmul: int8 activations (src/ref/mm8_ref.c) ---------------------------------------------
  * Variant mode: m x rows outputs over rows of length kk cut from the n inputs, x codes in
  * [-127, 127] (the quantizer's range; -128 becomes -127) with their sums per unit, INT8 groups of
@@ -1080,6 +1172,15 @@ static const struct kc_entry entries[] = {
     {QS_SLOT_mm_w8a8, FAM, setup_mm8, call_mm8},
     {QS_SLOT_mm_nf4a8, FAM, setup_mm8, call_mm8},
     {QS_SLOT_mm_fp4a8, FAM, setup_mm8, call_mm8},
+    {QS_SLOT_mm_nf4abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_fp4abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_int8abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_e4m3abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_e5m2abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_mxfp4abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_mxfp8abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_nvfp4abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
+    {QS_SLOT_mm_bf16abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
     {QS_SLOT_mm_dot_sp24_nf4, KC_RULE_SP24, setup_sp24_mm, call_dot_sp24_nf4},
     {QS_SLOT_mm_gemm_f32, FAM, setup_gemm, call_gemm},
     {QS_SLOT_mm_gemv_sp24_f32, KC_RULE_SP24, setup_sp24_mm, call_gemv_sp24},

@@ -53,6 +53,10 @@ typedef struct {
     const float *w;
     double vmax;  /* GEMV: the largest unscaled element value of the format (0: no scale) */
     int overflow; /* 2:4: a block scale or an unscaled block sum near the f32 limit */
+    /* bf16-activation GEMV (x and w hold the bf16 values, widened): each weight element's scale
+     * (NULL for the other slots). The SIMD kernels may flush denormals to zero, which the rule
+     * allows for: 2^-125 sum_k (|w_k| + |s_k| (1 + |x_k|)) more (include/qsparse/matmul.h). */
+    const float *ws;
 } kc_gemv;
 
 struct kc_entry;

@@ -182,6 +182,36 @@ def test_threads_bit_identical():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("m", [1, 5, 16, 20])
+def test_bf16_activations_bound(m):
+    """activations="bf16" within the bound of include/qsparse/matmul.h against the float32
+    result for every weight kind (M = 16: the bf16 kernels' largest M, 20: the float32 path on
+    x^), x^ rounded as ml_dtypes rounds to bfloat16 (an independent reference), and a bfloat16 x
+    gives the bits of the float32 x it holds."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    n, k = 24, 96
+    w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    xh = x.astype(ml_dtypes.bfloat16)
+    xhat = xh.astype(np.float64)
+    changed, kinds = 0.0, _weights(w)
+    for name, wobj, dense in kinds:
+        y = qs.matmul(x, wobj, activations="bf16")
+        y32 = qs.matmul(x, wobj)
+        c = 1.0 if name.startswith(("nf4", "fp4")) else 0.0  # the codebooks rounded to bf16
+        absxw = np.abs(x).astype(np.float64) @ np.abs(dense).T
+        # the denormal terms are below 1e-30 for these magnitudes
+        bound = (2.0**-8 + c * (2.0**-8 + 2.0**-16) + (3.2 * k + 16) * 2.0**-24) * absxw + 1e-30
+        assert np.all(np.abs(y - y32) <= bound), name
+        # against x^ @ W: only the float32 sums and the codebook rounding
+        near = (c * (2.0**-8 + 2.0**-16) + (3.2 * k + 16) * 2.0**-24) * \
+            (np.abs(xhat) @ np.abs(dense).T) + 1e-30
+        assert np.all(np.abs(y - xhat @ dense.T) <= near), name
+        np.testing.assert_array_equal(qs.matmul(xh, wobj, activations="bf16"), y)
+        changed += np.mean(y != y32)
+    assert changed / len(kinds) > 0.9  # the rounding of x really happened
+
+
 def test_errors():
     w = RNG.standard_normal((8, 32)).astype(np.float32)
     x = RNG.standard_normal((2, 32)).astype(np.float32)
@@ -192,6 +222,8 @@ def test_errors():
         qs.matmul(x, q, activations="int4")
     with pytest.raises(ValueError):
         qs.matmul(x, q, threshold=6.0)                # threshold needs int8 activations
+    with pytest.raises(ValueError):
+        qs.matmul(x, q, activations="bf16", threshold=6.0)
     with pytest.raises(ValueError):
         qs.matmul(x, q, np.zeros(7, np.float32))      # bias of the wrong length
     with pytest.raises(ValueError):
@@ -268,15 +300,15 @@ def test_bnb4_int8_activations_match_numpy_model(fmt, book, m):
 
 @pytest.mark.parametrize("m", [1, 5, 40])
 def test_packed_weights_same_bits(m):
-    """qs.pack: every weight kind packed gives the bits of the weight it came from, with f32 and
-    int8 activations, and its buffer is its own (the source may go)."""
+    """qs.pack: every weight kind packed gives the bits of the weight it came from, with f32, int8
+    and bf16 activations, and its buffer is its own (the source may go)."""
     n, k = 24, 96
     w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
     x = RNG.standard_normal((m, k)).astype(np.float32)
     for name, wobj, _ in _weights(w):
         pw = qs.pack(wobj)
         assert isinstance(pw, qs.PackedWeight) and pw.shape == (n, k), name
-        for act in ("f32", "int8"):
+        for act in ("f32", "int8", "bf16"):
             want = qs.matmul(x, wobj, activations=act)
             got = qs.matmul(x, pw, activations=act)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, act)
