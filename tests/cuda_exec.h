@@ -172,9 +172,9 @@ static void run_mm(const struct qs_cu_mm *a, int64_t count)
         memset(acc, 0, sizeof acc);
         for (int64_t k0 = 0; k0 < a->mv.K; k0 += QS_CU_MM_BK) {
             for (int tid = 0; tid < QS_CU_MM_THREADS; tid++) {
-                float xa[QS_CU_MM_PER], wb[QS_CU_MM_PER];
-                qs_cu_mm_load(a, m0, n0, k0, tid, xa, wb);
-                qs_cu_mm_store(&s, a, tid, xa, wb);
+                float xa[QS_CU_MM_PER];
+                qs_cu_mm_load(a, m0, k0, tid, xa);
+                qs_cu_mm_store(&s, a, n0, k0, tid, xa);
             }
             for (int w = 0; w < 4; w++)
                 for (int ks = 0; ks < QS_CU_MM_BK / 16; ks++)

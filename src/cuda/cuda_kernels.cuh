@@ -258,17 +258,19 @@ __global__ void __launch_bounds__(QS_CU_MM_THREADS) mm_kernel(qs_cu_mm a, int64_
     a.w.tab = tab;
     a.mv.tab = tab;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
-    const int64_t tn = (a.mv.N + QS_CU_MM_BN - 1) / QS_CU_MM_BN;
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t m0 = t / tn * QS_CU_MM_BM, n0 = t % tn * QS_CU_MM_BN;
-        float acc[2][4][4] = {}, xa[QS_CU_MM_PER], wb[QS_CU_MM_PER];
-        qs_cu_mm_load(&a, m0, n0, 0, tid, xa, wb);
+    // 32-bit tile indices (the driver keeps tiles <= INT32_MAX): a 64-bit division is a call
+    // whose caller-saved registers go to local memory
+    const uint32_t tn = (uint32_t)((a.mv.N + QS_CU_MM_BN - 1) / QS_CU_MM_BN);
+    for (uint32_t t = blockIdx.x; t < (uint32_t)tiles; t += gridDim.x) {
+        const int64_t m0 = (int64_t)(t / tn) * QS_CU_MM_BM, n0 = (int64_t)(t % tn) * QS_CU_MM_BN;
+        float acc[2][4][4] = {}, xa[QS_CU_MM_PER];
+        qs_cu_mm_load(&a, m0, 0, tid, xa);
         for (int64_t k0 = 0; k0 < a.mv.K; k0 += QS_CU_MM_BK) {
             __syncthreads(); // every warp is done with the previous step's limbs
-            qs_cu_mm_store(&s, &a, tid, xa, wb);
+            qs_cu_mm_store(&s, &a, n0, k0, tid, xa);
             __syncthreads();
             if (k0 + QS_CU_MM_BK < a.mv.K)
-                qs_cu_mm_load(&a, m0, n0, k0 + QS_CU_MM_BK, tid, xa, wb);
+                qs_cu_mm_load(&a, m0, k0 + QS_CU_MM_BK, tid, xa);
 #pragma unroll
             for (int ks = 0; ks < QS_CU_MM_BK / 16; ks++) {
 #pragma unroll

@@ -200,8 +200,7 @@ static qs_status gemm(struct qs_cu_run *r, const qs_weight *w, const qs_backend_
         f.combine = 1;
         QS_CU_LAUNCH(r, QS_CU_K_FLAG, &f, 1);
     }
-    QS_CU_LAUNCH(r, QS_CU_K_MM, &mm,
-                 qs_cu_ceil_div(mv->M, QS_CU_MM_BM) * qs_cu_ceil_div(mv->N, QS_CU_MM_BN));
+    QS_CU_LAUNCH(r, QS_CU_K_MM, &mm, qs_cu_mm_tiles(mv->M, mv->N));
     mv->only_if = bad; /* the GEMV, for the calls the scan flagged */
     QS_CU_LAUNCH(r, QS_CU_K_MV, mv, mv->M * mv->N);
     return QS_OK;
@@ -235,7 +234,7 @@ qs_status qs_cu_matmul(const struct qs_cu_exec *x, const qs_matmul_params *p, co
     mv.xvec = qs_cu_aligned(xv, 16) && (K * qs_cu_dsize(x_dtype)) % 16 == 0;
     if (qs_cu_matmul_waits(w, M, N, K) && (st = check_meta(&r, &mv)) != QS_OK)
         goto done;
-    if (M >= QS_MATMUL_GEMM_MIN_M && K > 0)
+    if (M >= QS_MATMUL_GEMM_MIN_M && K > 0 && qs_cu_mm_tiles(M, N) <= INT32_MAX)
         st = gemm(&r, w, wl, &mv);
     else if (x->launch(x->user, QS_CU_K_MV, &mv, M * N) != 0)
         st = qs_cu_fail(&r, QS_ERR_BACKEND, "cuda backend: matmul kernel failed");

@@ -13,9 +13,9 @@
  *   first; then the GEMM does nothing and the GEMV kernel (cuda_mv.h) computes every output,
  *   with the CPU's NaN and Inf semantics. No host wait either way.
  * - A CTA of four warps computes a 64 x 64 tile of y, K in steps of 32: each thread loads 16
- *   values of x (in 16-byte loads where x's rows are aligned) and decodes 16 of W, element by
- *   element (the next step's while the tensor cores work on this one: register double
- *   buffering), splits them into limbs in shared memory; each warp owns 32 x 32 of the
+ *   values of x (in 16-byte loads where x's rows are aligned; the next step's while the tensor
+ *   cores work on this one: register double buffering) and decodes 16 of W element by element,
+ *   splits them into limbs in shared memory; each warp owns 32 x 32 of the
  *   tile (2 x 4 mma tiles) and reads its fragments in the PTX ISA's m16n8k16 layout
  *   (qs_cu_mma_a_pos, _b_pos, _c_pos).
  * - y = fl(acc + bias), NaN canonical.
@@ -179,20 +179,20 @@ QS_HD static inline void qs_cu_mm_load_x(const struct qs_cu_mm *a, int64_t m0, i
     }
 }
 
-QS_HD static inline void qs_cu_mm_load(const struct qs_cu_mm *a, int64_t m0, int64_t n0,
-                                       int64_t k0, int tid, float *xa, float *wb)
+/* The x values of the tile at (m0, k0) into registers (the next step's, during the mma). */
+QS_HD static inline void qs_cu_mm_load(const struct qs_cu_mm *a, int64_t m0, int64_t k0, int tid,
+                                       float *xa)
 {
     if (a->mv.x_dtype == QS_DTYPE_F32) /* constant chunk widths where this is inlined */
         qs_cu_mm_load_x(a, m0, k0, tid, 4, xa);
     else
         qs_cu_mm_load_x(a, m0, k0, tid, 8, xa);
-    QS_CU_UNROLL
-    for (int i = 0; i < QS_CU_MM_PER; i++)
-        wb[i] = qs_cu_mm_w(a, n0 + tid / 32 + 4 * i, k0 + tid % 32);
 }
 
+/* The limbs of the step at (n0, k0): x's from the registers, W's decoded now (one element at a
+ * time: the decoding of every format is one copy of code, not sixteen). */
 QS_HD static inline void qs_cu_mm_store(struct qs_cu_mm_smem *s, const struct qs_cu_mm *a,
-                                        int tid, const float *xa, const float *wb)
+                                        int64_t n0, int64_t k0, int tid, const float *xa)
 {
     int xper = a->mv.x_dtype == QS_DTYPE_F32 ? 4 : 8;
 
@@ -204,7 +204,13 @@ QS_HD static inline void qs_cu_mm_store(struct qs_cu_mm_smem *s, const struct qs
         qs_cu_split3(xa[i], l);
         for (int j = 0; j < 3; j++)
             s->a[j][row][col] = l[j];
-        qs_cu_split3(wb[i], l);
+    }
+#if defined(__CUDA_ARCH__)
+#pragma unroll 1
+#endif
+    for (int i = 0; i < QS_CU_MM_PER; i++) {
+        uint16_t l[3];
+        qs_cu_split3(qs_cu_mm_w(a, n0 + tid / 32 + 4 * i, k0 + tid % 32), l);
         for (int j = 0; j < 3; j++)
             s->b[j][tid / 32 + 4 * i][tid % 32] = l[j];
     }
@@ -239,10 +245,10 @@ QS_HD static inline void qs_cu_mm_frag_b(const struct qs_cu_mm_smem *s, int limb
  * or 0 when the call's limbs do not have it. */
 QS_HD static inline int qs_cu_mm_pair(const struct qs_cu_mm *a, int p, int *i, int *j)
 {
-    static const signed char pi[6] = {2, 1, 0, 1, 0, 0}, pj[6] = {0, 1, 2, 0, 1, 0};
+    int s = p < 3 ? 2 : p < 5 ? 1 : 0; /* (2,0) (1,1) (0,2) (1,0) (0,1) (0,0): i + j = s */
 
-    *i = pi[p];
-    *j = pj[p];
+    *i = p < 3 ? 2 - p : p < 5 ? 4 - p : 0;
+    *j = s - *i;
     return *i < a->xl && *j < a->wl;
 }
 

@@ -27,6 +27,13 @@ static inline int64_t qs_cu_ceil_div(int64_t a, int64_t b)
     return a / b + (a % b != 0);
 }
 
+/* The GEMM's 64 x 64 tiles of y; mm_kernel indexes them in 32 bits, so a call with more than
+ * INT32_MAX (over 2^43 outputs) goes to the GEMV. */
+static inline int64_t qs_cu_mm_tiles(int64_t M, int64_t N)
+{
+    return qs_cu_ceil_div(M, QS_CU_MM_BM) * qs_cu_ceil_div(N, QS_CU_MM_BN);
+}
+
 static inline int qs_cu_aligned(const void *p, uintptr_t n)
 {
     return ((uintptr_t)p & (n - 1)) == 0;
