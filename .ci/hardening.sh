@@ -81,7 +81,8 @@ fuzz_report() {
     failed+=("$t")
   fi
 }
-for pair in "fuzz_quantize fuzz_dequantize" "fuzz_sp24 fuzz_observer" "fuzz_safetensors fuzz_matmul"; do
+for pair in "fuzz_quantize fuzz_dequantize" "fuzz_sp24 fuzz_observer" "fuzz_safetensors fuzz_matmul" \
+            "fuzz_hessian fuzz_sidefiles"; do
   read -r a b <<<"$pair"
   step "fuzz: $a and $b for $FUZZ_SECONDS s each, side by side"
   rc_a=0 rc_b=0

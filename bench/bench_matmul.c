@@ -4,9 +4,11 @@
  * threads (OpenBLAS is told the same count): every GEMV path (M = 1: each quantized format and
  * option, f16/bf16 weights, int8 activations, 2:4) against cblas_sgemv, a small-M GEMV against
  * cblas_sgemm, and the GEMM path at M = 512 against cblas_sgemm. Each weight set cycles over
- * enough copies that its working set exceeds the last-level cache (WORKING_SET bytes), so every
- * call streams its weight from memory; the read bandwidth of a pass over f32 matrices is measured
- * in the same run with as many threads.
+ * enough copies that its working set exceeds the last-level cache (twice sysconf's L3, at least
+ * WORKING_SET_MIN bytes), so every call streams its weight from memory; the read bandwidth of a
+ * pass over f32 matrices is measured in the same run with as many threads, as READ_STREAMS
+ * interleaved streams (the access pattern of a GEMV tile; the targets' denominator), with one
+ * stream and on huge pages in the header.
  *
  * This machine may be shared and its memory bandwidth drifts between runs, so each case runs
  * interleaved rounds (ROUNDS_GEMV, ROUNDS_GEMM; the thread order alternates between rounds),
@@ -15,11 +17,14 @@
  * count, and keeps each one's minimum: the ratios of a row (to OpenBLAS, to the read
  * bandwidth, to the 1-thread time) come from the same rounds. Columns: time per call, GFLOP/s
  * (2 M N K), GB/s of weight bytes (every plane), that rate as a fraction of the read bandwidth
- * (GEMV rows: the case's own read passes; GEMM rows: the header's), OpenBLAS's time over ours
+ * (GEMV rows: the case's own read passes; GEMM rows: the header's), the same by the calling
+ * thread's CPU clock ("(tcpu)", 1 thread: what the call itself costs on a shared machine),
+ * OpenBLAS's time over ours
  * (> 1: faster) by wall time and by process CPU time, the speed over the case's 1-thread
  * speed ("x 1T"), and the same ratio of the fastest single calls ("(1 call)": a pass of 10 to 20
  * calls needs both cores free for its whole length, one call for a millisecond or so, so on a
- * loaded machine this one still says how the call itself scales).
+ * loaded machine this one still says how the call itself scales), and the kernel the call's plan
+ * runs (src/gemm/plan.c, named by the profiler).
  *
  * The table of cases is `cases` below: one line per row (a weight, M, the activations).
  *
@@ -38,6 +43,7 @@
 
 #include "bench_util.h"
 #include "qsparse.h"
+#include "qsparse/profile.h"
 
 #ifdef QS_HAVE_BLAS
 #include <cblas.h>
@@ -298,6 +304,22 @@ static void settle(int threads)
     struct timespec ts = {0, SETTLE_MS * 1000000L};
     if (threads > 1)
         nanosleep(&ts, NULL);
+}
+
+/* The kernel the call's plan runs (the profiler's name for it), in out. */
+static void plan_kernel(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int64_t M,
+                        int64_t K, const wcopy *c, int64_t N, float *y, char *out, size_t cap)
+{
+    qs_profile_entry e;
+
+    snprintf(out, cap, "?");
+    if (qs_ctx_set(ctx, QS_PARAM_PROFILE, 1) != QS_OK)
+        return;
+    must(qs_matmul(ctx, mp, x, QS_DTYPE_F32, M, K, &c->w, N, NULL, y, M * N * 4), ctx,
+         "qs_matmul");
+    if (qs_profile_count(ctx) > 0 && qs_profile_get(ctx, 0, &e) == QS_OK)
+        snprintf(out, cap, "%s", e.kernel[0] ? e.kernel + 3 : "cblas_sgemm");
+    qs_ctx_set(ctx, QS_PARAM_PROFILE, 0);
 }
 
 /* One pass of qs_matmul over the copies, after one untimed call on the last copy. The pass
@@ -575,9 +597,9 @@ int main(int argc, char **argv)
     printf("%% read: weight bytes per second over the %d-stream read's, in the case's own rounds; "
            "(thread cpu): the same by the calling thread's CPU clock (1 thread)\n",
            READ_STREAMS);
-    printf("\n%-26s %4s %3s %9s %8s %11s %7s %7s %8s %10s %6s %9s\n", "case", "M", "thr",
+    printf("\n%-26s %4s %3s %9s %8s %11s %7s %7s %8s %10s %6s %9s  %s\n", "case", "M", "thr",
            "ms/call", "GFLOP/s", "weight GB/s", "% read", "(tcpu)", "vs BLAS", "(cpu time)",
-           "x 1T", "(1 call)");
+           "x 1T", "(1 call)", "kernel (the plan's entry)");
     for (int c = 0; c < NCASES; c++) {
         const bcase *bc = &cases[c];
         wcopy first, *wc;
@@ -604,6 +626,8 @@ int main(int argc, char **argv)
             tq[t].wall = tq[t].cpu = tq[t].call = tq[t].tcpu = tb[t].wall = tb[t].cpu = 1e30;
             rd[t].wall = rd[t].tcpu = 1e30;
         }
+        char kernel[96];
+        plan_kernel(ctx[0], &mp, x, bc->M, K, &wc[0], N, y, kernel, sizeof kernel);
         /* A warm-up call per thread count (first-touch of the library's scratch, thread pool). */
         for (int t = 0; t < max_threads; t++)
             must(qs_matmul(ctx[t], &mp, x, QS_DTYPE_F32, bc->M, K, &wc[0].w, N, NULL, y,
@@ -632,10 +656,11 @@ int main(int argc, char **argv)
                 snprintf(speedup, sizeof speedup, "%.2f", tq[0].wall / q);
                 snprintf(call, sizeof call, "%.2f", tq[0].call / tq[t - 1].call);
             }
-            printf("%-26s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %7s %8.2f %10.2f %6s %9s\n",
+            printf("%-26s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %7s %8.2f %10.2f %6s %9s  %s\n",
                    bc->name, (long long)bc->M, t, q * 1e3,
                    2.0 * (double)(bc->M * N * K) / q * 1e-9, gbs * 1e-9, 100.0 * gbs / bwt,
-                   tshare, tb[t - 1].wall / q, tb[t - 1].cpu / tq[t - 1].cpu, speedup, call);
+                   tshare, tb[t - 1].wall / q, tb[t - 1].cpu / tq[t - 1].cpu, speedup, call,
+                   t == 1 ? kernel : "");
             fflush(stdout);
         }
         for (int i = 0; i < copies; i++)

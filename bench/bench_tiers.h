@@ -43,28 +43,6 @@ static inline int bench_name_in_list(const char *name, const char *list)
     return 0;
 }
 
-/* The tier name a kernel's function-name tag stands for ("avx512-vnni" for qs_..._avx512vnni:
- * the name without its dashes), "scalar" for "ref", the tag itself if no tier matches. */
-static inline const char *bench_tier_of_tag(const char *tag)
-{
-    if (strcmp(tag, "ref") == 0)
-        return "scalar";
-    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
-        qs_isa_tier t;
-        char plain[32];
-        size_t k = 0;
-        if (qs_isa_tier_info(i, &t) != QS_OK)
-            continue;
-        for (const char *c = t.name; *c && k + 1 < sizeof plain; c++)
-            if (*c != '-')
-                plain[k++] = *c;
-        plain[k] = '\0';
-        if (strcmp(plain, tag) == 0)
-            return t.name;
-    }
-    return tag;
-}
-
 /* The kernel names a context with isa_mask `mask` runs, one per slot (static strings). */
 static inline int bench_table(uint32_t mask, const char **names, int cap, uint32_t *isa)
 {

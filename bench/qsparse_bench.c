@@ -35,6 +35,7 @@
 
 #include "../tests/harness/kernel_call.h"
 #include "bench_tiers.h"
+#include "core/internal.h"
 #include "core/kernels.h"
 #include "qsparse.h"
 
@@ -743,14 +744,12 @@ static void kernel_call(void *arg)
     kc_call(j->c, j->fn, j->out);
 }
 
-/* The tier of an entry, as its name says: "avx2" of qs_nf4_quant__avx2 (the tag up to a tile's
- * '_', dashes restored from the tier table), "scalar" for __ref. */
-static const char *tier_name(const struct qs_kernel_entry *e, char *buf, size_t cap)
+/* The tier of an entry, as its name says: "avx2" of qs_nf4_quant__avx2, "avx512-vnni" of
+ * qs_mm_w8a8__avx512vnni_4x4x64 (the id of the tier table), "scalar" for __ref. */
+static const char *tier_name(const struct qs_kernel_entry *e)
 {
-    const char *p = strstr(e->name, "__");
-    snprintf(buf, cap, "%s", p ? p + 2 : "ref");
-    buf[strcspn(buf, "_")] = '\0';
-    return bench_tier_of_tag(buf);
+    qs_isa_tier t;
+    return qs_isa_tier_info(qs_isa_tier_of_kernel(e->name), &t) == QS_OK ? t.name : "?";
 }
 
 /* Time every registry entry this CPU can run (or, with check, call it once); returns the number
@@ -769,7 +768,6 @@ static int bench_kernels(const options *o, int check)
     uint64_t seed = 7;
     double ref_ns[QS_SLOT_COUNT];
     int missing = 0, calls = 0;
-    char tag[32];
 
     fill_weights(x, n, 3);
     for (int64_t i = 0; i < n; i++) {
@@ -794,7 +792,7 @@ static int bench_kernels(const options *o, int check)
     for (int32_t i = 0; i < count; i++) {
         if (o->kernel && !strstr(e[i].name, o->kernel))
             continue;
-        const char *tier = tier_name(&e[i], tag, sizeof tag);
+        const char *tier = tier_name(&e[i]);
         if (e[i].isa != 0 && !bench_name_in_list(tier, o->isa))
             continue;
         if ((e[i].isa & ~cpu) != 0) {

@@ -174,10 +174,14 @@ typedef struct qs_allocator {
  * Plugins are shared modules loaded with dlopen the first time their backend is asked for (a
  * context, qs_backend_available, qs_cuda_*, or qs_backend_load), from the file named by the
  * QS_PLUGIN_PATH environment variable, else the backend's file (libqsparse-cuda.so for CUDA) in
- * the directory of the loaded libqsparse. A plugin is accepted only if it exports its init
+ * the directory of the loaded libqsparse. The current directory is never searched: a relative
+ * QS_PLUGIN_PATH (or qs_backend_load path) is joined to it once and that absolute file is
+ * checked and loaded, and where libqsparse is linked into the program itself, its directory is
+ * the program's own, read from /proc/self/exe, not argv[0] (the Python package's tool: the
+ * package folder, where it installs the plugin). A plugin is accepted only if it exports its init
  * symbol, was built for this library's backend ABI version and gives a valid backend name; every
- * failure leaves the CPU backend working and a message naming the cause and the file
- * (qs_backend_message). A plugin registers the backend it names: a built-in one (CUDA) takes its
+ * failure leaves the CPU backend working and a message naming the cause and the absolute path
+ * of the file (qs_backend_message). A plugin registers the backend it names: a built-in one (CUDA) takes its
  * code, a backend of another name (loaded with qs_backend_load) gets the next free code, which
  * qs_backend_from_name finds; codes run from 0 without a gap, qs_backend_name is NULL past the
  * last one.
@@ -259,6 +263,28 @@ QS_API int32_t qs_ctx_backend(const qs_ctx *ctx);
 #define QS_PARAM_NONFINITE   2 /* QS_NONFINITE_* */
 #define QS_PARAM_ISA         3 /* get only: same as qs_ctx_isa */
 #define QS_PARAM_PROFILE     4 /* 0 (default) or 1: profiling counters (qsparse/profile.h) */
+#define QS_PARAM_PARALLEL_GRAIN   5 /* >= 0: bytes of work per thread, default 1048576 */
+#define QS_PARAM_PARALLEL_BACKOFF 6 /* 1 (default) or 0: back off from threads on a busy machine */
+
+/*
+ * Threads. QS_PARAM_NUM_THREADS is the most a call uses; how many it does use follows its work
+ * and the machine:
+ *   - a call gets one thread per QS_PARAM_PARALLEL_GRAIN bytes it reads and writes (1 MiB by
+ *     default, about 100 us of work), so a small call (a 64 x 256 f32 quantize moves about
+ *     80 KiB) runs on the calling thread and never wakes another; 0 lets any call of two chunks
+ *     or more use every thread;
+ *   - with QS_PARAM_PARALLEL_BACKOFF (the default), a parallel call that took longer than its
+ *     work would have taken on one thread (the other threads got no CPU in time, because other
+ *     processes hold them) makes the context's next calls run on the calling thread for a while:
+ *     10 ms, doubled after each further such call up to 1 s, halved again after a call that the
+ *     threads made faster. On a busy machine calls then cost about what their work costs on one
+ *     thread; on a quiet one large calls use every thread.
+ * Results are identical whatever this decides (fixed chunks). The environment variables
+ * QS_PARALLEL_GRAIN (bytes) and QS_PARALLEL_BACKOFF (0 or 1), read by qs_ctx_create, set a new
+ * context's defaults. Idle OpenMP threads spin before they sleep (GNU OpenMP: up to a few ms);
+ * on a machine shared with other work, OMP_WAIT_POLICY=passive in the environment of the
+ * process makes them sleep at once.
+ */
 
 /** Set a context parameter. QS_ERR_INVALID_ARG for an unknown key or value. */
 QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value);

@@ -512,24 +512,6 @@ static int tier_by_name(const char *name, qs_isa_tier *out)
     return -1;
 }
 
-/* The tier a function-name tag stands for: the tier's name without its dashes ("avx512vnni" is
- * "avx512-vnni", since C names cannot hold a dash); -1 if none. */
-static int tier_by_tag(const char *tag, qs_isa_tier *out)
-{
-    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
-        char plain[32];
-        size_t k = 0;
-        assert_int_equal(qs_isa_tier_info(i, out), QS_OK);
-        for (const char *c = out->name; *c && k + 1 < sizeof plain; c++)
-            if (*c != '-')
-                plain[k++] = *c;
-        plain[k] = '\0';
-        if (strcmp(plain, tag) == 0)
-            return i;
-    }
-    return -1;
-}
-
 /* The entry's home tier: the first tier whose `allowed` holds all its bits (-1: none). */
 static int home_tier(const struct qs_kernel_entry *e)
 {
@@ -542,14 +524,39 @@ static int home_tier(const struct qs_kernel_entry *e)
     return -1;
 }
 
-/* "avx512" of "qs_nf4_quant__avx512" and of "qs_mm__avx512_4x16x2" (the tile follows a '_');
- * "avx512vnni" for the tier avx512-vnni. */
-static void isa_tag(const struct qs_kernel_entry *e, char *tag, size_t size)
+/* 1 if `name` is an item of the comma-separated `list`. */
+static int in_list(const char *list, const char *name)
 {
-    const char *p = strstr(e->name, "__");
-    snprintf(tag, size, "%s", p ? p + 2 : "");
-    tag[strcspn(tag, "_")] = '\0';
+    size_t len = strlen(name);
+    for (const char *p = list; p && *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == len && strncmp(p, name, len) == 0)
+            return 1;
+        p += l + (p[l] == ',');
+    }
+    return 0;
 }
+
+/* The id isa_tiers.inc's header promises for a tier name: the name without its dashes and dots
+ * ("armv82dotprod" for "armv8.2-dotprod"), "ref" for scalar. */
+static void id_of_name(const char *name, char *id, size_t size)
+{
+    size_t k = 0;
+    if (strcmp(name, "scalar") == 0)
+        name = "ref";
+    for (const char *c = name; *c && k + 1 < size; c++)
+        if (*c != '-' && *c != '.')
+            id[k++] = *c;
+    id[k] = '\0';
+}
+
+#if defined(QS_HAVE_X86_KERNELS)
+#define HERE_ARCH "x86_64"
+#elif defined(QS_HAVE_ARM_KERNELS)
+#define HERE_ARCH "aarch64"
+#else
+#define HERE_ARCH "any"
+#endif
 
 /* Every tier: a unique name, a known arch, required within allowed, bits of its own architecture
  * only, availability as the CPU's bits say, forcing it applies exactly its mask (clamped to the
@@ -620,17 +627,11 @@ static void test_tier_table(void **state)
             const char *name, *arch;
             int suite;
         } rows[] = {
-#define QS_TIER(name, arch, suite, required, allowed) {name, arch, suite},
+#define QS_TIER(name, id, arch, suite, required, allowed) {name, arch, suite},
 #include "core/isa_tiers.inc"
 #undef QS_TIER
         };
-#if defined(QS_HAVE_X86_KERNELS)
-        const char *here = "x86_64";
-#elif defined(QS_HAVE_ARM_KERNELS)
-        const char *here = "aarch64";
-#else
-        const char *here = "any";
-#endif
+        const char *here = HERE_ARCH;
         char want[256] = "";
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
             if (rows[i].suite && (!strcmp(rows[i].arch, "any") || !strcmp(rows[i].arch, here)))
@@ -645,41 +646,107 @@ static void test_tier_table(void **state)
 #endif
 }
 
+/* Every tier's id (isa_tiers.inc): [a-z0-9] only, unique, its name without dashes and dots
+ * ("ref" for scalar), and the key by which a kernel's name finds the tier; the kernel libraries
+ * the build made (QS_TEST_TIER_LIBS: src/x86/meson.build, src/arm/meson.build) are named by ids of
+ * tiers of this build's architecture. */
+static void test_tier_ids(void **state)
+{
+    (void)state;
+    char want[64], name[96];
+
+    id_of_name("armv8.2-dotprod", want, sizeof want); /* a dotted name, as the rule reads it */
+    assert_string_equal(want, "armv82dotprod");
+    assert_null(qs_isa_tier_id(-1));
+    assert_null(qs_isa_tier_id(qs_isa_tier_count()));
+    assert_string_equal(qs_isa_tier_id(0), "ref");
+    for (int32_t i = 0; i < qs_isa_tier_count(); i++) {
+        qs_isa_tier t;
+        const char *id = qs_isa_tier_id(i);
+        assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+        assert_non_null(id);
+        assert_true(*id != '\0');
+        for (const char *c = id; *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9')))
+                fail_msg("tier %s: id '%s' has '%c' (isa_tiers.inc: [a-z0-9] only)", t.name, id,
+                         *c);
+        id_of_name(t.name, want, sizeof want);
+        if (strcmp(id, want) != 0)
+            fail_msg("tier %s: id '%s', but its name says '%s' (isa_tiers.inc)", t.name, id, want);
+        for (int32_t j = 0; j < i; j++)
+            assert_string_not_equal(id, qs_isa_tier_id(j));
+        snprintf(name, sizeof name, "qs_nf4_quant__%s", id);
+        assert_int_equal(qs_isa_tier_of_kernel(name), i);
+        snprintf(name, sizeof name, "qs_mm_w8a8__%s_4x4x64", id);
+        assert_int_equal(qs_isa_tier_of_kernel(name), i);
+        snprintf(name, sizeof name, "qs_nf4_quant__%sx", id); /* an id plus more is no id */
+        assert_int_equal(qs_isa_tier_of_kernel(name), -1);
+    }
+    assert_int_equal(qs_isa_tier_of_kernel("qs_mm_w8a8__avx512vnn_4x4x64"), -1);
+    assert_int_equal(qs_isa_tier_of_kernel("qs_nf4_quant__"), -1);
+    assert_int_equal(qs_isa_tier_of_kernel("qs_nf4_quant_avx2"), -1);
+    assert_int_equal(qs_isa_tier_of_kernel(NULL), -1);
+
+    const char *libs = getenv("QS_TEST_TIER_LIBS");
+    if (libs) {
+        char list[256], *tok, *save = NULL;
+        snprintf(list, sizeof list, "%s", libs);
+        for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            qs_isa_tier t;
+            snprintf(name, sizeof name, "qs_x__%s", tok);
+            int32_t i = qs_isa_tier_of_kernel(name);
+            if (i <= 0)
+                fail_msg("the build made kernel library qs_%s, but no tier has the id '%s'", tok,
+                         tok);
+            assert_int_equal(qs_isa_tier_info(i, &t), QS_OK);
+            if (strcmp(t.arch, HERE_ARCH) != 0)
+                fail_msg("the build made kernel library qs_%s, but tier %s is for %s, not %s",
+                         tok, t.name, t.arch, HERE_ARCH);
+        }
+    }
+}
+
 /* ---- the registry --------------------------------------------------------------------------- */
 
 /* Every slot has exactly one __ref entry (rank 0, no bits, no shape minimums); names follow
- * qs_<slot>__<tier without dashes>[_<tile>] with the tier's bits: required <= bits <= allowed; other entries rank
- * above 0; ranks are unique per slot; a slot's entries share a family; only matmul entries carry
- * tile metadata; and every entry has a home tier that tests/meson.build registers. */
+ * qs_<slot>__<tier id>[_<tile>] with the tier's bits: required <= bits <= allowed, and the build
+ * made that tier's kernel library; other entries rank above 0; ranks are unique per slot; a
+ * slot's entries share a family; only matmul entries carry tile metadata; and every entry has a
+ * home tier that tests/meson.build registers. */
 static void test_registry_structure(void **state)
 {
     (void)state;
     int32_t count;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
     int refs[QS_SLOT_COUNT] = {0};
-    const char *reg = getenv("QS_TEST_TIERS");
+    const char *reg = getenv("QS_TEST_TIERS"), *libs = getenv("QS_TEST_TIER_LIBS");
 
     for (int32_t i = 0; i < count; i++) {
-        char prefix[64], tag[32];
+        char prefix[64];
         qs_isa_tier t;
         assert_true(e[i].slot >= 0 && e[i].slot < QS_SLOT_COUNT);
         assert_true(e[i].family >= 0 && e[i].family < QS_FAMILY_COUNT);
         assert_int_equal(e[i].family, qs_slot_family(e[i].slot));
         snprintf(prefix, sizeof prefix, "qs_%s__", qs_slot_name(e[i].slot));
         assert_memory_equal(e[i].name, prefix, strlen(prefix));
-        isa_tag(&e[i], tag, sizeof tag);
+        int32_t named = qs_isa_tier_of_kernel(e[i].name);
+        if (named < 0)
+            fail_msg("%s: the suffix after '__' is the id of no tier (src/core/isa_tiers.inc)",
+                     e[i].name);
+        assert_int_equal(qs_isa_tier_info(named, &t), QS_OK);
+        if ((t.required & ~e[i].isa) != 0 || (e[i].isa & ~t.allowed) != 0)
+            fail_msg("%s: bits 0x%x do not fit tier %s (required 0x%x, allowed 0x%x)", e[i].name,
+                     e[i].isa, t.name, t.required, t.allowed);
         if (e[i].isa == 0) {
             refs[e[i].slot]++;
             assert_string_equal(e[i].name + strlen(prefix), "ref");
             assert_int_equal(e[i].rank, 0);
         } else {
             assert_true(e[i].rank > 0);
-            if (tier_by_tag(tag, &t) < 0)
-                fail_msg("%s: '%s' is no tier of the tier table (its name without dashes)",
-                         e[i].name, tag);
-            if ((t.required & ~e[i].isa) != 0 || (e[i].isa & ~t.allowed) != 0)
-                fail_msg("%s: bits 0x%x do not fit tier %s (required 0x%x, allowed 0x%x)",
-                         e[i].name, e[i].isa, t.name, t.required, t.allowed);
+            if (libs && !in_list(libs, qs_isa_tier_id(named)))
+                fail_msg("%s: the build made no kernel library qs_%s for tier %s (its sources "
+                         "go in src/x86/meson.build or src/arm/meson.build under '%s')",
+                         e[i].name, qs_isa_tier_id(named), t.name, qs_isa_tier_id(named));
         }
         /* the reference qualifies wherever another entry of its slot does, so a slot never
          * runs out of kernels for a shape (mm_gemm_f32: every entry's min_m is the GEMM path's
@@ -704,15 +771,9 @@ static void test_registry_structure(void **state)
             fail_msg("%s: no tier allows bits 0x%x; add one to src/core/isa_tiers.inc",
                      e[i].name, e[i].isa);
         assert_int_equal(qs_isa_tier_info(home, &t), QS_OK);
-        if (reg) {
-            char list[256];
-            snprintf(list, sizeof list, ",%s,", reg);
-            char want[48];
-            snprintf(want, sizeof want, ",%s,", t.name);
-            if (!strstr(list, want))
-                fail_msg("%s would be tested under tier %s, which tests/meson.build does not "
-                         "register (suite 0 in src/core/isa_tiers.inc)", e[i].name, t.name);
-        }
+        if (reg && !in_list(reg, t.name))
+            fail_msg("%s would be tested under tier %s, which tests/meson.build does not "
+                     "register (suite 0 in src/core/isa_tiers.inc)", e[i].name, t.name);
     }
     for (int s = 0; s < QS_SLOT_COUNT; s++)
         assert_int_equal(refs[s], 1);
@@ -920,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_comparison_detects_one_bit),
         cmocka_unit_test(test_matmul_tolerance),
         cmocka_unit_test(test_tier_table),
+        cmocka_unit_test(test_tier_ids),
         cmocka_unit_test(test_registry_structure),
         cmocka_unit_test(test_selection_rule),
         cmocka_unit_test(test_context_table_follows_rule),
@@ -940,11 +1002,10 @@ int main(void)
     if (!group || !names)
         return 1;
     for (int32_t i = 0; i < count; i++) {
-        char tag[32];
         if (forced >= 0 && home_tier(&e[i]) != forced)
             continue;
-        isa_tag(&e[i], tag, sizeof tag);
-        snprintf(names[n], sizeof names[n], "%s/%s", qs_slot_name(e[i].slot), tag);
+        const char *id = qs_isa_tier_id(qs_isa_tier_of_kernel(e[i].name));
+        snprintf(names[n], sizeof names[n], "%s/%s", qs_slot_name(e[i].slot), id ? id : "?");
         group[n].name = names[n];
         group[n].test_func = test_entry;
         group[n].initial_state = (void *)&e[i];

@@ -134,9 +134,14 @@ static void *worker_main(void *arg)
     qs_ctx *ctx = NULL;
     uint8_t *out = malloc(MAX_OUT);
     w->first_bad = -1;
-    if (qs_ctx_create(&p, &ctx) != QS_OK || !out) {
+    /* every call in parallel, however small, and whatever else runs on the machine: the
+     * threading policy (parallel.h) would run these small calls on one thread */
+    if (qs_ctx_create(&p, &ctx) != QS_OK || !out ||
+        qs_ctx_set(ctx, QS_PARAM_PARALLEL_GRAIN, 0) != QS_OK ||
+        qs_ctx_set(ctx, QS_PARAM_PARALLEL_BACKOFF, 0) != QS_OK) {
         w->mismatches = -1;
         pthread_barrier_wait(&start);
+        qs_ctx_destroy(ctx);
         free(out);
         return NULL;
     }

@@ -121,8 +121,15 @@ static qs_hessian *load_hessian(qs_ctx *ctx, const struct qs_calib_opts *o, cons
                 m[i] = (double)v;
             }
         }
-        if (qs_hessian_from_matrix(ctx, in_place ? (const double *)(const void *)t->data : m,
-                                   cols, 0, &h) != QS_OK)
+        const double *hm = in_place ? (const double *)(const void *)t->data : m;
+        int64_t live = 0;
+        for (int64_t i = 0; i < cols; i++)
+            live += hm[i * cols + i] != 0.0;
+        /* an all-zero diagonal is no data: GPTQ would zero every weight (every input dead) */
+        if (live == 0)
+            snprintf(err, errlen, "%s: every diagonal entry is 0: no calibration data for this "
+                     "layer", key);
+        else if (qs_hessian_from_matrix(ctx, hm, cols, 0, &h) != QS_OK)
             snprintf(err, errlen, "%s: %s", key, qs_ctx_last_error(ctx));
         qs_heap_free(m);
         qs_st_release(&o->f, t);
@@ -140,6 +147,10 @@ static qs_hessian *load_hessian(qs_ctx *ctx, const struct qs_calib_opts *o, cons
     if (dt < 0 || t->ndim < 1 || t->shape[t->ndim - 1] != cols) {
         snprintf(err, errlen, "%s: must be F32, F16 or BF16 of shape [..., %lld]", key2,
                  (long long)cols);
+        return NULL;
+    }
+    if (t->numel == 0) { /* 0 tokens: every input dead, every weight would become 0 */
+        snprintf(err, errlen, "%s: 0 tokens: no calibration data for this layer", key2);
         return NULL;
     }
     /* The activations stream from the mapping: the library accumulates them 512 tokens at a

@@ -50,6 +50,11 @@ struct qs_ckpt_key {
     int32_t transform;    /* enum qs_key_transform */
 };
 
+/* In the tool's own layout a 2:4 weight N (--sparsity 2:4) is stored compressed: the format's
+ * keys hold its kept values as a rows x cols/2 tensor (plain values with --format none), and
+ * N + QS_CKPT_SP24_META the meta words, U16 [rows, ceil(cols/16)] (docs/sparsity.md §3). */
+#define QS_CKPT_SP24_META ".sp24_meta"
+
 /* The keys of `format` (QS_FORMAT_*) in the tool's own layout ("qsparse", also bitsandbytes'
  * for nf4, fp4 and llm_int8), ended by an entry with suffix NULL; NULL for a format that layout
  * does not write. Other layouts: layout.h. */

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "escape.h"
 #include "layout.h"
+#include "natsort.h"
 #include "safetensors.h"
 #include "heap.h"
 
@@ -198,6 +199,31 @@ static void set_dtype(struct weight *w, const char *name)
     copy_text(w->dtype, sizeof w->dtype, name);
 }
 
+/*
+ * A weight that the tool's own layout stores 2:4-compressed (its record says "sparsity": "2:4"
+ * and the file has its meta words, checkpoint_keys.h): the meta folds into it and its shape is
+ * the dense one of the record, so its bits per weight count the meta too. A loader layout's 2:4
+ * weight is stored dense (no meta key) and stays as it is. Returns 0, or -1 with a message.
+ */
+static int fold_sparse(const struct qs_st_file *f, char *used, struct weight *w, json_t *rec,
+                       const char *name, char *err, size_t errlen, int *oom)
+{
+    json_t *r = rec ? json_object_get(rec, name) : NULL;
+    json_t *sp = r ? json_object_get(r, "sparsity") : NULL;
+    size_t len;
+
+    if (!json_is_string(sp) || strcmp(json_string_value(sp), "2:4") != 0 ||
+        !find2(f, name, QS_CKPT_SP24_META, oom))
+        return 0;
+    fold(f, used, w, name, QS_CKPT_SP24_META, oom);
+    if (set_shape_json(w, json_object_get(r, "shape"), "qsparse.quantized metadata", err,
+                       errlen) != 0)
+        return -1;
+    len = strlen(w->format);
+    snprintf(w->format + len, sizeof w->format - len, "+2:4");
+    return 0;
+}
+
 static void plain(struct weight *w, const struct qs_st_tensor *t)
 {
     memset(w, 0, sizeof *w);
@@ -292,6 +318,11 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
             }
             json_decref(js);
             fold_keys(f, used, w, bnb4[k], base, prefix, &oom);
+            if (fold_sparse(f, used, w, rec, base, err, errlen, &oom) != 0) {
+                qs_heap_free(base);
+                qs_heap_free(prefix);
+                goto bad;
+            }
             qs_heap_free(base);
             qs_heap_free(prefix);
         }
@@ -384,6 +415,10 @@ static long collect(const struct qs_st_file *f, struct weight *ws, char *used, c
             else
                 for (int32_t g = 1; g <= qs_format_count(); g++)
                     fold_keys(f, used, w, g, t->name, prefix, &oom);
+            if (fold_sparse(f, used, w, rec, t->name, err, errlen, &oom) != 0) {
+                qs_heap_free(prefix);
+                goto bad;
+            }
         } else {
             for (int32_t g = 1; g <= qs_format_count(); g++) {
                 if (!looks_like(f, t, g, prefix, &oom))
@@ -417,6 +452,12 @@ bad:
     if (rec)
         json_decref(rec);
     return -1;
+}
+
+static int weight_cmp(const void *a, const void *b)
+{
+    return qs_natural_cmp(((const struct weight *)a)->main->name,
+                          ((const struct weight *)b)->main->name);
 }
 
 static double bits_of(const struct weight *w)
@@ -501,6 +542,7 @@ int qs_cmd_inspect(int argc, char **argv)
         goto done;
     }
     nw = (size_t)nw_or_err;
+    qsort(ws, nw, sizeof *ws, weight_cmp); /* layer.2 before layer.10 */
     /* Byte counts are bounded by the file size; element counts come from shapes (up to 2^63
      * each), so their totals are added with a check. */
     for (size_t i = 0; i < nw; i++) {

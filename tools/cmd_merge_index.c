@@ -13,6 +13,13 @@
  * quantize writes it. Shards are hard-linked into OUT_DIR when they share its file system,
  * copied otherwise; the other files come from the first part. OUT_DIR is written as a whole or
  * not at all (model_dir.h).
+ *
+ * Part folders may come from other machines, so the markers are checked like any input before
+ * anything is written: every shard name a plain file name (the check the model-folder reader
+ * applies to an index: a name like "../../x.safetensors" would otherwise be joined to OUT_DIR),
+ * the input shards unique, part numbers inside 0 ... N-1, every shard owned by its part, and
+ * no tensor held by two shards. Markers and the compared files are side files (side_file.h);
+ * a link in a part folder must lead to a regular file inside it (folder_links.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -23,14 +30,17 @@
 
 #include "commands.h"
 #include "escape.h"
+#include "folder_links.h"
 #include "heap.h"
 #include "model_dir.h"
 #include "safetensors.h"
+#include "side_file.h"
 
 #define ERRLEN 1024
 
 struct part {
     const char *dir;
+    struct qs_folder_root root;
     json_t *marker;
     int64_t index;
 };
@@ -57,48 +67,104 @@ static void error(const char *before, const char *what, const char *after)
     fprintf(stderr, "%s\n", after);
 }
 
-/* The whole file (qs_heap_malloc'd) and its size; NULL when it cannot be read. A missing file
- * gives NULL with *missing set. */
-static unsigned char *slurp(const char *dir, const char *name, size_t *n, int *missing)
+/* `name` of part p as the file it stands for (folder_links.h) in real: 0, 1 when it does not
+ * exist, -1 with err. */
+static int part_file(const struct part *p, const char *name, char *real, size_t reallen,
+                     char *err, size_t errlen)
 {
-    char *path = join(dir, name);
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    unsigned char *buf = NULL;
-    long len;
+    char *path = join(p->dir, name);
+    int r;
 
-    *missing = path && !f;
-    qs_heap_free(path);
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = qs_heap_malloc((size_t)len + 1)) != NULL &&
-        fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        qs_heap_free(buf);
-        buf = NULL;
+    if (!path) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
-    if (buf)
-        *n = (size_t)len;
-    fclose(f);
-    return buf;
+    r = qs_folder_file(&p->root, path, real, reallen, err, errlen);
+    qs_heap_free(path);
+    return r;
 }
 
-/* Whether `name` is byte for byte the same in every part (or absent from all). */
-static int same_file(const struct part *p, size_t np, const char *name, int *present)
+/* The whole side file `name` of part p (qs_heap_malloc'd) and its size; NULL when it cannot be
+ * read (err says why). A missing file gives NULL with *missing set. */
+static unsigned char *slurp(const struct part *p, const char *name, size_t *n, int *missing,
+                            char *err, size_t errlen)
+{
+    char real[PATH_MAX];
+    int r = part_file(p, name, real, sizeof real, err, errlen);
+
+    *missing = r == 1;
+    return r == 0 ? qs_side_read(real, n, missing, err, errlen) : NULL;
+}
+
+/* Whether `name` is byte for byte the same in every part (or absent from all); err says why
+ * not when a file cannot be read. */
+static int same_file(const struct part *p, size_t np, const char *name, int *present, char *err,
+                     size_t errlen)
 {
     size_t n0 = 0, n = 0;
     int miss0, miss, ok = 1;
-    unsigned char *first = slurp(p[0].dir, name, &n0, &miss0);
+    unsigned char *first = slurp(&p[0], name, &n0, &miss0, err, errlen);
 
     *present = first != NULL;
     if (!first && !miss0)
         return 0;
     for (size_t i = 1; ok && i < np; i++) {
-        unsigned char *b = slurp(p[i].dir, name, &n, &miss);
+        unsigned char *b = slurp(&p[i], name, &n, &miss, err, errlen);
         ok = first ? b && n == n0 && memcmp(b, first, n) == 0 : !b && miss;
+        if (!ok && (b || miss)) /* else err says why the file could not be read */
+            snprintf(err, errlen, "%s differs between the parts", name);
         qs_heap_free(b);
     }
     qs_heap_free(first);
     return ok;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Every entry of the marker's array `key` a plain file name (model_dir.h); with `unique`, no
+ * name twice. Returns 0, or -1 after printing the error. */
+static int check_names(const struct part *p, const char *key, int unique)
+{
+    json_t *a = json_object_get(p->marker, key), *v;
+    size_t n = json_array_size(a), i;
+    const char **sorted;
+
+    json_array_foreach(a, i, v)
+    {
+        if (!json_is_string(v) || !qs_plain_name(json_string_value(v))) {
+            fputs("qsparse merge-index: error: " QS_PART_MARKER " in ", stderr);
+            qs_escape_print(stderr, p->dir);
+            fprintf(stderr, ": %s[%zu] ", key, i);
+            if (json_is_string(v)) {
+                fputc('\'', stderr);
+                qs_escape_print(stderr, json_string_value(v));
+                fputs("' is not a plain file name inside the folder\n", stderr);
+            } else {
+                fputs("is not a file name\n", stderr);
+            }
+            return -1;
+        }
+    }
+    if (!unique || n < 2)
+        return 0;
+    if (!(sorted = qs_heap_calloc(n, sizeof *sorted))) {
+        fprintf(stderr, "qsparse merge-index: error: out of memory\n");
+        return -1;
+    }
+    for (i = 0; i < n; i++)
+        sorted[i] = json_string_value(json_array_get(a, i));
+    qsort(sorted, n, sizeof *sorted, cmp_str);
+    for (i = 1; i < n; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+            error(QS_PART_MARKER " names the input shard ", sorted[i], " twice");
+            qs_heap_free(sorted);
+            return -1;
+        }
+    qs_heap_free(sorted);
+    return 0;
 }
 
 /* Read and check the markers; p[] sorted by part number on return. */
@@ -107,14 +173,23 @@ static int read_parts(struct part *p, size_t np)
     json_t *ref = NULL;
 
     for (size_t i = 0; i < np; i++) {
-        char *path = join(p[i].dir, QS_PART_MARKER);
-        json_error_t je;
-        json_t *m = path ? json_load_file(path, JSON_REJECT_DUPLICATES, &je) : NULL;
-        qs_heap_free(path);
+        char err[ERRLEN], real[PATH_MAX];
+        json_t *m = NULL;
+        int r;
+        if (qs_folder_root(&p[i].root, p[i].dir, err, sizeof err) != 0) {
+            error("", err, "");
+            return -1;
+        }
+        r = part_file(&p[i], QS_PART_MARKER, real, sizeof real, err, sizeof err);
+        if (r == 0)
+            m = qs_side_json(real, NULL, err, sizeof err);
         if (!m) {
-            error("", p[i].dir,
-                  " has no readable " QS_PART_MARKER
-                  ": not a part written by `qsparse quantize --shard I/N`");
+            if (r == 1)
+                error("", p[i].dir,
+                      " has no readable " QS_PART_MARKER
+                      ": not a part written by `qsparse quantize --shard I/N`");
+            else
+                error("", err, "");
             return -1;
         }
         p[i].marker = m;
@@ -128,6 +203,13 @@ static int read_parts(struct part *p, size_t np)
             return -1;
         }
         p[i].index = json_integer_value(json_object_get(m, "part"));
+        if (json_integer_value(json_object_get(m, "parts")) < 1 || p[i].index < 0 ||
+            p[i].index >= json_integer_value(json_object_get(m, "parts"))) {
+            error(QS_PART_MARKER " in ", p[i].dir, ": part number outside 0 ... parts - 1");
+            return -1;
+        }
+        if (check_names(&p[i], "shards", 1) != 0 || check_names(&p[i], "input_shards", 1) != 0)
+            return -1;
     }
     /* sorted by part number: the first part gives the shared files */
     for (size_t i = 1; i < np; i++)
@@ -211,15 +293,17 @@ int qs_cmd_merge_index(int argc, char **argv)
         p[i].dir = argv[i + 2];
     if (read_parts(p, np) != 0)
         goto done;
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-        if (!same_file(p, np, extra[i], &present) || (i == 0 && !present)) {
-            fputs("qsparse merge-index: error: ", stderr);
-            fputs(extra[i], stderr);
-            fputs(i == 0 && !present ? " is missing from the first part\n"
-                                     : " differs between the parts (or cannot be read)\n",
-                  stderr);
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+        if (!same_file(p, np, extra[i], &present, err, sizeof err)) {
+            error("", err, "");
             goto done;
         }
+        if (i == 0 && !present) {
+            fprintf(stderr, "qsparse merge-index: error: %s is missing from the first part\n",
+                    extra[i]);
+            goto done;
+        }
+    }
     all = json_object_get(p[0].marker, "input_shards");
     nshards = json_array_size(all);
     /* every part wrote exactly its own shards */
@@ -232,7 +316,14 @@ int qs_cmd_merge_index(int argc, char **argv)
             goto done;
         }
     }
-    if (qs_model_out_begin(&out, argv[1], err, sizeof err) != 0) {
+    for (size_t j = 0; j < nshards; j++) {
+        const char *name = json_string_value(json_array_get(all, j));
+        if (!owner(p, np, j, name)) {
+            error("no part holds the shard ", name, "");
+            goto done;
+        }
+    }
+    if (qs_model_out_begin(&out, argv[1], 0, err, sizeof err) != 0) {
         error("", err, "");
         goto done;
     }
@@ -242,16 +333,14 @@ int qs_cmd_merge_index(int argc, char **argv)
         goto done;
     }
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-        char *from = join(p[0].dir, extra[i]), *to = qs_model_out_path(&out, extra[i]);
-        struct stat sb;
-        int r = from && to ? 0 : -1;
-        if (r == 0 && stat(from, &sb) == 0)
-            r = qs_link_or_copy(from, to, err, sizeof err);
-        else if (r != 0)
+        char real[PATH_MAX], *to = qs_model_out_path(&out, extra[i]);
+        int r = to ? part_file(&p[0], extra[i], real, sizeof real, err, sizeof err) : -1;
+        if (!to)
             snprintf(err, sizeof err, "out of memory");
-        qs_heap_free(from);
+        if (r == 0)
+            r = qs_link_or_copy(real, to, err, sizeof err);
         qs_heap_free(to);
-        if (r != 0) {
+        if (r < 0) {
             error("", err, "");
             goto done;
         }
@@ -260,35 +349,37 @@ int qs_cmd_merge_index(int argc, char **argv)
         goto oom;
     for (size_t j = 0; j < nshards; j++) {
         const char *name = json_string_value(json_array_get(all, j));
-        const struct part *o = name ? owner(p, np, j, name) : NULL;
-        char *from, *to;
+        const struct part *o = owner(p, np, j, name);
+        char from[PATH_MAX], *to;
         struct qs_st_file f;
-        int r;
-        if (!o) {
-            error("no part holds the shard ", name ? name : "?", "");
+        int r = part_file(o, name, from, sizeof from, err, sizeof err);
+        if (r == 1)
+            snprintf(err, sizeof err, "%s/%s: the part's shard is missing", o->dir, name);
+        if (r != 0) {
+            error("", err, "");
             goto done;
         }
-        from = join(o->dir, name);
-        to = qs_model_out_path(&out, name);
-        if (!from || !to) {
-            qs_heap_free(from);
-            qs_heap_free(to);
+        if (!(to = qs_model_out_path(&out, name)))
             goto oom;
-        }
-        /* its header validated, its tensors into the index */
+        /* its header validated, its tensors into the index, each from one shard only */
         r = qs_st_open(&f, from, err, sizeof err);
         if (r == 0) {
             for (size_t t = 0; r == 0 && t < f.count; t++) {
+                json_t *had = json_object_get(map, f.tensors[t].name);
                 total += f.tensors[t].end - f.tensors[t].begin;
-                r = json_object_set_new(map, f.tensors[t].name, json_string(name));
-                if (r != 0)
+                if (had) {
+                    snprintf(err, sizeof err, "tensor '%s' is held by two shards, %s and %s",
+                             f.tensors[t].name, json_string_value(had), name);
+                    r = -1;
+                } else if (json_object_set_new(map, f.tensors[t].name, json_string(name)) != 0) {
                     snprintf(err, sizeof err, "out of memory");
+                    r = -1;
+                }
             }
             qs_st_close(&f);
         }
         if (r == 0)
             r = qs_link_or_copy(from, to, err, sizeof err);
-        qs_heap_free(from);
         qs_heap_free(to);
         if (r != 0) {
             error("", err, "");

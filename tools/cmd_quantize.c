@@ -39,7 +39,10 @@
 #include "escape.h"
 #include "layout.h"
 #include "model_dir.h"
+#include "natsort.h"
+#include "output_path.h"
 #include "safetensors.h"
+#include "side_file.h"
 #include "tool_ctx.h"
 #include "tool_threads.h"
 #include "tensor_rules.h"
@@ -58,7 +61,7 @@ struct options {
     const char *in, *out, *format, *include, *exclude, *layout, *config_out, *act_amax;
     const char *sparsity, *granularity, *method, *calib, *stats_json;
     int32_t blocksize;
-    int double_quant, threads, quiet, stats, dry_run;
+    int double_quant, asymmetric, threads, quiet, stats, dry_run, force;
     const char *tformat[QS_MAX_TENSOR_RULES]; /* --tensor-format REGEX=FORMAT, in order */
     int ntformat;
     int64_t part, nparts; /* --shard part/nparts; nparts 0: every shard */
@@ -78,19 +81,22 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: qsparse quantize IN -o OUT --format FORMAT [--layout LAYOUT]\n"
-            "                        [--blocksize N] [--double-quant] [--granularity G]\n"
+            "                        [--block-size N] [--double-quant] [--granularity G]\n"
+            "                        [--asymmetric]\n"
             "                        [--sparsity 2:4] [--act-amax FILE.json]\n"
             "                        [--include REGEX] [--exclude REGEX] [--config-out FILE|-]\n"
-            "                        [--threads N] [--quiet]\n"
+            "                        [--threads N] [--quiet] [--force]\n"
             "                        [--method rtn|gptq|sparsegpt --calib FILE]\n"
             "                        [--shard I/N] [--stats] [--stats-json FILE]\n"
             "                        [--tensor-format REGEX=FORMAT]... [--dry-run]\n\n"
             "IN: a Hugging Face model folder (config.json + model.safetensors or shards with\n"
             "    model.safetensors.index.json): OUT is a folder its loader reads as written.\n"
-            "    Or one .safetensors file: OUT is a file.\n"
+            "    Or one .safetensors file: OUT is a file. An existing OUT is refused unless\n"
+            "    --force, which replaces it once the new output is complete.\n"
             "FORMAT: nf4, fp4, llm_int8 (bitsandbytes LLM.int8: row absmax SCB), int8 (plain\n"
-            "        symmetric INT8, --granularity channel (default), group or tensor), fp8_e4m3,\n"
-            "        fp8_e5m2, mxfp4, mxfp8, nvfp4; none (with --sparsity: prune only).\n"
+            "        INT8, --granularity row (default; 'channel' is the same), group or tensor,\n"
+            "        symmetric unless --asymmetric), fp8_e4m3, fp8_e5m2, mxfp4, mxfp8, nvfp4;\n"
+            "        none (with --sparsity: prune only).\n"
             "LAYOUT: bitsandbytes (nf4, fp4, llm_int8; default for those in a folder),\n"
             "        compressed-tensors (fp8_e4m3, int8, mxfp4, mxfp8, nvfp4, 2:4; default for\n"
             "        the others), modelopt (fp8_e4m3, nvfp4; needs --act-amax; for vLLM, SGLang,\n"
@@ -100,8 +106,9 @@ static void usage(FILE *f)
             "and not --exclude (default '%s', case-insensitive):\n"
             "the linear layers' weights. Everything else is copied unchanged. POSIX extended\n"
             "regular expressions.\n"
-            "--blocksize: nf4/fp4 block (default 64), int8 group size with --granularity group.\n"
-            "--double-quant (nf4/fp4). --sparsity 2:4 prunes by magnitude before quantizing.\n"
+            "--block-size (or --blocksize): nf4/fp4 block (default 64), int8 group size with\n"
+            "--granularity group. --double-quant (nf4/fp4). --asymmetric: int8 with zero\n"
+            "points (qsparse layout). --sparsity 2:4 prunes by magnitude before quantizing.\n"
             "--act-amax: {\"module\": activation amax} for modelopt's input_scale.\n"
             "--config-out writes the layout's quantization_config as JSON ('-': stdout).\n"
             "--method gptq (nf4, fp4, int8, llm_int8, mxfp4, nvfp4) or sparsegpt (with\n"
@@ -190,15 +197,19 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (!next)
                 goto missing;
             *slot = argv[++i];
-        } else if (strcmp(a, "--blocksize") == 0) {
+        } else if (strcmp(a, "--block-size") == 0 || strcmp(a, "--blocksize") == 0) {
             if (parse_int(next, 1, 1 << 30, &v) != 0) {
-                fprintf(stderr, "qsparse quantize: --blocksize needs a positive integer\n");
+                fprintf(stderr, "qsparse quantize: %s needs a positive integer\n", a);
                 return -1;
             }
             o->blocksize = (int32_t)v;
             i++;
         } else if (strcmp(a, "--double-quant") == 0) {
             o->double_quant = 1;
+        } else if (strcmp(a, "--asymmetric") == 0) {
+            o->asymmetric = 1;
+        } else if (strcmp(a, "--force") == 0) {
+            o->force = 1;
         } else if (strcmp(a, "--stats") == 0) {
             o->stats = 1;
         } else if (strcmp(a, "--dry-run") == 0) {
@@ -418,6 +429,9 @@ struct ctx_all {
     uint64_t total_size;
     struct layer_stat *stats;
     size_t nstat, cap_stat, nsel, ncopy;
+    size_t nsurveyed;         /* tensors the survey selected */
+    uint64_t tensor_bytes;    /* bytes emitted for the tensor at hand (its bits per weight) */
+    const char *quantized;    /* why the input looks quantized already (a static string) */
     double bytes_in, bytes_out;
     uint64_t largest;         /* bytes of the largest input tensor read (--stats) */
     uint64_t largest_q;       /* ... and of the largest one quantized */
@@ -442,6 +456,7 @@ struct ctx_all {
 static int emit(struct ctx_all *c, const char *name, const char *dtype, int ndim,
                 const int64_t *shape, const void *data, uint64_t bytes)
 {
+    c->tensor_bytes += bytes;
     if (c->pass == PASS_WRITE)
         return qs_st_stream_put(c->out, data, bytes, c->err, sizeof c->err);
     if (qs_st_writer_add(c->w, name, dtype, ndim, shape, NULL, bytes, NULL, c->err,
@@ -462,10 +477,12 @@ static void make_params(const struct options *o, int32_t format, qs_quant_params
     if (o->blocksize)
         p->block_size = o->blocksize;
     p->double_quant = o->double_quant;
+    if (o->asymmetric)
+        p->symmetric = 0;
     if (format == QS_FORMAT_INT8 && o->granularity)
         p->granularity = strcmp(o->granularity, "tensor") == 0  ? QS_GRAN_TENSOR
                          : strcmp(o->granularity, "group") == 0 ? QS_GRAN_GROUP
-                                                                : QS_GRAN_ROW;
+                                                                : QS_GRAN_ROW; /* row, channel */
 }
 
 /* Check the format options once, before any work. Returns 0, or -1 with the library's message
@@ -701,16 +718,18 @@ static int sub_qtensor(struct ctx_all *c, const qs_quant_params *p, const qs_qte
  */
 static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t sdt,
                        const void *src, const qs_quant_params *p, const qs_qtensor *q,
-                       const qs_plane_info *info, struct layer_stat *st)
+                       const qs_plane_info *info, const uint16_t *meta, struct layer_stat *st)
 {
-    int64_t rows = t->shape[0], cols = t->shape[1], cr = rows;
+    /* a compressed 2:4 weight (meta): its planes hold rows x cols/2 kept values */
+    int64_t rows = t->shape[0], cols = t->shape[1], cr = rows, words = (cols + 15) / 16;
+    int64_t qcols = meta ? cols / 2 : cols;
     uint64_t es = (uint64_t)t->elem_size;
     struct plane_split sp;
     double err2 = 0.0, ref2 = 0.0, maxabs = 0.0;
     float *ref = NULL, *deq = NULL;
     int rc = -1;
 
-    if (!c->format || split_planes(c, p, info, rows, cols, &sp) == 0)
+    if (!c->format || split_planes(c, p, info, rows, qcols, &sp) == 0)
         cr = chunk_rows(rows, cols, c->format ? sp.unit : 1);
     ref = qs_heap_malloc((size_t)(cr * cols) * sizeof *ref);
     deq = qs_heap_malloc((size_t)(cr * cols) * sizeof *deq);
@@ -724,7 +743,12 @@ static int layer_error(struct ctx_all *c, const struct qs_st_tensor *t, int32_t 
         qs_qtensor sq;
         if (qs_convert(c->ctx, t->data + at, sdt, ref, QS_DTYPE_F32, n, n * 4) != QS_OK)
             goto lib_error;
-        if (c->format) {
+        if (c->format && meta) {
+            if (sub_qtensor(c, p, q, &sp, r0, qcols, &sq) != 0 ||
+                qs_sp24_dequantize(c->ctx, p, &sq, meta + r0 * words, m * words, m, cols, deq,
+                                   QS_DTYPE_F32, n * 4) != QS_OK)
+                goto lib_error;
+        } else if (c->format) {
             if (sub_qtensor(c, p, q, &sp, r0, cols, &sq) != 0 ||
                 qs_dequantize(c->ctx, p, &sq, m, cols, deq, QS_DTYPE_F32, n * 4) != QS_OK)
                 goto lib_error;
@@ -793,14 +817,19 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
     int32_t sdt;
     const char *dtname = src_dtype_name(t->dtype, &sdt);
     void *planes[QS_PLANE_COUNT] = {0};
-    void *pruned = NULL;
+    void *pruned = NULL, *values = NULL;
+    uint16_t *meta = NULL;
     const void *src = t->data;
     char *prefix = NULL, *key = NULL;
     const struct qs_ckpt_key *keys = c->format ? c->layout->keys(&c->req) : NULL;
-    int64_t total = 0;
+    /* The tool's own layout keeps a 2:4 weight compressed: the format's keys hold its kept
+     * values (rows x cols/2, docs/sparsity.md), N.sp24_meta its meta words. */
+    int sp = c->req.sparsity24 && c->layout == &qs_layout_qsparse;
+    int64_t qcols = sp ? cols / 2 : cols, vbytes = 0, meta_count = 0;
     int quantize = c->pass == PASS_WRITE;
 
     memset(&q, 0, sizeof q);
+    c->tensor_bytes = 0;
     if (!(prefix = module_prefix(t->name)))
         goto oom;
     if (qs_ctx_set(c->ctx, QS_PARAM_NUM_THREADS,
@@ -809,6 +838,13 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                                                                          : QS_TOOL_OP_GPTQ,
                                        rows, cols)) != QS_OK) {
         snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+        goto fail;
+    }
+    if (sp && qs_sp24_size(sdt, rows, cols, &vbytes, &meta_count) != QS_OK) {
+        snprintf(c->err, sizeof c->err,
+                 "%s: 2:4 groups of four run along the rows: the row length (%lld) must be a "
+                 "multiple of 4",
+                 t->name, (long long)cols);
         goto fail;
     }
     if (c->format == QS_FORMAT_INT8 && c->layout == &qs_layout_ct && cols % 4 != 0) {
@@ -823,20 +859,20 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             quantize = 1; /* its length depends on the nested offset */
     if (c->format) {
         for (int i = 0; i < QS_PLANE_COUNT; i++) {
-            if (qs_quant_plane_info(c->ctx, &p, rows, cols, i, &info[i]) != QS_OK) {
-                snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+            if (qs_quant_plane_info(c->ctx, &p, rows, qcols, i, &info[i]) != QS_OK) {
+                snprintf(c->err, sizeof c->err, "%s: %s%s", t->name, qs_ctx_last_error(c->ctx),
+                         sp ? " (the kept values of a 2:4 weight: cols / 2 per row)" : "");
                 goto fail;
             }
-            total += info[i].bytes;
         }
-    } else {
-        total = (int64_t)(t->end - t->begin);
     }
     if (quantize && c->req.sparsity24 && c->o->cal.method != QS_METHOD_SPARSEGPT) {
         if (!(pruned = prune24(c, t, sdt)))
             goto fail;
         src = pruned;
     }
+    if (quantize && sp && !(meta = qs_heap_malloc((size_t)meta_count * 2 + 1)))
+        goto oom;
     if (quantize && c->format) {
         for (int i = 0; i < QS_PLANE_COUNT; i++)
             if (info[i].bytes > 0 && !(planes[i] = qs_heap_malloc((size_t)info[i].bytes)))
@@ -845,9 +881,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
         q.scale = planes[1], q.scale_bytes = info[1].bytes;
         q.zero_point = planes[2], q.zero_point_bytes = info[2].bytes;
         q.nested_scale = planes[3], q.nested_scale_bytes = info[3].bytes;
-        if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q, c->err,
-                              sizeof c->err) != 0)
+        if (sp) {
+            if (qs_sp24_quantize(c->ctx, &p, src, sdt, rows, cols, NULL, &q, meta, meta_count) !=
+                QS_OK) {
+                snprintf(c->err, sizeof c->err, "%s: %s", t->name, qs_ctx_last_error(c->ctx));
+                goto fail;
+            }
+        } else if (qs_calib_quantize(c->ctx, &c->o->cal, t->name, &p, src, sdt, rows, cols, &q,
+                                     c->err, sizeof c->err) != 0) {
             goto fail;
+        }
         if (c->pass == PASS_PLAN) {
             c->nested[ti] = q.nested_offset;
         } else if (p.double_quant &&
@@ -871,28 +914,36 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             goto oom;
         if (c->req.sparsity24 && json_object_set_new(e, "sparsity", json_string("2:4")) != 0)
             goto oom;
-        if (st) { /* --dry-run: the plan is all there is */
+        if (st) { /* --dry-run: the plan is all there is (bits/w below, from what it emits) */
             st->rows = rows;
             st->cols = cols;
             st->format = c->format;
-            st->bits = 8.0 * (double)total / (double)n;
             st->rel_rmse = st->max_abs = NAN;
         }
     } else {
         st->format = c->format;
         /* the error table is the only reader of the decode: --quiet skips it (it costs several
          * times the quantization) */
-        if (!c->o->quiet && layer_error(c, t, sdt, src, &p, &q, info, st) != 0)
+        if (!c->o->quiet &&
+            layer_error(c, t, sdt, src, &p, &q, info, c->format ? meta : NULL, st) != 0)
             goto fail;
-        st->bits = 8.0 * (double)total / (double)n;
     }
 
-    if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
+    if (!c->format && sp) { /* pruned only, compressed: the kept values and the meta */
+        int64_t vshape[2] = {rows, cols / 2};
+        if (quantize && (!(values = qs_heap_malloc((size_t)vbytes + 1)) ||
+                         qs_sp24_compress(c->ctx, pruned, sdt, rows, cols, NULL, values, vbytes,
+                                          meta, meta_count) != QS_OK)) {
+            snprintf(c->err, sizeof c->err, "%s: %s", t->name,
+                     values ? qs_ctx_last_error(c->ctx) : "out of memory");
+            goto fail;
+        }
+        EMIT(t->name, t->dtype, 2, vshape, values, (uint64_t)vbytes);
+    } else if (!c->format) { /* pruned only: the weight in its own dtype under its own name */
         EMIT(t->name, t->dtype, t->ndim, t->shape, pruned, t->end - t->begin);
-        qs_heap_free(pruned);
-        qs_heap_free(prefix);
-        return 0;
     }
+    if (!c->format)
+        goto meta_key;
 
     /* Every key of the layout's scheme, in table order. */
     for (const struct qs_ckpt_key *k = keys; k->suffix; k++) {
@@ -915,7 +966,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             nbytes = (uint64_t)pi->bytes;
             if (!dtype)
                 dtype = qs_ckpt_elem_dtype(pi->elem);
-            ndim = key_shape(k, pi, rows, cols, shape);
+            ndim = key_shape(k, pi, rows, qcols, shape);
             if (k->transform == QS_KEY_XOR80 && bytes)
                 for (uint64_t i = 0; i < nbytes; i++)
                     ((unsigned char *)bytes)[i] ^= 0x80;
@@ -930,7 +981,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
             break;
         case QS_KEY_QUANT_STATE:
             q.nested_offset = c->nested ? c->nested[ti] : q.nested_offset;
-            if (!(bytes = own = bnb_quant_state(c, &p, &q, dtname, rows, cols)))
+            if (!(bytes = own = bnb_quant_state(c, &p, &q, dtname, rows, qcols)))
                 goto oom;
             nbytes = strlen(bytes);
             shape[0] = (int64_t)nbytes;
@@ -943,6 +994,7 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                 v = 1.0f / q.global_scale;
             } else if (k->source == QS_KEY_INPUT_SCALE) {
                 json_t *a = json_object_get(c->act_amax, prefix);
+                double den = c->format == QS_FORMAT_NVFP4 ? 6.0 * 448.0 : 448.0;
                 if (!json_is_number(a) || !(json_number_value(a) > 0) ||
                     !isfinite(json_number_value(a))) {
                     snprintf(c->err, sizeof c->err,
@@ -950,8 +1002,16 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
                              t->name, prefix);
                     goto fail;
                 }
-                v = (float)(json_number_value(a) /
-                            (c->format == QS_FORMAT_NVFP4 ? 6.0 * 448.0 : 448.0));
+                v = (float)(json_number_value(a) / den);
+                /* the scale is stored as float32: an amax whose scale would round to Inf, to
+                 * 0 or into the subnormals (whose reciprocal overflows) is refused */
+                if (!isnormal(v)) {
+                    snprintf(c->err, sizeof c->err,
+                             "%s: --act-amax %.17g for module '%s' gives input_scale %.9g, "
+                             "outside float32's normal range",
+                             t->name, json_number_value(a), prefix, (double)v);
+                    goto fail;
+                }
             }
             ndim = k->shape == QS_KEY_SHAPE_ONE;
             shape[0] = 1;
@@ -983,8 +1043,21 @@ static int quantize_one(struct ctx_all *c, const struct qs_st_tensor *t, size_t 
         qs_heap_free(key);
         key = NULL;
     }
+meta_key:
+    if (sp) {
+        int64_t mshape[2] = {rows, (cols + 15) / 16};
+        if (!(key = cat(t->name, QS_CKPT_SP24_META)))
+            goto oom;
+        EMIT(key, "U16", 2, mshape, meta, (uint64_t)meta_count * 2);
+    }
+    /* every byte written for this weight, as `qsparse inspect` counts them */
+    if (st)
+        st->bits = 8.0 * (double)c->tensor_bytes / (double)n;
+    qs_heap_free(key);
     qs_heap_free(prefix);
     qs_heap_free(pruned);
+    qs_heap_free(values);
+    qs_heap_free(meta);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         qs_heap_free(planes[i]);
     return 0;
@@ -994,6 +1067,8 @@ fail:
     qs_heap_free(prefix);
     qs_heap_free(key);
     qs_heap_free(pruned);
+    qs_heap_free(values);
+    qs_heap_free(meta);
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         qs_heap_free(planes[i]);
     return -1;
@@ -1025,6 +1100,14 @@ static char *collision(struct ctx_all *c, const struct qs_st_file *f, const char
             break;
         qs_heap_free(key);
         key = NULL;
+    }
+    if (!key && !*oom && c->req.sparsity24 && c->layout == &qs_layout_qsparse) {
+        if (!(key = cat(name, QS_CKPT_SP24_META)))
+            *oom = 1;
+        else if (!qs_st_find(f, key)) {
+            qs_heap_free(key);
+            key = NULL;
+        }
     }
     qs_heap_free(prefix);
     return key;
@@ -1082,6 +1165,45 @@ static void print_error(const char *msg)
     fputc('\n', stderr);
 }
 
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* Why the file looks like the output of a quantizer (a static string), or NULL: the tool's own
+ * record, or the keys or dtypes that bitsandbytes, compressed-tensors and ModelOpt write. */
+static const char *quantized_already(const struct qs_st_file *f)
+{
+    if (f->metadata && json_object_get(f->metadata, "qsparse.quantized"))
+        return "its qsparse.quantized record";
+    for (size_t i = 0; i < f->count; i++) {
+        const struct qs_st_tensor *t = &f->tensors[i];
+        if (strstr(t->name, ".quant_state.bitsandbytes__"))
+            return "bitsandbytes 4-bit keys (quant_state)";
+        if (ends_with(t->name, ".SCB"))
+            return "bitsandbytes LLM.int8 keys (SCB)";
+        if (ends_with(t->name, ".weight_packed") || ends_with(t->name, ".weight_scale"))
+            return "compressed-tensors or ModelOpt keys (weight_packed, weight_scale)";
+        if (strncmp(t->dtype, "F8_", 3) == 0)
+            return "FP8 weights";
+    }
+    return NULL;
+}
+
+/* After the survey: an input with no float weight to quantize that looks quantized already
+ * is an error that says so, not a copy. Returns 0, or 1 after printing the error. */
+static int refuse_quantized(const struct ctx_all *c)
+{
+    if (c->nsurveyed > 0 || !c->quantized)
+        return 0;
+    fputs("qsparse quantize: error: ", stderr);
+    qs_escape_print(stderr, c->o->in);
+    fprintf(stderr, " is quantized already (%s) and holds no float weight to quantize; quantize "
+                    "the original model\n", c->quantized);
+    return 1;
+}
+
 /*
  * The survey of one input file: its header only, no tensor read. It checks every selected
  * tensor (no output key already in the input, no embedding under a loader layout), notes the
@@ -1091,6 +1213,8 @@ static void print_error(const char *msg)
  */
 static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
 {
+    if (!c->quantized)
+        c->quantized = quantized_already(f);
     for (size_t i = 0; i < f->count; i++) {
         const struct qs_st_tensor *t = &f->tensors[i];
         char *clash;
@@ -1100,6 +1224,7 @@ static int survey_in(struct ctx_all *c, const struct qs_st_file *f)
                 goto oom;
             continue;
         }
+        c->nsurveyed++;
         if ((clash = collision(c, f, t->name, &oom)) || oom) {
             fputs("qsparse quantize: error: ", stderr);
             if (oom) {
@@ -1141,7 +1266,10 @@ oom:
     return 1;
 }
 
-static int survey_file(struct ctx_all *c, const char *in_path)
+/* The survey of shard `shard` of folder m: its tensors are also noted against the other
+ * shards' and the index (model_dir.h). */
+static int survey_file(struct ctx_all *c, const char *in_path, struct qs_model_dir *m,
+                       size_t shard)
 {
     struct qs_st_file in;
     char err[ERRLEN];
@@ -1152,6 +1280,10 @@ static int survey_file(struct ctx_all *c, const char *in_path)
         return 1;
     }
     rc = survey_in(c, &in);
+    if (rc == 0 && qs_model_dir_note_tensors(m, shard, &in, err, sizeof err) != 0) {
+        print_error(err);
+        rc = 1;
+    }
     qs_st_close(&in);
     return rc;
 }
@@ -1374,6 +1506,8 @@ static int process_single(struct ctx_all *c, const char *in_path, const char *ou
     }
     rc = survey_in(c, &in);
     if (rc == 0)
+        rc = refuse_quantized(c);
+    if (rc == 0)
         rc = plan_groups(c);
     if (rc == 0)
         rc = process_in(c, &in, in_path, out_path);
@@ -1415,8 +1549,8 @@ static int write_config_out(struct ctx_all *c, const char *path)
 /*
  * The options of a part's command line that shape its output, for qsparse-part.json: merge-index
  * refuses parts made with different ones. Left out: IN, -o, --shard, and what changes nothing
- * in the files (--threads, --quiet, --stats*); --act-amax and --calib keep their name, not
- * their path (the parts may run on machines that mount the files in different places).
+ * in the files (--threads, --quiet, --stats*, --force); --act-amax and --calib keep their name,
+ * not their path (the parts may run on machines that mount the files in different places).
  */
 static json_t *part_options(const struct options *o)
 {
@@ -1431,7 +1565,8 @@ static json_t *part_options(const struct options *o)
             i++;
             continue;
         }
-        if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0 || strcmp(s, "--stats") == 0)
+        if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0 || strcmp(s, "--stats") == 0 ||
+            strcmp(s, "--force") == 0)
             continue;
         if (json_array_append_new(a, json_string(s)) != 0) {
             json_decref(a);
@@ -1480,10 +1615,14 @@ static int dry_run_folder(struct ctx_all *c, const char *in_dir)
     }
     for (size_t i = 0; i < m.nshards; i++) {
         char *src = path_join(m.dir, m.shards[i]);
-        int r = src ? survey_file(c, src) : -1;
+        int r = src ? survey_file(c, src, &m, i) : -1;
         qs_heap_free(src);
         if (r != 0)
             goto done;
+    }
+    if (qs_model_dir_check_index(&m, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
     }
     if (plan_groups(c) != 0)
         goto done;
@@ -1524,7 +1663,7 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         print_error(err);
         return 1;
     }
-    if (qs_model_out_begin(&out, out_dir, err, sizeof err) != 0) {
+    if (qs_model_out_begin(&out, out_dir, c->o->force, err, sizeof err) != 0) {
         print_error(err);
         qs_model_dir_close(&m);
         return 1;
@@ -1538,12 +1677,18 @@ static int process_folder(struct ctx_all *c, const char *in_dir, const char *out
         int r;
         if (!src)
             goto oom;
-        r = survey_file(c, src);
+        r = survey_file(c, src, &m, i);
         qs_heap_free(src);
         if (r != 0)
             goto done;
     }
-    if (plan_groups(c) != 0)
+    if (qs_model_dir_check_index(&m, err, sizeof err) != 0) {
+        print_error(err);
+        goto done;
+    }
+    if (!c->quantized && json_object_get(m.config, "quantization_config"))
+        c->quantized = "config.json has a quantization_config";
+    if (refuse_quantized(c) != 0 || plan_groups(c) != 0)
         goto done;
     for (size_t i = 0; i < m.nshards; i++) {
         char *src = NULL, *dst = NULL;
@@ -1643,6 +1788,12 @@ done:
     qs_model_out_abort(&out);
     qs_model_dir_close(&m);
     return rc;
+}
+
+static int stat_cmp(const void *a, const void *b)
+{
+    return qs_natural_cmp(((const struct layer_stat *)a)->name,
+                          ((const struct layer_stat *)b)->name);
 }
 
 /*
@@ -1748,9 +1899,15 @@ int qs_cmd_quantize(int argc, char **argv)
         return 2;
     }
     if (o.granularity && (c.format != QS_FORMAT_INT8 || (strcmp(o.granularity, "tensor") != 0 &&
+                                                         strcmp(o.granularity, "row") != 0 &&
                                                          strcmp(o.granularity, "channel") != 0 &&
                                                          strcmp(o.granularity, "group") != 0))) {
-        fprintf(stderr, "qsparse quantize: --granularity is tensor, channel or group, for int8\n");
+        fprintf(stderr, "qsparse quantize: --granularity is tensor, row (or channel) or group, "
+                        "for int8\n");
+        return 2;
+    }
+    if (o.asymmetric && (c.format == QS_FORMAT_NONE || !(fi.options & QS_OPT_SYMMETRIC))) {
+        fprintf(stderr, "qsparse quantize: --asymmetric applies to int8 only (zero points)\n");
         return 2;
     }
     if (o.method && qs_calib_parse_method(&o.cal, o.method) != 0)
@@ -1776,6 +1933,10 @@ int qs_cmd_quantize(int argc, char **argv)
         fprintf(stderr, "qsparse quantize: --shard splits a model folder's shards; IN is a "
                         "single file\n");
         return 2;
+    }
+    if (qs_output_check(o.out, o.in, folder, o.force, c.err, sizeof c.err) != 0) {
+        print_error(c.err);
+        return 1;
     }
     if (o.nparts && o.config_out) {
         fprintf(stderr, "qsparse quantize: --config-out is for a single file; a part holds "
@@ -1806,18 +1967,21 @@ int qs_cmd_quantize(int argc, char **argv)
                        (o.cal.method != QS_METHOD_SPARSEGPT ||
                         (o.cal.sp_n == 2 && o.cal.sp_m == 4 && c.layout != &qs_layout_qsparse));
     if (o.act_amax) {
-        json_error_t je;
-        c.act_amax = json_load_file(o.act_amax, 0, &je);
-        if (!json_is_object(c.act_amax)) {
-            fprintf(stderr, "qsparse quantize: --act-amax %s: %s\n", o.act_amax,
-                    c.act_amax ? "not a JSON object" : je.text);
-            if (c.act_amax)
-                json_decref(c.act_amax);
+        if (!(c.act_amax = qs_side_json(o.act_amax, NULL, c.err, sizeof c.err))) {
+            fputs("qsparse quantize: --act-amax ", stderr);
+            qs_escape_print(stderr, c.err);
+            fputc('\n', stderr);
             return 2;
         }
         c.req.have_act_amax = 1;
     }
     rc = 2; /* usage errors until the options are all checked */
+    if (c.layout == &qs_layout_qsparse && c.req.sparsity24 && o.cal.method == QS_METHOD_GPTQ) {
+        fprintf(stderr, "qsparse quantize: the qsparse layout stores a 2:4 weight compressed, "
+                        "its kept values rounded to nearest: --method gptq with --sparsity 2:4 "
+                        "needs a loader layout (or --method sparsegpt)\n");
+        goto done_early;
+    }
     if (c.layout->check(&c.req, c.err, sizeof c.err) != 0) {
         fprintf(stderr, "qsparse quantize: %s\n", c.err);
         goto done_early;
@@ -1895,6 +2059,7 @@ int qs_cmd_quantize(int argc, char **argv)
             qs_tensor_rules_summary(&c.rules, formats, sizeof formats);
         else
             snprintf(formats, sizeof formats, "%s", o.format);
+        qsort(c.stats, c.nstat, sizeof *c.stats, stat_cmp); /* layer.2 before layer.10 */
         fprintf(f, "%-52s %11s %6s %10s %10s%s\n", "layer", "shape", "bits/w", "rel.RMSE",
                 "max|err|", o.ntformat ? "  format" : "");
         for (size_t i = 0; i < c.nstat; i++) {

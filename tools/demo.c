@@ -3,7 +3,10 @@
  * `qsparse demo`: the README's main job on built-in data. A deterministic, heavy-tailed weight
  * matrix (per-row log-normal scales, Student-t-like tails and a few outlier columns, like the
  * linear layers of a transformer) is quantized into every format and decoded again; the table
- * gives bits per weight (scales included), size, and the error of the round trip.
+ * gives bits per weight (scales included), size, the error of the round trip and the time of a
+ * quantize and a dequantize: the best of TIMED calls after one untimed call, so that no row pays
+ * for the first touch of the output buffers. A format the shape does not fit (int8 groups of 128
+ * need cols a multiple of 128, MX blocks 32, NVFP4 16) gets a row saying why.
  */
 #include <math.h>
 #include <stdint.h>
@@ -63,6 +66,8 @@ struct row {
     int32_t block, granularity, symmetric, double_quant;
 };
 
+#define TIMED 3 /* timed calls per operation, after one untimed call */
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -78,7 +83,7 @@ static int run_row(qs_ctx *ctx, const struct row *r, const float *w, float *back
     void *planes[QS_PLANE_COUNT] = {NULL};
     int64_t bytes[QS_PLANE_COUNT], total = 0;
     int64_t n = rows * cols;
-    double err2 = 0.0, sig2 = 0.0, maxerr = 0.0, t0, t1, t2;
+    double err2 = 0.0, sig2 = 0.0, maxerr = 0.0, tq = 1e300, td = 1e300;
     int ok = 1;
 
     qs_quant_params_init(&p, r->format);
@@ -88,8 +93,15 @@ static int run_row(qs_ctx *ctx, const struct row *r, const float *w, float *back
     p.symmetric = r->symmetric;
     p.double_quant = r->double_quant;
     for (int i = 0; i < QS_PLANE_COUNT; i++) {
-        if (qs_quant_size(&p, rows, cols, i, &bytes[i]) != QS_OK)
-            return 0;
+        qs_plane_info info;
+        if (qs_quant_plane_info(ctx, &p, rows, cols, i, &info) != QS_OK) {
+            /* the shape does not fit this format: say so and go on with the others */
+            printf("%-22s n/a: %s\n", r->label, qs_ctx_last_error(ctx));
+            for (int k = 0; k < i; k++)
+                qs_heap_free(planes[k]);
+            return 1;
+        }
+        bytes[i] = info.bytes;
         planes[i] = bytes[i] ? qs_heap_malloc((size_t)bytes[i]) : NULL;
         if (bytes[i] && !planes[i])
             ok = 0;
@@ -105,13 +117,21 @@ static int run_row(qs_ctx *ctx, const struct row *r, const float *w, float *back
     if (r->double_quant)
         total += 4; /* the f32 mean offset */
 
-    t0 = now_ms();
-    if (ok && qs_quantize(ctx, &p, w, QS_DTYPE_F32, rows, cols, &q) != QS_OK)
-        ok = 0;
-    t1 = now_ms();
-    if (ok && qs_dequantize(ctx, &p, &q, rows, cols, back, QS_DTYPE_F32, n * 4) != QS_OK)
-        ok = 0;
-    t2 = now_ms();
+    for (int k = 0; ok && k <= TIMED; k++) {
+        double t0 = now_ms(), t1, t2;
+        if (qs_quantize(ctx, &p, w, QS_DTYPE_F32, rows, cols, &q) != QS_OK) {
+            ok = 0;
+            break;
+        }
+        t1 = now_ms();
+        if (qs_dequantize(ctx, &p, &q, rows, cols, back, QS_DTYPE_F32, n * 4) != QS_OK)
+            ok = 0;
+        t2 = now_ms();
+        if (k > 0) { /* the first call of each pays for first touches: untimed */
+            tq = t1 - t0 < tq ? t1 - t0 : tq;
+            td = t2 - t1 < td ? t2 - t1 : td;
+        }
+    }
     if (!ok) {
         fprintf(stderr, "qsparse demo: %s failed: %s\n", r->label, qs_ctx_last_error(ctx));
     } else {
@@ -124,7 +144,7 @@ static int run_row(qs_ctx *ctx, const struct row *r, const float *w, float *back
         }
         printf("%-22s %6.3f %9.1f %10.3e %10.3e %7.2f %8.2f %8.2f\n", r->label,
                (double)total * 8.0 / (double)n, (double)total / 1024.0, sqrt(err2 / (double)n),
-               maxerr, 10.0 * log10(sig2 / err2), t1 - t0, t2 - t1);
+               maxerr, 10.0 * log10(sig2 / err2), tq, td);
     }
     for (int i = 0; i < QS_PLANE_COUNT; i++)
         qs_heap_free(planes[i]);
@@ -156,8 +176,10 @@ int qs_cmd_demo(int argc, char **argv)
         if (strcmp(argv[i], "--help") == 0) {
             printf("usage: qsparse demo [--rows N] [--cols N]\n\n"
                    "Quantizes a built-in, deterministic, heavy-tailed weight matrix (default 1024 x "
-                   "4096)\ninto every format, decodes it and prints bits per weight, size and "
-                   "error.\n");
+                   "4096)\ninto every format, decodes it and prints bits per weight, size, error "
+                   "and the\nbest of %d timed calls after an untimed one. A format the shape does "
+                   "not fit says why.\n",
+                   TIMED);
             return 0;
         } else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc) {
             rows = atoll(argv[++i]);

@@ -5,7 +5,10 @@
 
 #include "model_dir.h"
 #include "file_kind.h"
+#include "folder_links.h"
 #include "heap.h"
+#include "output_path.h"
+#include "side_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -55,27 +58,31 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* A shard name from the index: a plain file name inside the folder, nothing else. */
-static int plain_name(const char *s)
+int qs_plain_name(const char *s)
 {
     return *s && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
-static json_t *load_json(const char *dir, const char *name, char *err, size_t errlen)
+/* A side JSON file of the folder (side_file.h), a link only to a file inside it
+ * (folder_links.h). *missing (may be NULL) is set when the file does not exist. */
+static json_t *load_json(const struct qs_folder_root *root, const char *dir, const char *name,
+                         int *missing, char *err, size_t errlen)
 {
-    char *path = join(dir, name);
-    json_error_t je;
-    json_t *j;
+    char *path = join(dir, name), real[PATH_MAX];
+    json_t *j = NULL;
+    int r;
 
+    if (missing)
+        *missing = 0;
     if (!path)
         return fail(err, errlen, "out of memory"), NULL;
-    j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!j)
-        fail(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
-    else if (!json_is_object(j)) {
-        fail(err, errlen, "%s: not a JSON object", path);
-        json_decref(j);
-        j = NULL;
+    r = qs_folder_file(root, path, real, sizeof real, err, errlen);
+    if (r == 1) {
+        if (missing)
+            *missing = 1;
+        fail(err, errlen, "%s: %s", path, strerror(ENOENT));
+    } else if (r == 0) {
+        j = qs_side_json(path, missing, err, errlen);
     }
     qs_heap_free(path);
     return j;
@@ -83,24 +90,23 @@ static json_t *load_json(const char *dir, const char *name, char *err, size_t er
 
 int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t errlen)
 {
-    char *p;
-    struct stat sb;
+    char *p, real[PATH_MAX];
+    struct qs_folder_root root;
+    json_t *idx;
+    int missing;
 
     memset(m, 0, sizeof *m);
     if (!(m->dir = qs_heap_strdup(dir)))
         return fail(err, errlen, "out of memory"), -1;
-    if (!(p = join(dir, "config.json")))
-        goto oom;
-    if (stat(p, &sb) != 0 && errno == ENOENT) {
+    if (qs_folder_root(&root, dir, err, errlen) != 0)
+        goto bad;
+    m->config = load_json(&root, dir, "config.json", &missing, err, errlen);
+    if (!m->config && missing)
         fail(err, errlen,
              "%s has no config.json: a Hugging Face model folder holds config.json beside its "
              "weights (for one file, pass the .safetensors file itself)",
              dir);
-        qs_heap_free(p);
-        goto bad;
-    }
-    qs_heap_free(p);
-    if (!(m->config = load_json(dir, "config.json", err, errlen)))
+    if (!m->config)
         goto bad;
     if (json_object_get(m->config, "quantization_config")) {
         fail(err, errlen,
@@ -109,17 +115,14 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
              dir);
         goto bad;
     }
-    if (!(p = join(dir, INDEX_NAME)))
-        goto oom;
-    m->indexed = stat(p, &sb) == 0;
-    qs_heap_free(p);
-    if (m->indexed) {
-        json_t *idx = load_json(dir, INDEX_NAME, err, errlen), *map, *v;
+    idx = load_json(&root, dir, INDEX_NAME, &missing, err, errlen);
+    m->indexed = !missing;
+    if (!idx && !missing)
+        goto bad;
+    if (idx) {
+        json_t *map = json_object_get(idx, "weight_map"), *v;
         const char *k;
         size_t n = 0;
-        if (!idx)
-            goto bad;
-        map = json_object_get(idx, "weight_map");
         if (!json_is_object(map) || json_object_size(map) == 0) {
             fail(err, errlen, "%s/" INDEX_NAME ": no weight_map", dir);
             json_decref(idx);
@@ -133,7 +136,7 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
         json_object_foreach(map, k, v)
         {
             const char *s = json_string_value(v);
-            if (!s || !plain_name(s)) {
+            if (!s || !qs_plain_name(s)) {
                 fail(err, errlen, "%s/" INDEX_NAME ": tensor '%s' names no file of the folder", dir,
                      k);
                 json_decref(idx);
@@ -144,6 +147,8 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
                 goto oom;
             }
         }
+        /* kept: each tensor's shard is checked against the shards' headers */
+        m->weight_map = json_incref(map);
         json_decref(idx);
         qsort(m->shards, n, sizeof *m->shards, cmp_str);
         m->nshards = 0;
@@ -160,23 +165,23 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
             goto oom;
         m->nshards = 1;
     }
+    if (m->indexed && !(m->holder = json_object()))
+        goto oom;
     for (size_t i = 0; i < m->nshards; i++) {
+        int r;
         if (!(p = join(dir, m->shards[i])))
             goto oom;
-        if (stat(p, &sb) != 0 && !m->indexed && qs_folder_kind_hint(dir)) {
+        r = qs_folder_file(&root, p, real, sizeof real, err, errlen);
+        if (r == 1 && !m->indexed && qs_folder_kind_hint(dir))
             fail(err, errlen, "%s: %s", dir, qs_folder_kind_hint(dir));
-            qs_heap_free(p);
-            goto bad;
-        }
-        if (stat(p, &sb) != 0) {
-            fail(err, errlen, "%s: %s%s", p, strerror(errno),
+        else if (r == 1)
+            fail(err, errlen, "%s: %s%s", p, strerror(ENOENT),
                  m->indexed ? ""
                             : " (a model folder holds model.safetensors, or shards and " INDEX_NAME
                               ")");
-            qs_heap_free(p);
-            goto bad;
-        }
         qs_heap_free(p);
+        if (r != 0)
+            goto bad;
     }
     return 0;
 oom:
@@ -186,6 +191,53 @@ bad:
     return -1;
 }
 
+int qs_model_dir_note_tensors(struct qs_model_dir *m, size_t shard,
+                              const struct qs_st_file *f, char *err, size_t errlen)
+{
+    if (!m->holder)
+        return 0;
+    for (size_t t = 0; t < f->count; t++) {
+        const char *name = f->tensors[t].name;
+        json_t *had = json_object_get(m->holder, name);
+        if (had) {
+            fail(err, errlen, "tensor '%s' is held by two shards, %s and %s: which one the index "
+                 "means is not for the tool to guess", name,
+                 m->shards[json_integer_value(had)], m->shards[shard]);
+            return -1;
+        }
+        if (json_object_set_new(m->holder, name, json_integer((json_int_t)shard)) != 0) {
+            fail(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int qs_model_dir_check_index(const struct qs_model_dir *m, char *err, size_t errlen)
+{
+    const char *name;
+    json_t *v;
+
+    if (!m->weight_map)
+        return 0;
+    json_object_foreach(m->weight_map, name, v)
+    {
+        const char *want = json_string_value(v);
+        json_t *had = json_object_get(m->holder, name);
+        if (!had) {
+            fail(err, errlen, INDEX_NAME ": tensor '%s' is in shard %s, which does not hold it "
+                 "(no shard does)", name, want);
+            return -1;
+        }
+        if (strcmp(m->shards[json_integer_value(had)], want) != 0) {
+            fail(err, errlen, INDEX_NAME ": tensor '%s' is in shard %s, which does not hold it "
+                 "(%s does)", name, want, m->shards[json_integer_value(had)]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void qs_model_dir_close(struct qs_model_dir *m)
 {
     for (size_t i = 0; i < m->nshards; i++)
@@ -193,6 +245,10 @@ void qs_model_dir_close(struct qs_model_dir *m)
     qs_heap_free(m->shards);
     if (m->config)
         json_decref(m->config);
+    if (m->weight_map)
+        json_decref(m->weight_map);
+    if (m->holder)
+        json_decref(m->holder);
     qs_heap_free(m->dir);
     memset(m, 0, sizeof *m);
 }
@@ -258,7 +314,8 @@ static void remove_stale(const char *dir, const char *prefix)
     closedir(d);
 }
 
-int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_t errlen)
+int qs_model_out_begin(struct qs_model_out *o, const char *out, int replace, char *err,
+                       size_t errlen)
 {
     char dir[PATH_MAX], prefix[NAME_MAX + 1];
     const char *base;
@@ -293,10 +350,11 @@ int qs_model_out_begin(struct qs_model_out *o, const char *out, char *err, size_
             if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
                 empty = 0;
         closedir(d);
-        if (!empty)
+        if (!empty && !replace)
             return fail(err, errlen, "%s is not empty: remove it or choose another output folder",
                         o->final),
                    -1;
+        o->replace = !empty;
     }
     snprintf(prefix, sizeof prefix, ".%.*s" TMP_TAG, 128, base);
     remove_stale(dir, prefix);
@@ -339,14 +397,22 @@ static int is_weight_file(const char *name)
     return 0;
 }
 
+/* Copy the regular file `from` (never through a symbolic link: callers resolve links with
+ * folder_links.h first; O_NONBLOCK: a FIFO swapped in is refused, not waited on). */
 static int copy_file(const char *from, const char *to, char *err, size_t errlen)
 {
     char buf[1 << 16];
-    int in = open(from, O_RDONLY | O_CLOEXEC), out;
+    int in = open(from, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), out;
+    struct stat sb;
     ssize_t k;
 
     if (in < 0)
         return fail(err, errlen, "%s: %s", from, strerror(errno)), -1;
+    if (fstat(in, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fail(err, errlen, "%s: not a regular file", from);
+        close(in);
+        return -1;
+    }
     out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (out < 0) {
         fail(err, errlen, "%s: %s", to, strerror(errno));
@@ -382,9 +448,12 @@ io:
     return -1;
 }
 
-/* Copy folder `from` into the existing folder `to`; `top` skips the float weights. Symbolic
- * links are followed (a Hugging Face cache snapshot is made of them). */
-static int copy_tree(const char *from, const char *to, int top, char *err, size_t errlen)
+/* Copy folder `from` into the existing folder `to`; `top` skips the float weights. Real
+ * folders are copied into, regular files copied; a symbolic link only as the file it leads to
+ * inside the root (a Hugging Face cache snapshot is made of them), any other link is an error
+ * naming it (folder_links.h); sockets, FIFOs and devices are not part of a model. */
+static int copy_tree(const struct qs_folder_root *root, const char *from, const char *to, int top,
+                     char *err, size_t errlen)
 {
     DIR *d = opendir(from);
     struct dirent *e;
@@ -404,7 +473,7 @@ static int copy_tree(const char *from, const char *to, int top, char *err, size_
         if (!src || !dst) {
             fail(err, errlen, "out of memory");
             rc = -1;
-        } else if (stat(src, &sb) != 0) {
+        } else if (lstat(src, &sb) != 0) {
             fail(err, errlen, "%s: %s", src, strerror(errno));
             rc = -1;
         } else if (S_ISDIR(sb.st_mode)) {
@@ -412,11 +481,17 @@ static int copy_tree(const char *from, const char *to, int top, char *err, size_
                 fail(err, errlen, "%s: %s", dst, strerror(errno));
                 rc = -1;
             } else {
-                rc = copy_tree(src, dst, 0, err, errlen);
+                rc = copy_tree(root, src, dst, 0, err, errlen);
             }
         } else if (S_ISREG(sb.st_mode)) {
             rc = copy_file(src, dst, err, errlen);
-        } /* sockets, FIFOs and devices are not part of a model */
+        } else if (S_ISLNK(sb.st_mode)) {
+            char real[PATH_MAX];
+            int r = qs_folder_file(root, src, real, sizeof real, err, errlen);
+            if (r == 1)
+                fail(err, errlen, "%s: %s", src, strerror(ENOENT));
+            rc = r == 0 ? copy_file(real, dst, err, errlen) : -1;
+        }
         qs_heap_free(src);
         qs_heap_free(dst);
     }
@@ -427,13 +502,17 @@ static int copy_tree(const char *from, const char *to, int top, char *err, size_
 int qs_model_out_copy_rest(const struct qs_model_dir *m, const struct qs_model_out *o, char *err,
                            size_t errlen)
 {
-    return copy_tree(m->dir, o->tmp, 1, err, errlen);
+    return qs_model_out_copy_from(m->dir, o, err, errlen);
 }
 
 int qs_model_out_copy_from(const char *dir, const struct qs_model_out *o, char *err,
                            size_t errlen)
 {
-    return copy_tree(dir, o->tmp, 1, err, errlen);
+    struct qs_folder_root root;
+
+    if (qs_folder_root(&root, dir, err, errlen) != 0)
+        return -1;
+    return copy_tree(&root, dir, o->tmp, 1, err, errlen);
 }
 
 int qs_link_or_copy(const char *from, const char *to, char *err, size_t errlen)
@@ -474,8 +553,43 @@ int qs_model_out_json(const struct qs_model_out *o, const char *name, const json
     return rc;
 }
 
+/* Replace the folder o->final by o->tmp; the old one is removed. */
+static int replace_dir(struct qs_model_out *o, char *err, size_t errlen)
+{
+    char aside[PATH_MAX];
+    int len;
+
+    if (qs_path_exchange(o->tmp, o->final) == 0) {
+        remove_tree(o->tmp); /* the old output, now under the temporary name */
+        o->active = 0;
+        return 0;
+    }
+    if (errno != ENOSYS && errno != EINVAL)
+        return fail(err, errlen, "replacing %s: %s", o->final, strerror(errno)), -1;
+    len = snprintf(aside, sizeof aside, "%s.qsparse-old-%lld", o->tmp, (long long)getpid());
+    if (len < 0 || (size_t)len >= sizeof aside)
+        return fail(err, errlen, "output path too long"), -1;
+    if (rename(o->final, aside) != 0)
+        return fail(err, errlen, "moving %s aside: %s", o->final, strerror(errno)), -1;
+    if (rename(o->tmp, o->final) != 0) {
+        int e = errno;
+        if (rename(aside, o->final) != 0)
+            return fail(err, errlen, "renaming %s to %s: %s; the old output is %s", o->tmp,
+                        o->final, strerror(e), aside),
+                   -1;
+        return fail(err, errlen, "renaming %s to %s: %s", o->tmp, o->final, strerror(e)), -1;
+    }
+    o->active = 0;
+    remove_tree(aside);
+    return 0;
+}
+
 int qs_model_out_commit(struct qs_model_out *o, char *err, size_t errlen)
 {
+    struct stat sb;
+
+    if (o->replace && lstat(o->final, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return replace_dir(o, err, errlen);
     if (rename(o->tmp, o->final) != 0) {
         fail(err, errlen, "renaming %s to %s: %s", o->tmp, o->final, strerror(errno));
         return -1;

@@ -50,7 +50,10 @@ QS_API qs_status qs_hessian_info(const qs_hessian *h, int64_t *k, int64_t *token
 /**
  * S += X^T X for `rows` activation rows of width `cols` (= K) of `dtype` (f32, f16, bf16).
  * Rows are taken in chunks of 2048: each chunk's X^T X is one f32 ssyrk (f32 products summed in
- * f32 over at most 2048 rows), and the chunks are added in double. Returns QS_ERR_INVALID_ARG,
+ * f32 over at most 2048 rows), and the chunks are added in double. When an f32 sum could
+ * overflow (chunk rows x amax^2 >= FLT_MAX / 2: activations from about 4e17), the call sums in
+ * double instead (exact products, token order), so S, and H = 2 S, stay finite for every finite
+ * input. Returns QS_ERR_INVALID_ARG,
  * QS_ERR_SHAPE (cols != K), QS_ERR_NONFINITE (a NaN or Inf activation: nothing is added),
  * QS_ERR_OVERFLOW, QS_ERR_OUT_OF_MEMORY (f16/bf16 and misaligned data are staged). The Hessian
  * is unchanged on error.
@@ -58,7 +61,11 @@ QS_API qs_status qs_hessian_info(const qs_hessian *h, int64_t *k, int64_t *token
 QS_API qs_status qs_hessian_update(qs_ctx *ctx, qs_hessian *h, const void *x, int32_t dtype,
                                    int64_t rows, int64_t cols);
 
-/** dst += src (same K, else QS_ERR_SHAPE): statistics of two shards; dst == src doubles them. */
+/**
+ * dst += src (same K, else QS_ERR_SHAPE): statistics of two shards; dst == src doubles them.
+ * QS_ERR_OVERFLOW (dst unchanged) when a sum would make H = 2 S pass DBL_MAX, which only
+ * matrices given near the double range (qs_hessian_from_matrix, a serialized one) can reach.
+ */
 QS_API qs_status qs_hessian_merge(qs_ctx *ctx, qs_hessian *dst, const qs_hessian *src);
 
 /** H = 2 X^T X, all K * K doubles row-major (symmetric) into dst (capacity `count`). */
@@ -92,7 +99,7 @@ QS_API qs_status qs_hessian_serialize(qs_ctx *ctx, const qs_hessian *h, void *ds
  * Create a Hessian from a byte string of qs_hessian_serialize. The string is checked completely
  * before anything is allocated: QS_ERR_UNSUPPORTED for another version, QS_ERR_BAD_DATA for a
  * wrong magic, header size, K out of range, length (truncated or trailing bytes), checksum, a
- * non-finite value or a negative diagonal. *out is written only on success.
+ * value whose H = 2 S is not finite, or a negative diagonal. *out is written only on success.
  */
 QS_API qs_status qs_hessian_deserialize(qs_ctx *ctx, const void *src, int64_t bytes,
                                         qs_hessian **out);
@@ -136,7 +143,11 @@ QS_API void qs_gptq_params_init(qs_gptq_params *params);
  * objective). Returns QS_OK; QS_ERR_INVALID_ARG (null pointer, bad parameters, non-finite w);
  * QS_ERR_UNSUPPORTED (another format, double quantization); QS_ERR_SHAPE (cols != K, blocks
  * that do not divide cols); QS_ERR_BUFFER_TOO_SMALL; QS_ERR_BAD_DATA (H not positive definite
- * after dampening: raise percdamp); QS_ERR_OUT_OF_MEMORY. Nothing is written on error.
+ * after dampening: raise percdamp; or U, the inverse's f32 Cholesky factor, not finite with a
+ * positive normal diagonal, as for a Hessian near either end of the double range; or a loss
+ * that is not finite: an error out of float range, e.g. an asymmetric INT8 range past
+ * FLT_MAX); QS_ERR_OUT_OF_MEMORY. Nothing is written on error: a QS_OK result has a finite loss
+ * and planes the sweep computed from finite values. rows = 0 is a valid call (loss 0).
  */
 QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
                                   const qs_quant_params *qparams, const float *w, int64_t rows,
@@ -172,8 +183,12 @@ QS_API void qs_sparsegpt_params_init(qs_sparsegpt_params *params);
  * chosen when SparseGPT reaches the block's first column. w_out, if not NULL, then receives the
  * dense dequantized weight. *loss as qs_gptq_quantize.
  *
+ * The saliency uses U's diagonal scaled by one power of two when its squares would leave the
+ * float range (same ranking); a diagonal spanning more than that range is QS_ERR_BAD_DATA.
+ *
  * Returns the statuses of qs_gptq_quantize, and QS_ERR_SHAPE (cols % m, or cols / 2 not a
- * multiple of an NF4/FP4 block), QS_ERR_UNSUPPORTED (qparams with other than 2:4).
+ * multiple of an NF4/FP4 block), QS_ERR_UNSUPPORTED (qparams with other than 2:4). Nothing (w_out,
+ * planes, meta, *loss) is written on error.
  */
 QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sparams,
                               const qs_quant_params *qparams, const float *w, int64_t rows,

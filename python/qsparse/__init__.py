@@ -17,7 +17,7 @@ docs/ecosystem.md says what loads where (transformers + bitsandbytes, compressed
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 from . import _lib, checkpoint  # noqa: F401  (qs.checkpoint.bnb_quantization_config)
 from ._lib import QsparseError
@@ -182,6 +182,37 @@ def get_num_threads() -> int:
     return _lib.settings()["num_threads"]
 
 
+def set_parallel(grain: Optional[int] = None, backoff: Optional[bool] = None) -> None:
+    """How many of set_num_threads' threads a call uses (the library's threading policy):
+    one per `grain` bytes the call reads and writes (default 1 MiB, so small calls stay on the
+    calling thread; 0: every call of two chunks or more uses every thread), and with `backoff`
+    (default True) only the calling thread for a while after a call that its threads made slower
+    than one thread, as happens on a machine busy with other work. None leaves a setting as it
+    is. Results are identical whatever the policy decides."""
+    changes: Dict[str, Any] = {}
+    if grain is not None:
+        if isinstance(grain, bool) or not isinstance(grain, int) or grain < 0:
+            raise ValueError(f"grain must be an int >= 0 (bytes per thread), got {grain!r}")
+        changes["parallel_grain"] = grain
+    if backoff is not None:
+        if not isinstance(backoff, bool):
+            raise ValueError(f"backoff must be True or False, got {backoff!r}")
+        changes["parallel_backoff"] = int(backoff)
+    if changes:
+        _lib.update_settings(**changes)
+
+
+def get_parallel() -> Dict[str, Any]:
+    """The calling thread's policy: {"grain": bytes per thread, "backoff": bool}."""
+    lib, handle, value = _lib.lib(), _lib.ctx(), ctypes.c_int64()
+    out: Dict[str, Any] = {}
+    for name, key in (("grain", _lib.QS_PARAM_PARALLEL_GRAIN),
+                      ("backoff", _lib.QS_PARAM_PARALLEL_BACKOFF)):
+        _lib.check(lib.qs_ctx_get(handle, key, ctypes.byref(value)))
+        out[name] = value.value if name == "grain" else bool(value.value)
+    return out
+
+
 def kernels() -> Dict[str, str]:
     """{slot: implementation} of this thread's context: {"nf4_quant": "qs_nf4_quant__avx2", ...}."""
     lib = _lib.lib()
@@ -197,6 +228,7 @@ def kernels() -> Dict[str, str]:
 __all__ = ["Hessian", "Observer", "PackedWeight", "Profile", "QTensor", "QsparseError", "backend",
            "backend_message",
            "backends", "codebook", "compress", "convert", "decompress", "dequantize", "doctor",
-           "formats", "get_num_threads", "gptq", "int8_vectorwise_quant", "isa", "isas", "kernels",
-           "load", "load_backend", "matmul", "matmul_info", "pack", "profile", "prune", "quantize", "recommend", "save",
-           "set_backend", "sparsegpt", "set_isa", "set_num_threads"]
+           "formats", "get_num_threads", "get_parallel", "gptq", "int8_vectorwise_quant", "isa",
+           "isas", "kernels", "load", "load_backend", "matmul", "matmul_info", "pack", "profile",
+           "prune", "quantize", "recommend", "save", "set_backend", "sparsegpt", "set_isa",
+           "set_num_threads", "set_parallel"]

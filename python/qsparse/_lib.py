@@ -42,8 +42,9 @@ from ._capi import (  # noqa: E402,F401
     QS_ERR_OUT_OF_MEMORY, QS_ERR_OVERFLOW, QS_ERR_SHAPE, QS_ERR_UNSUPPORTED, QS_ISA_ALL,
     QS_ISA_AVX2, QS_ISA_AVX512, QS_ISA_AVX512_BF16, QS_ISA_AVX512_VNNI, QS_ISA_NEON,
     QS_ISA_NEON_BF16, QS_ISA_NEON_DOTPROD, QS_ISA_NEON_FP16, QS_OK, QS_PARAM_NONFINITE,
-    QS_PARAM_NUM_THREADS, QS_PLANE_DATA, QS_PLANE_NESTED_SCALE, QS_PLANE_SCALE,
-    QS_PLANE_ZERO_POINT, Allocator, CtxParams, FormatInfo, IsaTier, PlaneInfo, QTensorC, QuantParams)
+    QS_PARAM_NUM_THREADS, QS_PARAM_PARALLEL_BACKOFF, QS_PARAM_PARALLEL_GRAIN, QS_PLANE_DATA,
+    QS_PLANE_NESTED_SCALE, QS_PLANE_SCALE, QS_PLANE_ZERO_POINT, Allocator, CtxParams, FormatInfo,
+    IsaTier, PlaneInfo, QTensorC, QuantParams)
 from . import _capi  # noqa: E402
 
 DTYPE_NAMES = {QS_DTYPE_F32: "float32", QS_DTYPE_F16: "float16", QS_DTYPE_BF16: "bfloat16"}
@@ -132,8 +133,10 @@ def declare(name: str, restype: Any, argtypes: List[Any]) -> Any:
 # ---- contexts ------------------------------------------------------------------------------------
 
 _settings_lock = threading.Lock()
+# parallel_grain / parallel_backoff: None keeps the library's default (or QS_PARALLEL_* from the
+# environment)
 _settings = {"num_threads": 0, "isa_mask": QS_ISA_ALL, "backend": QS_BACKEND_AUTO,
-             "generation": 0}
+             "parallel_grain": None, "parallel_backoff": None, "generation": 0}
 _local = threading.local()
 
 
@@ -147,6 +150,8 @@ class _CtxHolder:
             params.num_threads = _settings["num_threads"]
             params.isa_mask = _settings["isa_mask"]
             params.backend = _settings["backend"]
+            policy = [(QS_PARAM_PARALLEL_GRAIN, _settings["parallel_grain"]),
+                      (QS_PARAM_PARALLEL_BACKOFF, _settings["parallel_backoff"])]
         handle = ctypes.c_void_p()
         status = lib().qs_ctx_create(ctypes.byref(params), ctypes.byref(handle))
         if status != QS_OK:
@@ -158,6 +163,9 @@ class _CtxHolder:
         self.handle = handle
         self.generation = generation
         self._destroy = lib().qs_ctx_destroy
+        for key, value in policy:
+            if value is not None:
+                check(lib().qs_ctx_set(handle, key, int(value)))
 
     def __del__(self) -> None:
         handle = getattr(self, "handle", None)

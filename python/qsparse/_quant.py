@@ -97,6 +97,15 @@ def _has(fmt: str, option: int) -> bool:
     return bool(_info(_format_code(fmt))[2] & option)
 
 
+def _block_size_arg(block_size: Any, blocksize: Any) -> Any:
+    """The block size given as block_size= (C's name) or blocksize= (bitsandbytes'): either,
+    or both when they agree."""
+    if block_size is not None and blocksize is not None and block_size != blocksize:
+        raise ValueError(f"block_size={block_size!r} and blocksize={blocksize!r} disagree: "
+                         f"give one (they are the same option)")
+    return block_size if block_size is not None else blocksize
+
+
 def _takes_blocksize(fmt: str) -> bool:
     # INT8 reads block_size as its group size, spelled group_size in Python
     return _has(fmt, _capi.QS_OPT_BLOCK_SIZE) and not _has(fmt, _capi.QS_OPT_GRANULARITY)
@@ -142,8 +151,9 @@ class QTensor:
         nested_offset: NF4/FP4 with double_quant: the float32 mean subtracted from the absmax
             before their quantization (bitsandbytes' offset); else None.
         nested_blocksize: 256 with double_quant (bitsandbytes' value), else None.
-        blocksize: elements per absmax block for NF4/FP4 (32..4096, a power of two); the fixed
-            block of MX (32) and NVFP4 (16); None for INT8 (see group_size) and FP8.
+        block_size: elements per absmax block for NF4/FP4 (32..4096, a power of two); the fixed
+            block of MX (32) and NVFP4 (16); None for INT8 (see group_size) and FP8. C's
+            qs_quant_params.block_size; `blocksize`, bitsandbytes' spelling, is the same value.
         double_quant: whether the absmax are double-quantized (NF4/FP4).
         granularity, group_size, symmetric: INT8's options ("tensor", "row" or "group"; the
             group length; False with zero points). None for the other formats.
@@ -160,8 +170,10 @@ class QTensor:
                  nested_offset: Optional[float] = None, blocksize: Optional[int] = None,
                  double_quant: Optional[bool] = None, granularity: Optional[str] = None,
                  group_size: Optional[int] = None, symmetric: Optional[bool] = None,
-                 scale_rounding: Optional[str] = None, dtype: DTypeArg = "float32") -> None:
+                 scale_rounding: Optional[str] = None, dtype: DTypeArg = "float32",
+                 block_size: Optional[int] = None) -> None:
         format = canonical_format(format)
+        blocksize = _block_size_arg(block_size, blocksize)
         self.format = format
         self.shape = tuple(int(s) for s in shape)
         self.data = data
@@ -224,13 +236,18 @@ class QTensor:
         return total
 
     @property
+    def block_size(self) -> Optional[int]:
+        """Elements per block (the attribute `blocksize` in bitsandbytes' spelling)."""
+        return self.blocksize
+
+    @property
     def bits_per_weight(self) -> float:
         n = math.prod(self.shape)
         return 8.0 * self.nbytes / n if n else 0.0
 
     def __repr__(self) -> str:
-        return (f"QTensor(format={self.format!r}, shape={self.shape}, blocksize={self.blocksize}, "
-                f"bits_per_weight={self.bits_per_weight:.3f})")
+        return (f"QTensor(format={self.format!r}, shape={self.shape}, "
+                f"block_size={self.blocksize}, bits_per_weight={self.bits_per_weight:.3f})")
 
 
 def _params(fmt: str, code: int, *, blocksize: Any = None, double_quant: bool = False,
@@ -245,7 +262,7 @@ def _params(fmt: str, code: int, *, blocksize: Any = None, double_quant: bool = 
             raise ValueError(f"option {name!r} does not apply to format {fmt!r}")
 
     grouped = _has(fmt, _capi.QS_OPT_GRANULARITY)
-    reject("blocksize", blocksize, _takes_blocksize(fmt))
+    reject("block_size", blocksize, _takes_blocksize(fmt))
     reject("double_quant", double_quant or None, _has(fmt, _capi.QS_OPT_DOUBLE_QUANT))
     reject("granularity", granularity, grouped)
     reject("group_size", group_size, grouped)
@@ -255,9 +272,9 @@ def _params(fmt: str, code: int, *, blocksize: Any = None, double_quant: bool = 
 
     if blocksize is not None:
         if isinstance(blocksize, bool) or not isinstance(blocksize, (int, np.integer)):
-            raise ValueError(f"blocksize must be an int, got {blocksize!r}")
+            raise ValueError(f"block_size must be an int, got {blocksize!r}")
         if not -2**31 <= int(blocksize) < 2**31:
-            raise ValueError(f"blocksize {blocksize} out of range")
+            raise ValueError(f"block_size {blocksize} out of range")
         p.block_size = int(blocksize)
     if double_quant:
         p.double_quant = 1
@@ -326,10 +343,11 @@ def _plane_dtype(info: _PlaneLayout) -> np.dtype:
     return _ELEM_DTYPES[info.elem]
 
 
-def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_quant: bool = False,
+def quantize(a: Any, format: str, *, block_size: Optional[int] = None, double_quant: bool = False,
              granularity: Optional[str] = None, group_size: Optional[int] = None,
              symmetric: Optional[bool] = None, scale: Optional[float] = None,
-             scale_rounding: Optional[str] = None, dtype: DTypeArg = None) -> QTensor:
+             scale_rounding: Optional[str] = None, dtype: DTypeArg = None,
+             blocksize: Optional[int] = None) -> QTensor:
     """Quantize a tensor to `format` and return a QTensor.
 
     `a` is a numpy array of float32, float16, bfloat16 (ml_dtypes) or float64 (rounded to
@@ -337,9 +355,10 @@ def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_qua
     tensor of those types (bfloat16 included, read through DLPack without a copy), any other
     DLPack or ``__array__`` object, or a memoryview / buffer (a plain byte buffer with dtype=).
 
-    Keywords (each only for the formats it applies to, else ValueError): blocksize (NF4/FP4:
-    32...4096; MX 32 and NVFP4 16 are fixed), double_quant (NF4/FP4), granularity ("tensor",
-    "row" = "channel", "group") with group_size, symmetric (INT8), scale (FP8: a given float32
+    Keywords (each only for the formats it applies to, else ValueError): block_size (NF4/FP4:
+    32...4096; MX 32 and NVFP4 16 are fixed; blocksize, bitsandbytes' spelling, is the same
+    keyword), double_quant (NF4/FP4), granularity ("tensor", "row" = "channel", "group") with
+    group_size, symmetric (INT8; False: asymmetric with zero points), scale (FP8: a given float32
     scale, scale=1.0 is a plain cast; NVFP4: the per-tensor scale), scale_rounding ("floor",
     "rceil"; MX). dtype ("float16" / "bfloat16", a numpy, ml_dtypes or torch dtype) reads a
     uint16 array as those bits, or says what a byte buffer holds.
@@ -347,9 +366,10 @@ def quantize(a: Any, format: str, *, blocksize: Optional[int] = None, double_qua
     tensor) quantizes itself through it.
     """
     format = canonical_format(format)
+    blocksize = _block_size_arg(block_size, blocksize)
     hook = getattr(a, "__qsparse_quantize__", None)
     if hook is not None and not isinstance(a, np.ndarray):
-        options = dict(blocksize=blocksize, double_quant=double_quant, granularity=granularity,
+        options = dict(block_size=blocksize, double_quant=double_quant, granularity=granularity,
                        group_size=group_size, symmetric=symmetric, scale=scale,
                        scale_rounding=scale_rounding, dtype=dtype)
         return hook(format, **{k: v for k, v in options.items()

@@ -14,7 +14,13 @@ For a weight named N = P.weight:
     mxfp8        N F8_E4M3 [rows, cols], N_scale U8 [rows, ceil(cols/32)]
     nvfp4        N U8 [rows, ceil(cols/2)], N_scale F8_E4M3 [rows, ceil(cols/16)], N_scale_2 F32 []
     int8         N I8 in the weight's shape, N_scale F32 (the library's scale plane shape),
-                 N_zero_point I8 (asymmetric only); written by qs.save only (not by the tool)
+                 N_zero_point I8 (asymmetric only)
+
+A 2:4 weight (a SparseQTensor: `qsparse quantize --sparsity 2:4`, or qs.quantize of a
+Compressed24) is stored compressed: the keys above for its kept values as a [rows, cols/2]
+tensor, and N.sp24_meta U16 [rows, ceil(cols/16)] its meta words; a Compressed24 (`--format none
+--sparsity 2:4`) is N, the kept values in their dtype [rows, cols/2], and N.sp24_meta. Their
+record entry gives the dense shape and "sparsity": "2:4"; load() returns them as they were.
 
 and the metadata entry "qsparse.quantized": a JSON object giving per quantized weight its
 format, shape and source dtype (plus the options that decoding needs: blocksize, double_quant,
@@ -32,7 +38,6 @@ weight beside N_scale U8; every other key comes back as a numpy array.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
 import tempfile
@@ -40,22 +45,24 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _arrays, _bnb
+from . import _arrays, _bnb, _lib, _st_header
 from ._quant import QTensor
+from .sparse import Compressed24, SparseQTensor
 
 LAYOUTS = ("qsparse", "bitsandbytes", "bnb")  # "bnb" is short for "bitsandbytes"
 _BNB_LAYOUT_FORMATS = ("nf4", "fp4", "llm_int8")
 _RECORD = "qsparse.quantized"
+_SP24_META = ".sp24_meta"  # the meta words of a 2:4 weight (tools/checkpoint_keys.h)
 
 # safetensors dtype <-> numpy (F8 and BF16 are ml_dtypes' types when ml_dtypes is installed)
 _ST_NUMPY = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
              "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64,
-             "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
-_ST_ML = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
-_ST_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-            "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+             "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
+             "C64": np.complex64}
+_ST_ML = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+          "F8_E8M0": "float8_e8m0fnu"}
 
-Tensor = Union[QTensor, np.ndarray]
+Tensor = Union[QTensor, SparseQTensor, Compressed24, np.ndarray]
 
 
 def _ml_dtype(st: str) -> np.dtype:
@@ -162,6 +169,26 @@ def _quantized_keys(name: str, q: QTensor) -> List[Tuple[str, str, np.ndarray]]:
     raise ValueError(f"{name}: format {fmt!r} has no checkpoint keys")
 
 
+def _sparse_keys(name: str, t: Union[SparseQTensor, Compressed24]
+                 ) -> Tuple[List[Tuple[str, str, np.ndarray]], Dict[str, Any]]:
+    """The keys and the record entry of a 2:4 compressed weight (module docstring)."""
+    shape = tuple(int(s) for s in t.shape)
+    if len(shape) != 2:
+        raise ValueError(f"{name}: a 2:4 weight is stored as 2-D [rows, cols], got {shape}")
+    rows, cols = shape
+    meta = np.ascontiguousarray(t.meta, dtype=np.uint16).reshape(rows, -1)
+    if isinstance(t, SparseQTensor):
+        keys = _quantized_keys(name, t.q)
+        rec = _record(t.q)
+    else:
+        vals, _, dtype = _lib.as_float_array(t.values, t.dtype)
+        st = "BF16" if dtype == "bfloat16" else _st_dtype(vals)
+        keys = [(name, st, np.ascontiguousarray(vals).reshape(rows, cols // 2))]
+        rec = {"format": "none", "dtype": dtype}
+    rec.update(shape=[rows, cols], sparsity="2:4")
+    return keys + [(name + _SP24_META, "U16", meta)], rec
+
+
 def _write_safetensors(path: str, entries: List[Tuple[str, str, np.ndarray]],
                        metadata: Dict[str, str]) -> None:
     header: Dict[str, Any] = {"__metadata__": metadata} if metadata else {}
@@ -196,7 +223,8 @@ def save(path: Union[str, os.PathLike], tensors: Mapping[str, Any], layout: str 
     """Write `tensors` ({name: QTensor or array}) to the safetensors file `path`.
 
     A QTensor named N becomes the keys of its format (module docstring; the tool's table) and
-    an entry of the "qsparse.quantized" metadata record; an array (numpy, torch, any input
+    an entry of the "qsparse.quantized" metadata record (so does a 2:4 SparseQTensor or
+    Compressed24, compressed, with layout="qsparse"); an array (numpy, torch, any input
     qs.quantize takes; bfloat16 and float8 too) is written as it is. layout="qsparse" (the
     tool's keys, every format) or "bnb" (nf4, fp4 and llm_int8 only, bitsandbytes' key names;
     other formats are a ValueError). `metadata` adds string entries to the header. The file is
@@ -216,7 +244,13 @@ def save(path: Union[str, os.PathLike], tensors: Mapping[str, Any], layout: str 
     for name, t in tensors.items():
         if not isinstance(name, str) or not name:
             raise ValueError(f"tensor names must be non-empty strings, got {name!r}")
-        if isinstance(t, QTensor):
+        if isinstance(t, (SparseQTensor, Compressed24)):
+            if layout != "qsparse":
+                raise ValueError(f"{name}: layout {layout!r} cannot hold a 2:4 compressed weight: "
+                                 f"use layout='qsparse'")
+            keys, record[name] = _sparse_keys(name, t)
+            entries += keys
+        elif isinstance(t, QTensor):
             if layout != "qsparse" and t.format not in _BNB_LAYOUT_FORMATS:
                 raise ValueError(f"{name}: layout {layout!r} holds {list(_BNB_LAYOUT_FORMATS)} "
                                  f"weights (what bitsandbytes loads), not {t.format!r}: use "
@@ -243,8 +277,6 @@ def save(path: Union[str, os.PathLike], tensors: Mapping[str, Any], layout: str 
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     meta.setdefault("format", "pt")
     if record:
-        from . import _lib
-
         meta[_RECORD] = json.dumps(record, separators=(",", ":"))
         meta["qsparse.version"] = _lib.lib().qs_version_string().decode()
     _write_safetensors(os.fspath(path), entries, meta)
@@ -280,38 +312,13 @@ class _Raw:
     """The tensors of a safetensors file as (dtype string, shape, bytes view), unparsed."""
 
     def __init__(self, path: str) -> None:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 8:
-                raise ValueError(f"{path}: not a safetensors file (only {size} bytes)")
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        # the tool's reading rules (_st_header): both refuse the same files
+        self._map = _st_header.open_map(path)
         buf = memoryview(self._map)
-        (n,) = struct.unpack("<Q", buf[:8])
-        if n > size - 8:
-            raise ValueError(f"{path}: header of {n} bytes does not fit in the file")
-        try:
-            header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: the header is not JSON ({e})") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{path}: the header is not a JSON object")
-        self.metadata: Dict[str, str] = header.pop("__metadata__", None) or {}
+        n, self.metadata, parsed = _st_header.parse(path, buf)
         data = buf[8 + n:]
-        self.entries: Dict[str, Tuple[str, Tuple[int, ...], memoryview]] = {}
-        for key, e in header.items():
-            try:
-                st, shape, (b, end) = e["dtype"], tuple(int(s) for s in e["shape"]), \
-                    e["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{path}: tensor {key!r} has a malformed entry") from None
-            count = 1
-            for s in shape:
-                count *= s
-            if st not in _ST_SIZE or min(shape, default=0) < 0 or not 0 <= b <= end <= len(data) \
-                    or end - b != count * _ST_SIZE[st]:
-                raise ValueError(f"{path}: tensor {key!r} ({st} {list(shape)}, bytes {b}..{end}) "
-                                 f"does not fit the file")
-            self.entries[key] = (st, shape, data[b:end])
+        self.entries: Dict[str, Tuple[str, Tuple[int, ...], memoryview]] = {
+            key: (st, shape, data[b:end]) for key, (st, shape, b, end) in parsed.items()}
 
     def bytes_of(self, key: str) -> np.ndarray:
         return np.frombuffer(self.entries[key][2], np.uint8)
@@ -398,10 +405,35 @@ def _read_ct(raw: _Raw, used: set, name: str, fmt: str, shape: Tuple[int, ...],
     return QTensor(fmt, shape, data, scale=scale, **kw)
 
 
-def _read_quantized(raw: _Raw, used: set, name: str, r: Mapping[str, Any]) -> QTensor:
+def _read_sparse(raw: _Raw, used: set, name: str, r: Mapping[str, Any]) -> Tensor:
+    """A 2:4 weight stored compressed: a SparseQTensor, or a Compressed24 for format none."""
+    try:
+        rows, cols = (int(s) for s in r["shape"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{name}: a 2:4 weight's record needs its shape [rows, cols]") from None
+    meta = raw.plane(_take(raw, used, name + _SP24_META), np.uint16).reshape(rows, -1)
+    if r.get("format") == "none":
+        st = raw.entries[_take(raw, used, name)][0]
+        dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}.get(st)
+        if dt is None:
+            raise ValueError(f"{name}: 2:4 values of dtype {st} (expected F32, F16 or BF16)")
+        values = raw.plane(name, dt).reshape(rows, cols // 2)
+        return Compressed24(values, meta, (rows, cols),
+                            {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[st])
+    # the format's keys hold the kept values, a dense tensor of half the columns
+    values = {k: v for k, v in r.items() if k != "sparsity"}
+    values["shape"] = [rows, cols // 2]
+    return SparseQTensor(_read_quantized(raw, used, name, values), meta, (rows, cols))
+
+
+def _read_quantized(raw: _Raw, used: set, name: str, r: Mapping[str, Any]) -> Tensor:
     fmt = r.get("format")
     if not isinstance(fmt, str):
         raise ValueError(f"{name}: the qsparse.quantized record has no format")
+    if r.get("sparsity") == "2:4" and name + _SP24_META in raw.entries:
+        return _read_sparse(raw, used, name, r)
+    if fmt == "none":  # pruned only, stored dense (a loader layout's --format none)
+        return raw.array(_take(raw, used, name))
     if fmt in _bnb.BNB_FORMATS:
         return _read_bnb4(raw, used, name, fmt)
     try:
@@ -516,15 +548,20 @@ def _folder_files(folder: str) -> List[str]:
 
 def load(path: Union[str, os.PathLike]) -> Dict[str, Tensor]:
     """Read a safetensors file: {name: QTensor} for every quantized weight (by the
-    qsparse.quantized record, else recognised by its keys: module docstring), and {name: numpy
-    array} for every other key (read-only views of the memory-mapped file; BF16 and F8 need
+    qsparse.quantized record, else recognised by its keys: module docstring; a 2:4 weight stored
+    compressed comes back as a SparseQTensor, or a Compressed24 without a format), and {name:
+    numpy array} for every other key (read-only views of the memory-mapped file; BF16 and F8 need
     ml_dtypes). A file of the tool (any --layout: qsparse, bitsandbytes, compressed-tensors,
     modelopt; a weight that `--format none --sparsity 2:4` pruned is an array), of qs.save, or of
     bitsandbytes / transformers (a save_pretrained of a 4-bit or 8-bit model) reads back; a
     malformed file is a ValueError. A model folder (the tool's output folder, or any with
     model.safetensors or a model.safetensors.index.json) gives the tensors of all its shards.
     A compressed-tensors weight comes back under its weight's name (P.weight), not the file's
-    P.weight_packed; an activation scale (modelopt's P.input_scale) is an array."""
+    P.weight_packed; an activation scale (modelopt's P.input_scale) is an array. Every file is
+    checked by the tool's rules (qsparse._st_header) and a file the tool refuses is a ValueError
+    here: a FIFO or device (refused without blocking), a malformed or over-deep header, duplicate
+    keys, non-integer or over-8-dimensional shapes, offsets outside the data, overlapping
+    tensors."""
     path = os.fspath(path)
     if os.path.isdir(path):
         out: Dict[str, Tensor] = {}

@@ -17,11 +17,12 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _capi, _lib
+from . import _arrays, _capi, _lib
 from ._quant import QTensor, _c_tensor, quantize
 from .sparse import Compressed24, SparseQTensor, _parse_pattern, compress
 
 _c = ctypes
+_INT64 = (-2**63, 2**63 - 1)
 
 
 def _fn(name):
@@ -37,10 +38,9 @@ class Hessian:
         if _handle is not None:
             self._handle = _handle
             return
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-            raise ValueError(f"K must be an int, got {k!r}")
+        k = _arrays.option_int("K", k, *_INT64)  # an int64 argument: never wrapped
         handle = _c.c_void_p()
-        _lib.check(_fn("qs_hessian_create")(_lib.ctx(), int(k), _c.byref(handle)))
+        _lib.check(_fn("qs_hessian_create")(_lib.ctx(), k, _c.byref(handle)))
         self._handle = handle
 
     def __del__(self):
@@ -98,7 +98,8 @@ class Hessian:
         if a.ndim != 2 or a.shape[0] != a.shape[1]:
             raise ValueError(f"H must be square (K, K), got shape {a.shape}")
         handle = _c.c_void_p()
-        _lib.check(_fn("qs_hessian_from_matrix")(_lib.ctx(), _lib.ptr(a), a.shape[0], int(tokens),
+        tokens = _arrays.option_int("tokens", tokens, *_INT64)
+        _lib.check(_fn("qs_hessian_from_matrix")(_lib.ctx(), _lib.ptr(a), a.shape[0], tokens,
                                                  _c.byref(handle)))
         return cls(0, _handle=handle)
 
@@ -157,7 +158,10 @@ def gptq(w: Any, H: Hessian, format: str, *, percdamp: float = 0.01, block: int 
     p, qt, keep = _c_tensor(q)
     gp = _capi.GptqParams()
     _fn("qs_gptq_params_init")(_c.byref(gp))
-    gp.percdamp, gp.block_size = float(percdamp), int(block)
+    # checked here, not assigned to the int32 / double fields as they are: ctypes would wrap
+    # block=2**32 + 128 to 128 without a word
+    gp.percdamp = _arrays.option_float("percdamp", percdamp)
+    gp.block_size = _arrays.option_int("block", block)
     gp.act_order, gp.static_groups = int(bool(act_order)), int(bool(static_groups))
     gp.scale_search = int(bool(scale_search))
     loss = _c.c_double()
@@ -189,11 +193,12 @@ def sparsegpt(w: Any, H: Hessian, pattern: str = "2:4", format: Optional[str] = 
     rows, cols = x.shape
     sp = _capi.SparseGptParams()
     _fn("qs_sparsegpt_params_init")(_c.byref(sp))
-    sp.percdamp, sp.block_size = float(percdamp), int(block)
+    sp.percdamp = _arrays.option_float("percdamp", percdamp)
+    sp.block_size = _arrays.option_int("block", block)
     if pattern == "unstructured":
         if density is None:
             raise ValueError("pattern 'unstructured' needs density=")
-        sp.n, sp.m, sp.density = 0, 0, float(density)
+        sp.n, sp.m, sp.density = 0, 0, _arrays.option_float("density", density)
     else:
         if density is not None:
             raise ValueError("density= applies to pattern 'unstructured' only")

@@ -36,6 +36,15 @@ def _fn(name: str) -> Any:
     return getattr(_lib.lib(), name)
 
 
+def _threshold(value: Any) -> float:
+    """The outlier threshold as the float32 the C parameter holds: finite, >= 0, and not one
+    that float32 turns into 0 ("no outliers", the opposite of a tiny threshold) or Inf."""
+    t = _arrays.option_float("threshold", value)
+    if not math.isfinite(t) or t < 0.0:
+        raise ValueError(f"threshold must be finite and >= 0, got {t}")
+    return _quant._f32("threshold", t)
+
+
 def blas() -> bool:
     """True when the library's GEMM path calls OpenBLAS sgemm (the build found it)."""
     return bool(_fn("qs_matmul_info")() & QS_MATMUL_BLAS)
@@ -143,9 +152,7 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     and the error bound."""
     if activations not in _ACTIVATIONS:
         raise ValueError(f"activations must be 'f32' or 'int8', got {activations!r}")
-    threshold = _arrays.option_float("threshold", threshold)
-    if not math.isfinite(threshold) or threshold < 0.0:
-        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    threshold = _threshold(threshold)
     if threshold > 0.0 and activations != "int8":
         raise ValueError("an outlier threshold needs activations='int8'")
     xa, xcode, _ = _lib.as_float_array(x)
@@ -198,9 +205,7 @@ def int8_vectorwise_quant(x: Any, threshold: float = 0.0
     xa, code, _ = _lib.as_float_array(x)
     if xa.ndim != 2:
         raise ValueError(f"x must be 2-D (M, K), got shape {xa.shape}")
-    threshold = _arrays.option_float("threshold", threshold)
-    if not math.isfinite(threshold) or threshold < 0.0:
-        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    threshold = _threshold(threshold)
     m, k = xa.shape
     codes = np.empty((m, k), np.int8)
     stats = np.empty(m, np.float32)

@@ -212,7 +212,8 @@ QS_API qs_status qs_observer_quantize(qs_ctx *ctx, const qs_observer *obs, int32
     struct apply_job j = {ctx, target, dtype, obs->p.axis, rows, cols, n, src, q->data,
                           scale, mul, zp};
     if (n > 0)
-        qs_parallel_for(ctx, obs->p.axis < 0 ? qs_ceil_div(n, QS_TILE) : rows, apply_task, &j);
+        qs_parallel_run(ctx, obs->p.axis < 0 ? qs_ceil_div(n, QS_TILE) : rows,
+                        qs_work(n, qs_dtype_size(dtype) + 1), apply_task, NULL, &j);
     qs_scratch_free(ctx, work);
     return qs_ok(ctx);
 }
@@ -327,7 +328,9 @@ qs_status qs_cpu_act_sumsq(qs_ctx *ctx, const void *src, int32_t dtype, int64_t 
 {
     struct sq_job j = {ctx, src, dtype, rows, cols, sumsq};
 
-    qs_parallel_for(ctx, qs_ceil_div(cols, SQ_COLS), sumsq_task, &j);
+    /* the work: every element read once (the caller checked rows * cols for overflow) */
+    qs_parallel_run(ctx, qs_ceil_div(cols, SQ_COLS), qs_work(rows * cols, qs_dtype_size(dtype)),
+                    sumsq_task, NULL, &j);
     return QS_OK;
 }
 

@@ -353,6 +353,9 @@ static void chan_add(const qs_ctx *ctx, const qs_observer *o, struct qs_calib_ch
 /* Per-tensor updates on several threads: fixed chunks of PAR_CHUNK values, each into a private
  * state, merged afterwards. Merging is exact (§3), so the bits equal the sequential update's. */
 #define PAR_CHUNK ((int64_t)1 << 20)
+/* Work per value of an update for the threading policy (parallel.h): a histogram update costs
+ * several times a read of the value. */
+#define OBS_BYTES 8
 
 struct par_job {
     const qs_ctx *ctx;
@@ -383,10 +386,10 @@ static void update_tensor(qs_ctx *ctx, qs_observer *o, const void *src, int32_t 
     int64_t chunks = qs_ceil_div(n, PAR_CHUNK);
 
     chan_begin(c);
-    if (qs_threads(ctx) > 1 && chunks > 1 &&
+    if (chunks > 1 && qs_parallel_threads(ctx, qs_work(n, OBS_BYTES)) > 1 &&
         qs_calib_alloc_state(&ctx->allocator, &o->p, chunks, &priv, &pcounts) == QS_OK) {
         struct par_job j = {ctx, o, src, dtype, n, priv, pcounts};
-        qs_parallel_for(ctx, chunks, par_task, &j);
+        qs_parallel_run(ctx, chunks, qs_work(n, OBS_BYTES), par_task, NULL, &j);
         for (int64_t i = 0; i < chunks; i++) {
             chan_merge(o, c, o->counts, &priv[i], pcounts ? pcounts + i * o->p.num_bins : NULL);
             if (priv[i].lo < c->batch_lo)
@@ -536,9 +539,10 @@ QS_API qs_status qs_observer_update(qs_ctx *ctx, qs_observer *obs, const void *s
     /* one task per channel (axis 0) or block of channels (axis 1): every channel's state is
      * touched by one task, in data order, so the bits do not depend on the thread count */
     if (obs->p.axis == 0)
-        qs_parallel_for(ctx, rows, row_task, &j);
+        qs_parallel_run(ctx, rows, qs_work(n, OBS_BYTES), row_task, NULL, &j);
     else
-        qs_parallel_for(ctx, qs_ceil_div(cols, COL_BLOCK), col_task, &j);
+        qs_parallel_run(ctx, qs_ceil_div(cols, COL_BLOCK), qs_work(n, OBS_BYTES), col_task, NULL,
+                        &j);
     return qs_ok(ctx);
 }
 

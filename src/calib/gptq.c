@@ -189,10 +189,8 @@ QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
     if (perm)
         act_order_perm(h, perm, diag);
     if ((st = qs_gptq_hinv(ctx, h, gparams->percdamp, perm, dead, u)) != QS_OK) {
-        st = st == QS_ERR_BAD_DATA
-                 ? qs_fail(ctx, st, "%s: the dampened Hessian is not positive definite (raise "
-                           "percdamp)", who)
-                 : qs_fail(ctx, st, "%s: out of memory", who);
+        st = st == QS_ERR_BAD_DATA ? qs_fail(ctx, st, "%s: " QS_GPTQ_HINV_BAD, who)
+                                   : qs_fail(ctx, st, "%s: out of memory", who);
         goto done;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -208,9 +206,17 @@ QS_API qs_status qs_gptq_quantize(qs_ctx *ctx, const qs_gptq_params *gparams,
         qs_gptq_gemm_sub(ctx, rows, k - j.i2, j.i2 - i1, err, bk, u + i1 * k + j.i2, k,
                          wp + j.i2, k);
     }
+    /* Every column's scaled error is in the loss: a finite loss means no Inf or NaN was
+     * rounded or carried, so the planes hold what the objective measured. */
+    double total = qs_calib_loss_sum(rl, rows);
+    if (!isfinite(total)) {
+        st = qs_fail(ctx, QS_ERR_BAD_DATA, "%s: the loss is not finite (the weight or Hessian "
+                     "is out of float range for GPTQ; nothing written)", who);
+        goto done;
+    }
     qs_grid_store(ctx, &g, qparams, q);
     if (loss)
-        *loss = qs_calib_loss_sum(rl, rows);
+        *loss = total;
     st = qs_ok(ctx);
 done:
     qs_scratch_free(ctx, wp);

@@ -28,7 +28,8 @@ struct qs_hessian {
 /* The GPTQ inverse factor: from S (upper triangle, k x k row-major) and the weight's dead columns
  * (diag S == 0; dead[j] set to 1 there), U = chol(H_damped^-1) upper with H = 2 S, H^-1 = U^T U,
  * into u (k * k f32 row-major; the strict lower part is zero). Returns QS_OK, QS_ERR_BAD_DATA
- * (not positive definite), QS_ERR_OUT_OF_MEMORY. */
+ * (not positive definite, or a factor that is not finite with a positive normal f32 diagonal),
+ * QS_ERR_OUT_OF_MEMORY. */
 QS_INTERNAL qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
                                    const int32_t *perm, uint8_t *dead, float *u);
 
@@ -110,6 +111,11 @@ QS_INTERNAL qs_status qs_gptq_check_common(qs_ctx *ctx, const float *w, int64_t 
                                            int64_t cols, const qs_hessian *h, double percdamp,
                                            int32_t block, const int64_t *reserved,
                                            int32_t reserved0, const char *who);
+
+/* The message of a factor qs_gptq_hinv refused (QS_ERR_BAD_DATA). */
+#define QS_GPTQ_HINV_BAD "the dampened Hessian is not positive definite, or its inverse factor " \
+    "is not finite with a positive diagonal in float (raise percdamp, or scale the calibration " \
+    "data)"
 
 /* The total of the per-row losses that GPTQ and SparseGPT report, summed in row order. */
 static inline double qs_calib_loss_sum(const double *rl, int64_t rows)

@@ -229,7 +229,8 @@ qs_status qs_grid_store(qs_ctx *ctx, const struct qs_grid *g, const qs_quant_par
         break;
     case QS_DRIVER_INT8: {
         int64_t ns = g->unit_tensor ? 1 : units;
-        memcpy(data, g->codes, (size_t)(rows * cols));
+        if (rows * cols > 0) /* a 0-row weight may have no data plane at all */
+            memcpy(data, g->codes, (size_t)(rows * cols));
         for (int64_t u = 0; u < ns; u++) {
             qs_st_f32((float *)q->scale + u, g->a[u]);
             if (q->zero_point && !g->symmetric)
@@ -244,7 +245,8 @@ qs_status qs_grid_store(qs_ctx *ctx, const struct qs_grid *g, const qs_quant_par
             for (int64_t i = 0; i < cols; i += 2)
                 data[r * rb + i / 2] = (uint8_t)(c[i] | (i + 1 < cols ? c[i + 1] << 4 : 0));
         }
-        memcpy(q->scale, g->sb, (size_t)units);
+        if (units > 0)
+            memcpy(q->scale, g->sb, (size_t)units);
         if (g->t->flags & QS_TRAIT_GLOBAL_SCALE)
             q->global_scale = g->s_global;
         break;

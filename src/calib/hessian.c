@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Hessian statistics of a linear layer's inputs (docs/calibration.md §14): S = X^T X in double,
- * accumulated chunk by chunk (an f32 ssyrk of up to HS_CHUNK rows, then added in double), merged
- * by addition, and serialized as a versioned, checksummed little-endian byte string with the
+ * accumulated chunk by chunk (an f32 ssyrk of up to HS_CHUNK rows, then added in double; in
+ * double throughout when the activations are large enough for an f32 sum to overflow, so S is
+ * finite for every finite input), merged by addition (refused where a sum would overflow), and serialized as a versioned, checksummed little-endian byte string with the
  * conventions of the observer format (calib_serialize.c): every field written byte by byte, the
  * whole string checked before anything is allocated.
  *
@@ -11,6 +12,7 @@
  *   32 the upper triangle of S, row by row, K (K + 1) / 2 IEEE doubles; then u64 FNV-1a of all
  *   preceding bytes.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -124,31 +126,63 @@ static void hs_add_task(void *arg, int64_t t, float *tile)
 
 #endif
 
-/* S += X^T X for n rows of f32 x (row stride k). */
-static void hs_accumulate(qs_ctx *ctx, qs_hessian *h, const float *x, int64_t n, float *part)
+/* S += X^T X in double for n rows of f32 x (row stride k): products exact in double, each
+ * element summed in row order. Tasks own bands of 16 rows of S (alternating between the two
+ * ends of the triangle, as hs_add_task), so the bits do not depend on the thread count. */
+struct hs_wide_job {
+    double *s;
+    const float *x;
+    int64_t k, n;
+};
+
+static void hs_wide_task(void *arg, int64_t t, float *tile)
 {
-    const int64_t k = h->k;
-#ifdef QS_HAVE_BLAS
-    struct hs_add_job j = {h->s, part, k};
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)k, (int)n, 1.0f, x, (int)k, 0.0f,
-                part, (int)k);
-    qs_parallel_for(ctx, qs_ceil_div(k, 16), hs_add_task, &j);
-#else
-    /* Plain loops: products exact in double, summed in double in row order. */
-    (void)ctx;
-    (void)part;
-    for (int64_t t = 0; t < n; t++) {
-        const float *row = x + t * k;
-        for (int64_t r = 0; r < k; r++) {
+    const struct hs_wide_job *j = arg;
+    int64_t nb = qs_ceil_div(j->k, 16), b = t % 2 ? nb - 1 - t / 2 : t / 2;
+    int64_t r1 = b * 16 + 16 < j->k ? b * 16 + 16 : j->k;
+    (void)tile;
+    for (int64_t i = 0; i < j->n; i++) {
+        const float *row = j->x + i * j->k;
+        for (int64_t r = b * 16; r < r1; r++) {
             double xr = (double)row[r];
-            double *d = h->s + r * k;
+            double *d = j->s + r * j->k;
             if (xr == 0.0)
                 continue;
-            for (int64_t c = r; c < k; c++)
+            for (int64_t c = r; c < j->k; c++)
                 d[c] += xr * (double)row[c];
         }
     }
+}
+
+/* S += X^T X for n rows of f32 x (row stride k). `wide`: the f32 partial sums could overflow
+ * (hs_f32_safe), so the chunk is summed in double, where no finite activation can overflow. */
+static void hs_accumulate(qs_ctx *ctx, qs_hessian *h, const float *x, int64_t n, float *part,
+                          int wide)
+{
+    const int64_t k = h->k;
+#ifdef QS_HAVE_BLAS
+    if (!wide) {
+        struct hs_add_job j = {h->s, part, k};
+        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)k, (int)n, 1.0f, x, (int)k,
+                    0.0f, part, (int)k);
+        qs_parallel_for(ctx, qs_ceil_div(k, 16), hs_add_task, &j);
+        return;
+    }
+#else
+    (void)part;
+    (void)wide;
 #endif
+    struct hs_wide_job w = {h->s, x, k, n};
+    qs_parallel_for(ctx, qs_ceil_div(k, 16), hs_wide_task, &w);
+}
+
+/* Whether every f32 sum of up to `rows` products of values of magnitude <= amax stays finite:
+ * each is at most rows * amax^2, kept under half of FLT_MAX for the rounding of the partial
+ * sums. Beyond it (activations from about 4e17 up for 2048-row chunks) the double path is
+ * taken. S itself cannot overflow: 2^63 tokens of FLT_MAX^2 sum to about 1e96. */
+static int hs_f32_safe(float amax, int64_t rows)
+{
+    return (double)amax * (double)amax * (double)rows < 0.5 * (double)FLT_MAX;
 }
 
 QS_API qs_status qs_hessian_update(qs_ctx *ctx, qs_hessian *h, const void *x, int32_t dtype,
@@ -179,10 +213,13 @@ QS_API qs_status qs_hessian_update(qs_ctx *ctx, qs_hessian *h, const void *x, in
 
     int direct = dtype == QS_DTYPE_F32 && ((uintptr_t)x % sizeof(float)) == 0;
     int64_t chunk = rows < HS_CHUNK ? rows : HS_CHUNK;
+    int wide = !hs_f32_safe(qs_tensor_amax(ctx, x, dtype, n), chunk);
 #ifdef QS_HAVE_BLAS
-    part = qs_scratch_alloc(ctx, (size_t)h->k * (size_t)h->k * sizeof(float));
-    if (!part)
-        return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
+    if (!wide) {
+        part = qs_scratch_alloc(ctx, (size_t)h->k * (size_t)h->k * sizeof(float));
+        if (!part)
+            return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
+    }
 #endif
     if (!direct) {
         stage = qs_scratch_alloc(ctx, (size_t)chunk * (size_t)cols * sizeof(float));
@@ -205,7 +242,7 @@ QS_API qs_status qs_hessian_update(qs_ctx *ctx, qs_hessian *h, const void *x, in
                            m * cols * (int64_t)sizeof(float));
             xs = stage;
         }
-        hs_accumulate(ctx, h, xs, m, part);
+        hs_accumulate(ctx, h, xs, m, part, wide);
     }
     h->tokens = tok;
     qs_scratch_free(ctx, stage);
@@ -226,6 +263,14 @@ QS_API qs_status qs_hessian_merge(qs_ctx *ctx, qs_hessian *dst, const qs_hessian
                        (long long)dst->k, (long long)src->k);
     if (qs_add_overflow(dst->tokens, src->tokens, &tok))
         return qs_fail(ctx, QS_ERR_OVERFLOW, "qs_hessian_merge: token count overflow");
+    /* H = 2 S stays finite: a sum past DBL_MAX / 2 (possible only for matrices given near the
+     * double range, qs_hessian_from_matrix or a serialized one) is refused before anything is
+     * added */
+    for (int64_t r = 0; r < dst->k; r++)
+        for (int64_t c = r; c < dst->k; c++)
+            if (!isfinite(2.0 * (dst->s[r * dst->k + c] + src->s[r * src->k + c])))
+                return qs_fail(ctx, QS_ERR_OVERFLOW, "qs_hessian_merge: S[%lld][%lld] would "
+                               "overflow (nothing added)", (long long)r, (long long)c);
     for (int64_t r = 0; r < dst->k; r++)
         for (int64_t c = r; c < dst->k; c++)
             dst->s[r * dst->k + c] += src->s[r * src->k + c];
@@ -411,7 +456,7 @@ QS_API qs_status qs_hessian_deserialize(qs_ctx *ctx, const void *src, int64_t by
     for (uint64_t r = 0; r < k; r++)
         for (uint64_t c = r; c < k; c++, q += 8) {
             double v = get_f64(q);
-            if (!isfinite(v) || (c == r && v < 0.0))
+            if (!isfinite(2.0 * v) || (c == r && v < 0.0)) /* H = 2 S must be finite too */
                 return qs_fail(ctx, QS_ERR_BAD_DATA, "%s: S[%llu][%llu] is not a valid value", who,
                                (unsigned long long)r, (unsigned long long)c);
         }

@@ -6,6 +6,7 @@
  * blocks. With OpenBLAS: LAPACK dpotrf / dtrtri in double and cblas_sgemm; without it,
  * plain C loops that compute the same factors (slower, O(K^3) scalar work).
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -137,6 +138,22 @@ static void hinv_copy_task(void *arg, int64_t t, float *tile)
     }
 }
 
+/* Whether the f32 factor can carry errors: every entry finite and every diagonal entry a
+ * positive normal float (the sweeps divide by it). A Hessian of a huge scale (activations near
+ * the float range, or a given matrix near the double range) factors in double but gives a
+ * diagonal that underflows in f32: dividing by it would turn every error into Inf or NaN. */
+static int hinv_usable(const float *u, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++) {
+        if (!(u[i * k + i] >= FLT_MIN) || !isfinite(u[i * k + i]))
+            return 0;
+        for (int64_t c = i + 1; c < k; c++)
+            if (!isfinite(u[i * k + c]))
+                return 0;
+    }
+    return 1;
+}
+
 qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
                        const int32_t *perm, uint8_t *dead, float *u)
 {
@@ -160,6 +177,10 @@ qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
         mean += *d;
     }
     mean = percdamp * mean / (double)k;
+    if (!isfinite(mean)) { /* a diagonal summing past the double range (a given matrix) */
+        qs_scratch_free(ctx, a);
+        return QS_ERR_BAD_DATA;
+    }
     for (int64_t i = 0; i < k; i++)
         a[i * k + i] += mean;
     info = chol_lower(a, (int)k);
@@ -172,7 +193,7 @@ qs_status qs_gptq_hinv(qs_ctx *ctx, const struct qs_hessian *h, double percdamp,
     /* U_ij = (L^-1)_(k-1-i)(k-1-j): row i of U is row k-1-i of L^-1 read backwards */
     qs_parallel_for(ctx, qs_ceil_div(k, HINV_ROWS), hinv_copy_task, &j);
     qs_scratch_free(ctx, a);
-    return QS_OK;
+    return hinv_usable(u, k) ? QS_OK : QS_ERR_BAD_DATA;
 }
 
 #ifndef QS_HAVE_BLAS

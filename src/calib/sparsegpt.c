@@ -13,6 +13,7 @@
  * chosen when the sweep reaches the span's first column, then the group's scale is fitted to
  * their kept values.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -42,7 +43,18 @@ struct sg_job {
     double *loss;
     int64_t rows, k, bk, i1, i2, span;
     int32_t n, m;
+    float dscale; /* saliency_scale: 1 for every Hessian of ordinary scale */
 };
+
+/* The saliency w^2 / d^2 of a weight, d its column's scaled U_jj. A NaN (a weight that became
+ * NaN: an Inf error times a zero entry of U) ranks below every number, so that exactly n of m
+ * are kept whatever the values: the 2:4 column map (sp24_col) counts on it. Such a sweep's loss
+ * is not finite, and the call fails before anything is written. */
+static inline float saliency(float w, float d)
+{
+    float s = w * w / (d * d);
+    return s == s ? s : -1.0f;
+}
 
 /* N:M mask of row w over columns [c0, c0 + len) (len a multiple of m) into mask (block-local). */
 static void nm_choose(const struct sg_job *j, const float *w, int64_t c0, int64_t len,
@@ -51,8 +63,7 @@ static void nm_choose(const struct sg_job *j, const float *w, int64_t c0, int64_
     for (int64_t c = c0; c < c0 + len; c += j->m) {
         float s[16];
         for (int32_t i = 0; i < j->m; i++) {
-            float d = j->u[(c + i) * j->k + c + i];
-            s[i] = w[c + i] * w[c + i] / (d * d);
+            s[i] = saliency(w[c + i], j->u[(c + i) * j->k + c + i] * j->dscale);
         }
         for (int32_t i = 0; i < j->m; i++) {
             int32_t better = 0; /* scores ranked above s[i]: larger, or equal at a lower index */
@@ -61,6 +72,27 @@ static void nm_choose(const struct sg_job *j, const float *w, int64_t c0, int64_
             mask[c - j->i1 + i] = better < j->n;
         }
     }
+}
+
+/* The power of two c that the saliency w^2 / (c d)^2 scales U's diagonal entries d by, so that
+ * every (c d)^2 is a positive normal float and the saliency is never 0 / 0 or x / Inf: 1 when
+ * the squares already are (every ordinary Hessian: the bits are those of w^2 / d^2), else the
+ * one that centres the diagonal's exponents (a Hessian of a huge or tiny scale, whose U has
+ * entries near 1e-30 or 1e30). Scaling by a power of two keeps the ranking. 0 when the diagonal
+ * spans more than the float range of its squares. */
+static float saliency_scale(const float *u, int64_t k)
+{
+    float lo = u[0], hi = u[0], c = 1.0f;
+
+    for (int64_t i = 1; i < k; i++) {
+        lo = u[i * k + i] < lo ? u[i * k + i] : lo;
+        hi = u[i * k + i] > hi ? u[i * k + i] : hi;
+    }
+    if (!(lo * lo >= FLT_MIN) || !isfinite(hi * hi))
+        c = ldexpf(1.0f, -(ilogbf(lo) + ilogbf(hi)) / 2); /* lo >= FLT_MIN: |e| <= 127 */
+    lo *= c;
+    hi *= c;
+    return lo * lo >= FLT_MIN && isfinite(hi * hi) ? c : 0.0f;
 }
 
 /* Compressed column of dense column c (2:4): 2 * (c / 4) + kept positions before c in its group. */
@@ -139,9 +171,8 @@ static void unstructured_mask(const struct sg_job *j, double density, float *sco
 
     for (int64_t r = 0; r < j->rows; r++)
         for (int64_t c = 0; c < bw; c++) {
-            float d = j->u[(j->i1 + c) * j->k + j->i1 + c];
-            float x = j->w[r * j->k + j->i1 + c];
-            score[r * bw + c] = x * x / (d * d);
+            score[r * bw + c] = saliency(j->w[r * j->k + j->i1 + c],
+                                         j->u[(j->i1 + c) * j->k + j->i1 + c] * j->dscale);
         }
     if (prune <= 0) {
         for (int64_t r = 0; r < j->rows; r++)
@@ -201,7 +232,9 @@ QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sp,
     float *wp = NULL, *u = NULL, *err = NULL, *score = NULL;
     double *rl = NULL;
     uint8_t *dead = NULL, *mask = NULL;
+    uint16_t *mstage = NULL;
     int64_t mwords = 0;
+    float dscale;
 
     if (!ctx)
         return QS_ERR_INVALID_ARG;
@@ -257,15 +290,23 @@ QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sp,
     dead = qs_scratch_alloc(ctx, (size_t)k);
     if (!sp->m)
         score = qs_scratch_alloc(ctx, (size_t)(2 * rows * bk > 0 ? 2 * rows * bk : 1) * sizeof(float));
-    if (!wp || !u || !err || !mask || !rl || !dead || (!sp->m && !score)) {
+    /* the meta words are built in scratch and copied out with the planes, after the loss check */
+    if (meta)
+        mstage = qs_scratch_alloc(ctx, (size_t)(rows * mwords > 0 ? rows * mwords : 1) *
+                                           sizeof(uint16_t));
+    if (!wp || !u || !err || !mask || !rl || !dead || (!sp->m && !score) || (meta && !mstage)) {
         st = qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "%s: out of memory", who);
         goto done;
     }
     if ((st = qs_gptq_hinv(ctx, h, sp->percdamp, NULL, dead, u)) != QS_OK) {
-        st = st == QS_ERR_BAD_DATA
-                 ? qs_fail(ctx, st, "%s: the dampened Hessian is not positive definite (raise "
-                           "percdamp)", who)
-                 : qs_fail(ctx, st, "%s: out of memory", who);
+        st = st == QS_ERR_BAD_DATA ? qs_fail(ctx, st, "%s: " QS_GPTQ_HINV_BAD, who)
+                                   : qs_fail(ctx, st, "%s: out of memory", who);
+        goto done;
+    }
+    if ((dscale = saliency_scale(u, k)) == 0.0f) {
+        st = qs_fail(ctx, QS_ERR_BAD_DATA, "%s: the inverse factor's diagonal spans more than "
+                     "the float range of the saliency w^2 / d^2 (scale the calibration data)",
+                     who);
         goto done;
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -274,8 +315,8 @@ QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sp,
             wp[r * k + t] = dead[t] ? 0.0f : w[r * k + t] + 0.0f; /* -0 -> +0 */
     }
     if (meta)
-        memset(meta, 0, (size_t)(rows * mwords) * sizeof(uint16_t));
-    struct sg_job j = {gp, wp, u, err, mask, rl, rows, k, bk, 0, 0, span, sp->n, sp->m};
+        memset(mstage, 0, (size_t)(rows * mwords) * sizeof(uint16_t));
+    struct sg_job j = {gp, wp, u, err, mask, rl, rows, k, bk, 0, 0, span, sp->n, sp->m, dscale};
     for (int64_t i1 = 0; i1 < k; i1 += bk) {
         j.i1 = i1;
         j.i2 = i1 + bk < k ? i1 + bk : k;
@@ -283,16 +324,26 @@ QS_API qs_status qs_sparsegpt(qs_ctx *ctx, const qs_sparsegpt_params *sp,
             unstructured_mask(&j, sp->density, score);
         qs_parallel_for(ctx, qs_ceil_div(rows, SG_ROW_CHUNK), sg_block_task, &j);
         if (meta)
-            sp24_meta_block(&j, meta, mwords);
+            sp24_meta_block(&j, mstage, mwords);
         qs_gptq_gemm_sub(ctx, rows, k - j.i2, j.i2 - i1, err, bk, u + i1 * k + j.i2, k,
                          wp + j.i2, k);
     }
+    /* every column's scaled error (pruned or rounded) is in the loss: finite means no Inf or
+     * NaN was carried into the outputs */
+    double total = qs_calib_loss_sum(rl, rows);
+    if (!isfinite(total)) {
+        st = qs_fail(ctx, QS_ERR_BAD_DATA, "%s: the loss is not finite (the weight or Hessian "
+                     "is out of float range for SparseGPT; nothing written)", who);
+        goto done;
+    }
     if (gp)
         qs_grid_store(ctx, gp, qparams, q);
-    if (w_out)
+    if (meta && rows * mwords > 0)
+        memcpy(meta, mstage, (size_t)(rows * mwords) * sizeof(uint16_t));
+    if (w_out && rows * k > 0)
         memcpy(w_out, wp, (size_t)(rows * k) * sizeof(float));
     if (loss)
-        *loss = qs_calib_loss_sum(rl, rows);
+        *loss = total;
     st = qs_ok(ctx);
 done:
     qs_scratch_free(ctx, wp);
@@ -302,6 +353,7 @@ done:
     qs_scratch_free(ctx, rl);
     qs_scratch_free(ctx, dead);
     qs_scratch_free(ctx, score);
+    qs_scratch_free(ctx, mstage);
     if (gp)
         qs_grid_free(ctx, gp);
     return st;

@@ -9,6 +9,13 @@
  * explicitly: the file named by QS_PLUGIN_PATH, else the backend's file beside the loaded
  * library. Every failure (no file, not loadable, no init symbol, another ABI version, a bad name,
  * no room) leaves the CPU backend working and keeps a message naming the cause and the file.
+ *
+ * Every path is made absolute before anything looks at it, and that one path is checked and
+ * loaded: dlopen searches the library path for a name without a slash, so a relative name would
+ * be checked in one place and loaded from another. The current directory is never searched: the
+ * directory of a library linked into the program itself is the program's own, read from
+ * /proc/self/exe (dladdr would give argv[0], which is the name as typed, or whatever the
+ * starting process chose).
  */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
@@ -20,8 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h> /* getcwd, readlink */
 
 #include "backend.h"
+
+/* Where a program that has the library linked into it finds a plugin, relative to the program's
+ * directory: the build sets it for the Python package's tool, which lives in the scripts folder
+ * while the package installs the plugin beside its libqsparse.so. */
+#ifndef QS_PLUGIN_PROGRAM_DIR
+#define QS_PLUGIN_PROGRAM_DIR ""
+#endif
 
 /* The built-in backends, by code (include/qsparse.h QS_BACKEND_*): a plugin backend names the
  * file its plugin is looked for under beside the library. A ROCm or Metal backend is one more
@@ -205,10 +220,101 @@ static const char *elf_problem(const char *path, off_t size)
     return why;
 }
 
+/* `given` as an absolute path in out: itself when it starts with '/', else joined to the
+ * current directory, once, so that the file checked is the file dlopen loads. 0, or -1 with the
+ * message recorded for backend `target` (lock held). */
+static int absolute_path(const char *given, char *out, size_t cap, int32_t target)
+{
+    char cwd[4096];
+    int n;
+
+    if (given[0] == '/') {
+        n = snprintf(out, cap, "%s", given);
+    } else if (!getcwd(cwd, sizeof cwd)) {
+        record(target, "backend plugin %s: relative path, and the current directory is unknown",
+               given);
+        return -1;
+    } else {
+        n = snprintf(out, cap, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", given);
+    }
+    if (n < 0 || (size_t)n >= cap) {
+        record(target, "backend plugin %.256s...: the path is too long", given);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether an address lies in a loaded segment of the program itself, which dl_iterate_phdr
+ * lists first (glibc, musl and the BSDs alike). */
+struct in_program {
+    uintptr_t addr;
+    int found;
+};
+
+static int in_program_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct in_program *q = data;
+    (void)size;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && q->addr - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz)
+            q->found = 1;
+    }
+    return 1; /* only the first object, the program */
+}
+
+/* Backend b's plugin file's absolute path in out: `file` in the directory of the shared library
+ * holding this code, or, when the code is linked into the program, in the program's directory
+ * (joined with QS_PLUGIN_PROGRAM_DIR). 0, or -1 with the message recorded (lock held). */
+static int default_path(const char *file, int32_t b, char *out, size_t cap)
+{
+    struct in_program q = {(uintptr_t)(void *)qs_backend_name, 0};
+    char own[4096];
+    const char *sub = QS_PLUGIN_PROGRAM_DIR;
+    Dl_info info;
+    int n;
+
+    dl_iterate_phdr(in_program_cb, &q);
+    if (q.found) {
+        ssize_t len = readlink("/proc/self/exe", own, sizeof own - 1);
+        if (len <= 0 || (size_t)len >= sizeof own - 1 || own[0] != '/') {
+            record(b, "backend plugin %s: the program's own path is unknown (/proc/self/exe), "
+                   "set QS_PLUGIN_PATH", file);
+            return -1;
+        }
+        own[len] = '\0';
+    } else if (!dladdr((void *)qs_backend_name, &info) || !info.dli_fname) {
+        record(b, "backend plugin %s: the library's own path is unknown (dladdr), "
+               "set QS_PLUGIN_PATH", file);
+        return -1;
+    } else if (info.dli_fname[0] != '/') {
+        /* loaded through a relative name (a relative LD_LIBRARY_PATH entry): relative to a
+         * directory that may have changed since */
+        record(b, "backend plugin %s: the library was loaded as %.256s, not by an absolute "
+               "path, set QS_PLUGIN_PATH", file, info.dli_fname);
+        return -1;
+    } else {
+        n = snprintf(own, sizeof own, "%s", info.dli_fname);
+        if (n < 0 || (size_t)n >= sizeof own) {
+            record(b, "backend plugin %s: the library's path is too long", file);
+            return -1;
+        }
+        sub = "";
+    }
+    *strrchr(own, '/') = '\0'; /* own starts with '/' */
+    n = snprintf(out, cap, "%s%s%s/%s", own, *sub ? "/" : "", sub, file);
+    if (n < 0 || (size_t)n >= cap) {
+        record(b, "backend plugin %s: the path beside the library is too long", file);
+        return -1;
+    }
+    return 0;
+}
+
 /* Load one plugin file and register its operations (lock held). target: the backend the file
  * was looked for, whose message a failure replaces; QS_BACKEND_AUTO for a file given by path. */
-static qs_status load_locked(const char *path, int32_t target)
+static qs_status load_locked(const char *given, int32_t target)
 {
+    char path[4096];
     struct stat sb;
     void *handle;
     void *sym;
@@ -216,6 +322,8 @@ static qs_status load_locked(const char *path, int32_t target)
     const struct qs_backend_ops *ops;
     const char *problem;
 
+    if (absolute_path(given, path, sizeof path, target) != 0)
+        return QS_ERR_BACKEND;
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         record(target, "backend plugin %s: no such file", path);
         return QS_ERR_BACKEND;
@@ -276,7 +384,6 @@ static void load_default_locked(int32_t b)
     const char *env = getenv("QS_PLUGIN_PATH");
     const char *file = builtin[b].file;
     char path[4096];
-    Dl_info info;
 
     if (env && *env) {
         if (!env_tried) {
@@ -288,19 +395,8 @@ static void load_default_locked(int32_t b)
     if (entries[b].default_tried)
         return;
     entries[b].default_tried = 1;
-    if (!dladdr((void *)qs_backend_name, &info) || !info.dli_fname) {
-        record(b, "backend plugin %s: the library's own path is unknown (dladdr), "
-               "set QS_PLUGIN_PATH", file);
-        return;
-    }
-    const char *slash = strrchr(info.dli_fname, '/');
-    int dir_len = slash ? (int)(slash - info.dli_fname) : 1;
-    const char *dir = slash ? info.dli_fname : ".";
-    if (snprintf(path, sizeof path, "%.*s/%s", dir_len, dir, file) >= (int)sizeof path) {
-        record(b, "backend plugin %s: the path beside the library is too long", file);
-        return;
-    }
-    load_locked(path, b);
+    if (default_path(file, b, path, sizeof path) == 0)
+        load_locked(path, b);
 }
 
 QS_API qs_status qs_backend_load(const char *path)

@@ -66,7 +66,9 @@ QS_API qs_status qs_convert(qs_ctx *ctx, const void *src, int32_t src_dtype, voi
         return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "dst holds %lld bytes, %lld needed",
                        (long long)dst_bytes, (long long)need);
     uint64_t t0 = qs_prof_start(ctx);
-    qs_parallel_for(ctx, qs_ceil_div(n, QS_TILE), cvt_task, &j);
+    qs_parallel_run(ctx, qs_ceil_div(n, QS_TILE),
+                    qs_work(n, qs_dtype_size(src_dtype) + qs_dtype_size(dst_dtype)), cvt_task, NULL,
+                    &j);
     if (t0)
         qs_prof_record(ctx, t0, "convert", convert_slot(src_dtype, dst_dtype), 0, (uint64_t)n,
                        (uint64_t)(n * qs_dtype_size(src_dtype)), (uint64_t)need);

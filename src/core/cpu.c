@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Public CPU queries, the ISA tier table (isa_tiers.inc) and the QS_FORCE_ISA names. Detection
+ * Public CPU queries, the ISA tier table (isa_tiers.inc), the QS_FORCE_ISA names and the tier a
+ * kernel's name carries. Detection
  * itself lives with each architecture (src/x86/cpu_x86.c, src/arm/cpu_arm.c); other machines run
  * the scalar reference.
  */
@@ -72,10 +73,18 @@ QS_API const char *qs_isa_name(uint32_t isa_bit)
 }
 
 static const struct {
-    const char *name, *arch;
+    const char *name, *id, *arch;
     uint32_t required, allowed;
 } tiers[] = {
-#define QS_TIER(name, arch, suite, required, allowed) {name, arch, (required), (allowed)},
+#define QS_TIER(name, id, arch, suite, required, allowed) {name, #id, arch, (required), (allowed)},
+#include "isa_tiers.inc"
+#undef QS_TIER
+};
+
+/* One enumerator per id: an id that is no C identifier (a dash or a dot in it) or that two tiers
+ * share does not compile. */
+enum {
+#define QS_TIER(name, id, arch, suite, required, allowed) qs_tier_id_##id,
 #include "isa_tiers.inc"
 #undef QS_TIER
 };
@@ -122,4 +131,24 @@ uint32_t qs_force_isa_mask(const char *value)
         if (strcmp(value, tiers[i].name) == 0)
             return tiers[i].allowed;
     return QS_ISA_ALL;
+}
+
+const char *qs_isa_tier_id(int32_t index)
+{
+    return index >= 0 && index < TIER_COUNT ? tiers[index].id : NULL;
+}
+
+/* The suffix runs from the first "__" to the next '_' (a matmul tile) or the end. */
+int32_t qs_isa_tier_of_kernel(const char *kernel)
+{
+    const char *p = kernel ? strstr(kernel, "__") : NULL;
+
+    if (!p)
+        return -1;
+    p += 2;
+    size_t len = strcspn(p, "_");
+    for (int32_t i = 0; i < TIER_COUNT; i++)
+        if (strlen(tiers[i].id) == len && strncmp(p, tiers[i].id, len) == 0)
+            return i;
+    return -1;
 }

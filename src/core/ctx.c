@@ -13,6 +13,7 @@
 #endif
 
 #include "backend.h"
+#include "parallel.h"
 #include "profile_internal.h"
 
 static void *default_alloc(void *user, size_t size, size_t align)
@@ -89,6 +90,7 @@ QS_API qs_status qs_ctx_create(const qs_ctx_params *params, qs_ctx **out)
     ctx->allocator = a;
     ctx->num_threads = params->num_threads;
     ctx->nonfinite = params->nonfinite;
+    qs_parallel_init(ctx);
     ctx->backend = params->backend == QS_BACKEND_AUTO ? QS_BACKEND_CPU : params->backend;
     ctx->ops = ops;
     ctx->isa = qs_cpu_detect() & params->isa_mask & qs_force_isa_mask(getenv("QS_FORCE_ISA"));
@@ -149,6 +151,19 @@ QS_API qs_status qs_ctx_set(qs_ctx *ctx, int32_t key, int64_t value)
         if (qs_prof_enable(ctx, (int)value) != QS_OK)
             return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for the profiling table");
         return qs_ok(ctx);
+    case QS_PARAM_PARALLEL_GRAIN:
+        if (value < 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "parallel grain %lld is negative",
+                           (long long)value);
+        ctx->par.grain = value;
+        return qs_ok(ctx);
+    case QS_PARAM_PARALLEL_BACKOFF:
+        if (value != 0 && value != 1)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "parallel backoff must be 0 or 1, got %lld",
+                           (long long)value);
+        ctx->par.backoff = (int32_t)value;
+        ctx->par.serial_until = 0.0; /* a fresh start either way */
+        return qs_ok(ctx);
     default:
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown or read-only parameter key %d", key);
     }
@@ -163,6 +178,8 @@ QS_API qs_status qs_ctx_get(const qs_ctx *ctx, int32_t key, int64_t *value)
     case QS_PARAM_NONFINITE: *value = ctx->nonfinite; return QS_OK;
     case QS_PARAM_ISA: *value = ctx->isa; return QS_OK;
     case QS_PARAM_PROFILE: *value = ctx->prof != NULL; return QS_OK;
+    case QS_PARAM_PARALLEL_GRAIN: *value = ctx->par.grain; return QS_OK;
+    case QS_PARAM_PARALLEL_BACKOFF: *value = ctx->par.backoff; return QS_OK;
     default: return QS_ERR_INVALID_ARG;
     }
 }

@@ -149,11 +149,12 @@ static void run_plan(const qs_ctx *ctx, struct dq_plan *p, int64_t span_max)
 {
     if (!p->j->stream) {
         p->group = 1;
-        qs_parallel_for(ctx, p->spans, plain_task, p);
+        qs_parallel_run(ctx, p->spans, qs_qjob_work(p->j), plain_task, NULL, p);
         return;
     }
     p->group = span_max < QS_STREAM_TASK ? QS_STREAM_TASK / span_max : 1;
-    qs_parallel_for_done(ctx, qs_ceil_div(p->spans, p->group), stream_task, stream_done, p);
+    qs_parallel_run(ctx, qs_ceil_div(p->spans, p->group), qs_qjob_work(p->j), stream_task,
+                    stream_done, p);
 }
 
 /* ---- NF4 / FP4 -------------------------------------------------------------------------------- */
@@ -198,7 +199,8 @@ static qs_status dequantize_bnb4(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_
         j->scales = q->scale;
         j->nested = q->nested_scale;
         j->offset = q->nested_offset;
-        qs_parallel_for(ctx, qs_ceil_div(j->units, QS_DQ_CHUNK), dyn8_task, j);
+        qs_parallel_run(ctx, qs_ceil_div(j->units, QS_DQ_CHUNK), qs_work(j->units, 5),
+                        dyn8_task, NULL, j);
     } else {
         j->absmax = q->scale;
     }

@@ -20,6 +20,15 @@
 
 struct qs_backend_ops;
 
+/* The threading policy of a context (parallel.h): its settings and what it learnt. */
+struct qs_par_state {
+    int64_t grain;       /* QS_PARAM_PARALLEL_GRAIN: bytes of work per thread; 0: no minimum */
+    int32_t backoff;     /* QS_PARAM_PARALLEL_BACKOFF */
+    double window;       /* seconds on the calling thread after the next lost region */
+    double serial_until; /* omp_get_wtime() before which calls use the calling thread only */
+    int64_t regions;     /* parallel regions opened (tests) */
+};
+
 struct qs_ctx {
     int32_t num_threads;
     int32_t nonfinite;
@@ -32,6 +41,7 @@ struct qs_ctx {
     const char *kernel_names[QS_SLOT_COUNT];
     char last_error[256];
     struct qs_prof *prof; /* profiling counters; NULL while off (profile.c) */
+    struct qs_par_state par;
 };
 
 /* Record a failure in ctx (printf-style message) and return `status`. */
@@ -87,6 +97,13 @@ QS_INTERNAL int qs_x86_amx_request(void);
 #endif
 /* The name of the last tier of isa_tiers.inc whose `required` bits `isa` contains. */
 QS_INTERNAL const char *qs_isa_tier_name(uint32_t isa);
+/* The id of tier `index` of isa_tiers.inc ("avx512vnni" for avx512-vnni, "ref" for scalar): the
+ * suffix its kernels, their files and its static library carry. NULL out of range. */
+QS_INTERNAL const char *qs_isa_tier_id(int32_t index);
+/* The index of the tier whose id a kernel's name carries after "__" ("qs_nf4_quant__avx512",
+ * "qs_mm_w8a8__avx512vnni_4x4x64", "qs_nf4_quant__ref": 0); -1 for a null name, no "__" or an id
+ * no tier has. */
+QS_INTERNAL int32_t qs_isa_tier_of_kernel(const char *kernel);
 
 /* The kernel of `slot` this context runs for an m x n x k problem (qs_kernel_select over the
  * registry with the context's ISA): how matmul drivers pick GEMV, small-M or tiled kernels. */

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "format_traits.h"
+#include "parallel.h"
 
 /* Absmax values per nested-quantization task: a multiple of the nested block of 256. */
 #define QS_DQ_CHUNK (256 * 64)
@@ -28,6 +29,13 @@ struct qs_qjob {
     float scale, mul, offset;
     int32_t stream;   /* dequantize: decode into the tile, then copy_stream_f32 it to dst */
 };
+
+/* The work of a quantize or dequantize job for the threading policy (parallel.h): every element
+ * read or written in its float dtype, plus about a byte of codes and scales. */
+static inline int64_t qs_qjob_work(const struct qs_qjob *j)
+{
+    return qs_work(j->n, qs_dtype_size(j->dtype) + 1);
+}
 
 /* Fill the fields every driver uses. */
 QS_INTERNAL void qs_qjob_init(struct qs_qjob *j, const qs_ctx *ctx, const struct qs_layout *l,

@@ -52,13 +52,14 @@ static qs_status quantize_bnb4(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_pa
     } else {
         j->absmax = q->scale;
     }
-    qs_parallel_for(ctx, qs_ceil_div(j->n, j->chunk), bnb4_task, j);
+    qs_parallel_run(ctx, qs_ceil_div(j->n, j->chunk), qs_qjob_work(j), bnb4_task, NULL, j);
     if (p->double_quant) {
         float offset = qs_ref_dq_offset(scratch, j->units);
         qs_ref_dq_center(scratch, j->units, offset);
         j->scales = q->scale;
         j->nested = q->nested_scale;
-        qs_parallel_for(ctx, qs_ceil_div(j->units, QS_DQ_CHUNK), dyn8_task, j);
+        qs_parallel_run(ctx, qs_ceil_div(j->units, QS_DQ_CHUNK), qs_work(j->units, 5), dyn8_task,
+                        NULL, j);
         q->nested_offset = offset;
         qs_scratch_free(ctx, scratch);
     }
@@ -149,11 +150,12 @@ static void quantize_int8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
             ((int8_t *)q->zero_point)[0] = (int8_t)j->zero;
         }
         qs_st_f32(q->scale, scale);
-        qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
+        qs_parallel_run(ctx, qs_ceil_div(j->n, QS_TILE), qs_qjob_work(j), tensor_chunk_task, NULL,
+                        j);
         return;
     }
     j->unit_len = j->unit_rule == QS_UNITS_ROW_BLOCKS ? j->block : j->cols;
-    qs_parallel_for(ctx, j->units, int8_unit_task, j);
+    qs_parallel_run(ctx, j->units, qs_qjob_work(j), int8_unit_task, NULL, j);
 }
 
 /* ---- FP8 (formats.md §10) -------------------------------------------------------------------- */
@@ -166,7 +168,8 @@ static void quantize_fp8(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params *
                                : qs_ref_fp8_scale(qs_tensor_amax(ctx, j->src, j->dtype, j->n),
                                                   elem_max);
     qs_st_f32(q->scale, j->scale);
-    qs_parallel_for(ctx, qs_ceil_div(j->n, QS_TILE), tensor_chunk_task, j);
+    qs_parallel_run(ctx, qs_ceil_div(j->n, QS_TILE), qs_qjob_work(j), tensor_chunk_task, NULL,
+                        j);
 }
 
 /* ---- MX and NVFP4 (formats.md §13, §14): blocks along each row, tasks of (row, column chunk) - */
@@ -200,7 +203,7 @@ static void quantize_rows(qs_ctx *ctx, struct qs_qjob *j, const qs_quant_params 
         q->global_scale = j->scale;
     }
     qs_qjob_flatten_rows(j);
-    qs_parallel_for(ctx, j->rows * j->chunks_per_row, row_block_task, j);
+    qs_parallel_run(ctx, j->rows * j->chunks_per_row, qs_qjob_work(j), row_block_task, NULL, j);
 }
 
 /* ---- the CPU backend's quantize, then the public entry point -------------------------------- */

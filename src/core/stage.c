@@ -140,7 +140,7 @@ static void range_run(const qs_ctx *ctx, const void *src, int32_t dtype, int64_t
         int64_t cnt = chunks - b < RANGE_BATCH ? chunks - b : RANGE_BATCH;
         j.start = b * RANGE_CHUNK;
         j.n = n - j.start < cnt * RANGE_CHUNK ? n - j.start : cnt * RANGE_CHUNK;
-        qs_parallel_for(ctx, cnt, task, &j);
+        qs_parallel_run(ctx, cnt, qs_work(j.n, qs_dtype_size(dtype)), task, NULL, &j);
         combine(&j, cnt, acc);
     }
 }

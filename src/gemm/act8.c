@@ -50,7 +50,8 @@ void qs_mm_outlier_flags(const qs_ctx *ctx, const float *x, int64_t M, int64_t K
 {
     struct act_job a = {ctx, x, M, K, threshold, NULL, flags, NULL, NULL};
 
-    qs_parallel_for(ctx, qs_ceil_div(K, MM_FLAG_COLS), flag_task, &a);
+    qs_parallel_run(ctx, qs_ceil_div(K, MM_FLAG_COLS), qs_work(qs_work(M, K), 4), flag_task, NULL,
+                    &a);
 }
 
 static void quant_task(void *arg, int64_t m, float *tile)
@@ -86,7 +87,7 @@ void qs_mm_quantize_rows(const qs_ctx *ctx, const float *x, int64_t M, int64_t K
 {
     struct act_job a = {ctx, x, M, K, threshold, flags, NULL, codes, rstat};
 
-    qs_parallel_for(ctx, M, quant_task, &a);
+    qs_parallel_run(ctx, M, qs_work(qs_work(M, K), 9), quant_task, NULL, &a);
 }
 
 struct cvt_job {
@@ -161,7 +162,7 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
     }
     {
         struct cvt_job c = {ctx, x, dtype, n, xf};
-        qs_parallel_for(ctx, qs_ceil_div(n, QS_TILE), cvt_task, &c);
+        qs_parallel_run(ctx, qs_ceil_div(n, QS_TILE), qs_work(n, 8), cvt_task, NULL, &c);
     }
     memset(flags, 0, (size_t)K);
     if (threshold > 0.0f)

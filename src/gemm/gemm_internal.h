@@ -49,6 +49,7 @@ struct qs_mm_job {
     int32_t bits;                     /* bits of one stored value (code or plain element) */
     int32_t scale_bytes;              /* bytes of one scale (4: f32, 1: E8M0 / E4M3 byte) */
     int64_t M, K, N;
+    int64_t work; /* bytes of work for the threading policy (core/parallel.h), saturating */
     qs_mm_weight w; /* the view (kernels.h); w.k = K or K / 2 (2:4) */
     /* double-quantized absmax (NF4/FP4): the codes, their scales and offset, decoded to f32
      * before the kernels run (dq_codes NULL: w.scale is f32 already) */

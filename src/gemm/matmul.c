@@ -40,38 +40,51 @@ QS_API uint32_t qs_matmul_info(void)
 
 #define MM_RUNS_PER_THREAD 4 /* see mm_parallel */
 
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return qs_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* The matmul's own parallel regions take the library's threading policy (core/parallel.h): as
+ * many threads as the call's work (j->work) is worth, none while the machine is busy, and a
+ * report of each region afterwards. Which thread runs a task never changes a bit. */
 static void mm_parallel(const struct qs_mm_job *j, int64_t count, qs_mm_task_fn *fn, int dynamic)
 {
-    int32_t threads = qs_threads(j->ctx);
-    /* dynamic: runs of consecutive tasks, about MM_RUNS_PER_THREAD per thread. Handed out one at
-     * a time, the int8 GEMV's tasks (16 rows, a few microseconds each) ran about a third slower
-     * on 2 threads than under the static split (measured): a thread's rows no longer follow one
-     * another, so each task starts its memory streams afresh. */
-    int64_t chunk = count / ((int64_t)threads * MM_RUNS_PER_THREAD);
-    chunk = chunk < 1 ? 1 : chunk;
+    int32_t threads = count > 1 ? qs_parallel_threads(j->ctx, j->work) : 1;
 
-    if (count <= 1 || threads <= 1) {
+    if (threads > count)
+        threads = (int32_t)count;
+    if (threads <= 1) {
         for (int64_t i = 0; i < count; i++)
             fn(j, i, j->scratch);
         return;
     }
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+    /* dynamic: runs of consecutive tasks, about MM_RUNS_PER_THREAD per thread. Handed out one at
+     * a time, the int8 GEMV's tasks (16 rows, a few microseconds each) ran about a third slower
+     * on 2 threads than under the static split (measured): a thread's rows no longer follow one
+     * another, so each task starts its memory streams afresh. */
+    int64_t chunk = count / ((int64_t)threads * MM_RUNS_PER_THREAD);
+    double t0 = omp_get_wtime(), busy = 0.0;
+
+    chunk = chunk < 1 ? 1 : chunk;
+#pragma omp parallel num_threads(threads) reduction(+ : busy)
     {
         float *s = j->scratch ? j->scratch + (int64_t)omp_get_thread_num() * j->per_thread : NULL;
+        double start = omp_get_wtime();
         if (dynamic) {
-#pragma omp for schedule(dynamic, chunk)
+#pragma omp for schedule(dynamic, chunk) nowait
             for (int64_t i = 0; i < count; i++)
                 fn(j, i, s);
         } else {
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
             for (int64_t i = 0; i < count; i++)
                 fn(j, i, s);
         }
+        busy = omp_get_wtime() - start;
     }
-#else
-    (void)dynamic;
-    (void)chunk;
+    qs_parallel_note(j->ctx, omp_get_wtime() - t0, busy);
 #endif
 }
 
@@ -208,6 +221,10 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
 
     (void)w;
     j.bias = bias;
+    /* the call's work for the threading policy: its multiply-adds (one byte each, the policy's
+     * rule) and the bytes it reads and writes */
+    j.work = sat_add(sat_add(qs_work(M, qs_work(N, K)), qs_work(N, qs_work(K, j.bits) / 8 + 1)),
+                     sat_add(mk, mn));
     j.y = y;
     /* A 2:4 GEMV with f32 activations checks its meta in the tasks (qs_mm_job.meta_bad): the
      * check's own pass over the meta cost 2:4 + NF4 at 4096 x 4096 about an eighth of its time.
@@ -275,12 +292,12 @@ qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
     j.x = x;
     if (need_x) {
         struct cvt_job c = {ctx, x, x_dtype, M * K, xf, NULL, NULL, 0.0f};
-        qs_parallel_for(ctx, qs_ceil_div(c.n, QS_TILE), cvt_task, &c);
+        qs_parallel_run(ctx, qs_ceil_div(c.n, QS_TILE), qs_work(c.n, 6), cvt_task, NULL, &c);
         j.x = xf;
     }
     if (need_absmax) {
         struct cvt_job c = {ctx, NULL, 0, nb, absmax, j.dq_codes, j.dq_nested, j.dq_offset};
-        qs_parallel_for(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), dyn8_task, &c);
+        qs_parallel_run(ctx, qs_ceil_div(nb, QS_DQ_CHUNK), qs_work(nb, 5), dyn8_task, NULL, &c);
         j.w.scale = absmax;
     }
 

@@ -211,7 +211,8 @@ QS_API qs_status qs_matmul_pack(qs_ctx *ctx, const qs_weight *w, int64_t N, int6
                                w->q->nested_offset,
                                h.bytes[i] / 4,
                                (float *)(void *)(out + h.off[i])};
-            qs_parallel_for(ctx, qs_ceil_div(d.n, QS_DQ_CHUNK), dq_task, &d);
+            qs_parallel_run(ctx, qs_ceil_div(d.n, QS_DQ_CHUNK), qs_work(d.n, 5), dq_task, NULL,
+                            &d);
         } else {
             memcpy(out + h.off[i], src[i], (size_t)h.bytes[i]);
         }

@@ -13,6 +13,7 @@
 
 #include "../ref/ref.h"
 #include "../ref/sp24_ref.h"
+#include "../core/parallel.h"
 #include "../core/quant_common.h"
 #include "gemm_internal.h"
 
@@ -33,7 +34,7 @@ static const struct qs_mm_traits plain_mm[] = {
 static int words_valid(const qs_ctx *ctx, const uint16_t *w, int64_t n)
 {
     int64_t pieces = qs_ceil_div(n, META_PIECE);
-    int32_t threads = qs_threads(ctx);
+    int32_t threads = pieces > 1 ? qs_parallel_threads(ctx, qs_work(n, 2)) : 1;
     uint64_t bad = 0;
 
     (void)threads;

@@ -101,7 +101,7 @@ static void meta_scan_task(void *arg, int64_t t, float *tile)
 
 static qs_status run_scan(qs_ctx *ctx, struct scan_job *j, qs_task_fn *task, int64_t *first_bad)
 {
-    int64_t tasks = qs_ceil_div(j->rows, j->rows_per_task);
+    int64_t tasks = qs_ceil_div(j->rows, j->rows_per_task), work;
 
     *first_bad = -1;
     if (tasks == 0)
@@ -110,7 +110,11 @@ static qs_status run_scan(qs_ctx *ctx, struct scan_job *j, qs_task_fn *task, int
     if (!j->bad)
         return qs_fail(ctx, QS_ERR_OUT_OF_MEMORY, "no memory for %lld scan results",
                        (long long)tasks);
-    qs_parallel_for(ctx, tasks, task, j);
+    /* the bytes read: the meta words, or the tensor or mask */
+    work = j->meta ? qs_work(j->rows * j->words, 2)
+                   : qs_work(j->rows * j->cols,
+                             j->dtype == QS_DTYPE_MASK_U8 ? 1 : qs_dtype_size(j->dtype));
+    qs_parallel_run(ctx, tasks, work, task, NULL, j);
     for (int64_t t = 0; t < tasks && *first_bad < 0; t++)
         *first_bad = j->bad[t];
     qs_scratch_free(ctx, j->bad);
@@ -350,17 +354,24 @@ qs_status qs_cpu_sp24(qs_ctx *ctx, const qs_backend_sp24 *a)
     struct sp24_job j = {ctx, a->w, a->dtype, a->mask_in, a->norms, a->rows, a->cols,
                          qs_ceil_div(a->cols, 16), qs_sp_rows_per_task(a->cols), a->values,
                          a->meta, a->mask_out};
-    int64_t tasks = qs_ceil_div(a->rows, j.rows_per_task);
+    int64_t tasks = qs_ceil_div(a->rows, j.rows_per_task), n = a->rows * a->cols;
+    int64_t esize = qs_dtype_size(a->dtype);
 
+    /* the work: each element read and its kept value written (a mask byte more for prune);
+     * rows * cols was checked for overflow by the entry point */
     switch (a->op) {
-    case QS_BACKEND_SP24_COMPRESS: qs_parallel_for(ctx, tasks, compress_task, &j); break;
-    case QS_BACKEND_SP24_PRUNE: qs_parallel_for(ctx, tasks, prune_task, &j); break;
+    case QS_BACKEND_SP24_COMPRESS:
+        qs_parallel_run(ctx, tasks, qs_work(n, 2 * esize), compress_task, NULL, &j);
+        break;
+    case QS_BACKEND_SP24_PRUNE:
+        qs_parallel_run(ctx, tasks, qs_work(n, 2 * esize + 1), prune_task, NULL, &j);
+        break;
     case QS_BACKEND_SP24_DECOMPRESS:
         /* the job's names are compress's: its input in w, its output in values */
         j.w = a->values_in;
         j.meta = (uint16_t *)a->meta_in; /* read only by decompress_task */
         j.values = a->dst;
-        qs_parallel_for(ctx, tasks, decompress_task, &j);
+        qs_parallel_run(ctx, tasks, qs_work(n, 2 * esize), decompress_task, NULL, &j);
         break;
     default: return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown 2:4 operation %d", a->op);
     }

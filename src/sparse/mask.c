@@ -195,7 +195,8 @@ QS_API qs_status qs_nm_mask(qs_ctx *ctx, const void *w, int32_t dtype, int64_t r
     j = (struct mask_job){ctx, w, dtype, n, m, method, rows, cols, qs_sp_rows_per_task(cols),
                           norms, mask};
     if (count > 0)
-        qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), mask_task, &j);
+        qs_parallel_run(ctx, qs_ceil_div(rows, j.rows_per_task),
+                        qs_work(count, qs_dtype_size(dtype) + 1), mask_task, NULL, &j);
     return qs_ok(ctx);
 }
 
@@ -366,7 +367,8 @@ QS_API qs_status qs_nm_srste(qs_ctx *ctx, const float *w, const float *grad, int
     j = (struct srste_job){ctx, w, grad, n, m, lambda, rows, cols, qs_sp_rows_per_task(cols),
                            w_masked, grad_out, mask};
     if (count > 0)
-        qs_parallel_for(ctx, qs_ceil_div(rows, j.rows_per_task), srste_task, &j);
+        qs_parallel_run(ctx, qs_ceil_div(rows, j.rows_per_task), qs_work(count, 17), srste_task,
+                        NULL, &j);
     return qs_ok(ctx);
 }
 

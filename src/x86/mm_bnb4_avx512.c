@@ -40,7 +40,7 @@ static inline float bnb4_scl_avx512(const uint8_t *srow, int64_t row, int64_t s,
 /* M = 1, R rows of W (R constant): rows r0 ... of data/absmax with the row length k. */
 static inline __attribute__((always_inline)) void
 bnb4_m1_avx512(const float *x, int64_t k, const uint8_t *data, const float *absmax, int32_t block,
-               const int R, int64_t r0, int64_t rows, __m512 book, float *y)
+               const int R, int64_t r0, int64_t rows, const int may_inf, __m512 book, float *y)
 {
     /* the next tile's rows and scales ahead of the hardware prefetcher (mm_gemv_avx512.h) */
     gemv_rows_avx512 wr = {data, k / 2, (const uint8_t *)absmax, (k / block) * 4, block};
@@ -73,9 +73,11 @@ bnb4_m1_avx512(const float *x, int64_t k, const uint8_t *data, const float *absm
                                         bo[r]);
             }
         }
-        for (int r = 0; r < R; r++)
-            acc[r] = gemv_scale_add_avx512(acc[r], _mm512_add_ps(be[r], bo[r]),
-                                           _mm512_set1_ps(qs_ld_f32(absmax + (r0 + r) * nb + b)));
+        for (int r = 0; r < R; r++) {
+            __m512 sc = _mm512_set1_ps(qs_ld_f32(absmax + (r0 + r) * nb + b));
+            acc[r] = may_inf ? gemv_scale_add_avx512(acc[r], _mm512_add_ps(be[r], bo[r]), sc)
+                             : _mm512_fmadd_ps(_mm512_add_ps(be[r], bo[r]), sc, acc[r]);
+        }
     }
     for (int r = 0; r < R; r++)
         qs_st_f32(y + r0 + r, gemv_canon_avx512(_mm512_reduce_add_ps(acc[r])));
@@ -100,10 +102,22 @@ bnb4_gemv_avx512(const float *book, qs_mm_gemv_fn *ref, const qs_mm_weight *wv, 
     if (m == 1 && block % 32 == 0) {
         __m512 bk = _mm512_loadu_ps(book);
         int64_t r = 0;
-        for (; r + 4 <= rows; r += 4)
-            bnb4_m1_avx512(x, k, data, absmax, block, 4, r, rows, bk, y);
+        /* an infinite absmax needs the per-block test of gemv_scale_add_avx512; one pass over
+         * the call's scales (1/64 of the codes' bytes at block 64) says whether any is */
+        int may_inf = 0;
+        for (int64_t i = 0; i < rows * (k / block); i++) {
+            float a = qs_ld_f32(absmax + i);
+            may_inf |= a - a != 0.0f && a == a;
+        }
+        if (may_inf) {
+            for (; r + 4 <= rows; r += 4)
+                bnb4_m1_avx512(x, k, data, absmax, block, 4, r, rows, 1, bk, y);
+        } else {
+            for (; r + 4 <= rows; r += 4)
+                bnb4_m1_avx512(x, k, data, absmax, block, 4, r, rows, 0, bk, y);
+        }
         for (; r < rows; r++)
-            bnb4_m1_avx512(x, k, data, absmax, block, 1, r, rows, bk, y);
+            bnb4_m1_avx512(x, k, data, absmax, block, 1, r, rows, may_inf, bk, y);
         return;
     }
     gemv_rows_avx512 w = {data, k / 2, (const uint8_t *)absmax, (k / block) * 4, block};

@@ -4,7 +4,8 @@
  * (include/qsparse/matmul.h; the reference is src/ref/matmul_ref.c). The codes decode exactly
  * in registers (E4M3 as an f16 of value * 2^-8 through VCVTPH2PS, times 2^8; E5M2 as the high
  * byte of an f16), the whole row is one segment and the per-tensor scale multiplies the row's 16-lane
- * sum once. Tiles and tails: mm_gemv_avx512.h.
+ * sum once. M = 1 over whole 64-column steps: mm_e4m3_avx512.h; other tiles and tails:
+ * mm_gemv_avx512.h.
  */
 #include <immintrin.h>
 
@@ -12,6 +13,7 @@
 #include "../ref/ref.h"
 #include "minifloat_avx512.h"
 #include "mm_gemv_avx512.h"
+#include "mm_e4m3_avx512.h"
 
 static inline __m512 e4m3_dec_avx512(const uint8_t *row, int64_t c, int32_t aux, __mmask16 mask,
                                      const void *fmt)
@@ -53,6 +55,10 @@ void qs_mm_gemv_e4m3__avx512_1x4x16(const qs_mm_weight *w, int64_t r0, int64_t r
     const int64_t k = w->k;
     const float scale = qs_ld_f32((const float *)w->scale);
     gemv_rows_avx512 wr = gemv_view_rows_avx512(w, r0, 0, k > 0 ? k : 1);
+    if (m == 1 && k % 64 == 0 && k > 0) {
+        e4m3_m1_rows_avx512(x, k, &wr, rows, 0, NULL, scale, y);
+        return;
+    }
     gemv_avx512(x, ldx, m, k, &wr, rows, e4m3_dec_avx512, fp8_scl_avx512, &scale, y, ldy);
 }
 

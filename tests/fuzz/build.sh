@@ -16,4 +16,5 @@ if [ ! -f "$build/build.ninja" ]; then
     >/dev/null
 fi
 ninja -C "$build" tests/fuzz/fuzz_quantize tests/fuzz/fuzz_dequantize tests/fuzz/fuzz_sp24 \
-  tests/fuzz/fuzz_observer tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_matmul
+  tests/fuzz/fuzz_observer tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_matmul \
+  tests/fuzz/fuzz_hessian tests/fuzz/fuzz_sidefiles

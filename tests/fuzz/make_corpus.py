@@ -296,6 +296,150 @@ def matmul_corpus():
           + struct.pack("<Q", 1 << 62) + f32s([1.0, 0.0]))
 
 
+# ---- hessian: mode, activation rows, blob length (u16), blob, f32 weights and activations
+
+
+def hessian_blob(k, s, tokens=1, version=1):
+    """A serialized Hessian (include/qsparse/gptq.h): "QSHS", version, header 32, 0, K, tokens,
+    the upper triangle of S row by row, FNV-1a of everything before it."""
+    b = b"QSHS" + struct.pack("<IIIQQ", version, 32, 0, k, tokens)
+    b += b"".join(struct.pack("<d", s[r][c]) for r in range(k) for c in range(r, k))
+    h = 0xcbf29ce484222325
+    for byte in b:
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return b + struct.pack("<Q", h)
+
+
+def gram(k, tokens, hrng, scale=1.0):
+    x = [[hrng.gauss(0.0, 1.0) * scale for _ in range(k)] for _ in range(tokens)]
+    return [[sum(x[t][r] * x[t][c] for t in range(tokens)) for c in range(k)] for r in range(k)]
+
+
+def hessian_seed(mode, arows, blob, values):
+    return bytes([mode, arows]) + struct.pack("<H", len(blob)) + blob + f32s(values)
+
+
+def hessian_corpus():
+    t = "fuzz_hessian"
+    hrng = random.Random(35)
+    normals_h = lambda n, sc=0.05: [hrng.gauss(0.0, sc) for _ in range(n)]  # noqa: E731
+    # mode: bit 0 fix the checksum, bits 1-3 the format, bits 4-7 the weight's rows
+    for name, k, sel, rows, arows, s_scale in [("int8_k8", 8, 0, 3, 4, 1.0),
+                                               ("int8_asym_k4", 4, 1, 2, 2, 1.0),
+                                               ("llm_int8_k12", 12, 2, 4, 0, 1.0),
+                                               ("mxfp4_k32", 32, 3, 2, 3, 1.0),
+                                               ("nvfp4_k16", 16, 4, 3, 2, 1.0),
+                                               ("int8_group_k32", 32, 7, 2, 1, 1.0)]:
+        blob = hessian_blob(k, gram(k, 2 * k, hrng), tokens=2 * k)
+        write(t, name, hessian_seed(1 | sel << 1 | rows << 4, arows, blob,
+                                    normals_h(rows * k) + normals_h(arows * k, 1.0)))
+    k = 64  # NF4 and FP4 blocks of 64
+    blob = hessian_blob(k, gram(k, 80, hrng), tokens=80)
+    write(t, "nf4_k64", hessian_seed(1 | 5 << 1 | 2 << 4, 1, blob, normals_h(2 * k + k, 1.0)))
+    # huge activations (bit 7 scales them by 2^100) and Hessians near the double range
+    blob = hessian_blob(8, gram(8, 8, hrng), tokens=8)
+    write(t, "huge_acts", hessian_seed(1 | 0 << 1 | 2 << 4, 0x80 | 3, blob,
+                                       normals_h(16) + [1e30] + normals_h(23, 1.0)))
+    big = [[(4e307 if r == c else 1e307) for c in range(4)] for r in range(4)]
+    write(t, "near_dbl_max", hessian_seed(1 | 3 << 4, 1, hessian_blob(4, big), normals_h(16)))
+    tiny = [[(1e-300 if r == c else 0.0) for c in range(4)] for r in range(4)]
+    write(t, "tiny", hessian_seed(1 | 2 << 1 | 2 << 4, 0, hessian_blob(4, tiny), normals_h(8)))
+    write(t, "asym_int8_huge_weights",
+          hessian_seed(1 | 1 << 1 | 2 << 4, 0,
+                       hessian_blob(4, [[1.0 if r == c else 0.0 for c in range(4)]
+                                        for r in range(4)]),
+                       [3.3e38, -3.3e38, 1.0e38, -2.0e38, 3.0e38, -1.0, 2.5e38, -3.3e38]))
+    write(t, "zero_rows", hessian_seed(1, 2, hessian_blob(4, gram(4, 4, hrng)), [float("nan")] * 8))
+    write(t, "bad_version", hessian_seed(1 | 2 << 4, 0, hessian_blob(4, gram(4, 4, hrng), version=2),
+                                         normals_h(8)))
+    write(t, "bad_checksum", hessian_seed(0, 0, hessian_blob(4, gram(4, 4, hrng))[:-1] + b"x", []))
+
+
+# ---- sidefiles: mode, then entries (kind, name, content or link target)
+
+SF_FILE, SF_DIR, SF_LINK, SF_FIFO = 0, 1, 2, 3
+SF_NAMES = ["config.json", "model.safetensors.index.json", "model.safetensors", "s0.safetensors",
+            "s1.safetensors", "tokenizer.json", "generation_config.json", "sub", "sub/a.json",
+            "sub/b", "qsparse-part.json", "hf_quant_config.json", "x.bin", ".hidden", "loop",
+            "onnx"]
+SF_TARGETS = ["../secret.txt", "../../secret.txt", "../../../secret.txt", "/proc/self/environ",
+              "/etc", "/dev/zero", ".", "..", "sub", "sub/a.json", "config.json",
+              "tokenizer.json", "nowhere", "@/secret.txt", "s0.safetensors",
+              "../p1/s1.safetensors", "../p0/config.json", "../m/config.json"]
+
+
+def sf_file(name, content, second=False):
+    content = content.encode() if isinstance(content, str) else content
+    return bytes([SF_FILE | (4 if second else 0), SF_NAMES.index(name)]) + \
+        struct.pack("<H", len(content)) + content
+
+
+def sf_link(name, target, second=False):
+    return bytes([SF_LINK | (4 if second else 0), SF_NAMES.index(name),
+                  SF_TARGETS.index(target)])
+
+
+def sf_other(kind, name, second=False):
+    return bytes([kind | (4 if second else 0), SF_NAMES.index(name)])
+
+
+def sidefiles_corpus():
+    t = "fuzz_sidefiles"
+    w = f32s([0.5, -1.0, 2.0, 0.25])
+    shard0 = st_file([("a.weight", "F32", [2, 2], w)])
+    shard1 = st_file([("b.weight", "F32", [2, 2], w)])
+    config = json.dumps({"model_type": "bert", "hidden_size": 2})
+    index = json.dumps({"metadata": {"total_size": 32},
+                        "weight_map": {"a.weight": "s0.safetensors", "b.weight": "s1.safetensors"}})
+    write(t, "model_single", bytes([0]) + sf_file("config.json", config) +
+          sf_file("model.safetensors", shard0) + sf_file("tokenizer.json", '{"v": 1}') +
+          sf_other(SF_DIR, "sub") + sf_file("sub/a.json", "{}"))
+    write(t, "model_sharded", bytes([0]) + sf_file("config.json", config) +
+          sf_file("model.safetensors.index.json", index) + sf_file("s0.safetensors", shard0) +
+          sf_file("s1.safetensors", shard1) + sf_link("tokenizer.json", "sub/a.json") +
+          sf_other(SF_DIR, "sub") + sf_file("sub/a.json", "{}"))
+    write(t, "model_links_out", bytes([0]) + sf_file("config.json", config) +
+          sf_file("model.safetensors", shard0) + sf_link("generation_config.json", "../secret.txt") +
+          sf_link("tokenizer.json", "/proc/self/environ") + sf_link("onnx", "/etc") +
+          sf_link("loop", "."))
+    write(t, "model_fifo_config", bytes([0]) + sf_other(SF_FIFO, "config.json") +
+          sf_file("model.safetensors", shard0))
+    write(t, "model_fifo_index", bytes([0]) + sf_file("config.json", config) +
+          sf_other(SF_FIFO, "model.safetensors.index.json") + sf_file("s0.safetensors", shard0))
+    write(t, "model_tensor_in_two_shards", bytes([0]) + sf_file("config.json", config) +
+          sf_file("model.safetensors.index.json", index) + sf_file("s0.safetensors", shard0) +
+          sf_file("s1.safetensors", st_file([("a.weight", "F32", [2, 2], w),
+                                             ("b.weight", "F32", [2, 2], w)])))
+
+    def marker(part, shards, inputs=("s0.safetensors", "s1.safetensors")):
+        return json.dumps({"qsparse_part": "0.2.0", "part": part, "parts": 2,
+                           "shards": list(shards), "input_shards": list(inputs),
+                           "indexed": True, "options": ["--format", "nf4"]})
+
+    parts = (sf_file("qsparse-part.json", marker(0, ["s0.safetensors"])) +
+             sf_file("config.json", config) + sf_file("s0.safetensors", shard0) +
+             sf_file("tokenizer.json", '{"v": 1}') +
+             sf_file("qsparse-part.json", marker(1, ["s1.safetensors"]), True) +
+             sf_file("config.json", config, True) + sf_file("s1.safetensors", shard1, True))
+    write(t, "merge_two_parts", bytes([1]) + parts)
+    write(t, "merge_swapped", bytes([3]) + parts)
+    bad = ["../../escaped.safetensors", "s1.safetensors"]
+    write(t, "merge_escaping_name", bytes([1]) +
+          sf_file("qsparse-part.json", marker(0, bad[:1], bad)) + sf_file("config.json", config) +
+          sf_file("qsparse-part.json", marker(1, bad[1:], bad), True) +
+          sf_file("config.json", config, True) + sf_file("s1.safetensors", shard1, True))
+    write(t, "merge_link_out", bytes([1]) +
+          sf_file("qsparse-part.json", marker(0, ["s0.safetensors"])) +
+          sf_link("config.json", "../secret.txt") + sf_link("s0.safetensors", "../../secret.txt") +
+          sf_file("qsparse-part.json", marker(1, ["s1.safetensors"]), True) +
+          sf_file("config.json", config, True) + sf_file("s1.safetensors", shard1, True))
+    write(t, "merge_duplicate_tensor", bytes([1]) +
+          sf_file("qsparse-part.json", marker(0, ["s0.safetensors"])) +
+          sf_file("config.json", config) + sf_file("s0.safetensors", shard0) +
+          sf_file("qsparse-part.json", marker(1, ["s1.safetensors"]), True) +
+          sf_file("config.json", config, True) + sf_file("s1.safetensors", shard0, True))
+
+
 if __name__ == "__main__":
     quantize_corpus()
     dequantize_corpus()
@@ -303,5 +447,7 @@ if __name__ == "__main__":
     safetensors_corpus()
     observer_corpus()
     matmul_corpus()
+    hessian_corpus()
+    sidefiles_corpus()
     total = sum(len(fs) for _, _, fs in os.walk(CORPUS))
     print(f"{total} seed files under {os.path.relpath(CORPUS)}")

@@ -14,9 +14,13 @@
  *   UNAVAILABLE  the "cuda" backend, complete, but says no device is present
  *   RESERVED     calls itself "cpu"
  *   BAD_NAME     calls itself "Big GPU"
+ *   PLANTED      GOOD, plus code that runs as soon as dlopen maps the file (before the host sees
+ *                its init symbol) and leaves the file named by QS_TEST_PLANTED_MARKER: what a
+ *                hostile libqsparse-cuda.so in a downloaded folder would do (plugin_search.sh)
  * The recognisable effects show that a call reached the plugin only after the core's checks.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "test_plugin.h"
@@ -29,6 +33,20 @@
 #define RECORDER 6
 #define RESERVED 7
 #define BAD_NAME 8
+#define PLANTED 9
+
+#if PLUGIN_VARIANT == PLANTED
+__attribute__((constructor)) static void planted_code_runs(void)
+{
+    const char *marker = getenv("QS_TEST_PLANTED_MARKER");
+    FILE *f = marker ? fopen(marker, "w") : NULL;
+
+    if (f) {
+        fputs("planted plugin code ran\n", f);
+        fclose(f);
+    }
+}
+#endif
 
 /* Calls of quantize that reached the plugin (read by the test through dlsym). */
 QS_API int32_t qs_test_plugin_calls;

@@ -213,6 +213,26 @@ def test_threads_do_not_change_results():
             qs.set_num_threads(bad)
 
 
+def test_parallel_policy():
+    """qs.set_parallel reaches every thread's context; the bits never depend on it."""
+    x = rand((64, 1024), seed=4)
+    assert qs.get_parallel() == {"grain": 1 << 20, "backoff": True}
+    ref = qs.quantize(x, "nf4").data.tobytes()
+    try:
+        qs.set_num_threads(2)
+        qs.set_parallel(grain=0, backoff=False)
+        assert qs.get_parallel() == {"grain": 0, "backoff": False}
+        assert qs.quantize(x, "nf4").data.tobytes() == ref
+        qs.set_parallel(grain=4096)
+        assert qs.get_parallel() == {"grain": 4096, "backoff": False}
+        for bad in ({"grain": -1}, {"grain": 1.5}, {"grain": True}, {"backoff": 1}):
+            with pytest.raises(ValueError):
+                qs.set_parallel(**bad)
+    finally:
+        qs.set_num_threads(0)
+        qs.set_parallel(grain=1 << 20, backoff=True)
+
+
 def test_python_threads_get_their_own_context():
     x = rand((32, 256), seed=5)
     ref = qs.dequantize(qs.quantize(x, "nvfp4")).tobytes()
@@ -520,7 +540,7 @@ def test_value_errors_before_the_c_call():
         qs.quantize(x, "fp8_e4m3", scale=float("nan"))
     with pytest.raises(ValueError, match="scale_rounding"):
         qs.quantize(x, "mxfp4", scale_rounding="up")
-    with pytest.raises(ValueError, match="blocksize must be an int"):
+    with pytest.raises(ValueError, match="block_size must be an int"):
         qs.quantize(x, "nf4", blocksize=64.0)
     with pytest.raises(ValueError, match="out of range"):
         qs.quantize(x, "nf4", blocksize=2**40)
@@ -645,7 +665,7 @@ def test_cached_layouts_follow_the_tensor():
     with pytest.raises(ValueError, match="absmax holds 32 bytes"):
         qs.matmul(a, q)
     q.blocksize = 64.0                       # == 64 and hashes alike: a float is refused
-    with pytest.raises(ValueError, match="blocksize must be an int"):
+    with pytest.raises(ValueError, match="block_size must be an int"):
         qs.dequantize(q)
     q.blocksize = 64
     q.shape = (4, 64)                        # planes of 8 rows
@@ -701,8 +721,9 @@ def test_quantize_hook_protocol():
         def __qsparse_dequantize__(self, dtype):
             return ("dehooked", dtype)
 
-    assert qs.quantize(Compressed(), "nf4", blocksize=128) == ("hooked", "nf4",
-                                                                 {"blocksize": 128})
+    # either spelling reaches the hook as block_size, the one name of the options
+    for kw in ({"blocksize": 128}, {"block_size": 128}):
+        assert qs.quantize(Compressed(), "nf4", **kw) == ("hooked", "nf4", {"block_size": 128})
     assert qs.dequantize(Compressed()) == ("dehooked", "float32")
 
 

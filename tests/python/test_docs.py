@@ -32,7 +32,8 @@ SHELL_NOT_RUN = {
     "ninja -C build install": "installs into /usr/local as root; .ci/test runs the same steps "
                               "into a prefix (examples/embed.c through pkg-config, shared and "
                               "static)",
-    "pip install .": "never pip install the project into the test's Python; .ci builds the wheel",
+    "pip install .": "never pip install the project into the test's Python: test_install.py "
+                     "runs the README's install block in a fresh venv of Debian's Python",
     "meson setup build ": "the build this test runs against; every test run starts from it",
     "meson test -C build --benchmark": "benchmarks run for minutes and print timings only",
     "dpkg --add-architecture arm64": "root, apt and a cross build under qemu (minutes): "

@@ -261,14 +261,14 @@ def test_tool_gptq_and_sparsegpt(tmp_path, run_tool):
     want = qs.gptq(w, qs.Hessian(128).update(x), "int8")
     assert np.array_equal(got["a.weight"].view(np.int8), want.data.view(np.int8))
     assert np.array_equal(got["b.weight"], got["a.weight"])  # .hessian and .inputs agree
-    run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--format", "int8", "--method",
-             "sparsegpt", "--sparsity", "2:4", "--calib", tmp_path / "calib.safetensors", "-q",
-             check=0)
+    run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--force", "--format", "int8",
+             "--method", "sparsegpt", "--sparsity", "2:4", "--calib",
+             tmp_path / "calib.safetensors", "-q", check=0)
     codes = st.load_file(str(out))["a.weight"].view(np.int8)
     assert qs.sparse.check(codes.astype(np.float32), "2:4")[0]
-    bad = run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--format", "nf4",
-                   "--method", "gptq")
+    bad = run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--force", "--format",
+                   "nf4", "--method", "gptq")
     assert bad.returncode != 0 and "--calib" in bad.stderr
-    bad = run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--format", "nf4",
-                   "--method", "gptq", "--calib", tmp_path / "in.safetensors")
+    bad = run_tool("quantize", tmp_path / "in.safetensors", "-o", out, "--force", "--format",
+                   "nf4", "--method", "gptq", "--calib", tmp_path / "in.safetensors")
     assert bad.returncode != 0 and "a.hessian" in bad.stderr

@@ -325,7 +325,7 @@ def test_output_folder_rules(run_tool, model_dir, tmp_path):
     out.mkdir()
     (out / "keep").write_text("x")
     r = run_tool("quantize", model_dir, "-o", out, "--format", "nf4", check=1)
-    assert "is not empty" in r.stderr and os.listdir(out) == ["keep"]
+    assert "exists: --force replaces it" in r.stderr and os.listdir(out) == ["keep"]
     # an empty folder is replaced; no temporary folder is left beside it
     (out / "keep").unlink()
     run_tool("quantize", model_dir, "-o", out, "--format", "nf4", "-q", check=0)

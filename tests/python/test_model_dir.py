@@ -123,11 +123,12 @@ def test_single_file_config_out(run_tool, model_file, tmp_path):
     qc = json.loads(cfg.read_text())
     assert qc["bnb_4bit_use_double_quant"] is True and qc["load_in_4bit"] is True
     assert qc["llm_int8_skip_modules"] == ["embeddings.word_embeddings"]
-    r = run_tool("quantize", src, "-o", out, "--format", "mxfp8", "--layout", "ct",
+    r = run_tool("quantize", src, "-o", out, "--force", "--format", "mxfp8", "--layout", "ct",
                  "--config-out", "-", check=0)
     assert json.loads(r.stdout)["format"] == "mxfp8-quantized"
     assert "layer" in r.stderr  # the table goes to stderr when stdout holds the config
-    r = run_tool("quantize", src, "-o", out, "--format", "nf4", "--config-out", "-", check=1)
+    r = run_tool("quantize", src, "-o", out, "--force", "--format", "nf4", "--config-out", "-",
+                 check=1)
     assert "no loader config" in r.stderr
 
 

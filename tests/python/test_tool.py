@@ -158,12 +158,14 @@ def test_selection_include_exclude(run_tool, model_file, tmp_path):
     assert raw[QUANTIZED[1]][2] == tensors[QUANTIZED[1]].tobytes()
     # query.bias matches the include but is 1-D: never quantized
     assert raw["encoder.layer.0.attention.self.query.bias"][0] == "F32"
-    run_tool("quantize", src, "-o", out, "--format", "llm_int8", "--exclude", r"layer\.1", check=0)
+    run_tool("quantize", src, "-o", out, "--force", "--format", "llm_int8",
+             "--exclude", r"layer\.1", check=0)
     raw = read_raw(out)
     assert raw[QUANTIZED[0]][0] == "I8" and raw[QUANTIZED[3]][0] == "F32"
     # an explicit --exclude replaces the default one: embeddings are now quantized too
     assert raw["embeddings.word_embeddings.weight"][0] == "I8"
-    r = run_tool("quantize", src, "-o", out, "--format", "nf4", "--include", "nothing", check=0)
+    r = run_tool("quantize", src, "-o", out, "--force", "--format", "nf4", "--include", "nothing",
+                 check=0)
     assert "no tensor matched" in r.stderr
 
 
@@ -189,7 +191,7 @@ def test_inspect(run_tool, model_file, tmp_path):
     assert "nf4/64+dq" in text and "total:" in text and "quantized:" in text
     for fmt, label in (("llm_int8", "llm_int8"), ("fp8_e4m3", "fp8_e4m3"), ("nvfp4", "nvfp4"),
                        ("mxfp4", "mxfp4")):
-        run_tool("quantize", src, "-o", out, "--format", fmt, check=0)
+        run_tool("quantize", src, "-o", out, "--force", "--format", fmt, check=0)
         info = json.loads(run_tool("inspect", out, "--json", check=0).stdout)
         w = {x["name"]: x for x in info["weights"]}[QUANTIZED[2]]
         assert w["format"] == label and w["shape"] == [32, 64]
@@ -267,8 +269,8 @@ def test_write_failures_leave_nothing(run_tool, model_file, tmp_path):
     target = tmp_path / "adir"
     target.mkdir()
     before = sorted(os.listdir(tmp_path))
-    r = run_tool("quantize", src, "-o", target, "--format", "nf4")
-    assert r.returncode == 1 and "writing" in r.stderr
+    r = run_tool("quantize", src, "-o", target, "--format", "nf4", "--force")
+    assert r.returncode == 1 and "is a folder; the input makes a file" in r.stderr
     assert sorted(os.listdir(tmp_path)) == before and os.listdir(target) == []
 
 
@@ -336,7 +338,7 @@ def test_hostile_files(run_tool, tmp_path, case):
     out = tmp_path / "out.safetensors"
     out.write_bytes(b"previous contents")
     before = sorted(os.listdir(tmp_path))
-    r = run_tool("quantize", src, "-o", out, "--format", "nf4")
+    r = run_tool("quantize", src, "-o", out, "--force", "--format", "nf4")
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "error:" in r.stderr and message in r.stderr, r.stderr
     assert out.read_bytes() == b"previous contents"
@@ -359,7 +361,7 @@ def test_valid_edge_files(run_tool, tmp_path):
     assert raw["inside"] == ("F32", [0], b"")
     empty = tmp_path / "empty.safetensors"
     empty.write_bytes(st_bytes(b"{}"))
-    run_tool("quantize", empty, "-o", out, "--format", "nf4", check=0)
+    run_tool("quantize", empty, "-o", out, "--force", "--format", "nf4", check=0)
     assert read_raw(out) == {}
 
 
@@ -400,7 +402,8 @@ def quantize_on_pty(tool, src, out):
     """`qsparse quantize SRC -o OUT --format nf4` with stderr on a pseudo-terminal (where the
     tool draws its progress bar): (exit status, everything it wrote there)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
+    proc = subprocess.Popen([tool, "quantize", str(src), "-o", str(out), "--force", "--format",
+                             "nf4"],
                             stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     chunks = []
@@ -424,7 +427,7 @@ def test_progress_bar_only_on_a_terminal(tool, model_file, tmp_path):
     assert returncode == 0
     # one bar: each tensor is quantized and written before the next (streaming)
     assert "quantizing [" in text and "#" in text and "\r" in text and "5/5" in text
-    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--format", "nf4"],
+    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--force", "--format", "nf4"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "quantizing" not in r.stderr
 
@@ -522,7 +525,7 @@ def test_hundred_thousand_tensors(run_tool, tmp_path):
     # the companion-key check still finds a clash among them all
     header["blk.7777.weight.absmax"] = entry("F32", [1], len(data), len(data) + 4)
     src.write_bytes(st_bytes(json.dumps(header).encode(), data + b"\0" * 4))
-    r = run_tool("quantize", src, "-o", out, "--format", "nf4", "--quiet")
+    r = run_tool("quantize", src, "-o", out, "--force", "--format", "nf4", "--quiet")
     assert r.returncode == 1 and "already has a tensor 'blk.7777.weight.absmax'" in r.stderr
 
 
@@ -570,12 +573,12 @@ def test_names_with_escape_sequences_are_printed_escaped(run_tool, tool, tmp_pat
 
     # error messages quoting names: a clash, and a header entry the reader refuses
     save_file({EVIL + ".weight": w, EVIL + ".weight.absmax": np.ones(4, np.float32)}, str(src))
-    r = run_tool("quantize", src, "-o", out, "--format", "nf4")
+    r = run_tool("quantize", src, "-o", out, "--force", "--format", "nf4")
     assert r.returncode == 1
     assert_terminal_safe(r.stderr)
     assert f"already has a tensor '{EVIL_SHOWN}.weight.absmax'" in r.stderr
     src.write_bytes(st_bytes({EVIL: entry("F99", [1], 0, 4)}, b"\0" * 4))
-    for args in (("inspect", src), ("quantize", src, "-o", out, "--format", "nf4")):
+    for args in (("inspect", src), ("quantize", src, "-o", out, "--force", "--format", "nf4")):
         r = run_tool(*args)
         assert r.returncode == 1 and f"tensor '{EVIL_SHOWN}': unknown dtype" in r.stderr
         assert_terminal_safe(r.stderr)
@@ -719,7 +722,8 @@ def test_every_fatal_signal_mid_write_removes_the_temp(tool, model_file, tmp_pat
     work.mkdir()
     out = work / "out.safetensors"
     out.write_bytes(b"previous contents")
-    proc = stopped_tool(tool, ["quantize", src, "-o", out, "--format", "nf4", "-q"], "write",
+    proc = stopped_tool(tool, ["quantize", src, "-o", out, "--force", "--format", "nf4", "-q"],
+                        "write",
                         preexec_fn=no_core)
     tmp = temp_files(work)
     assert len(tmp) == 1 and f".qsparse-tmp-{proc.pid}-" in tmp[0]
@@ -744,7 +748,8 @@ def test_sigxfsz_from_a_file_size_limit_removes_the_temp(tool, tmp_path):
         no_core()
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 19, 1 << 19))
 
-    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--format", "nf4", "-q"],
+    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--force", "--format", "nf4",
+                        "-q"],
                        preexec_fn=limit, capture_output=True, timeout=120)
     assert r.returncode == -signal.SIGXFSZ
     assert os.listdir(work) == ["out.safetensors"]
@@ -778,7 +783,8 @@ def test_sigkill_leftover_is_named_and_removed_by_the_next_run(tool, run_tool, m
     work.mkdir()
     out = work / "out.safetensors"
     out.write_bytes(b"previous contents")
-    proc = stopped_tool(tool, ["quantize", src, "-o", out, "--format", "nf4", "-q"], "write")
+    proc = stopped_tool(tool, ["quantize", src, "-o", out, "--force", "--format", "nf4", "-q"],
+                        "write")
     proc.kill()
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
@@ -791,7 +797,7 @@ def test_sigkill_leftover_is_named_and_removed_by_the_next_run(tool, run_tool, m
     odd = f".out.safetensors.qsparse-tmp-{proc.pid}-abcdef.keep"
     for name in (live, other, odd):
         (work / name).write_bytes(b"x")
-    run_tool("quantize", src, "-o", out, "--format", "nf4", "-q", check=0)
+    run_tool("quantize", src, "-o", out, "--force", "--format", "nf4", "-q", check=0)
     assert sorted(os.listdir(work)) == sorted([live, other, odd, "out.safetensors"])
     assert len(read_raw(out)) == 5 * 4 + 5
 
@@ -814,7 +820,7 @@ def test_input_truncated_during_the_run(tool, tmp_path, case):
     work.mkdir()
     out = work / "out.safetensors"
     out.write_bytes(b"previous contents")
-    args = ["quantize", src, "-o", out, "--format", "nf4", "-q"]
+    args = ["quantize", src, "-o", out, "--force", "--format", "nf4", "-q"]
     if case == "copied_write":
         args += ["--include", "nothing"]
     point = "open" if case == "quantized_read" else "write"
@@ -857,7 +863,8 @@ def test_output_mode(tool, model_file, tmp_path, existing, umask, expect):
     if existing is not None:
         out.write_bytes(b"previous contents")
         os.chmod(out, existing)
-    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--format", "nf4", "-q"],
+    r = subprocess.run([tool, "quantize", str(src), "-o", str(out), "--force", "--format", "nf4",
+                        "-q"],
                        preexec_fn=lambda: os.umask(umask), capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(os.stat(out).st_mode) == expect
