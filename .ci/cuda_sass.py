@@ -3,10 +3,10 @@
 and stores, other global loads and stores, local-memory traffic, registers, stack, shared memory
 and the theoretical occupancy those allow with the kernel's block size. Exits 1 when a bulk
 kernel (the ones that move a tensor's bytes: quantize, dequantize, reductions, matmul) has no
-128-bit global load or spills to local memory, or when a dequantize kernel (the one that writes
-a tensor) has no 128-bit global store. Quantize kernels write a quarter to an eighth of what
-they read (codes, a scale per block) and the matmul kernels one float per output, so only
-their loads are held to 16 bytes.
+128-bit global load or uses local memory (but those KNOWN_LOCAL lists), or when a dequantize
+kernel (the one that writes a tensor) has no 128-bit global store. Quantize kernels write a
+quarter to an eighth of what they read (codes, a scale per block) and the matmul kernels one
+float per output, so only their loads are held to 16 bytes.
 
 Usage: python3 .ci/cuda_sass.py CUOBJDUMP PLUGIN [sm_90] [--quiet]   (--quiet: no table)
 cuobjdump needs nvdisasm beside it or on PATH (PyPI: nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm).
@@ -20,6 +20,17 @@ import sys
 BULK = ("bq_kernel", "deq_kernel", "ewq_kernel", "mv_kernel", "mm_kernel", "reduce_kernel")
 # ... and those that also write a tensor's bytes: each must write 16 bytes per store.
 BULK_STORE = ("deq_kernel",)
+# Local-memory traffic nvcc 13 leaves in bulk kernels on the architectures other than sm_86 /
+# 89 / 90 (arrays indexed in loops it does not unroll there: the GEMV's x tile and codes, a GEMM
+# tile index; 8 to 144 bytes of stack). Listed, not failed, until those kernels are reshaped
+# (issue 31); any other kernel with local traffic fails.
+_MV = tuple(f"mv_kernel<{k}>" for k in range(1, 11))
+KNOWN_LOCAL = {
+    "sm_80": ("mm_kernel",),
+    "sm_100": ("mm_kernel", "deq_kernel<3, 0, 1>", "deq_kernel<4, 0, 1>", "deq_kernel<4, 0, 2>")
+    + _MV,
+    "sm_120": ("bq_kernel<4, 0>", "deq_kernel<0, 0, 0>", "deq_kernel<0, 1, 0>") + _MV,
+}
 # Threads per block (src/cuda: QS_CU_MM_THREADS for the GEMM, 256 for every other kernel).
 THREADS = {"mm_kernel": 128}
 
@@ -69,7 +80,7 @@ def main():
         name, body = part.split("\n", 1)
         funcs[name.strip()] = body
     names = demangle(list(funcs))
-    rows, bad = [], []
+    rows, bad, known = [], [], []
     for mangled, body in sorted(funcs.items(), key=lambda kv: names.get(kv[0], kv[0])):
         name = names.get(mangled, mangled)
         short = re.sub(r"_INTERNAL_\w+::", "", name)
@@ -89,21 +100,26 @@ def main():
             bad.append(f"{short}: no 128-bit global load")
         if short.startswith(BULK_STORE) and st128 == 0:
             bad.append(f"{short}: no 128-bit global store")
-        if bulk and local:
+        if bulk and local and short in KNOWN_LOCAL.get(arch, ()):
+            known.append(f"{short}: {local} local-memory loads/stores (known)")
+        elif bulk and local:
             bad.append(f"{short}: {local} local-memory loads/stores")
     nbulk = sum(r[11] for r in rows)
     print(f"{arch}: {len(rows)} kernels, {nbulk} bulk (marked *): "
-          f"{'ok' if not bad else f'{len(bad)} problems'}")
+          f"{'ok' if not bad else f'{len(bad)} problems'}"
+          f"{f', {len(known)} with known local memory' if known else ''}")
     if quiet:
         rows = []
     if rows:
-        print("(LDG / STG: every global load / store instruction, LDG128 / STG128: those of 16 bytes;"
-              " occup: theoretical occupancy)")
+        print("(LDG / STG: every global load / store instruction, LDG128 / STG128: those of 16"
+              " bytes; occup: theoretical occupancy)")
         print(f"{'kernel':58} {'LDG128':>6} {'LDG':>4} {'STG128':>6} {'STG':>4} {'LDL/STL':>7} "
               f"{'regs':>4} {'stack':>5} {'smem':>5} {'thr':>4} {'occup':>5}")
     for r in rows:
         print(f"{('*' if r[11] else ' ') + r[0]:58.58} {r[1]:6d} {r[2]:4d} {r[3]:6d} {r[4]:4d} "
               f"{r[5]:7d} {r[6]:4d} {r[7]:5d} {r[8]:5d} {r[9]:4d} {r[10]:5.0%}")
+    for k in known:
+        print("cuda_sass:", k)
     for b in bad:
         print("cuda_sass:", b, file=sys.stderr)
     return 1 if bad else 0
