@@ -2,9 +2,12 @@
 # SPDX-License-Identifier: MIT
 # The CUDA plugin without a GPU (CI): build libqsparse-cuda.so for every architecture when nvcc
 # is there (on PATH or in /usr/local/cuda/bin), check that only the plugin holds CUDA code and
-# that it exports one symbol, list its architectures when cuobjdump is there, then run
-# test_backend and test_cuda_items against it and tests/cuda/no_gpu_check.py: the core with the
-# plugin absent, present without a GPU, truncated and corrupt, never crashing or printing.
+# that it exports one symbol, list its architectures when cuobjdump is there and check its
+# compiled code with .ci/cuda_sass.py (every bulk kernel reads with 128-bit global loads and
+# keeps its arrays out of local memory; registers, shared memory and occupancy per kernel), then
+# run test_backend, test_cuda_items and test_cuda_mv (the plugin's items on an emulated grid)
+# and tests/cuda/no_gpu_check.py: the core with the plugin absent, present without a GPU,
+# truncated and corrupt, never crashing or printing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="build-cuda-ci"
@@ -28,7 +31,7 @@ plugin="$PWD/$build/src/cuda/libqsparse-cuda.so"
 echo "plugin built in $((t1 - t0)) s: $(stat -c %s "$plugin") bytes"
 # Only what the checks below run (the main CI job builds and tests everything else).
 lib=$(ninja -C "$build" -t targets all | grep -oE '^libqsparse\.so(\.[0-9]+)*:' | tr -d : | tail -n 1)
-targets=("$lib" tests/test_backend tests/test_cuda_items)
+targets=("$lib" tests/test_backend tests/test_cuda_items tests/test_cuda_mv)
 for v in good recorder no_symbol wrong_abi refuse unavailable reserved bad_name; do
   targets+=("tests/libqs-test-plugin-$v.so")
 done
@@ -61,10 +64,23 @@ if [ -n "$cuobjdump" ]; then
     case " $archs " in *" $a "*) ;; *) echo "no $a SASS in the plugin" >&2; exit 1 ;; esac
   done
   echo "PTX in the plugin: $("$cuobjdump" --list-ptx "$plugin" | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')"
+  # the SASS needs nvdisasm (beside cuobjdump, or on PATH)
+  if [ -x "$(dirname "$cuobjdump")/nvdisasm" ] || command -v nvdisasm >/dev/null; then
+    # the whole table for sm_90 (the H100 / H200 of issue 31), a line for the others
+    for a in $archs; do
+      quiet=--quiet
+      [ "$a" = sm_90 ] && quiet=
+      python3 .ci/cuda_sass.py "$cuobjdump" "$plugin" "$a" $quiet
+    done
+  else
+    echo "cuda.sh: no nvdisasm (.ci/deps installs it): the plugin's SASS is not checked" >&2
+    exit 1
+  fi
 else
-  echo "cuda.sh: no cuobjdump; the plugin's architectures are not listed"
+  echo "cuda.sh: no cuobjdump (.ci/deps installs it): the plugin's code is not checked" >&2
+  exit 1
 fi
 
 meson test -C "$build" --no-rebuild --print-errorlogs --num-processes 2 test_backend \
-  test_cuda_items-scalar
+  test_cuda_items-scalar test_cuda_mv-scalar
 QSPARSE_LIB="$PWD/$build/libqsparse.so" python3 tests/cuda/no_gpu_check.py "$plugin" "$build/nogpu"

@@ -167,8 +167,8 @@ typedef struct qs_allocator {
  * backends are plugins (include/qsparse/plugin.h); one that lacks an operation makes the call
  * return QS_ERR_UNSUPPORTED on a context created for it, with a message naming the backend and
  * the operation (qs_ctx_last_error): the call never runs on the CPU instead. The CUDA plugin runs
- * quantize and dequantize on host arrays, plus the device API (qsparse/cuda.h). Every other
- * function computes on the CPU whatever the context's backend (masks, observers, Hessians,
+ * quantize, dequantize and matmul on host arrays, plus the device API (qsparse/cuda.h). Every
+ * other function computes on the CPU whatever the context's backend (masks, observers, Hessians,
  * GPTQ / SparseGPT, conversions, metadata reorders).
  *
  * Plugins are shared modules loaded with dlopen the first time their backend is asked for (a

@@ -257,7 +257,7 @@ static void test_names(void **state)
         assert_non_null(cpu->act_sumsq);
         assert_null(cpu->quantize_dev);
         assert_null(cpu->dequantize_dev);
-        assert_null(cpu->gemv_dev);
+        assert_null(cpu->matmul_dev);
         assert_null(cpu->sp24_dev);
     }
     {
@@ -792,8 +792,46 @@ static void test_device_api(void **state)
     assert_int_equal(qs_cuda_dequantize(ctx, &p, &t.q, ROWS, COLS, y, QS_DTYPE_F32, 4, NULL),
                      QS_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(qs_cuda_gemv(ctx, &p, &t.q, ROWS, COLS, x, y, NULL), QS_ERR_BACKEND);
-    p = params(QS_FORMAT_MXFP4);
-    assert_int_equal(qs_cuda_gemv(ctx, &p, &t.q, ROWS, COLS, x, y, NULL), QS_ERR_UNSUPPORTED);
+    p = params(QS_FORMAT_MXFP4); /* every format now: NF4's planes are large enough for it */
+    assert_int_equal(qs_cuda_gemv(ctx, &p, &t.q, ROWS, COLS, x, y, NULL), QS_ERR_BACKEND);
+    assert_non_null(strstr(qs_ctx_last_error(ctx), "no device entry point"));
+    p = params(QS_FORMAT_NF4);
+    { /* qs_cuda_matmul: qs_matmul's checks, before the plugin */
+        qs_weight w;
+        qs_matmul_params mp;
+        memset(&w, 0, sizeof w);
+        w.kind = QS_WEIGHT_DENSE;
+        w.dtype = QS_DTYPE_F32;
+        w.data = src;
+        w.data_bytes = ROWS * COLS * 4;
+        qs_matmul_params_init(&mp);
+        assert_int_equal(qs_cuda_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
+                                        sizeof y, NULL),
+                         QS_ERR_BACKEND);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "no device entry point"));
+        assert_int_equal(qs_cuda_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
+                                        sizeof y - 1, NULL),
+                         QS_ERR_BUFFER_TOO_SMALL);
+        assert_int_equal(qs_cuda_matmul(ctx, NULL, (const char *)x + 2, QS_DTYPE_F32, 1, COLS, &w,
+                                        ROWS, NULL, y, sizeof y, NULL),
+                         QS_ERR_INVALID_ARG);
+        w.data_bytes--;
+        assert_int_equal(qs_cuda_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
+                                        sizeof y, NULL),
+                         QS_ERR_BUFFER_TOO_SMALL);
+        w.kind = QS_WEIGHT_SP24;
+        assert_int_equal(qs_cuda_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, 6, &w, ROWS, NULL, y,
+                                        sizeof y, NULL),
+                         QS_ERR_SHAPE);
+        w.kind = QS_WEIGHT_PACKED;
+        assert_int_equal(qs_cuda_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
+                                        sizeof y, NULL),
+                         QS_ERR_UNSUPPORTED);
+        mp.threshold = 6.0f; /* needs int8 activations */
+        assert_int_equal(qs_cuda_matmul(ctx, &mp, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
+                                        sizeof y, NULL),
+                         QS_ERR_INVALID_ARG);
+    }
     {
         float vals[ROWS * COLS / 2], dense[ROWS * COLS];
         uint16_t meta[ROWS * COLS / 16];

@@ -1,144 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CUDA plugin's code on the host (src/cuda/cuda_items.h, cuda_pipeline.c): its drivers run
- * over a host executor that plays the GPU grid, items in a scrambled order, reductions with the
- * device's thread count and shared-memory tree, the GEMV with the device's half-warp lanes and
- * shuffle tree. Every plane, scale field and decoded value is compared bit for bit with the CPU
- * backend (qs_quantize / qs_dequantize on the scalar reference) and every GEMV output with the
- * reference dot products (docs/formats.md; include/qsparse/matmul.h for the summation order).
- * No GPU is needed: this is how the plugin's numerics are tested at every tier of the suite.
+ * The CUDA plugin's quantize, dequantize and 2:4 code on the host (src/cuda/cuda_items.h,
+ * cuda_vec.h, cuda_pipeline.c): its drivers run over the host executor of cuda_exec.h, which
+ * plays the GPU grid (items in a scrambled order, reductions with the device's thread count and
+ * shared-memory tree, a blockwise group's lanes joined as the device's shuffles join them). Every
+ * plane, scale field and decoded value is compared bit for bit with the CPU backend
+ * (qs_quantize / qs_dequantize on the scalar reference, docs/formats.md), with every buffer
+ * 16-byte aligned (the 16-byte tile items) and shifted off that boundary (the scalar items), in
+ * f32, f16 and bf16, and the host waits are counted against qs_cu_quantize_waits. No GPU is
+ * needed: this is how the plugin's numerics are tested at every tier of the suite.
  */
 #include "common.h"
 
 #include "../src/core/backend.h"
 #include "../src/core/kernels.h"
-#include "../src/cuda/cuda_pipeline.h"
+#include "cuda_exec.h"
 #include "../src/ref/ref.h"
 #include "../src/ref/sp24_ref.h"
-
-/* ---- the host executor ----------------------------------------------------------------------- */
-
-struct host_exec {
-    int64_t launches;
-    int fail_at; /* > 0: the launch with this number fails (error-path tests) */
-};
-
-/* Index k of `count` in a scrambled order: items must not depend on running in index order. */
-static int64_t scramble(int64_t k, int64_t count)
-{
-    const int64_t p = 7919;
-    return count % p == 0 ? count - 1 - k : (k * p) % count;
-}
-
-static void run_reduce(const struct qs_cu_red *a, int64_t count)
-{
-    for (int64_t k = 0; k < count; k++) {
-        int64_t i = scramble(k, count);
-        struct qs_cu_pair p[QS_CU_RED_THREADS];
-        for (int t = 0; t < QS_CU_RED_THREADS; t++)
-            p[t] = qs_cu_red_thread(a, i, t);
-        for (int s = QS_CU_RED_THREADS / 2; s > 0; s /= 2) /* the shared-memory tree */
-            for (int t = 0; t < s; t++)
-                p[t] = qs_cu_red_join(a->kind, p[t], p[t + s]);
-        a->partial[i] = p[0];
-    }
-}
-
-static void run_gemv(const struct qs_cu_gemv *a, int64_t count)
-{
-    for (int64_t k = 0; k < count; k++) {
-        int64_t r = scramble(k, count), segs = qs_cu_gemv_segments(a, r);
-        float acc = 0.0f;
-        for (int64_t s = 0; s < segs; s++) {
-            float t[16];
-            for (int lane = 0; lane < 16; lane++)
-                t[lane] = qs_cu_gemv_lane(a, r, s, lane);
-            for (int h = 8; h >= 1; h /= 2) /* __shfl_down_sync by 8, 4, 2, 1 */
-                for (int i = 0; i < h; i++)
-                    t[i] = t[i] + t[i + h];
-            acc = qs_cu_gemv_acc(acc, t[0], qs_cu_gemv_scale(a, r, s));
-        }
-        a->y[r] = qs_hd_nan_canon(acc);
-    }
-}
-
-#define GRID(type, fn)                                                                             \
-    for (int64_t k = 0; k < count; k++)                                                            \
-        fn((const type *)args, scramble(k, count));                                                \
-    break
-
-static int host_launch(void *user, int32_t kernel, const void *args, int64_t count)
-{
-    struct host_exec *h = user;
-
-    if (h->fail_at > 0 && ++h->launches == h->fail_at)
-        return 1;
-    switch (kernel) {
-    case QS_CU_K_CVT_IN: GRID(struct qs_cu_cvt_in, qs_cu_cvt_in_item);
-    case QS_CU_K_CVT_OUT: GRID(struct qs_cu_cvt_out, qs_cu_cvt_out_item);
-    case QS_CU_K_REDUCE: run_reduce(args, count); break;
-    case QS_CU_K_BNB4_QUANT: GRID(struct qs_cu_bnb4_quant, qs_cu_bnb4_quant_item);
-    case QS_CU_K_DQ_CENTER: GRID(struct qs_cu_dq_quant, qs_cu_dq_center_item);
-    case QS_CU_K_DQ_BLOCK: GRID(struct qs_cu_dq_quant, qs_cu_dq_block_item);
-    case QS_CU_K_DQ_DEQUANT: GRID(struct qs_cu_dq_dequant, qs_cu_dq_dequant_item);
-    case QS_CU_K_BNB4_DEQUANT: GRID(struct qs_cu_bnb4_dequant, qs_cu_bnb4_dequant_item);
-    case QS_CU_K_INT8_PARAMS: GRID(struct qs_cu_int8_params, qs_cu_int8_params_item);
-    case QS_CU_K_INT8_QUANT: GRID(struct qs_cu_int8_quant, qs_cu_int8_quant_item);
-    case QS_CU_K_INT8_DEQUANT: GRID(struct qs_cu_int8_dequant, qs_cu_int8_dequant_item);
-    case QS_CU_K_TENSOR_SCALE: GRID(struct qs_cu_tensor_scale, qs_cu_tensor_scale_item);
-    case QS_CU_K_FP8_QUANT: GRID(struct qs_cu_fp8, qs_cu_fp8_quant_item);
-    case QS_CU_K_FP8_DEQUANT: GRID(struct qs_cu_fp8, qs_cu_fp8_dequant_item);
-    case QS_CU_K_ROWS_QUANT: GRID(struct qs_cu_rows, qs_cu_rows_quant_item);
-    case QS_CU_K_ROWS_DEQUANT: GRID(struct qs_cu_rows, qs_cu_rows_dequant_item);
-    case QS_CU_K_GEMV: run_gemv(args, count); break;
-    case QS_CU_K_SP24_CHECK: {
-        const struct qs_cu_sp24_check *c = args;
-        for (int64_t k = 0; k < count; k++) { /* atomicMin on the device */
-            int64_t i = scramble(k, count);
-            if (qs_cu_sp24_bad_item(&c->a, i, c->decompress) && (unsigned long long)i < *c->first)
-                *c->first = (unsigned long long)i;
-        }
-        break;
-    }
-    case QS_CU_K_SP24_COMPRESS: GRID(struct qs_cu_sp24, qs_cu_sp24_compress_item);
-    case QS_CU_K_SP24_DECOMPRESS: GRID(struct qs_cu_sp24, qs_cu_sp24_decompress_item);
-    default: return 1;
-    }
-    return 0;
-}
-
-static void *host_alloc(void *user, size_t bytes)
-{
-    (void)user;
-    return malloc(bytes);
-}
-
-static void host_release(void *user, void *p)
-{
-    (void)user;
-    free(p);
-}
-
-static int host_copy(void *user, void *dst, const void *src, size_t bytes)
-{
-    (void)user;
-    memcpy(dst, src, bytes);
-    return 0;
-}
-
-static struct qs_cu_exec make_exec(struct host_exec *h)
-{
-    struct qs_cu_exec x = {
-        .user = h,
-        .tables = {qs_nf4_codebook, qs_fp4_codebook, qs_dyn8_map, qs_e2m1_values},
-        .launch = host_launch,
-        .alloc = host_alloc,
-        .release = host_release,
-        .to_host = host_copy,
-        .to_device = host_copy,
-    };
-    return x;
-}
 
 /* ---- one case: CPU backend vs the plugin's drivers on the host ------------------------------- */
 
@@ -148,24 +26,25 @@ struct qt {
     int64_t bytes[QS_PLANE_COUNT];
 };
 
+/* Planes of a rows x cols tensor filled with `fill`; the data plane starts `shift` bytes past a
+ * 16-byte boundary (1: the tile items cannot run, the scalar ones must give the same bytes). */
 static void qt_alloc(struct qt *t, const qs_quant_params *p, int64_t rows, int64_t cols,
-                     uint8_t fill)
+                     uint8_t fill, int shift)
 {
+    void **ptr[QS_PLANE_COUNT] = {&t->q.data, &t->q.scale, &t->q.zero_point, &t->q.nested_scale};
+    int64_t *cap[QS_PLANE_COUNT] = {&t->q.data_bytes, &t->q.scale_bytes, &t->q.zero_point_bytes,
+                                    &t->q.nested_scale_bytes};
+
     memset(t, 0, sizeof *t);
     for (int k = 0; k < QS_PLANE_COUNT; k++) {
         assert_int_equal(qs_quant_size(p, rows, cols, k, &t->bytes[k]), QS_OK);
-        t->plane[k] = t->bytes[k] ? malloc((size_t)t->bytes[k]) : NULL;
-        if (t->plane[k])
-            memset(t->plane[k], fill, (size_t)t->bytes[k]);
+        if (!t->bytes[k])
+            continue;
+        t->plane[k] = aligned_alloc(16, (size_t)(t->bytes[k] + 31) / 16 * 16);
+        memset(t->plane[k], fill, (size_t)(t->bytes[k] + 31) / 16 * 16);
+        *ptr[k] = (char *)t->plane[k] + (k == 0 ? shift : 0);
+        *cap[k] = t->bytes[k];
     }
-    t->q.data = t->plane[0];
-    t->q.data_bytes = t->bytes[0];
-    t->q.scale = t->plane[1];
-    t->q.scale_bytes = t->bytes[1];
-    t->q.zero_point = t->plane[2];
-    t->q.zero_point_bytes = t->bytes[2];
-    t->q.nested_scale = t->plane[3];
-    t->q.nested_scale_bytes = t->bytes[3];
 }
 
 static void qt_free(struct qt *t)
@@ -200,27 +79,47 @@ static qs_ctx *cpu_ctx(int32_t reject)
 }
 
 static int64_t n_cases;
+static struct host_exec totals; /* kernels launched and offsets summed, over every case */
 
-/* Quantize and dequantize one tensor both ways; 1 when every byte agrees. */
+static void add_totals(const struct host_exec *h)
+{
+    for (int k = 0; k < QS_CU_K_COUNT; k++)
+        totals.kernels[k] += h->kernels[k];
+    totals.dq_exact += h->dq_exact;
+    totals.dq_serial += h->dq_serial;
+    totals.waits += h->waits;
+}
+
+#define DATA_MIXED 0 /* normal values over 2^40 of scales, 5% adversarial values */
+#define DATA_TAME 1  /* normal values of one scale: double quantization's exact offset sum */
+
+/* Quantize and dequantize one tensor both ways; 1 when every byte agrees. shift 1: every
+ * buffer is one element (the data plane one byte) past a 16-byte boundary. */
 static int check_case(const qs_quant_params *p, int64_t rows, int64_t cols, int32_t dtype,
-                      uint64_t seed, int32_t reject)
+                      uint64_t seed, int32_t reject, int shift, int data)
 {
     qs_ctx *ctx = cpu_ctx(reject);
-    struct host_exec h = {0, 0};
-    struct qs_cu_exec x = make_exec(&h);
+    struct host_exec h;
+    struct qs_cu_exec x;
     qs_backend_layout l;
     struct qt a, b;
-    int64_t n = rows * cols, esz = qs_dtype_size(dtype);
+    int64_t n = rows * cols, esz = qs_dtype_size(dtype), room = (n + 8) * esz;
     float *xf = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    void *src = malloc((size_t)(n > 0 ? n : 1) * (size_t)esz);
-    void *da = malloc((size_t)(n > 0 ? n : 1) * (size_t)esz);
-    void *db = malloc((size_t)(n > 0 ? n : 1) * (size_t)esz);
+    char *src0 = aligned_alloc(16, (size_t)(room + 15) / 16 * 16);
+    char *da = malloc((size_t)room), *db0 = aligned_alloc(16, (size_t)(room + 15) / 16 * 16);
+    char *src = src0 + shift * esz, *db = db0 + shift * esz;
     char err[256];
     t_rng rng = {seed};
     qs_status sa, sb;
     int ok = 1;
 
-    t_fill_mixed(&rng, xf, n, reject ? 0.0 : 0.05);
+    memset(&h, 0, sizeof h);
+    x = make_exec(&h);
+    if (data == DATA_TAME)
+        for (int64_t i = 0; i < n; i++)
+            xf[i] = (float)t_normal(&rng);
+    else
+        t_fill_mixed(&rng, xf, n, reject ? 0.0 : 0.05);
     if (reject && n > 2)
         xf[n / 2] = INFINITY; /* one non-finite value: both must refuse */
     if (dtype == QS_DTYPE_F32) {
@@ -231,22 +130,30 @@ static int check_case(const qs_quant_params *p, int64_t rows, int64_t cols, int3
                                                          : qs_ref_f32_to_bf16(xf[i]);
     }
     assert_int_equal(plain_layout(ctx, p, rows, cols, &l), QS_OK);
-    qt_alloc(&a, p, rows, cols, 0x88);
-    qt_alloc(&b, p, rows, cols, 0x88);
+    qt_alloc(&a, p, rows, cols, 0x88, 0);
+    qt_alloc(&b, p, rows, cols, 0x88, shift);
     sa = qs_quantize(ctx, p, src, dtype, rows, cols, &a.q);
     sb = qs_cu_quantize(&x, &l, p, src, dtype, &b.q, reject, err, sizeof err);
     n_cases++;
     if (sa != sb) {
-        print_error("format %d %lldx%lld dtype %d: status cpu %d, cuda %d (%s)\n", p->format,
-                    (long long)rows, (long long)cols, dtype, sa, sb, err);
+        print_error("format %d %lldx%lld dtype %d shift %d: status cpu %d, cuda %d (%s)\n",
+                    p->format, (long long)rows, (long long)cols, dtype, shift, sa, sb, err);
         ok = 0;
     }
-    for (int k = 0; ok && sa == QS_OK && k < QS_PLANE_COUNT; k++)
-        if (a.bytes[k] && !t_check_bytes("plane", b.plane[k], a.plane[k], (size_t)a.bytes[k], 1)) {
-            print_error("format %d %lldx%lld dtype %d: plane %d differs\n", p->format,
-                        (long long)rows, (long long)cols, dtype, k);
-            ok = 0;
-        }
+    if (h.waits != (sa == QS_OK || reject ? qs_cu_quantize_waits(&l, p, reject) : 0)) {
+        print_error("format %d: %lld host waits, qs_cu_quantize_waits says %d\n", p->format,
+                    (long long)h.waits, qs_cu_quantize_waits(&l, p, reject));
+        ok = 0;
+    }
+    {
+        const void *bp[QS_PLANE_COUNT] = {b.q.data, b.q.scale, b.q.zero_point, b.q.nested_scale};
+        for (int k = 0; ok && sa == QS_OK && k < QS_PLANE_COUNT; k++)
+            if (a.bytes[k] && !t_check_bytes("plane", bp[k], a.plane[k], (size_t)a.bytes[k], 1)) {
+                print_error("format %d %lldx%lld dtype %d shift %d: plane %d differs\n",
+                            p->format, (long long)rows, (long long)cols, dtype, shift, k);
+                ok = 0;
+            }
+    }
     if (ok && sa == QS_OK &&
         (t_bits(a.q.global_scale) != t_bits(b.q.global_scale) ||
          t_bits(a.q.nested_offset) != t_bits(b.q.nested_offset))) {
@@ -254,30 +161,36 @@ static int check_case(const qs_quant_params *p, int64_t rows, int64_t cols, int3
         ok = 0;
     }
     if (ok && sa == QS_OK) {
+        /* the CPU's planes, moved to b's (possibly shifted) data plane, decoded both ways */
+        if (a.bytes[0])
+            memcpy(b.q.data, a.q.data, (size_t)a.bytes[0]);
+        b.q.global_scale = a.q.global_scale;
+        b.q.nested_offset = a.q.nested_offset;
         memset(da, 0x88, (size_t)(n * esz));
         memset(db, 0x77, (size_t)(n * esz));
         sa = qs_dequantize(ctx, p, &a.q, rows, cols, da, dtype, n * esz);
-        sb = qs_cu_dequantize(&x, &l, p, &a.q, db, dtype, err, sizeof err);
+        sb = qs_cu_dequantize(&x, &l, p, &b.q, db, dtype, err, sizeof err);
         if (sa != QS_OK || sb != QS_OK ||
             !t_check_bytes("dequantized", db, da, (size_t)(n * esz), 1)) {
-            print_error("format %d %lldx%lld dtype %d: dequantize differs (%d %d)\n", p->format,
-                        (long long)rows, (long long)cols, dtype, sa, sb);
+            print_error("format %d %lldx%lld dtype %d shift %d: dequantize differs (%d %d)\n",
+                        p->format, (long long)rows, (long long)cols, dtype, shift, sa, sb);
             ok = 0;
         }
     }
+    add_totals(&h);
     qt_free(&a);
     qt_free(&b);
     free(xf);
-    free(src);
+    free(src0);
     free(da);
-    free(db);
+    free(db0);
     qs_ctx_destroy(ctx);
     return ok;
 }
 
 static const int64_t shapes[][2] = {
     {1, 1}, {1, 2}, {1, 7}, {3, 33}, {2, 64}, {5, 100}, {4, 257}, {7, 1000}, {1, 4097},
-    {2, 16385}, {0, 8}, {3, 0},
+    {2, 16385}, {0, 8}, {3, 0}, {3, 8192}, {9, 4096}, {1100, 32},
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -285,30 +198,34 @@ static void sweep(const qs_quant_params *p, uint64_t seed)
 {
     for (int s = 0; s < NSHAPES; s++) {
         const int32_t dtypes[3] = {QS_DTYPE_F32, QS_DTYPE_F16, QS_DTYPE_BF16};
-        for (int d = 0; d < 3; d++) {
-            int64_t rows = shapes[s][0], cols = shapes[s][1];
-            int64_t bytes;
-            /* shapes the format refuses (INT8 groups must divide cols) are skipped */
-            if (qs_quant_size(p, rows, cols, QS_PLANE_DATA, &bytes) != QS_OK)
-                continue;
-            assert_true(check_case(p, rows, cols, dtypes[d], seed + (uint64_t)(s * 3 + d), 0));
-        }
+        for (int d = 0; d < 3; d++)
+            for (int v = 0; v < 3; v++) {
+                int64_t rows = shapes[s][0], cols = shapes[s][1];
+                int64_t bytes;
+                /* shapes the format refuses (INT8 groups must divide cols) are skipped */
+                if (qs_quant_size(p, rows, cols, QS_PLANE_DATA, &bytes) != QS_OK)
+                    continue;
+                /* aligned with mixed data, shifted, aligned with tame data */
+                assert_true(check_case(p, rows, cols, dtypes[d],
+                                       seed + (uint64_t)(s * 9 + d * 3 + v), 0, v == 1,
+                                       v == 2 ? DATA_TAME : DATA_MIXED));
+            }
     }
 }
 
 static void test_bnb4(void **state)
 {
     const int32_t fmts[2] = {QS_FORMAT_NF4, QS_FORMAT_FP4};
-    const int32_t blocks[4] = {64, 32, 4096, 6};
+    const int32_t blocks[5] = {64, 32, 4096, 6, 12}; /* 12: three f32 tiles for two lanes */
     (void)state;
     for (int f = 0; f < 2; f++)
-        for (int b = 0; b < 4; b++)
+        for (int b = 0; b < 5; b++)
             for (int dq = 0; dq < 2; dq++) {
                 qs_quant_params p;
                 qs_quant_params_init(&p, fmts[f]);
                 p.block_size = blocks[b];
                 p.double_quant = dq;
-                sweep(&p, 100 + (uint64_t)(f * 8 + b * 2 + dq) * 1000);
+                sweep(&p, 100 + (uint64_t)(f * 10 + b * 2 + dq) * 1000);
             }
 }
 
@@ -362,16 +279,18 @@ static void test_reject(void **state)
     qs_quant_params p;
     (void)state;
     qs_quant_params_init(&p, QS_FORMAT_NF4);
-    assert_true(check_case(&p, 3, 100, QS_DTYPE_F32, 1, 1));      /* holds an Inf: refused */
-    assert_true(check_case(&p, 2, 20000, QS_DTYPE_F32, 2, 1));    /* over two chunks */
-    assert_true(check_case(&p, 1, 2, QS_DTYPE_F32, 3, 1));        /* finite: accepted */
+    for (int shift = 0; shift < 2; shift++) {
+        assert_true(check_case(&p, 3, 100, QS_DTYPE_F32, 1, 1, shift, DATA_MIXED)); /* an Inf */
+        assert_true(check_case(&p, 2, 20000, QS_DTYPE_F16, 2, 1, shift, DATA_MIXED)); /* chunks */
+        assert_true(check_case(&p, 1, 2, QS_DTYPE_F32, 3, 1, shift, DATA_MIXED)); /* finite */
+    }
 }
 
 /* A failing launch is a status with a message, and the tensor's struct fields stay. */
 static void test_launch_failure(void **state)
 {
     qs_ctx *ctx = cpu_ctx(0);
-    struct host_exec h = {0, 1};
+    struct host_exec h = {.fail_at = 1};
     struct qs_cu_exec x = make_exec(&h);
     qs_backend_layout l;
     qs_quant_params p;
@@ -382,7 +301,7 @@ static void test_launch_failure(void **state)
 
     qs_quant_params_init(&p, QS_FORMAT_NVFP4);
     assert_int_equal(plain_layout(ctx, &p, 1, 64, &l), QS_OK);
-    qt_alloc(&t, &p, 1, 64, 0);
+    qt_alloc(&t, &p, 1, 64, 0, 0);
     t.q.global_scale = 5.0f;
     assert_int_equal(qs_cu_quantize(&x, &l, &p, src, QS_DTYPE_F32, &t.q, 0, err, sizeof err),
                      QS_ERR_BACKEND);
@@ -390,90 +309,6 @@ static void test_launch_failure(void **state)
     assert_true(t.q.global_scale == 5.0f);
     qt_free(&t);
     qs_ctx_destroy(ctx);
-}
-
-/* ---- GEMV against the reference dot products --------------------------------------------- */
-
-static void gemv_case(const qs_quant_params *p, int64_t rows, int64_t cols, uint64_t seed)
-{
-    qs_ctx *ctx = cpu_ctx(0);
-    struct host_exec h = {0, 0};
-    struct qs_cu_exec x = make_exec(&h);
-    qs_backend_layout l;
-    struct qt t;
-    int64_t n = rows * cols;
-    float *w = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    float *xv = malloc((size_t)(cols > 0 ? cols : 1) * sizeof(float));
-    float *y = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
-    float *want = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
-    float *absmax = NULL;
-    char err[256];
-    t_rng rng = {seed};
-
-    t_fill_mixed(&rng, w, n, 0.0);
-    t_fill_mixed(&rng, xv, cols, 0.01);
-    assert_int_equal(plain_layout(ctx, p, rows, cols, &l), QS_OK);
-    qt_alloc(&t, p, rows, cols, 0);
-    assert_int_equal(qs_quantize(ctx, p, w, QS_DTYPE_F32, rows, cols, &t.q), QS_OK);
-    if (p->format == QS_FORMAT_NF4 && p->double_quant) { /* the decoded absmax, as the CPU */
-        absmax = malloc((size_t)l.units * sizeof(float));
-        qs_dyn8_dequant__ref(t.q.scale, t.q.nested_scale, l.units, 256, t.q.nested_offset,
-                             absmax);
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        if (p->format == QS_FORMAT_NF4) {
-            want[r] = qs_mm_dot_nf4__ref(xv, cols, t.q.data, r * cols,
-                                         absmax ? absmax : (const float *)t.q.scale, l.block);
-        } else {
-            int64_t u = l.unit_rule == QS_BACKEND_UNITS_ROWS         ? r
-                        : l.unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? r * (cols / l.block)
-                                                                     : 0;
-            int64_t group = l.unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? l.block : cols;
-            const int8_t *zp = p->symmetric ? NULL : (const int8_t *)t.q.zero_point + u;
-            want[r] = qs_mm_dot_int8__ref(xv, cols, (const int8_t *)t.q.data + r * cols,
-                                          (const float *)t.q.scale + u, zp, group);
-        }
-    }
-    memset(y, 0x77, (size_t)(rows > 0 ? rows : 1) * sizeof(float));
-    assert_int_equal(qs_cu_gemv_run(&x, &l, p, &t.q, xv, y, err, sizeof err), QS_OK);
-    assert_true(t_check_bytes("gemv", y, want, (size_t)rows * sizeof(float), 1));
-    n_cases++;
-    free(absmax);
-    qt_free(&t);
-    free(w);
-    free(xv);
-    free(y);
-    free(want);
-    qs_ctx_destroy(ctx);
-}
-
-static void test_gemv(void **state)
-{
-    const int64_t gshapes[][2] = {{1, 1}, {3, 7}, {5, 64}, {4, 100}, {17, 333}, {8, 1024},
-                                  {2, 4099}};
-    (void)state;
-    for (int s = 0; s < 7; s++) {
-        int64_t rows = gshapes[s][0], cols = gshapes[s][1];
-        for (int v = 0; v < 4; v++) {
-            qs_quant_params p;
-            qs_quant_params_init(&p, QS_FORMAT_NF4);
-            p.block_size = v == 0 ? 64 : v == 1 ? 32 : v == 2 ? 4096 : 6;
-            p.double_quant = v == 1;
-            gemv_case(&p, rows, cols, 500 + (uint64_t)(s * 4 + v));
-        }
-        for (int g = 0; g < 3; g++)
-            for (int sym = 0; sym < 2; sym++) {
-                qs_quant_params p;
-                int64_t bytes;
-                qs_quant_params_init(&p, QS_FORMAT_INT8);
-                p.granularity = g;
-                p.symmetric = sym;
-                p.block_size = g == QS_GRAN_GROUP ? (cols % 32 == 0 ? 32 : 1) : p.block_size;
-                if (qs_quant_size(&p, rows, cols, QS_PLANE_DATA, &bytes) != QS_OK)
-                    continue;
-                gemv_case(&p, rows, cols, 600 + (uint64_t)(s * 6 + g * 2 + sym));
-            }
-    }
 }
 
 /* ---- 2:4 against the CPU's qs_sp24_* ------------------------------------------------------- */
@@ -490,7 +325,7 @@ static int sp24_case(int64_t rows, int64_t cols, int use_norms, int use_mask, ui
                      int corrupt)
 {
     qs_ctx *ctx = cpu_ctx(0);
-    struct host_exec h = {0, 0};
+    struct host_exec h = {0};
     struct qs_cu_exec x = make_exec(&h);
     int64_t n = rows * cols, vbytes, mcount;
     float *w = malloc((size_t)(n ? n : 1) * 4), *norms = malloc((size_t)(cols ? cols : 1) * 4);
@@ -610,6 +445,29 @@ static void test_sp24(void **state)
     assert_true(sp24_case(4, 64, 0, -1, 10, 1)); /* a corrupt meta nibble for decompress */
 }
 
+/* Every path ran somewhere above: the tile items and the scalar ones (tails, misaligned
+ * buffers, the staged f16 fallback), the fused and the three-step INT8 paths, both ways of
+ * summing the double-quantization offset. */
+static void test_paths(void **state)
+{
+    const int32_t must[] = {QS_CU_K_CVT_IN,   QS_CU_K_REDUCE,       QS_CU_K_FLAG,
+                            QS_CU_K_BNB4_QUANT, QS_CU_K_DQ_STATS,   QS_CU_K_DQ_OFFSET,
+                            QS_CU_K_DQ_CENTER, QS_CU_K_DQ_BLOCK,    QS_CU_K_INT8_PARAMS,
+                            QS_CU_K_TENSOR_SCALE, QS_CU_K_ROWS_QUANT, QS_CU_K_BQ,
+                            QS_CU_K_EWQ_TILE, QS_CU_K_EWQ_ELEM,     QS_CU_K_DEQ_TILE,
+                            QS_CU_K_DEQ_ELEM};
+    (void)state;
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
+        if (totals.kernels[must[i]] == 0)
+            print_error("kernel %d never ran\n", must[i]);
+        assert_true(totals.kernels[must[i]] > 0);
+    }
+    assert_true(totals.dq_exact > 0);
+    assert_true(totals.dq_serial > 0);
+    fprintf(stderr, "double-quantization offsets: %lld summed in parallel, %lld in order\n",
+            (long long)totals.dq_exact, (long long)totals.dq_serial);
+}
+
 /* The comparison can fail: a flipped bit of one code is reported. */
 static void test_negative(void **state)
 {
@@ -625,7 +483,7 @@ int main(void)
         cmocka_unit_test(test_negative),     cmocka_unit_test(test_bnb4),
         cmocka_unit_test(test_int8),         cmocka_unit_test(test_fp8_mx_nvfp4),
         cmocka_unit_test(test_reject),       cmocka_unit_test(test_launch_failure),
-        cmocka_unit_test(test_gemv),         cmocka_unit_test(test_sp24_nibble_rule),
+        cmocka_unit_test(test_paths),        cmocka_unit_test(test_sp24_nibble_rule),
         cmocka_unit_test(test_sp24),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -189,8 +189,9 @@ QS_API void qs_matmul_params_init(qs_matmul_params *params);
  * INT8 group that does not divide K); QS_ERR_BUFFER_TOO_SMALL (y, data, meta or a plane shorter
  * than an N x K weight needs: a weight made for other shapes); QS_ERR_BAD_DATA (invalid 2:4 meta
  * nibbles); QS_ERR_OVERFLOW; QS_ERR_UNSUPPORTED (int8 activations with K > QS_MATMUL_INT8_MAX_K,
- * or a context whose backend has no matmul, e.g. a CUDA context: qsparse.h "Backends"; any
- * shape); QS_ERR_OUT_OF_MEMORY (scratch for converted x, dequantized tiles, decoded scales).
+ * or a context whose backend has no matmul, or no int8 activations or packed weights, as the
+ * CUDA backend: qsparse.h "Backends"; any shape); QS_ERR_OUT_OF_MEMORY (scratch for converted x,
+ * dequantized tiles, decoded scales).
  * Every check runs, and every scratch buffer is allocated, before y is written.
  */
 QS_API qs_status qs_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,

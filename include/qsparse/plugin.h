@@ -39,8 +39,9 @@ extern "C" {
 #endif
 
 /* 3: the opaque context and host services, plain layouts, backends keyed by name; matmul,
- * 2:4 and the Wanda statistic joined quantize and dequantize. */
-#define QS_BACKEND_ABI_VERSION 3
+ * 2:4 and the Wanda statistic joined quantize and dequantize. 4: the device matmul (matmul_dev)
+ * replaced the NF4 / INT8 GEMV (gemv_dev). */
+#define QS_BACKEND_ABI_VERSION 4
 
 /* The one symbol a plugin exports, of type qs_backend_init_fn. */
 #define QS_BACKEND_INIT_SYMBOL "qs_backend_plugin_init"
@@ -184,10 +185,14 @@ typedef struct qs_backend_ops {
     qs_status (*dequantize_dev)(qs_backend_ctx *ctx, const qs_backend_layout *l,
                                 const qs_quant_params *p, const qs_qtensor *q, void *dst,
                                 int32_t dst_dtype, void *stream);
-    /* y (rows f32) = W x (cols f32) for an NF4 or INT8 weight. */
-    qs_status (*gemv_dev)(qs_backend_ctx *ctx, const qs_backend_layout *l,
-                          const qs_quant_params *p, const qs_qtensor *w, const float *x,
-                          float *y, void *stream);
+    /* qs_cuda_matmul: as matmul above with x, y, bias and every pointer of w (data, meta, the
+     * planes of w->q) in device memory; the structs themselves and params in host memory. The
+     * core checked what it can without reading device memory: everything but the 2:4 meta
+     * nibbles. */
+    qs_status (*matmul_dev)(qs_backend_ctx *ctx, const qs_matmul_params *p, const void *x,
+                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w,
+                            const qs_backend_layout *wl, int64_t N, const float *bias, float *y,
+                            void *stream);
     qs_status (*sp24_dev)(qs_backend_ctx *ctx, const qs_backend_sp24 *a, void *stream);
 } qs_backend_ops;
 

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The device API (include/qsparse/cuda.h): the same checks as qs_quantize / qs_dequantize and the
- * matmul's shape rules, made without touching device memory, then the CUDA plugin's device
- * operations (include/qsparse/plugin.h). This file knows no CUDA type: a stream is a void *.
+ * The device API (include/qsparse/cuda.h): the same checks as qs_quantize / qs_dequantize /
+ * qs_matmul, made without touching device memory, then the CUDA plugin's device operations
+ * (include/qsparse/plugin.h), which check what needs the device (where each pointer lives, the
+ * 2:4 meta nibbles). This file knows no CUDA type: a stream is a void *.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "backend.h"
 #include "format_traits.h"
 #include "quant_common.h"
+#include "qsparse/matmul.h"
 #include "qsparse/sparse.h"
 
 /* The CUDA plugin's operations, or NULL with the reason in ctx. */
@@ -20,7 +23,7 @@ static const qs_backend_ops *cuda_ops(qs_ctx *ctx, const char *what)
         qs_fail(ctx, QS_ERR_BACKEND, "%s", qs_backend_message(QS_BACKEND_CUDA));
         return NULL;
     }
-    if (!ops->quantize_dev || !ops->dequantize_dev || !ops->gemv_dev || !ops->sp24_dev) {
+    if (!ops->quantize_dev || !ops->dequantize_dev || !ops->matmul_dev || !ops->sp24_dev) {
         qs_fail(ctx, QS_ERR_BACKEND, "%s backend: the plugin has no device entry point for %s",
                 ops->name, what);
         return NULL;
@@ -125,38 +128,166 @@ QS_API qs_status qs_cuda_dequantize(qs_ctx *ctx, const qs_quant_params *params,
     return qs_ok(ctx);
 }
 
+/* ---- matmul ---------------------------------------------------------------------------------- */
+
+/* qs_matmul's parameter rules (src/gemm/matmul.c). */
+static qs_status check_mm_params(qs_ctx *ctx, const qs_matmul_params *p)
+{
+    for (size_t i = 0; i < sizeof p->reserved / sizeof p->reserved[0]; i++)
+        if (p->reserved[i] != 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG,
+                           "qs_matmul_params reserved fields must be zero");
+    if (p->activations != QS_MATMUL_ACT_F32 && p->activations != QS_MATMUL_ACT_INT8)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG,
+                       "unknown activations %d (QS_MATMUL_ACT_F32 or QS_MATMUL_ACT_INT8)",
+                       p->activations);
+    if (!(p->threshold >= 0.0f) || p->threshold > 3.4028235e38f)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "threshold must be finite and >= 0, got %g",
+                       (double)p->threshold);
+    if (p->threshold > 0.0f && p->activations != QS_MATMUL_ACT_INT8)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG,
+                       "an outlier threshold needs int8 activations (QS_MATMUL_ACT_INT8)");
+    return QS_OK;
+}
+
+/* A device weight for an N x K product: its fields and capacities (qs_matmul's rules), its
+ * pointers' alignment, and for quantized kinds the plain layout *bl (rows N, K or K / 2 columns).
+ * Nothing of device memory is read: the 2:4 meta nibbles are the plugin's to check. */
+static qs_status check_mm_weight(qs_ctx *ctx, const qs_weight *w, int64_t N, int64_t K,
+                                 qs_backend_layout *bl, int *has_layout)
+{
+    int sparse = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT;
+    int64_t cols = K, words = (K + 15) / 16;
+    qs_status st;
+
+    *has_layout = 0;
+    for (size_t i = 0; i < sizeof w->reserved / sizeof w->reserved[0]; i++)
+        if (w->reserved[i] != 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "qs_weight reserved fields must be zero");
+    if (w->kind == QS_WEIGHT_PACKED)
+        return qs_fail(ctx, QS_ERR_UNSUPPORTED,
+                       "a packed weight (qs_matmul_pack) is for the CPU backend that packed it; "
+                       "qs_cuda_matmul takes the weight it was packed from");
+    if (w->kind < QS_WEIGHT_DENSE || w->kind > QS_WEIGHT_SP24_QUANT)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown weight kind %d", w->kind);
+    if (sparse) {
+        if (K % 4 != 0)
+            return qs_fail(ctx, QS_ERR_SHAPE, "K = %lld is not a multiple of 4 (2:4 weight)",
+                           (long long)K);
+        cols = K / 2;
+        if (!w->meta && N * words > 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight meta is NULL");
+        if (w->meta_count < N * words)
+            return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
+                           "weight meta holds %lld words, an %lld x %lld weight needs %lld",
+                           (long long)w->meta_count, (long long)N, (long long)K,
+                           (long long)(N * words));
+        if (misaligned(w->meta, 2))
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "device pointer meta is not 2-byte aligned");
+    } else if (w->meta || w->meta_count) {
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "a %s weight has no meta",
+                       w->kind == QS_WEIGHT_DENSE ? "plain" : "quantized dense");
+    }
+    if (w->kind == QS_WEIGHT_DENSE || w->kind == QS_WEIGHT_SP24) {
+        int64_t need;
+        if (qs_dtype_size(w->dtype) == 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown weight dtype %d", w->dtype);
+        if (w->quant || w->q)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "a plain or 2:4 weight has no quant / q");
+        need = N * cols * qs_dtype_size(w->dtype); /* N * K * 4 was overflow-checked */
+        if (!w->data && need > 0)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight data is NULL");
+        if (w->data_bytes < need)
+            return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL,
+                           "weight data holds %lld bytes, an %lld x %lld weight needs %lld",
+                           (long long)w->data_bytes, (long long)N, (long long)K, (long long)need);
+        return check_dtype_ptr(ctx, w->data, w->dtype, "weight data");
+    }
+    {
+        struct qs_layout l;
+        if (!w->quant || !w->q)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG, "weight %s is NULL", w->quant ? "q" : "quant");
+        if (w->data || w->data_bytes || w->dtype)
+            return qs_fail(ctx, QS_ERR_INVALID_ARG,
+                           "a quantized weight has no data / dtype fields");
+        if ((st = qs_layout_compute(ctx, w->quant, N, cols, &l)) != QS_OK ||
+            (st = qs_check_planes(ctx, &l, w->q)) != QS_OK ||
+            (st = check_plane_alignment(ctx, &l, w->q)) != QS_OK)
+            return st;
+        qs_backend_layout_fill(&l, w->quant, bl);
+        *has_layout = 1;
+    }
+    return QS_OK;
+}
+
+QS_API qs_status qs_cuda_matmul(qs_ctx *ctx, const qs_matmul_params *params, const void *x,
+                                int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w,
+                                int64_t N, const float *bias, float *y, int64_t y_bytes,
+                                void *stream)
+{
+    const qs_backend_ops *ops;
+    qs_matmul_params defaults;
+    qs_backend_layout bl;
+    int64_t mk, nk, mn;
+    int has_layout;
+    qs_status st;
+
+    if (!ctx)
+        return QS_ERR_INVALID_ARG;
+    if (!params) {
+        qs_matmul_params_init(&defaults);
+        params = &defaults;
+    }
+    if ((st = check_mm_params(ctx, params)) != QS_OK)
+        return st;
+    if (!w)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "w is NULL");
+    if (qs_dtype_size(x_dtype) == 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "unknown activation dtype %d", x_dtype);
+    if (M < 0 || K < 0 || N < 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "negative shape M=%lld K=%lld N=%lld",
+                       (long long)M, (long long)K, (long long)N);
+    if (qs_mul_overflow(M, K, &mk) || qs_mul_overflow(N, K, &nk) || qs_mul_overflow(M, N, &mn) ||
+        qs_mul_overflow(mk, 4, &mk) || qs_mul_overflow(nk, 4, &nk) || qs_mul_overflow(mn, 4, &mn))
+        return qs_fail(ctx, QS_ERR_OVERFLOW, "shape M=%lld K=%lld N=%lld overflows", (long long)M,
+                       (long long)K, (long long)N);
+    if (!x && mk > 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "x is NULL");
+    if (!y && mn > 0)
+        return qs_fail(ctx, QS_ERR_INVALID_ARG, "y is NULL");
+    if (y_bytes < mn)
+        return qs_fail(ctx, QS_ERR_BUFFER_TOO_SMALL, "y holds %lld bytes, %lld needed",
+                       (long long)y_bytes, (long long)mn);
+    if ((st = check_dtype_ptr(ctx, x, x_dtype, "x")) != QS_OK ||
+        (st = check_dtype_ptr(ctx, y, QS_DTYPE_F32, "y")) != QS_OK ||
+        (st = check_dtype_ptr(ctx, bias, QS_DTYPE_F32, "bias")) != QS_OK ||
+        (st = check_mm_weight(ctx, w, N, K, &bl, &has_layout)) != QS_OK)
+        return st;
+    if (!(ops = cuda_ops(ctx, "matmul")))
+        return QS_ERR_BACKEND;
+    ctx->last_error[0] = '\0';
+    if ((st = ops->matmul_dev(qs_backend_handle(ctx), params, x, x_dtype, M, K, w,
+                              has_layout ? &bl : NULL, N, bias, y, stream)) != QS_OK)
+        return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: matmul failed");
+    return qs_ok(ctx);
+}
+
 QS_API qs_status qs_cuda_gemv(qs_ctx *ctx, const qs_quant_params *params, const qs_qtensor *w,
                               int64_t rows, int64_t cols, const float *x, float *y, void *stream)
 {
-    const qs_backend_ops *ops;
-    struct qs_layout l;
-    qs_backend_layout bl;
-    qs_status st;
+    qs_weight wt;
 
     if (!ctx)
         return QS_ERR_INVALID_ARG;
     if (!params || !w)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s is NULL", params ? "w" : "params");
-    if (params->format != QS_FORMAT_NF4 && params->format != QS_FORMAT_INT8)
-        return qs_fail(ctx, QS_ERR_UNSUPPORTED, "qs_cuda_gemv: format %d is not NF4 or INT8",
-                       params->format);
-    if ((st = qs_layout_compute(ctx, params, rows, cols, &l)) != QS_OK)
-        return st;
-    if ((st = qs_check_planes(ctx, &l, w)) != QS_OK ||
-        (st = check_plane_alignment(ctx, &l, w)) != QS_OK)
-        return st;
-    if ((!x && cols > 0) || (!y && rows > 0))
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "%s is NULL", !y && rows > 0 ? "y" : "x");
-    if ((st = check_dtype_ptr(ctx, x, QS_DTYPE_F32, "x")) != QS_OK ||
-        (st = check_dtype_ptr(ctx, y, QS_DTYPE_F32, "y")) != QS_OK)
-        return st;
-    if (!(ops = cuda_ops(ctx, "gemv")))
-        return QS_ERR_BACKEND;
-    qs_backend_layout_fill(&l, params, &bl);
-    ctx->last_error[0] = '\0';
-    if ((st = ops->gemv_dev(qs_backend_handle(ctx), &bl, params, w, x, y, stream)) != QS_OK)
-        return ctx->last_error[0] ? st : qs_fail(ctx, st, "cuda backend: gemv failed");
-    return qs_ok(ctx);
+    memset(&wt, 0, sizeof wt);
+    wt.kind = QS_WEIGHT_QUANT;
+    wt.quant = params;
+    wt.q = w;
+    /* y as a 1 x rows product: its capacity is what rows says (the caller's promise) */
+    return qs_cuda_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, cols, &wt, rows, NULL, y,
+                          rows > INT64_MAX / 4 ? INT64_MAX : rows * 4, stream);
 }
 
 /* ---- 2:4 ------------------------------------------------------------------------------------- */

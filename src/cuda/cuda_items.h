@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The work items of every CUDA kernel of the plugin, as C functions that compile for the host
- * and, under nvcc, for the device (QS_HD). A CUDA kernel in this folder is a grid-stride loop
- * that calls one item per index (or, for reductions and the GEMV, a few lines of shared-memory
- * or shuffle code around the items' combine rules); tests/test_cuda_items.c runs the same items
- * over an emulated grid on the host, in a scrambled order, and compares every byte with
- * src/ref. The element and block rules inside the items are src/ref's own (element_hd.h).
+ * What every CUDA kernel of the plugin shares, as C that compiles for the host and, under nvcc,
+ * for the device (QS_HD): typed element access, the 16-byte tile (one 128-bit load or store on
+ * the device), the reductions' combine rules, and the scalar work items (one block, one
+ * reduction chunk's thread, one 2:4 word) that run the tails, the fallbacks for pointers that
+ * are not 16-byte aligned, and the steps that are not bulk work. The bulk kernels' items are in
+ * cuda_vec.h (quantize, dequantize) and cuda_mv.h (matmul). A CUDA kernel of this folder is a
+ * loop over items (plus, for a group of lanes, shuffles around their combine rules);
+ * tests/test_cuda_items.c runs the same items over an emulated grid on the host, in a scrambled
+ * order, and compares every byte with src/ref. The element and block rules inside the items are
+ * src/ref's own (element_hd.h).
  *
  * Device pointers are aligned for their element type (the core checks); indices are int64_t.
  */
@@ -22,7 +26,149 @@
 /* Threads per CUDA block of the reductions; the host emulation uses the same count and tree. */
 #define QS_CU_RED_THREADS 256
 
-/* ---- dtype staging ------------------------------------------------------------------------ */
+/* The tables of the element rules, one array of QS_CU_TAB_FLOATS floats: in constant memory on
+ * the device (copied into shared memory by the kernels that look codes up), the C tables of
+ * src/ref on the host. Items take the array's base and add these offsets. */
+#define QS_CU_TAB_NF4 0
+#define QS_CU_TAB_FP4 16
+#define QS_CU_TAB_DYN8 32
+#define QS_CU_TAB_E2M1 288
+#define QS_CU_TAB_FLOATS 304
+
+/* ---- index arithmetic, typed elements and 16-byte tiles -------------------------------------- */
+
+/* Unroll a loop of constant trip count on the device, so that the arrays it indexes stay in
+ * registers (an array indexed by a variable goes to local memory). */
+#if defined(__CUDACC__)
+#define QS_CU_UNROLL _Pragma("unroll")
+#else
+#define QS_CU_UNROLL
+#endif
+
+/* a / b for a >= 0, b > 0: 32-bit division on the device where both fit (a 64-bit one is a
+ * long subroutine there); the same quotient either way. */
+QS_HD static inline int64_t qs_cu_div(int64_t a, int64_t b)
+{
+#if defined(__CUDA_ARCH__)
+    if (((uint64_t)a | (uint64_t)b) >> 31 == 0)
+        return (int64_t)((uint32_t)a / (uint32_t)b);
+#endif
+    return a / b;
+}
+
+QS_HD static inline int32_t qs_cu_dsize(int32_t dtype)
+{
+    return dtype == QS_DTYPE_F32 ? 4 : 2;
+}
+
+/* Element i of an f32, f16 or bf16 array, widened exactly as the CPU's conversions do. */
+QS_HD static inline float qs_cu_ld_elem(const void *p, int32_t dtype, int64_t i)
+{
+    if (dtype == QS_DTYPE_F32)
+        return ((const float *)p)[i];
+    if (dtype == QS_DTYPE_BF16)
+        return qs_hd_bf16_to_f32(((const uint16_t *)p)[i]);
+    return qs_hd_f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* Store v as element i of an f32, f16 or bf16 array (the CPU's rounding to f16 / bf16). */
+QS_HD static inline void qs_cu_st_elem(void *p, int32_t dtype, int64_t i, float v)
+{
+    if (dtype == QS_DTYPE_F32)
+        ((float *)p)[i] = v;
+    else if (dtype == QS_DTYPE_BF16)
+        ((uint16_t *)p)[i] = qs_hd_f32_to_bf16(v);
+    else
+        ((uint16_t *)p)[i] = qs_hd_f32_to_f16(v);
+}
+
+/* 16 bytes as four little-endian words: one 128-bit global load or store on the device (the
+ * caller guarantees 16-byte alignment), a memcpy on the host. */
+struct qs_cu_v16 {
+    uint32_t w[4];
+};
+
+QS_HD static inline struct qs_cu_v16 qs_cu_v16_zero(void)
+{
+    struct qs_cu_v16 v = {{0u, 0u, 0u, 0u}};
+    return v;
+}
+
+QS_HD static inline struct qs_cu_v16 qs_cu_ld16(const void *p)
+{
+    struct qs_cu_v16 v;
+#if defined(__CUDA_ARCH__)
+    uint4 u = __ldg((const uint4 *)p);
+    v.w[0] = u.x;
+    v.w[1] = u.y;
+    v.w[2] = u.z;
+    v.w[3] = u.w;
+#else
+    memcpy(&v, p, sizeof v);
+#endif
+    return v;
+}
+
+QS_HD static inline void qs_cu_st16(void *p, const struct qs_cu_v16 *v)
+{
+#if defined(__CUDA_ARCH__)
+    *(uint4 *)p = make_uint4(v->w[0], v->w[1], v->w[2], v->w[3]);
+#else
+    memcpy(p, v, sizeof *v);
+#endif
+}
+
+/* Store the first `bytes` (2, 4, 8 or 16) bytes of v at p, aligned to `bytes`: one store. */
+QS_HD static inline void qs_cu_st_bytes(void *p, const struct qs_cu_v16 *v, int bytes)
+{
+#if defined(__CUDA_ARCH__)
+    if (bytes == 2)
+        *(uint16_t *)p = (uint16_t)v->w[0];
+    else if (bytes == 4)
+        *(uint32_t *)p = v->w[0];
+    else if (bytes == 8)
+        *(uint2 *)p = make_uint2(v->w[0], v->w[1]);
+    else
+        *(uint4 *)p = make_uint4(v->w[0], v->w[1], v->w[2], v->w[3]);
+#else
+    memcpy(p, v, (size_t)bytes);
+#endif
+}
+
+/* Element k of a tile of f32 (k < 4) or f16 / bf16 (k < 8) values, widened. */
+QS_HD static inline float qs_cu_tile_elem(const struct qs_cu_v16 *v, int32_t dtype, int k)
+{
+    uint16_t h;
+
+    if (dtype == QS_DTYPE_F32)
+        return qs_hd_float(v->w[k]);
+    h = (uint16_t)(v->w[k >> 1] >> (16 * (k & 1)));
+    return dtype == QS_DTYPE_BF16 ? qs_hd_bf16_to_f32(h) : qs_hd_f16_to_f32(h);
+}
+
+/* Put value x as element k of a zeroed output tile of f32, f16 or bf16. */
+QS_HD static inline void qs_cu_tile_put(struct qs_cu_v16 *v, int32_t dtype, int k, float x)
+{
+    if (dtype == QS_DTYPE_F32)
+        v->w[k] = qs_hd_bits(x);
+    else
+        v->w[k >> 1] |= (uint32_t)(dtype == QS_DTYPE_BF16 ? qs_hd_f32_to_bf16(x)
+                                                          : qs_hd_f32_to_f16(x))
+                        << (16 * (k & 1));
+}
+
+/* Byte k of a tile, and byte k or'ed into a tile. */
+QS_HD static inline uint32_t qs_cu_tile_byte(const struct qs_cu_v16 *v, int k)
+{
+    return (v->w[k >> 2] >> (8 * (k & 3))) & 0xFFu;
+}
+
+QS_HD static inline void qs_cu_tile_or_byte(struct qs_cu_v16 *v, int k, uint32_t byte)
+{
+    v->w[k >> 2] |= byte << (8 * (k & 3));
+}
+
+/* ---- dtype staging (only the fallback of a misaligned f16 / bf16 input stages) --------------- */
 
 /* src holds f16 (is_bf16 0) or bf16 (1) bits; dst f32. */
 struct qs_cu_cvt_in {
@@ -36,28 +182,20 @@ QS_HD static inline void qs_cu_cvt_in_item(const struct qs_cu_cvt_in *a, int64_t
     a->dst[i] = a->is_bf16 ? qs_hd_bf16_to_f32(a->src[i]) : qs_hd_f16_to_f32(a->src[i]);
 }
 
-struct qs_cu_cvt_out {
-    const float *src;
-    uint16_t *dst;
-    int32_t is_bf16;
-};
-
-QS_HD static inline void qs_cu_cvt_out_item(const struct qs_cu_cvt_out *a, int64_t i)
-{
-    a->dst[i] = a->is_bf16 ? qs_hd_f32_to_bf16(a->src[i]) : qs_hd_f32_to_f16(a->src[i]);
-}
-
 /* ---- reductions ------------------------------------------------------------------------------ */
 
 /* What a reduction computes over a unit: the absolute maximum (NaN ignored), min and max (NaN
- * ignored, -0 < +0), or whether a NaN or Inf occurs (1.0 / 0.0 in `a`). All three are
- * associative and commutative, so every grid shape gives the bits of the sequential loop. */
+ * ignored, -0 < +0), whether a NaN or Inf occurs (1.0 / 0.0 in `a`), or the MX pair (absolute
+ * maximum in `a`, a non-finite flag in `b`). All are associative and commutative, so every grid
+ * shape gives the bits of the sequential loop. */
 #define QS_CU_RED_AMAX 0
 #define QS_CU_RED_MINMAX 1
 #define QS_CU_RED_NONFINITE 2
+#define QS_CU_RED_MX 3
+#define QS_CU_RED_TC 4 /* 1.0 in `a` for a value the GEMM cannot split (qs_cu_tc_bad) */
 
 struct qs_cu_pair {
-    float a, b; /* amax or flag in a; min in a and max in b */
+    float a, b; /* amax or flag in a; min in a and max in b; MX: amax in a, flag in b */
 };
 
 QS_HD static inline struct qs_cu_pair qs_cu_red_init(int32_t kind)
@@ -69,6 +207,26 @@ QS_HD static inline struct qs_cu_pair qs_cu_red_init(int32_t kind)
     return p;
 }
 
+QS_HD static inline int qs_cu_nonfinite(float x)
+{
+    return (qs_hd_bits(x) & 0x7F800000u) == 0x7F800000u;
+}
+
+/* Whether a value cannot go through the GEMM's three bf16 limbs exactly (cuda_mm.h): NaN, Inf
+ * (0 * Inf in a limb product would make NaN of an Inf result), or a value with bits below
+ * 2^-133, bf16's smallest subnormal (those of exponent field E < 17: its low 17 - E
+ * significand bits, the low 16 of a subnormal). */
+QS_HD static inline int qs_cu_tc_bad(float v)
+{
+    uint32_t u = qs_hd_bits(v), e = (u >> 23) & 0xFFu;
+
+    if (e == 0xFFu)
+        return 1;
+    if (e >= 17u)
+        return 0;
+    return (u & ((1u << (e == 0 ? 16u : 17u - e)) - 1u)) != 0;
+}
+
 QS_HD static inline struct qs_cu_pair qs_cu_red_feed(int32_t kind, struct qs_cu_pair p, float x)
 {
     if (kind == QS_CU_RED_AMAX) {
@@ -76,7 +234,14 @@ QS_HD static inline struct qs_cu_pair qs_cu_red_feed(int32_t kind, struct qs_cu_
     } else if (kind == QS_CU_RED_MINMAX) {
         p.a = qs_hd_min(p.a, x);
         p.b = qs_hd_max(p.b, x);
-    } else if ((qs_hd_bits(x) & 0x7F800000u) == 0x7F800000u) {
+    } else if (kind == QS_CU_RED_MX) {
+        p.a = qs_hd_absmax_step(p.a, x);
+        if (qs_cu_nonfinite(x))
+            p.b = 1.0f;
+    } else if (kind == QS_CU_RED_TC) {
+        if (qs_cu_tc_bad(x))
+            p.a = 1.0f;
+    } else if (qs_cu_nonfinite(x)) {
         p.a = 1.0f;
     }
     return p;
@@ -91,35 +256,70 @@ QS_HD static inline struct qs_cu_pair qs_cu_red_join(int32_t kind, struct qs_cu_
         p.b = qs_hd_max(p.b, q.b);
     } else {
         p.a = q.a > p.a ? q.a : p.a;
+        p.b = q.b > p.b ? q.b : p.b;
     }
     return p;
 }
 
 /* One unit of unit_len elements per scale (a row, a group, or the whole tensor), cut into
- * chunks of QS_CU_CHUNK; partial[u * chunks + c] is the result of chunk c of unit u. */
+ * chunks of QS_CU_CHUNK; partial[u * chunks + c] is the result of chunk c of unit u. With `vec`
+ * (src 16-byte aligned, unit_len a multiple of the 16-byte tile) each thread reads whole tiles. */
 struct qs_cu_red {
-    const float *src;
+    const void *src;
+    int32_t dtype, vec;
     int64_t unit_len, chunks; /* chunks per unit */
     int32_t kind;
     struct qs_cu_pair *partial;
 };
 
-/* Thread `t` of the CUDA block that reduces chunk `i` (= u * chunks + c): its strided share. */
+/* Thread `t` of the CUDA block that reduces chunk `i` (= u * chunks + c): its strided share,
+ * tile t, t + 256, ... of the chunk (elements t, t + 256, ... without vec). */
 QS_HD static inline struct qs_cu_pair qs_cu_red_thread(const struct qs_cu_red *a, int64_t i,
                                                        int32_t t)
 {
     int64_t u = i / a->chunks, c = i % a->chunks;
     int64_t c0 = c * QS_CU_CHUNK;
     int64_t len = a->unit_len - c0 < QS_CU_CHUNK ? a->unit_len - c0 : QS_CU_CHUNK;
-    const float *v = a->src + u * a->unit_len + c0;
+    int64_t base = u * a->unit_len + c0;
     struct qs_cu_pair p = qs_cu_red_init(a->kind);
 
+    if (a->vec) {
+        int32_t per = 16 / qs_cu_dsize(a->dtype);
+        const char *s = (const char *)a->src + base * qs_cu_dsize(a->dtype);
+        for (int64_t j = t; j < len / per; j += QS_CU_RED_THREADS) {
+            struct qs_cu_v16 v = qs_cu_ld16(s + 16 * j);
+            QS_CU_UNROLL
+            for (int k = 0; k < 8; k++) /* 4 f32 or 8 f16 / bf16: constant trips */
+                if (k < per)
+                    p = qs_cu_red_feed(a->kind, p, qs_cu_tile_elem(&v, a->dtype, k));
+        }
+        return p;
+    }
     for (int64_t k = t; k < len; k += QS_CU_RED_THREADS)
-        p = qs_cu_red_feed(a->kind, p, v[k]);
+        p = qs_cu_red_feed(a->kind, p, qs_cu_ld_elem(a->src, a->dtype, base + k));
     return p;
 }
 
-/* ---- NF4 / FP4 (formats.md §5, §6) ------------------------------------------------------------ */
+/* A scan's verdict: out[0] = 1 if any partial found what it looks for (with `combine`, out[0]
+ * keeps a 1 it holds already). One item. */
+struct qs_cu_flag {
+    const struct qs_cu_pair *partial;
+    int64_t count;
+    int32_t combine;
+    int32_t *out;
+};
+
+QS_HD static inline void qs_cu_flag_item(const struct qs_cu_flag *a, int64_t i)
+{
+    int32_t bad = a->combine ? a->out[0] : 0;
+
+    (void)i;
+    for (int64_t c = 0; c < a->count; c++)
+        bad |= a->partial[c].a != 0.0f;
+    a->out[0] = bad;
+}
+
+/* ---- NF4 / FP4 blocks, one per item (formats.md §5, §6) -------------------------------------- */
 
 struct qs_cu_bnb4_quant {
     const float *src;
@@ -138,58 +338,134 @@ QS_HD static inline void qs_cu_bnb4_quant_item(const struct qs_cu_bnb4_quant *a,
     a->absmax[b] = qs_hd_bnb4_block(a->src + start, len, a->data + start / 2, a->fp4);
 }
 
-/* Double quantization (§6.1): centre the absmax vector, then dyn8 blocks of 256. */
+/* ---- double quantization (§6.1) on the device ------------------------------------------------ */
+
+/* The mean of the absmax vector is the reference's sequential double sum. A parallel sum has its
+ * bits whenever every partial sum is exact in double: the values are non-negative multiples of
+ * the quantum q of the smallest non-zero one (2^(floor(log2 v) - 23), 2^-149 for subnormals),
+ * so every partial sum is a multiple of q no larger than nb * max, exact while that is below
+ * 2^53 q; the check asks for 2^52 q (a factor 2 for the rounding of nb * max itself). Otherwise
+ * one thread sums in index order (slow, still no host round trip). Inf makes the mean Inf both
+ * ways; absmax is never NaN. */
+struct qs_cu_dqstat {
+    double sum;
+    float max, minnz; /* the largest value and the smallest non-zero one (+Inf: none) */
+    int32_t inf;
+};
+
+QS_HD static inline struct qs_cu_dqstat qs_cu_dqstat_init(void)
+{
+    struct qs_cu_dqstat s;
+
+    s.sum = 0.0;
+    s.max = 0.0f;
+    s.minnz = qs_hd_float(0x7F800000u);
+    s.inf = 0;
+    return s;
+}
+
+QS_HD static inline struct qs_cu_dqstat qs_cu_dqstat_feed(struct qs_cu_dqstat s, float v)
+{
+    if (qs_cu_nonfinite(v)) {
+        s.inf = 1;
+        return s;
+    }
+    s.sum += (double)v;
+    s.max = v > s.max ? v : s.max;
+    if (v > 0.0f && v < s.minnz)
+        s.minnz = v;
+    return s;
+}
+
+QS_HD static inline struct qs_cu_dqstat qs_cu_dqstat_join(struct qs_cu_dqstat s,
+                                                          struct qs_cu_dqstat t)
+{
+    s.sum += t.sum;
+    s.max = t.max > s.max ? t.max : s.max;
+    s.minnz = t.minnz < s.minnz ? t.minnz : s.minnz;
+    s.inf |= t.inf;
+    return s;
+}
+
+/* Thread t of the block of chunk i of the nb absmax values (one unit, QS_CU_CHUNK per chunk). */
+struct qs_cu_dq_stats {
+    const float *absmax;
+    int64_t nb;
+    struct qs_cu_dqstat *partial;
+};
+
+QS_HD static inline struct qs_cu_dqstat qs_cu_dq_stats_thread(const struct qs_cu_dq_stats *a,
+                                                              int64_t i, int32_t t)
+{
+    int64_t c0 = i * QS_CU_CHUNK, len = a->nb - c0 < QS_CU_CHUNK ? a->nb - c0 : QS_CU_CHUNK;
+    struct qs_cu_dqstat s = qs_cu_dqstat_init();
+
+    for (int64_t k = t; k < len; k += QS_CU_RED_THREADS)
+        s = qs_cu_dqstat_feed(s, a->absmax[c0 + k]);
+    return s;
+}
+
+/* The offset into out[0] from the chunks' partials (or the sequential sum). One item. */
+struct qs_cu_dq_offset {
+    const struct qs_cu_dqstat *partial;
+    int64_t chunks, nb;
+    const float *absmax;
+    float *out;
+};
+
+QS_HD static inline int qs_cu_dq_exact(const struct qs_cu_dqstat *s, int64_t nb)
+{
+    int e;
+
+    if (s->max == 0.0f)
+        return 1; /* every value 0: the sum is 0 */
+    e = qs_hd_floor_log2(s->minnz);
+    if (e < -126)
+        e = -126; /* subnormals: quantum 2^-149 */
+    return (double)nb * (double)s->max <= ldexp(1.0, 52 + e - 23);
+}
+
+QS_HD static inline void qs_cu_dq_offset_item(const struct qs_cu_dq_offset *a, int64_t i)
+{
+    struct qs_cu_dqstat s = qs_cu_dqstat_init();
+
+    (void)i;
+    for (int64_t c = 0; c < a->chunks; c++)
+        s = qs_cu_dqstat_join(s, a->partial[c]);
+    if (a->nb == 0)
+        a->out[0] = 0.0f;
+    else if (s.inf)
+        a->out[0] = qs_hd_float(0x7F800000u); /* (float)(Inf / nb) */
+    else if (qs_cu_dq_exact(&s, a->nb))
+        a->out[0] = (float)(s.sum / (double)a->nb);
+    else
+        a->out[0] = qs_hd_dq_offset(a->absmax, a->nb);
+}
+
+/* Centre the absmax vector, then dyn8 blocks of 256 (the scalar block rule). */
 struct qs_cu_dq_quant {
     float *absmax; /* nb values, centred in place */
     int64_t nb;
-    float offset;
-    const float *map; /* the dynamic map (device copy of qs_dyn8_map) */
+    const float *offset; /* device scalar */
+    const float *tab;
     uint8_t *codes;
     float *nested;
 };
 
 QS_HD static inline void qs_cu_dq_center_item(const struct qs_cu_dq_quant *a, int64_t i)
 {
-    a->absmax[i] = qs_hd_nan_canon(a->absmax[i] - a->offset); /* Inf - Inf: canonical NaN */
+    a->absmax[i] = qs_hd_nan_canon(a->absmax[i] - a->offset[0]); /* Inf - Inf: canonical NaN */
 }
 
 QS_HD static inline void qs_cu_dq_block_item(const struct qs_cu_dq_quant *a, int64_t b)
 {
     int64_t start = b * 256, len = a->nb - start < 256 ? a->nb - start : 256;
 
-    a->nested[b] = qs_hd_dyn8_block(a->absmax + start, len, a->codes + start, a->map);
+    a->nested[b] = qs_hd_dyn8_block(a->absmax + start, len, a->codes + start,
+                                    a->tab + QS_CU_TAB_DYN8);
 }
 
-struct qs_cu_dq_dequant {
-    const uint8_t *codes;
-    const float *nested;
-    float offset;
-    const float *map;
-    float *absmax; /* out: nb decoded values */
-};
-
-QS_HD static inline void qs_cu_dq_dequant_item(const struct qs_cu_dq_dequant *a, int64_t u)
-{
-    a->absmax[u] = qs_hd_dyn8_decode(a->map, a->codes[u], a->nested[u / 256], a->offset);
-}
-
-struct qs_cu_bnb4_dequant {
-    const uint8_t *data;
-    const float *absmax;
-    const float *book; /* the format's 16-entry codebook */
-    int32_t block;
-    float *dst;
-};
-
-QS_HD static inline void qs_cu_bnb4_dequant_item(const struct qs_cu_bnb4_dequant *a, int64_t i)
-{
-    uint8_t byte = a->data[i / 2];
-    uint8_t code = (i & 1) ? (byte & 0xF) : (byte >> 4);
-
-    a->dst[i] = qs_hd_bnb4_decode(a->book, code, a->absmax[i / a->block]);
-}
-
-/* ---- INT8 and LLM.int8 (§8, §9) -------------------------------------------------------------- */
+/* ---- INT8 and LLM.int8 scale rules (§8, §9) ------------------------------------------------- */
 
 #define QS_CU_INT8_SYM 0
 #define QS_CU_INT8_ASYM 1
@@ -229,45 +505,10 @@ QS_HD static inline void qs_cu_int8_params_item(const struct qs_cu_int8_params *
     a->zp[u] = zp;
 }
 
-struct qs_cu_int8_quant {
-    const float *src;
-    int64_t unit_len; /* elements per scale unit (n for one tensor scale) */
-    const float *mul;
-    const int32_t *zp;
-    int32_t qmin;
-    int8_t *dst;
-};
+/* ---- the per-tensor scale: FP8 (§10) and NVFP4's s_global (§14) ----------------------------- */
 
-QS_HD static inline void qs_cu_int8_quant_item(const struct qs_cu_int8_quant *a, int64_t i)
-{
-    int64_t u = i / a->unit_len;
-
-    a->dst[i] = qs_hd_int8_encode(a->src[i], a->mul[u], a->zp[u], a->qmin);
-}
-
-struct qs_cu_int8_dequant {
-    const int8_t *src;
-    int64_t unit_len;
-    const float *scale;
-    const int8_t *zero_point; /* NULL: symmetric */
-    int32_t rowstat;
-    float *dst;
-};
-
-QS_HD static inline void qs_cu_int8_dequant_item(const struct qs_cu_int8_dequant *a, int64_t i)
-{
-    int64_t u = i / a->unit_len;
-
-    if (a->rowstat)
-        a->dst[i] = qs_hd_int8_rowstat_decode(a->src[i], a->scale[u]);
-    else
-        a->dst[i] = qs_hd_int8_decode(a->src[i], a->scale[u], a->zero_point ? a->zero_point[u] : 0);
-}
-
-/* ---- FP8 (§10) and the NVFP4 tensor scale (§14) ------------------------------------------------ */
-
-/* The per-tensor scale from the partials of a one-unit amax reduction: FP8 (nvfp4 0) or NVFP4's
- * s_global (nvfp4 1); a given scale > 0 wins. Written to out[0]. One item. */
+/* From the partials of a one-unit amax reduction: FP8 (nvfp4 0) or NVFP4's s_global (nvfp4 1);
+ * a given scale > 0 wins. Written to out[0] (device memory). One item. */
 struct qs_cu_tensor_scale {
     const struct qs_cu_pair *partial;
     int64_t chunks;
@@ -290,30 +531,7 @@ QS_HD static inline void qs_cu_tensor_scale_item(const struct qs_cu_tensor_scale
     a->out[0] = a->nvfp4 ? qs_hd_nvfp4_global_scale(p.a) : qs_hd_fp8_scale(p.a, a->elem_max);
 }
 
-struct qs_cu_fp8 {
-    const float *src; /* quantize: f32 input; dequantize: unused */
-    const uint8_t *codes;
-    const float *scale; /* device pointer to the one f32 scale */
-    int32_t e5m2;
-    uint8_t *dst_codes;
-    float *dst;
-};
-
-QS_HD static inline void qs_cu_fp8_quant_item(const struct qs_cu_fp8 *a, int64_t i)
-{
-    float x = a->src[i] / a->scale[0]; /* divided, as the reference does (§10) */
-
-    a->dst_codes[i] = a->e5m2 ? qs_hd_e5m2_encode(x) : qs_hd_e4m3_encode(x);
-}
-
-QS_HD static inline void qs_cu_fp8_dequant_item(const struct qs_cu_fp8 *a, int64_t i)
-{
-    float v = a->e5m2 ? qs_hd_e5m2_decode(a->codes[i]) : qs_hd_e4m3_decode(a->codes[i]);
-
-    a->dst[i] = qs_hd_nan_canon(v * a->scale[0]);
-}
-
-/* ---- MXFP4, MXFP8, NVFP4 (§13, §14): blocks along each row ------------------------------------ */
+/* ---- MXFP4, MXFP8, NVFP4 blocks along rows, one per item (§13, §14) ------------------------- */
 
 #define QS_CU_ROW_MXFP4 0
 #define QS_CU_ROW_MXFP8 1
@@ -327,10 +545,7 @@ struct qs_cu_rows {
     const float *src;
     uint8_t *data;
     uint8_t *scales;
-    float s_global;                 /* NVFP4: the tensor scale */
-    const uint8_t *cdata, *cscales; /* dequantize inputs */
-    const float *e2m1;              /* the 16 E2M1 values */
-    float *dst;
+    const float *s_global; /* NVFP4: the tensor scale, device scalar */
 };
 
 /* Item i: block i % spr of row i / spr, as the reference's quantize loops do. */
@@ -360,7 +575,7 @@ QS_HD static inline void qs_cu_rows_quant_item(const struct qs_cu_rows *a, int64
             row[(c0 + k) / 2] = (uint8_t)(lo | hi << 4);
         }
     } else {
-        float sg = a->s_global;
+        float sg = a->s_global[0];
         uint8_t s = qs_hd_nvfp4_block_scale(v, len, sg);
         float den = qs_hd_e4m3_decode(s) * sg;
         a->scales[r * a->spr + b] = s;
@@ -375,126 +590,7 @@ QS_HD static inline void qs_cu_rows_quant_item(const struct qs_cu_rows *a, int64
     }
 }
 
-/* Item i: element i of the rows x cols output. */
-QS_HD static inline void qs_cu_rows_dequant_item(const struct qs_cu_rows *a, int64_t i)
-{
-    int64_t r = i / a->cols, c = i % a->cols;
-    const uint8_t *row = a->cdata + r * a->row_bytes;
-    uint8_t sb = a->cscales[r * a->spr + c / a->block];
-    float v;
-
-    if (a->kind == QS_CU_ROW_MXFP8) {
-        v = qs_hd_e4m3_decode(row[c]) * qs_hd_e8m0_decode(sb);
-    } else {
-        uint8_t code = (c & 1) ? (row[c / 2] >> 4) : (row[c / 2] & 0xF);
-        if (a->kind == QS_CU_ROW_MXFP4)
-            v = a->e2m1[code] * qs_hd_e8m0_decode(sb);
-        else /* UE4M3: readers ignore the sign bit (§14) */
-            v = a->e2m1[code] * (qs_hd_e4m3_decode(sb & 0x7F) * a->s_global);
-    }
-    a->dst[i] = qs_hd_nan_canon(v);
-}
-
-/* ---- GEMV y = W x for NF4 and INT8 weights (include/qsparse/matmul.h order) ------------------ */
-
-/* The reference's summation order: the elements sharing one scale form a segment; inside it,
- * element k goes to lane (k - segment start) mod 16, each lane summing in ascending k from +0;
- * the segment sum is the tree p[i] += p[i + 8], + 4, + 2, + 1; then acc = acc + fl(sum * scale)
- * over ascending segments. On the GPU the 16 lanes of a segment are 16 threads (a half warp),
- * the tree is four shuffles, and one thread adds the segment products of a row in order, so the
- * result is the reference's, bit for bit. */
-#define QS_CU_GEMV_NF4 0
-#define QS_CU_GEMV_INT8 1
-
-struct qs_cu_gemv {
-    int32_t kind;
-    int64_t rows, cols;
-    const float *x;
-    const uint8_t *w;    /* NF4 codes of the flattened matrix, or INT8 codes */
-    const float *absmax; /* NF4: decoded absmax, one per block of the flattened matrix */
-    const float *book;   /* NF4 codebook */
-    int32_t block;       /* NF4 block */
-    const float *scale;  /* INT8: scale plane */
-    const int8_t *zero_point;
-    int32_t gran;        /* INT8: QS_GRAN_* */
-    int64_t group;       /* INT8: segment length (cols for tensor and row) */
-    float *y;
-};
-
-/* Segments of row r: NF4 blocks of the flattened matrix clipped to the row, or INT8 groups. */
-QS_HD static inline int64_t qs_cu_gemv_segments(const struct qs_cu_gemv *a, int64_t r)
-{
-    if (a->kind == QS_CU_GEMV_NF4) {
-        int64_t first = r * a->cols / a->block, last = (r * a->cols + a->cols - 1) / a->block;
-        return a->cols > 0 ? last - first + 1 : 0;
-    }
-    return (a->cols + a->group - 1) / a->group;
-}
-
-/* Column range [*c0, *c1) of segment s of row r. */
-QS_HD static inline void qs_cu_gemv_segment(const struct qs_cu_gemv *a, int64_t r, int64_t s,
-                                            int64_t *c0, int64_t *c1)
-{
-    int64_t e;
-
-    if (a->kind == QS_CU_GEMV_NF4) {
-        int64_t start = r * a->cols, b = start / a->block + s;
-        *c0 = b * a->block - start;
-        if (*c0 < 0)
-            *c0 = 0;
-        e = (b + 1) * a->block - start;
-    } else {
-        *c0 = s * a->group;
-        e = *c0 + a->group;
-    }
-    *c1 = e < a->cols ? e : a->cols;
-}
-
-/* Lane `lane` (0..15) of segment s of row r: the partial sum of its elements. */
-QS_HD static inline float qs_cu_gemv_lane(const struct qs_cu_gemv *a, int64_t r, int64_t s,
-                                          int lane)
-{
-    int64_t c0, c1;
-    float p = 0.0f;
-
-    qs_cu_gemv_segment(a, r, s, &c0, &c1);
-    for (int64_t c = c0 + lane; c < c1; c += 16) {
-        int64_t f = r * a->cols + c;
-        float v;
-        if (a->kind == QS_CU_GEMV_NF4) {
-            uint8_t byte = a->w[f / 2];
-            v = a->book[(f & 1) ? byte & 0xF : byte >> 4];
-        } else {
-            int64_t u = a->gran == QS_GRAN_TENSOR ? 0
-                        : a->gran == QS_GRAN_ROW  ? r
-                                                  : r * (a->cols / a->group) + s;
-            int32_t zp = a->zero_point ? a->zero_point[u] : 0;
-            v = qs_hd_nan_canon((float)((int32_t)(int8_t)a->w[f] - zp) * 1.0f); /* exact */
-        }
-        p = p + a->x[c] * v;
-    }
-    return p;
-}
-
-/* The scale of segment s of row r. */
-QS_HD static inline float qs_cu_gemv_scale(const struct qs_cu_gemv *a, int64_t r, int64_t s)
-{
-    if (a->kind == QS_CU_GEMV_NF4)
-        return a->absmax[r * a->cols / a->block + s];
-    if (a->gran == QS_GRAN_TENSOR)
-        return a->scale[0];
-    if (a->gran == QS_GRAN_ROW)
-        return a->scale[r];
-    return a->scale[r * (a->cols / a->group) + s];
-}
-
-/* acc = acc + fl(segment sum * scale), the step one thread takes per segment in order. */
-QS_HD static inline float qs_cu_gemv_acc(float acc, float seg_sum, float scale)
-{
-    return acc + seg_sum * scale;
-}
-
-/* ---- 2:4 prune, compress, decompress (docs/sparsity.md §2.2, §3) ------------------------------ */
+/* ---- 2:4 prune, compress, decompress (docs/sparsity.md §2.2, §3) ----------------------------- */
 
 /* Item i: meta word i % words of row i / words (up to 4 groups of 4 columns). */
 #define QS_CU_SP24_PRUNE 0    /* keep the STRIP mask of |w| or of |w| * norms[col] */

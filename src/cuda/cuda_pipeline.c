@@ -1,154 +1,212 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CUDA plugin's drivers over an executor (cuda_pipeline.h): the same steps as the CPU
- * drivers of src/core/quantize.c and dequantize.c, as launches of the items of cuda_items.h.
- * Reductions (absmax, min/max, the non-finite scan) are order-independent, so any grid gives
- * the CPU's bits; the two sequential steps, the double-quantization mean (§6.1) and a GEMV row's
- * sum over its segments, run as the reference runs them (on the host, and in one thread per row).
- * What a format is comes from the call's plain layout (family, unit rule, flags, elem_max), never
- * from a switch on the format code beyond the element kind.
+ * The CUDA plugin's quantize, dequantize and 2:4 drivers over an executor (cuda_pipeline.h): the
+ * same steps as the CPU drivers of src/core/quantize.c and dequantize.c, as launches of the
+ * items of cuda_items.h and cuda_vec.h. Bulk work takes the 16-byte tile items wherever the
+ * pointers are aligned and a block is a whole number of tiles, the scalar items otherwise (and
+ * for the tail); f16 / bf16 are read and written directly except by the scalar block items of
+ * the misaligned fallback, which read a staged f32 copy. Reductions are order-independent, so any
+ * grid gives the CPU's bits; the two sequential steps keep their order (the double-quantization
+ * mean, cuda_items.h; a GEMV's sum, cuda_mv.h). What a format is comes from the call's plain
+ * layout (family, unit rule, flags, elem_max), never from a switch on the format code.
  */
-#include <stdarg.h>
-#include <stdio.h>
-#include <string.h>
+#include "cuda_run.h"
 
-#include "cuda_pipeline.h"
-
-static int64_t ceil_div(int64_t a, int64_t b)
+/* Lanes sharing a block of `tiles` tiles: the largest power of two <= tiles, at most 32. */
+static int32_t lanes_for(int64_t tiles)
 {
-    return a / b + (a % b != 0);
+    int32_t l = 1;
+
+    while (l < 32 && 2 * l <= tiles)
+        l *= 2;
+    return l;
 }
 
-/* Scratch buffers of one call, released together. */
-#define MAX_SCRATCH 6
-
-struct run {
-    const struct qs_cu_exec *x;
-    void *scratch[MAX_SCRATCH];
-    int n_scratch;
-    char *err;
-    size_t err_len;
-};
-
-static qs_status fail(struct run *r, qs_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static qs_status fail(struct run *r, qs_status st, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (r->err[0] == '\0') { /* keep the executor's own message when it gave one */
-        va_start(ap, fmt);
-        vsnprintf(r->err, r->err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-static void *scratch(struct run *r, size_t bytes)
-{
-    void *p;
-
-    if (r->n_scratch == MAX_SCRATCH)
-        return NULL;
-    p = r->x->alloc(r->x->user, bytes > 0 ? bytes : 4);
-    if (p)
-        r->scratch[r->n_scratch++] = p;
-    return p;
-}
-
-static void release_all(struct run *r)
-{
-    while (r->n_scratch > 0)
-        r->x->release(r->x->user, r->scratch[--r->n_scratch]);
-}
-
-#define LAUNCH(r, k, args, count)                                                                  \
-    do {                                                                                           \
-        if ((count) > 0 && (r)->x->launch((r)->x->user, (k), (args), (count)) != 0)                \
-            return fail((r), QS_ERR_BACKEND, "cuda backend: kernel %d failed", (int)(k));          \
-    } while (0)
-
-#define NEED(r, ptr)                                                                               \
-    do {                                                                                           \
-        if (!(ptr))                                                                                \
-            return fail((r), QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory for scratch");  \
-    } while (0)
-
-/* Reduce `units` units of unit_len f32 elements; *partial gets units * *chunks results. */
-static qs_status reduce(struct run *r, const float *src, int64_t units, int64_t unit_len,
-                        int32_t kind, struct qs_cu_pair **partial, int64_t *chunks)
+/* Reduce `units` units of unit_len elements; *partial gets units * *chunks results. */
+qs_status qs_cu_reduce(struct qs_cu_run *r, const void *src, int32_t dtype, int64_t units,
+                        int64_t unit_len, int32_t kind, struct qs_cu_pair **partial,
+                        int64_t *chunks)
 {
     struct qs_cu_red a;
 
-    *chunks = unit_len > 0 ? ceil_div(unit_len, QS_CU_CHUNK) : 1;
-    *partial = scratch(r, (size_t)(units * *chunks) * sizeof(struct qs_cu_pair));
-    NEED(r, *partial);
+    *chunks = unit_len > 0 ? qs_cu_ceil_div(unit_len, QS_CU_CHUNK) : 1;
+    *partial = qs_cu_scratch(r, (size_t)(units * *chunks) * sizeof(struct qs_cu_pair));
+    QS_CU_NEED(r, *partial);
     a.src = src;
+    a.dtype = dtype;
+    a.vec = qs_cu_aligned(src, 16) && unit_len % (16 / qs_cu_dsize(dtype)) == 0;
     a.unit_len = unit_len;
     a.chunks = *chunks;
     a.kind = kind;
     a.partial = *partial;
-    LAUNCH(r, QS_CU_K_REDUCE, &a, units * *chunks);
+    QS_CU_LAUNCH(r, QS_CU_K_REDUCE, &a, units * *chunks);
     return QS_OK;
+}
+
+/* An f32 view of n elements of src: src itself, or a staged copy (the scalar block items). */
+static qs_status as_f32(struct qs_cu_run *r, const void *src, int32_t dtype, int64_t n,
+                        const float **out)
+{
+    struct qs_cu_cvt_in c;
+
+    if (dtype == QS_DTYPE_F32 || n == 0) {
+        *out = src;
+        return QS_OK;
+    }
+    c.src = src;
+    c.is_bf16 = dtype == QS_DTYPE_BF16;
+    c.dst = qs_cu_scratch(r, (size_t)n * sizeof(float));
+    if (!c.dst)
+        return qs_cu_fail(r, QS_ERR_OUT_OF_MEMORY,
+                          "cuda backend: no device memory to stage %lld elements", (long long)n);
+    QS_CU_LAUNCH(r, QS_CU_K_CVT_IN, &c, n);
+    *out = c.dst;
+    return QS_OK;
+}
+
+/* The reject policy (one host wait): QS_ERR_NONFINITE when src holds a NaN or Inf. */
+static qs_status scan(struct qs_cu_run *r, const void *src, int32_t dtype, int64_t n)
+{
+    struct qs_cu_pair *partial;
+    struct qs_cu_flag f;
+    int64_t chunks;
+    int32_t bad = 0;
+    qs_status st;
+
+    if ((st = qs_cu_reduce(r, src, dtype, 1, n, QS_CU_RED_NONFINITE, &partial, &chunks)) != QS_OK)
+        return st;
+    f.partial = partial;
+    f.count = chunks;
+    f.combine = 0;
+    f.out = qs_cu_scratch(r, sizeof(int32_t));
+    QS_CU_NEED(r, f.out);
+    QS_CU_LAUNCH(r, QS_CU_K_FLAG, &f, 1);
+    QS_CU_TO_HOST(r, &bad, f.out, sizeof bad);
+    if (bad)
+        return qs_cu_fail(r, QS_ERR_NONFINITE,
+                          "input holds NaN or Inf and the context rejects non-finite values");
+    return QS_OK;
+}
+
+/* A blockwise quantize over `blocks` full blocks with the tile items. */
+static void bq_init(struct qs_cu_bq *a, int32_t rule, int32_t dtype, const void *src, int64_t block,
+                    int64_t blocks, uint8_t *data)
+{
+    memset(a, 0, sizeof *a);
+    a->rule = rule;
+    a->dtype = dtype;
+    a->block = block;
+    a->tiles = block / (16 / qs_cu_dsize(dtype));
+    a->lanes = lanes_for(a->tiles);
+    a->blocks = blocks;
+    a->src = src;
+    a->data = data;
 }
 
 /* ---- quantize ------------------------------------------------------------------------------- */
 
-static qs_status quant_bnb4(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
-                            const float *src, qs_qtensor *q)
+/* §6.1 on the device: the offset (cuda_items.h), the centring, dyn8 blocks of 256, and the
+ * offset back to the host for qs_qtensor.nested_offset (one host wait). */
+static qs_status double_quant(struct qs_cu_run *r, float *absmax, int64_t nb, qs_qtensor *q)
 {
-    struct qs_cu_bnb4_quant a;
-    int64_t nb = l->units;
+    struct qs_cu_dq_stats s;
+    struct qs_cu_dq_offset o;
+    struct qs_cu_dq_quant d;
+    int64_t full = nb / 256;
+    float offset = 0.0f;
 
-    a.src = src;
-    a.n = l->n;
-    a.block = l->block;
-    a.fp4 = l->element == QS_BACKEND_ELEM_FP4;
-    a.data = q->data;
-    a.absmax = q->scale;
-    if (p->double_quant) {
-        a.absmax = scratch(r, (size_t)nb * sizeof(float));
-        NEED(r, a.absmax);
+    s.absmax = absmax;
+    s.nb = nb;
+    o.chunks = nb > 0 ? qs_cu_ceil_div(nb, QS_CU_CHUNK) : 0;
+    s.partial = qs_cu_scratch(r, (size_t)(o.chunks > 0 ? o.chunks : 1) * sizeof *s.partial);
+    o.out = qs_cu_scratch(r, sizeof(float));
+    QS_CU_NEED(r, s.partial);
+    QS_CU_NEED(r, o.out);
+    o.partial = s.partial;
+    o.nb = nb;
+    o.absmax = absmax;
+    QS_CU_LAUNCH(r, QS_CU_K_DQ_STATS, &s, o.chunks);
+    QS_CU_LAUNCH(r, QS_CU_K_DQ_OFFSET, &o, 1);
+    d.absmax = absmax;
+    d.nb = nb;
+    d.offset = o.out;
+    d.tab = r->x->tab;
+    d.codes = q->scale;
+    d.nested = q->nested_scale;
+    QS_CU_LAUNCH(r, QS_CU_K_DQ_CENTER, &d, nb);
+    if (full > 0 && qs_cu_aligned(q->scale, 8)) {
+        struct qs_cu_bq a;
+        bq_init(&a, QS_CU_BQ_DYN8, QS_DTYPE_F32, absmax, 256, full, q->scale);
+        a.fscale = q->nested_scale;
+        a.tab = r->x->tab;
+        QS_CU_LAUNCH(r, QS_CU_K_BQ, &a, full);
+        d.absmax = absmax + full * 256;
+        d.nb = nb - full * 256;
+        d.codes = (uint8_t *)q->scale + full * 256;
+        d.nested = (float *)q->nested_scale + full;
     }
-    LAUNCH(r, QS_CU_K_BNB4_QUANT, &a, nb);
-    if (p->double_quant) {
-        struct qs_cu_dq_quant d;
-        float buf[1024];
-        double sum = 0.0;
-
-        /* §6.1's mean is a sequential double sum: the host computes it in index order, as
-         * qs_hd_dq_offset does, from the absmax values copied back (n / block floats). */
-        for (int64_t i = 0; i < nb; i += 1024) {
-            int64_t len = nb - i < 1024 ? nb - i : 1024;
-            if (r->x->to_host(r->x->user, buf, a.absmax + i, (size_t)len * sizeof(float)))
-                return fail(r, QS_ERR_BACKEND, "cuda backend: copy to the host failed");
-            for (int64_t k = 0; k < len; k++)
-                sum += (double)buf[k];
-        }
-        d.offset = nb > 0 ? (float)(sum / (double)nb) : 0.0f;
-        d.absmax = a.absmax;
-        d.nb = nb;
-        d.map = r->x->tables.dyn8;
-        d.codes = q->scale;
-        d.nested = q->nested_scale;
-        LAUNCH(r, QS_CU_K_DQ_CENTER, &d, nb);
-        LAUNCH(r, QS_CU_K_DQ_BLOCK, &d, ceil_div(nb, 256));
-        q->nested_offset = d.offset;
-    }
+    QS_CU_LAUNCH(r, QS_CU_K_DQ_BLOCK, &d, qs_cu_ceil_div(d.nb, 256));
+    if (nb > 0) /* empty: the mean of nothing is 0 (qs_hd_dq_offset), no need to ask */
+        QS_CU_TO_HOST(r, &offset, o.out, sizeof offset);
+    q->nested_offset = offset;
     return QS_OK;
 }
 
-static qs_status quant_int8(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
-                            const float *src, qs_qtensor *q)
+static qs_status quant_bnb4(struct qs_cu_run *r, const qs_backend_layout *l,
+                            const qs_quant_params *p, const void *src, int32_t dtype,
+                            qs_qtensor *q)
 {
-    int symmetric = !(l->flags & QS_BACKEND_LAYOUT_ZERO_POINT);
-    int64_t units = 1, unit_len = l->n, chunks;
-    struct qs_cu_pair *partial;
-    struct qs_cu_int8_params pa;
-    struct qs_cu_int8_quant qa;
+    int64_t nb = l->units, per = 16 / qs_cu_dsize(dtype), full = l->n / l->block;
+    int32_t fp4 = l->element == QS_BACKEND_ELEM_FP4;
+    float *absmax = q->scale;
+    struct qs_cu_bnb4_quant t;
     qs_status st;
 
-    (void)p;
+    if (p->double_quant) {
+        absmax = qs_cu_scratch(r, (size_t)nb * sizeof(float));
+        QS_CU_NEED(r, absmax);
+    }
+    t.block = l->block;
+    t.fp4 = fp4;
+    if (qs_cu_aligned(src, 16) && qs_cu_aligned(q->data, 8) && l->block % per == 0) {
+        struct qs_cu_bq a;
+        int64_t start = full * l->block;
+        bq_init(&a, QS_CU_BQ_BNB4, dtype, src, l->block, full, q->data);
+        a.sub = fp4;
+        a.fscale = absmax;
+        QS_CU_LAUNCH(r, QS_CU_K_BQ, &a, full);
+        /* the last, short block: one scalar item on its (staged) elements */
+        if ((st = as_f32(r, (const char *)src + start * qs_cu_dsize(dtype), dtype, l->n - start,
+                         &t.src)) != QS_OK)
+            return st;
+        t.n = l->n - start;
+        t.data = (uint8_t *)q->data + start / 2;
+        t.absmax = absmax + full;
+        QS_CU_LAUNCH(r, QS_CU_K_BNB4_QUANT, &t, t.n > 0);
+    } else {
+        if ((st = as_f32(r, src, dtype, l->n, &t.src)) != QS_OK)
+            return st;
+        t.n = l->n;
+        t.data = q->data;
+        t.absmax = absmax;
+        QS_CU_LAUNCH(r, QS_CU_K_BNB4_QUANT, &t, nb);
+    }
+    return p->double_quant ? double_quant(r, absmax, nb, q) : QS_OK;
+}
+
+static qs_status quant_int8(struct qs_cu_run *r, const qs_backend_layout *l, const void *src,
+                            int32_t dtype, qs_qtensor *q)
+{
+    int64_t units = 1, unit_len = l->n, per = 16 / qs_cu_dsize(dtype), chunks;
+    int32_t rule = (l->flags & QS_BACKEND_LAYOUT_ROWSTAT)     ? QS_CU_INT8_ROWSTAT
+                   : (l->flags & QS_BACKEND_LAYOUT_ZERO_POINT) ? QS_CU_INT8_ASYM
+                                                                : QS_CU_INT8_SYM;
+    int vec = qs_cu_aligned(src, 16) && qs_cu_aligned(q->data, 8) && l->n > 0;
+    struct qs_cu_pair *partial;
+    struct qs_cu_int8_params pa;
+    struct qs_cu_ewq e;
+    qs_status st;
+
     if (l->unit_rule == QS_BACKEND_UNITS_ROWS) {
         units = l->rows;
         unit_len = l->cols;
@@ -156,42 +214,58 @@ static qs_status quant_int8(struct run *r, const qs_backend_layout *l, const qs_
         units = l->units;
         unit_len = l->block;
     }
-    pa.rule = (l->flags & QS_BACKEND_LAYOUT_ROWSTAT) ? QS_CU_INT8_ROWSTAT
-              : symmetric                   ? QS_CU_INT8_SYM
-                                            : QS_CU_INT8_ASYM;
-    st = reduce(r, src, units, unit_len,
-                pa.rule == QS_CU_INT8_ASYM ? QS_CU_RED_MINMAX : QS_CU_RED_AMAX, &partial, &chunks);
+    vec = vec && unit_len % per == 0;
+    /* Many units or short ones: a group of lanes quantizes each unit in one pass. Few long ones
+     * (a tensor scale, a handful of long rows) need the whole grid: reduce, scale, encode. */
+    if (vec && (unit_len <= 4096 || units >= 1024)) {
+        struct qs_cu_bq a;
+        bq_init(&a, QS_CU_BQ_INT8, dtype, src, unit_len, units, q->data);
+        a.sub = rule;
+        a.fscale = q->scale;
+        a.zero_point = q->zero_point;
+        QS_CU_LAUNCH(r, QS_CU_K_BQ, &a, units);
+        return QS_OK;
+    }
+    st = qs_cu_reduce(r, src, dtype, units, unit_len,
+                rule == QS_CU_INT8_ASYM ? QS_CU_RED_MINMAX : QS_CU_RED_AMAX, &partial, &chunks);
     if (st != QS_OK)
         return st;
     pa.partial = partial;
     pa.chunks = chunks;
+    pa.rule = rule;
     pa.scale = q->scale;
     pa.zero_point = q->zero_point;
-    pa.mul = scratch(r, (size_t)units * sizeof(float));
-    pa.zp = scratch(r, (size_t)units * sizeof(int32_t));
-    NEED(r, pa.mul);
-    NEED(r, pa.zp);
-    LAUNCH(r, QS_CU_K_INT8_PARAMS, &pa, units);
-    qa.src = src;
-    qa.unit_len = unit_len > 0 ? unit_len : 1;
-    qa.mul = pa.mul;
-    qa.zp = pa.zp;
-    qa.qmin = pa.rule == QS_CU_INT8_ASYM ? -128 : -127;
-    qa.dst = q->data;
-    LAUNCH(r, QS_CU_K_INT8_QUANT, &qa, l->n);
+    pa.mul = qs_cu_scratch(r, (size_t)units * sizeof(float));
+    pa.zp = qs_cu_scratch(r, (size_t)units * sizeof(int32_t));
+    QS_CU_NEED(r, pa.mul);
+    QS_CU_NEED(r, pa.zp);
+    QS_CU_LAUNCH(r, QS_CU_K_INT8_PARAMS, &pa, units);
+    memset(&e, 0, sizeof e);
+    e.dtype = dtype;
+    e.qmin = rule == QS_CU_INT8_ASYM ? -128 : -127;
+    e.unit_len = unit_len > 0 ? unit_len : 1;
+    e.src = src;
+    e.mul = pa.mul;
+    e.zp = pa.zp;
+    e.data = q->data;
+    if (vec)
+        QS_CU_LAUNCH(r, QS_CU_K_EWQ_TILE, &e, l->n / per);
+    e.first = vec ? l->n / per * per : 0;
+    QS_CU_LAUNCH(r, QS_CU_K_EWQ_ELEM, &e, l->n - e.first);
     return QS_OK;
 }
 
 /* The per-tensor scale (FP8 or NVFP4) into *out (device); a given scale > 0 wins. */
-static qs_status tensor_scale(struct run *r, const qs_backend_layout *l, const float *src,
-                              float given, int nvfp4, float *out)
+static qs_status tensor_scale(struct qs_cu_run *r, const qs_backend_layout *l, const void *src,
+                              int32_t dtype, float given, int nvfp4, float *out)
 {
     struct qs_cu_tensor_scale a;
     struct qs_cu_pair *partial = NULL;
     int64_t chunks = 0;
     qs_status st;
 
-    if (!(given > 0.0f) && (st = reduce(r, src, 1, l->n, QS_CU_RED_AMAX, &partial, &chunks)))
+    if (!(given > 0.0f) &&
+        (st = qs_cu_reduce(r, src, dtype, 1, l->n, QS_CU_RED_AMAX, &partial, &chunks)) != QS_OK)
         return st;
     a.partial = partial;
     a.chunks = chunks;
@@ -199,227 +273,196 @@ static qs_status tensor_scale(struct run *r, const qs_backend_layout *l, const f
     a.elem_max = l->elem_max;
     a.nvfp4 = nvfp4;
     a.out = out;
-    LAUNCH(r, QS_CU_K_TENSOR_SCALE, &a, 1);
+    QS_CU_LAUNCH(r, QS_CU_K_TENSOR_SCALE, &a, 1);
     return QS_OK;
 }
 
-static qs_status quant_fp8(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
-                           const float *src, qs_qtensor *q)
+static qs_status quant_fp8(struct qs_cu_run *r, const qs_backend_layout *l,
+                           const qs_quant_params *p, const void *src, int32_t dtype, qs_qtensor *q)
 {
-    struct qs_cu_fp8 a;
+    int64_t per = 16 / qs_cu_dsize(dtype);
+    int vec = qs_cu_aligned(src, 16) && qs_cu_aligned(q->data, 8);
+    struct qs_cu_ewq e;
     qs_status st;
 
-    if ((st = tensor_scale(r, l, src, p->scale, 0, q->scale)) != QS_OK)
+    if ((st = tensor_scale(r, l, src, dtype, p->scale, 0, q->scale)) != QS_OK)
         return st;
-    memset(&a, 0, sizeof a);
-    a.src = src;
-    a.scale = q->scale;
-    a.e5m2 = l->element == QS_BACKEND_ELEM_E5M2;
-    a.dst_codes = q->data;
-    LAUNCH(r, QS_CU_K_FP8_QUANT, &a, l->n);
+    memset(&e, 0, sizeof e);
+    e.fp8 = 1;
+    e.e5m2 = l->element == QS_BACKEND_ELEM_E5M2;
+    e.dtype = dtype;
+    e.unit_len = 1;
+    e.src = src;
+    e.scale = q->scale;
+    e.data = q->data;
+    if (vec)
+        QS_CU_LAUNCH(r, QS_CU_K_EWQ_TILE, &e, l->n / per);
+    e.first = vec ? l->n / per * per : 0;
+    QS_CU_LAUNCH(r, QS_CU_K_EWQ_ELEM, &e, l->n - e.first);
     return QS_OK;
 }
 
-static void rows_init(struct qs_cu_rows *a, const struct run *r, const qs_backend_layout *l,
-                      const qs_quant_params *p)
+static qs_status quant_rows(struct qs_cu_run *r, const qs_backend_layout *l,
+                            const qs_quant_params *p, const void *src, int32_t dtype,
+                            qs_qtensor *q)
 {
-    memset(a, 0, sizeof *a);
-    a->kind = l->family == QS_BACKEND_FAMILY_NV      ? QS_CU_ROW_NVFP4
-              : l->element == QS_BACKEND_ELEM_E2M1 ? QS_CU_ROW_MXFP4
-                                                   : QS_CU_ROW_MXFP8;
-    a->block = l->block;
-    a->rounding = p->scale_rounding;
-    a->cols = l->cols;
-    a->row_bytes = l->plane[QS_PLANE_DATA].shape[1];
-    a->spr = ceil_div(l->cols, l->block);
-    a->e2m1 = r->x->tables.e2m1;
-}
+    int nv = l->family == QS_BACKEND_FAMILY_NV;
+    float *sg = NULL;
+    qs_status st;
 
-static qs_status quant_rows(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
-                            const float *src, qs_qtensor *q)
-{
-    struct qs_cu_rows a;
-
-    rows_init(&a, r, l, p);
-    if (a.kind == QS_CU_ROW_NVFP4) {
-        float *dev = scratch(r, sizeof(float));
-        qs_status st;
-        NEED(r, dev);
-        if ((st = tensor_scale(r, l, src, p->scale, 1, dev)) != QS_OK)
+    if (nv) {
+        sg = qs_cu_scratch(r, sizeof(float));
+        QS_CU_NEED(r, sg);
+        if ((st = tensor_scale(r, l, src, dtype, p->scale, 1, sg)) != QS_OK)
             return st;
-        /* the tensor scale is a field of the host struct: one float comes back */
-        if (r->x->to_host(r->x->user, &a.s_global, dev, sizeof(float)))
-            return fail(r, QS_ERR_BACKEND, "cuda backend: copy to the host failed");
-        q->global_scale = a.s_global;
     }
-    a.src = src;
-    a.data = q->data;
-    a.scales = q->scale;
-    LAUNCH(r, QS_CU_K_ROWS_QUANT, &a, l->rows * a.spr);
+    if (qs_cu_aligned(src, 16) && qs_cu_aligned(q->data, 8) && l->cols % l->block == 0 &&
+        l->block % (16 / qs_cu_dsize(dtype)) == 0) {
+        struct qs_cu_bq a;
+        bq_init(&a, nv ? QS_CU_BQ_NV : QS_CU_BQ_MX, dtype, src, l->block, l->n / l->block,
+                q->data);
+        a.sub = l->element == QS_BACKEND_ELEM_E4M3;
+        a.rounding = p->scale_rounding;
+        a.bscale = q->scale;
+        a.s_global = sg;
+        QS_CU_LAUNCH(r, QS_CU_K_BQ, &a, a.blocks);
+    } else {
+        struct qs_cu_rows a;
+        memset(&a, 0, sizeof a);
+        if ((st = as_f32(r, src, dtype, l->n, &a.src)) != QS_OK)
+            return st;
+        a.kind = nv ? QS_CU_ROW_NVFP4
+                    : l->element == QS_BACKEND_ELEM_E2M1 ? QS_CU_ROW_MXFP4 : QS_CU_ROW_MXFP8;
+        a.block = l->block;
+        a.rounding = p->scale_rounding;
+        a.cols = l->cols;
+        a.row_bytes = l->plane[QS_PLANE_DATA].shape[1];
+        a.spr = qs_cu_ceil_div(l->cols, l->block);
+        a.data = q->data;
+        a.scales = q->scale;
+        a.s_global = sg;
+        QS_CU_LAUNCH(r, QS_CU_K_ROWS_QUANT, &a, l->rows * a.spr);
+    }
+    if (nv) {
+        /* computed on the device: the tensor's field needs it (a host wait); an empty tensor's
+         * amax is 0, whose scale is 1 (qs_hd_nvfp4_global_scale) */
+        float s = p->scale > 0.0f ? p->scale : 1.0f;
+        if (!(p->scale > 0.0f) && l->n > 0)
+            QS_CU_TO_HOST(r, &s, sg, sizeof s);
+        q->global_scale = s;
+    }
     return QS_OK;
+}
+
+int qs_cu_quantize_waits(const qs_backend_layout *l, const qs_quant_params *p, int32_t reject)
+{
+    if (l->n == 0)
+        return 0;
+    return reject || (l->family == QS_BACKEND_FAMILY_BNB4 && p->double_quant) ||
+           (l->family == QS_BACKEND_FAMILY_NV && !(p->scale > 0.0f));
 }
 
 qs_status qs_cu_quantize(const struct qs_cu_exec *x, const qs_backend_layout *l,
                          const qs_quant_params *p, const void *src, int32_t dtype, qs_qtensor *q,
                          int32_t reject, char *err, size_t err_len)
 {
-    struct run r = {.x = x, .err = err, .err_len = err_len};
-    const float *f = src;
+    struct qs_cu_run r = {.x = x, .err = err, .err_len = err_len};
     qs_qtensor out = *q; /* struct fields are written only on success */
     qs_status st = QS_OK;
 
     err[0] = '\0';
-    if (dtype != QS_DTYPE_F32 && l->n > 0) {
-        struct qs_cu_cvt_in c = {src, NULL, dtype == QS_DTYPE_BF16};
-        c.dst = scratch(&r, (size_t)l->n * sizeof(float));
-        if (!c.dst) {
-            st = fail(&r, QS_ERR_OUT_OF_MEMORY,
-                      "cuda backend: no device memory to stage %lld "
-                      "elements",
-                      (long long)l->n);
-            goto done;
-        }
-        if (x->launch(x->user, QS_CU_K_CVT_IN, &c, l->n)) {
-            st = fail(&r, QS_ERR_BACKEND, "cuda backend: dtype conversion failed");
-            goto done;
-        }
-        f = c.dst;
-    }
-    if (reject && l->n > 0) {
-        struct qs_cu_pair *partial, host[64];
-        int64_t chunks, bad = 0;
-        if ((st = reduce(&r, f, 1, l->n, QS_CU_RED_NONFINITE, &partial, &chunks)) != QS_OK)
-            goto done;
-        for (int64_t c = 0; c < chunks && !bad; c += 64) {
-            int64_t len = chunks - c < 64 ? chunks - c : 64;
-            if (x->to_host(x->user, host, partial + c, (size_t)len * sizeof *host)) {
-                st = fail(&r, QS_ERR_BACKEND, "cuda backend: copy to the host failed");
-                goto done;
-            }
-            for (int64_t k = 0; k < len; k++)
-                bad |= host[k].a != 0.0f;
-        }
-        if (bad) {
-            st = fail(&r, QS_ERR_NONFINITE,
-                      "input holds NaN or Inf and the context rejects non-finite values");
-            goto done;
-        }
-    }
+    if (reject && l->n > 0 && (st = scan(&r, src, dtype, l->n)) != QS_OK)
+        goto done;
     switch (l->family) {
-    case QS_BACKEND_FAMILY_BNB4: st = quant_bnb4(&r, l, p, f, &out); break;
-    case QS_BACKEND_FAMILY_INT8: st = quant_int8(&r, l, p, f, &out); break;
-    case QS_BACKEND_FAMILY_FP8: st = quant_fp8(&r, l, p, f, &out); break;
-    default: st = quant_rows(&r, l, p, f, &out); break;
+    case QS_BACKEND_FAMILY_BNB4: st = quant_bnb4(&r, l, p, src, dtype, &out); break;
+    case QS_BACKEND_FAMILY_INT8: st = quant_int8(&r, l, src, dtype, &out); break;
+    case QS_BACKEND_FAMILY_FP8: st = quant_fp8(&r, l, p, src, dtype, &out); break;
+    default: st = quant_rows(&r, l, p, src, dtype, &out); break;
     }
     if (st == QS_OK) {
         q->global_scale = out.global_scale;
         q->nested_offset = out.nested_offset;
     }
 done:
-    release_all(&r);
+    qs_cu_release_all(&r);
     return st;
 }
 
 /* ---- dequantize ----------------------------------------------------------------------------- */
 
-static qs_status dequant_bnb4(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
-                              const qs_qtensor *q, float *dst)
+void qs_cu_deq_setup(const qs_backend_layout *l, const qs_qtensor *q, const float *tab,
+                     struct qs_cu_deq *a)
 {
-    struct qs_cu_bnb4_dequant a;
-
-    a.data = q->data;
-    a.absmax = q->scale;
-    a.book = l->element == QS_BACKEND_ELEM_FP4 ? r->x->tables.fp4 : r->x->tables.nf4;
-    a.block = l->block;
-    a.dst = dst;
-    if (p->double_quant) {
-        struct qs_cu_dq_dequant d;
-        float *tmp = scratch(r, (size_t)l->units * sizeof(float));
-        NEED(r, tmp);
-        d.codes = q->scale;
-        d.nested = q->nested_scale;
-        d.offset = q->nested_offset;
-        d.map = r->x->tables.dyn8;
-        d.absmax = tmp;
-        LAUNCH(r, QS_CU_K_DQ_DEQUANT, &d, l->units);
-        a.absmax = tmp;
+    memset(a, 0, sizeof *a);
+    a->data = q->data;
+    a->tab = tab;
+    a->cols = l->cols > 0 ? l->cols : 1;
+    a->unit = 1;
+    switch (l->family) {
+    case QS_BACKEND_FAMILY_BNB4:
+        a->rule = QS_CU_DQ_BNB4;
+        a->sub = l->element == QS_BACKEND_ELEM_FP4;
+        a->unit = l->block;
+        a->dq = (l->flags & QS_BACKEND_LAYOUT_DOUBLE_QUANT) != 0;
+        a->fscale = q->scale;
+        a->bscale = q->scale;
+        a->nested = q->nested_scale;
+        a->offset = q->nested_offset;
+        break;
+    case QS_BACKEND_FAMILY_INT8:
+        a->rule = QS_CU_DQ_INT8;
+        a->sub = (l->flags & QS_BACKEND_LAYOUT_ROWSTAT) != 0;
+        a->unit = l->unit_rule == QS_BACKEND_UNITS_ROWS         ? l->cols
+                  : l->unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? l->block
+                                                                : l->n;
+        a->fscale = q->scale;
+        a->zero_point = (l->flags & QS_BACKEND_LAYOUT_ZERO_POINT) ? q->zero_point : NULL;
+        break;
+    case QS_BACKEND_FAMILY_FP8:
+        a->rule = QS_CU_DQ_FP8;
+        a->sub = l->element == QS_BACKEND_ELEM_E5M2;
+        a->unit = l->n;
+        a->fscale = q->scale;
+        break;
+    default:
+        a->rule = l->family == QS_BACKEND_FAMILY_NV ? QS_CU_DQ_NV : QS_CU_DQ_MX;
+        a->sub = l->element == QS_BACKEND_ELEM_E4M3;
+        a->unit = l->block;
+        a->bscale = q->scale;
+        a->s_global = q->global_scale;
+        a->row_bytes = l->plane[QS_PLANE_DATA].shape[1];
+        a->spr = qs_cu_ceil_div(l->cols, l->block);
+        break;
     }
-    LAUNCH(r, QS_CU_K_BNB4_DEQUANT, &a, l->n);
-    return QS_OK;
-}
-
-static qs_status dequant_units(struct run *r, const qs_backend_layout *l, const qs_quant_params *p,
-                               const qs_qtensor *q, float *dst)
-{
-    (void)p;
-    if (l->family == QS_BACKEND_FAMILY_FP8) {
-        struct qs_cu_fp8 a;
-        memset(&a, 0, sizeof a);
-        a.codes = q->data;
-        a.scale = q->scale;
-        a.e5m2 = l->element == QS_BACKEND_ELEM_E5M2;
-        a.dst = dst;
-        LAUNCH(r, QS_CU_K_FP8_DEQUANT, &a, l->n);
-    } else {
-        struct qs_cu_int8_dequant a;
-        a.src = q->data;
-        a.unit_len = l->unit_rule == QS_BACKEND_UNITS_ROWS         ? l->cols
-                     : l->unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? l->block
-                                                                   : l->n;
-        if (a.unit_len <= 0)
-            a.unit_len = 1;
-        a.scale = q->scale;
-        a.zero_point = (l->flags & QS_BACKEND_LAYOUT_ZERO_POINT) ? q->zero_point : NULL;
-        a.rowstat = (l->flags & QS_BACKEND_LAYOUT_ROWSTAT) != 0;
-        a.dst = dst;
-        LAUNCH(r, QS_CU_K_INT8_DEQUANT, &a, l->n);
-    }
-    return QS_OK;
+    if (a->unit <= 0)
+        a->unit = 1;
 }
 
 qs_status qs_cu_dequantize(const struct qs_cu_exec *x, const qs_backend_layout *l,
                            const qs_quant_params *p, const qs_qtensor *q, void *dst, int32_t dtype,
                            char *err, size_t err_len)
 {
-    struct run r = {.x = x, .err = err, .err_len = err_len};
-    float *f = dst;
-    qs_status st = QS_OK;
+    struct qs_cu_run r = {.x = x, .err = err, .err_len = err_len};
+    struct qs_cu_deq a;
+    int64_t per, tiles = 0;
+    int vec;
 
     err[0] = '\0';
-    if (dtype != QS_DTYPE_F32 && l->n > 0) {
-        f = scratch(&r, (size_t)l->n * sizeof(float));
-        if (!f) {
-            st = fail(&r, QS_ERR_OUT_OF_MEMORY,
-                      "cuda backend: no device memory to stage %lld "
-                      "elements",
-                      (long long)l->n);
-            goto done;
-        }
+    qs_cu_deq_setup(l, q, x->tab, &a);
+    a.dtype = dtype;
+    a.dst = dst;
+    per = qs_cu_deq_bits(&a) == 4 ? 32 : 16;
+    vec = qs_cu_aligned(q->data, 16) && qs_cu_aligned(dst, 16);
+    if (a.rule == QS_CU_DQ_MX || a.rule == QS_CU_DQ_NV) /* flat only where rows are whole tiles */
+        vec = vec && l->cols % l->block == 0 && l->cols % per == 0;
+    if (vec) {
+        tiles = l->n / per;
+        QS_CU_LAUNCH(&r, QS_CU_K_DEQ_TILE, &a, tiles);
     }
-    switch (l->family) {
-    case QS_BACKEND_FAMILY_BNB4: st = dequant_bnb4(&r, l, p, q, f); break;
-    case QS_BACKEND_FAMILY_INT8:
-    case QS_BACKEND_FAMILY_FP8: st = dequant_units(&r, l, p, q, f); break;
-    default: {
-        struct qs_cu_rows a;
-        rows_init(&a, &r, l, p);
-        a.cdata = q->data;
-        a.cscales = q->scale;
-        a.s_global = q->global_scale;
-        a.dst = f;
-        if (l->n > 0 && x->launch(x->user, QS_CU_K_ROWS_DEQUANT, &a, l->n))
-            st = fail(&r, QS_ERR_BACKEND, "cuda backend: kernel %d failed", QS_CU_K_ROWS_DEQUANT);
-        break;
-    }
-    }
-    if (st == QS_OK && f != dst) {
-        struct qs_cu_cvt_out c = {f, dst, dtype == QS_DTYPE_BF16};
-        if (x->launch(x->user, QS_CU_K_CVT_OUT, &c, l->n))
-            st = fail(&r, QS_ERR_BACKEND, "cuda backend: dtype conversion failed");
-    }
-done:
-    release_all(&r);
-    return st;
+    a.first = tiles * per;
+    QS_CU_LAUNCH(&r, QS_CU_K_DEQ_ELEM, &a, l->n - a.first);
+    (void)p;
+    return QS_OK;
 }
 
 /* ---- 2:4 ------------------------------------------------------------------------------------- */
@@ -427,7 +470,7 @@ done:
 qs_status qs_cu_sp24_run(const struct qs_cu_exec *x, const struct qs_cu_sp24 *a, int64_t rows,
                          char *err, size_t err_len)
 {
-    struct run r = {.x = x, .err = err, .err_len = err_len};
+    struct qs_cu_run r = {.x = x, .err = err, .err_len = err_len};
     int64_t count = rows * a->words;
     int decompress = a->op < 0;
     qs_status st = QS_OK;
@@ -438,87 +481,32 @@ qs_status qs_cu_sp24_run(const struct qs_cu_exec *x, const struct qs_cu_sp24 *a,
     if (a->op != QS_CU_SP24_PRUNE) {
         struct qs_cu_sp24_check c = {*a, decompress, NULL};
         unsigned long long first = ~0ull;
-        c.first = scratch(&r, sizeof first);
+        c.first = qs_cu_scratch(&r, sizeof first);
         if (!c.first) {
-            st = fail(&r, QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory for scratch");
+            st = qs_cu_fail(&r, QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory for scratch");
             goto done;
         }
         if (x->to_device(x->user, c.first, &first, sizeof first) ||
             x->launch(x->user, QS_CU_K_SP24_CHECK, &c, count) ||
             x->to_host(x->user, &first, c.first, sizeof first)) {
-            st = fail(&r, QS_ERR_BACKEND, "cuda backend: 2:4 validation failed");
+            st = qs_cu_fail(&r, QS_ERR_BACKEND, "cuda backend: 2:4 validation failed");
             goto done;
         }
         if (first != ~0ull) {
             int64_t row = (int64_t)first / a->words, col = (int64_t)first % a->words * 16;
-            st = fail(&r, QS_ERR_BAD_DATA,
-                      decompress ? "2:4 meta word at row %lld, column %lld holds an invalid "
-                                   "nibble"
-                                 : "a 2:4 group at row %lld, columns %lld.. keeps more than 2",
-                      (long long)row, (long long)col);
+            st = qs_cu_fail(&r, QS_ERR_BAD_DATA,
+                            decompress ? "2:4 meta word at row %lld, column %lld holds an invalid "
+                                         "nibble"
+                                       : "a 2:4 group at row %lld, columns %lld.. keeps more "
+                                         "than 2",
+                            (long long)row, (long long)col);
             goto done;
         }
     }
     if (x->launch(x->user, decompress ? QS_CU_K_SP24_DECOMPRESS : QS_CU_K_SP24_COMPRESS, a,
                   count))
-        st = fail(&r, QS_ERR_BACKEND, "cuda backend: 2:4 kernel failed");
+        st = qs_cu_fail(&r, QS_ERR_BACKEND, "cuda backend: 2:4 kernel failed");
 done:
-    release_all(&r);
-    return st;
-}
-
-/* ---- GEMV ----------------------------------------------------------------------------------- */
-
-qs_status qs_cu_gemv_run(const struct qs_cu_exec *x, const qs_backend_layout *l,
-                         const qs_quant_params *p, const qs_qtensor *q, const float *xv, float *y,
-                         char *err, size_t err_len)
-{
-    struct run r = {.x = x, .err = err, .err_len = err_len};
-    struct qs_cu_gemv g;
-    qs_status st = QS_OK;
-
-    err[0] = '\0';
-    memset(&g, 0, sizeof g);
-    g.rows = l->rows;
-    g.cols = l->cols;
-    g.x = xv;
-    g.w = q->data;
-    g.y = y;
-    if (l->element == QS_BACKEND_ELEM_NF4) {
-        g.kind = QS_CU_GEMV_NF4;
-        g.book = x->tables.nf4;
-        g.block = l->block;
-        g.absmax = q->scale;
-        if (p->double_quant) {
-            struct qs_cu_dq_dequant d;
-            float *tmp = scratch(&r, (size_t)l->units * sizeof(float));
-            if (!tmp) {
-                st = fail(&r, QS_ERR_OUT_OF_MEMORY, "cuda backend: no device memory for scratch");
-                goto done;
-            }
-            d.codes = q->scale;
-            d.nested = q->nested_scale;
-            d.offset = q->nested_offset;
-            d.map = x->tables.dyn8;
-            d.absmax = tmp;
-            if (l->units > 0 && x->launch(x->user, QS_CU_K_DQ_DEQUANT, &d, l->units)) {
-                st = fail(&r, QS_ERR_BACKEND, "cuda backend: kernel %d failed", QS_CU_K_DQ_DEQUANT);
-                goto done;
-            }
-            g.absmax = tmp;
-        }
-    } else {
-        g.kind = QS_CU_GEMV_INT8;
-        g.scale = q->scale;
-        g.gran = l->unit_rule == QS_BACKEND_UNITS_ROWS         ? QS_GRAN_ROW
-                 : l->unit_rule == QS_BACKEND_UNITS_ROW_BLOCKS ? QS_GRAN_GROUP
-                                                               : QS_GRAN_TENSOR;
-        g.group = g.gran == QS_GRAN_GROUP ? l->block : (l->cols > 0 ? l->cols : 1);
-        g.zero_point = p->symmetric ? NULL : q->zero_point;
-    }
-    if (l->rows > 0 && x->launch(x->user, QS_CU_K_GEMV, &g, l->rows))
-        st = fail(&r, QS_ERR_BACKEND, "cuda backend: kernel %d failed", QS_CU_K_GEMV);
-done:
-    release_all(&r);
+    qs_cu_release_all(&r);
     return st;
 }

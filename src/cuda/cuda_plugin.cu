@@ -1,40 +1,34 @@
 // SPDX-License-Identifier: MIT
 //
 // libqsparse-cuda.so: the CUDA backend plugin (include/qsparse/plugin.h, the only header of the
-// library it includes besides the public ones). It exports one symbol, qs_backend_plugin_init. Its kernels are grid-stride loops over the items of cuda_items.h (the
-// reference's own element and block rules, element_hd.h), plus a block reduction and a GEMV
-// whose shared-memory and shuffle steps follow the orders that tests/test_cuda_items.c emulates
-// on the host. The drivers are cuda_pipeline.c's; this file is their executor: launches on the
-// caller's stream, stream-ordered scratch memory, copies. Built with --fmad=false and IEEE
-// division and square root, never --use_fast_math, so every float operation rounds as in
-// src/ref. Nothing here prints or aborts: every CUDA error becomes a status and a message.
+// library it includes besides the public ones). It exports one symbol, qs_backend_plugin_init.
+// The drivers are cuda_pipeline.c's and cuda_matmul.c's, the kernels cuda_kernels.cuh's; this
+// file is their executor (launches on the caller's stream, stream-ordered scratch memory,
+// copies) and the backend's operations around it: where each device pointer lives, whether a
+// call may run during CUDA graph capture, and whose a CUDA error is. Built with --fmad=false and
+// IEEE division and square root, never --use_fast_math, so every float operation rounds as in
+// src/ref (the GEMV's fused multiply-adds are explicit fmaf). Nothing here prints or aborts:
+// every CUDA error becomes a status and a message.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-extern "C" {
-#include "cuda_pipeline.h"
-extern const float qs_nf4_codebook[16];
-extern const float qs_fp4_codebook[16];
-extern const float qs_dyn8_map[256];
-extern const float qs_e2m1_values[16];
-}
-
-#define THREADS 256
+#include "cuda_kernels.cuh"
 
 // The library's services (plugin.h), from init. The plugin calls no function of libqsparse by
 // name: it may be loaded RTLD_LOCAL under a library loaded RTLD_LOCAL too.
 static const qs_backend_host *host_api;
+
+#define MIN_CC_MAJOR 8 // SASS for sm_80 and newer; older GPUs would JIT nothing we ship
 
 // The context's message, through the host.
 __attribute__((format(printf, 3, 4))) static qs_status plugin_fail(qs_backend_ctx *ctx,
                                                                    qs_status st, const char *fmt,
                                                                    ...)
 {
-    char msg[256];
+    char msg[320];
     va_list ap;
 
     va_start(ap, fmt);
@@ -48,94 +42,113 @@ static size_t dtype_size(int32_t dtype)
 {
     return dtype == QS_DTYPE_F32 ? 4 : 2;
 }
-#define MIN_CC_MAJOR 8 // SASS for sm_80 and newer; older GPUs would JIT nothing we ship
-
-// ---- kernels ---------------------------------------------------------------------------------
-
-template <typename A, void (*F)(const A *, int64_t)>
-__global__ void __launch_bounds__(THREADS) grid_kernel(A a, int64_t count)
-{
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-        F(&a, i);
-}
-
-// One block per chunk: each thread its strided share, then the tree the host test emulates.
-__global__ void __launch_bounds__(QS_CU_RED_THREADS) reduce_kernel(qs_cu_red a, int64_t count)
-{
-    __shared__ qs_cu_pair p[QS_CU_RED_THREADS];
-    for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
-        p[threadIdx.x] = qs_cu_red_thread(&a, i, threadIdx.x);
-        __syncthreads();
-        for (int s = QS_CU_RED_THREADS / 2; s > 0; s /= 2) {
-            if ((int)threadIdx.x < s)
-                p[threadIdx.x] = qs_cu_red_join(a.kind, p[threadIdx.x], p[threadIdx.x + s]);
-            __syncthreads();
-        }
-        if (threadIdx.x == 0)
-            a.partial[i] = p[0];
-        __syncthreads();
-    }
-}
-
-// One warp per row; each half warp takes one segment (16 lanes), the tree is four shuffles, and
-// lane 0 adds the segment products in ascending order: the reference's sum, bit for bit.
-__global__ void __launch_bounds__(THREADS) gemv_kernel(qs_cu_gemv a, int64_t rows)
-{
-    const unsigned full = 0xFFFFFFFFu;
-    int lane = threadIdx.x & 31, half = lane >> 4, l16 = lane & 15;
-    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-
-    for (int64_t r = warp; r < rows; r += warps) {
-        int64_t segs = qs_cu_gemv_segments(&a, r);
-        float acc = 0.0f;
-        for (int64_t s0 = 0; s0 < segs; s0 += 2) {
-            int64_t s = s0 + half;
-            float v = s < segs ? qs_cu_gemv_lane(&a, r, s, l16) : 0.0f;
-            for (int h = 8; h >= 1; h /= 2)
-                v = v + __shfl_down_sync(full, v, h, 16);
-            float sc = s < segs && l16 == 0 ? qs_cu_gemv_scale(&a, r, s) : 0.0f;
-            float v1 = __shfl_sync(full, v, 16), sc1 = __shfl_sync(full, sc, 16);
-            if (lane == 0) {
-                acc = qs_cu_gemv_acc(acc, v, sc);
-                if (s0 + 1 < segs)
-                    acc = qs_cu_gemv_acc(acc, v1, sc1);
-            }
-        }
-        if (lane == 0)
-            a.y[r] = qs_hd_nan_canon(acc);
-    }
-}
-
-// Validation of 2:4 inputs: the lowest bad word index wins, as the host emulation's minimum.
-__global__ void __launch_bounds__(THREADS) sp24_check_kernel(qs_cu_sp24_check c, int64_t count)
-{
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-        if (qs_cu_sp24_bad_item(&c.a, i, c.decompress))
-            atomicMin(c.first, (unsigned long long)i);
-}
 
 // ---- the executor ----------------------------------------------------------------------------
 
 struct exec_state {
     cudaStream_t stream;
-    cudaError_t err;
-    int sm_count;
+    cudaError_t err;     // the first CUDA error of this call
+    const char *where;   // what returned it
+    int device, sm_count;
+    int pools;           // stream-ordered allocation (cudaMallocAsync) is supported
+    int capturing;       // the stream is capturing a CUDA graph
+    int pending;         // the application left an error pending before the call
 };
 
-static int blocks_for(const exec_state *s, int64_t items, int per_block)
+// Record a CUDA error of this call. The runtime keeps the last error per thread: ours is cleared
+// (the status carries it), unless the application had one pending, which stays for it to see.
+static int note(exec_state *s, cudaError_t e, const char *where)
 {
-    int64_t b = (items + per_block - 1) / per_block, cap = (int64_t)s->sm_count * 32;
-    return (int)(b < cap ? (b > 0 ? b : 1) : cap);
+    if (e == cudaSuccess)
+        return 0;
+    if (s->err == cudaSuccess) {
+        s->err = e;
+        s->where = where;
+    }
+    if (!s->pending)
+        (void)cudaGetLastError();
+    return 1;
 }
 
-template <typename A, void (*F)(const A *, int64_t)>
-static void grid(exec_state *s, const void *args, int64_t count)
+// cudaLaunchKernel returns this launch's own error, so an earlier one is never taken for it.
+static int go(exec_state *s, const void *fn, int64_t blocks, void **params)
 {
-    grid_kernel<A, F><<<blocks_for(s, count, THREADS), THREADS, 0, s->stream>>>(
-        *(const A *)args, count);
+    int64_t cap = (int64_t)s->sm_count * 32;
+    dim3 grid((unsigned)(blocks < 1 ? 1 : blocks > cap ? cap : blocks));
+
+    return note(s, cudaLaunchKernel(fn, grid, dim3(QS_CU_THREADS), params, 0, s->stream),
+                "a kernel launch");
+}
+
+template <typename A, void (*F)(const A *, int64_t), bool TAB = false>
+static int items(exec_state *s, const void *args, int64_t count)
+{
+    A a = *(const A *)args;
+    void *p[] = {&a, &count};
+    return go(s, (const void *)grid_kernel<A, F, TAB>, (count + QS_CU_THREADS - 1) / QS_CU_THREADS,
+              p);
+}
+
+// One CUDA block per item (reductions).
+template <typename A>
+static int per_block(exec_state *s, void (*k)(A, int64_t), const void *args, int64_t count)
+{
+    A a = *(const A *)args;
+    void *p[] = {&a, &count};
+    return go(s, (const void *)k, count, p);
+}
+
+#define BY_DTYPE(K, R) {(const void *)K<R, 0>, (const void *)K<R, 1>, (const void *)K<R, 2>}
+static const void *const bq_kernels[5][3] = {
+    BY_DTYPE(bq_kernel, QS_CU_BQ_BNB4), BY_DTYPE(bq_kernel, QS_CU_BQ_INT8),
+    BY_DTYPE(bq_kernel, QS_CU_BQ_MX),   BY_DTYPE(bq_kernel, QS_CU_BQ_NV),
+    {(const void *)bq_kernel<QS_CU_BQ_DYN8, 0>, NULL, NULL}, // f32 input only
+};
+static const void *const ewq_kernels[2][3] = {BY_DTYPE(ewq_kernel, 0), BY_DTYPE(ewq_kernel, 1)};
+#define BY_SUB(K, R)                                                                             \
+    {{(const void *)K<R, 0, 0>, (const void *)K<R, 0, 1>, (const void *)K<R, 0, 2>},              \
+     {(const void *)K<R, 1, 0>, (const void *)K<R, 1, 1>, (const void *)K<R, 1, 2>}}
+static const void *const deq_kernels[5][2][3] = {
+    BY_SUB(deq_kernel, QS_CU_DQ_BNB4), BY_SUB(deq_kernel, QS_CU_DQ_INT8),
+    BY_SUB(deq_kernel, QS_CU_DQ_FP8),  BY_SUB(deq_kernel, QS_CU_DQ_MX),
+    {{(const void *)deq_kernel<QS_CU_DQ_NV, 0, 0>, (const void *)deq_kernel<QS_CU_DQ_NV, 0, 1>,
+      (const void *)deq_kernel<QS_CU_DQ_NV, 0, 2>},
+     {NULL, NULL, NULL}},
+};
+static const void *const mv_kernels[QS_CU_MV_KINDS] = {
+    (const void *)mv_kernel<0>, (const void *)mv_kernel<1>, (const void *)mv_kernel<2>,
+    (const void *)mv_kernel<3>, (const void *)mv_kernel<4>, (const void *)mv_kernel<5>,
+    (const void *)mv_kernel<6>, (const void *)mv_kernel<7>, (const void *)mv_kernel<8>,
+    (const void *)mv_kernel<9>, (const void *)mv_kernel<10>,
+};
+
+static int launch_bq(exec_state *s, const void *args, int64_t blocks)
+{
+    qs_cu_bq a = *(const qs_cu_bq *)args;
+    const void *k = a.rule >= 0 && a.rule < 5 && a.dtype >= 0 && a.dtype < 3
+                        ? bq_kernels[a.rule][a.dtype]
+                        : NULL;
+    int64_t warps = (blocks + 32 / a.lanes - 1) / (32 / a.lanes);
+    void *p[] = {&a, &blocks};
+
+    return k ? go(s, k, (warps + QS_CU_THREADS / 32 - 1) / (QS_CU_THREADS / 32), p) : 1;
+}
+
+static int launch_tiles(exec_state *s, const void *k, void *a, int64_t tiles)
+{
+    void *p[] = {a, &tiles};
+    return k ? go(s, k, (tiles + QS_CU_THREADS - 1) / QS_CU_THREADS, p) : 1;
+}
+
+static int launch_mv(exec_state *s, const void *args)
+{
+    qs_cu_mv a = *(const qs_cu_mv *)args;
+    int64_t items = a.M * ((a.N + 1) / 2);
+    void *p[] = {&a, &items};
+
+    if (a.kind < 0 || a.kind >= QS_CU_MV_KINDS)
+        return 1;
+    return go(s, mv_kernels[a.kind], (items + QS_CU_THREADS / 32 - 1) / (QS_CU_THREADS / 32), p);
 }
 
 static int launch(void *user, int32_t kernel, const void *args, int64_t count)
@@ -143,76 +156,88 @@ static int launch(void *user, int32_t kernel, const void *args, int64_t count)
     exec_state *s = (exec_state *)user;
 
     switch (kernel) {
-    case QS_CU_K_CVT_IN: grid<qs_cu_cvt_in, qs_cu_cvt_in_item>(s, args, count); break;
-    case QS_CU_K_CVT_OUT: grid<qs_cu_cvt_out, qs_cu_cvt_out_item>(s, args, count); break;
-    case QS_CU_K_REDUCE:
-        reduce_kernel<<<blocks_for(s, count, 1), QS_CU_RED_THREADS, 0, s->stream>>>(
-            *(const qs_cu_red *)args, count);
-        break;
+    case QS_CU_K_CVT_IN: return items<qs_cu_cvt_in, qs_cu_cvt_in_item>(s, args, count);
+    case QS_CU_K_REDUCE: return per_block(s, reduce_kernel, args, count);
+    case QS_CU_K_FLAG: return items<qs_cu_flag, qs_cu_flag_item>(s, args, count);
     case QS_CU_K_BNB4_QUANT:
-        grid<qs_cu_bnb4_quant, qs_cu_bnb4_quant_item>(s, args, count);
-        break;
-    case QS_CU_K_DQ_CENTER: grid<qs_cu_dq_quant, qs_cu_dq_center_item>(s, args, count); break;
-    case QS_CU_K_DQ_BLOCK: grid<qs_cu_dq_quant, qs_cu_dq_block_item>(s, args, count); break;
-    case QS_CU_K_DQ_DEQUANT:
-        grid<qs_cu_dq_dequant, qs_cu_dq_dequant_item>(s, args, count);
-        break;
-    case QS_CU_K_BNB4_DEQUANT:
-        grid<qs_cu_bnb4_dequant, qs_cu_bnb4_dequant_item>(s, args, count);
-        break;
+        return items<qs_cu_bnb4_quant, qs_cu_bnb4_quant_item>(s, args, count);
+    case QS_CU_K_DQ_STATS: return per_block(s, dq_stats_kernel, args, count);
+    case QS_CU_K_DQ_OFFSET: return items<qs_cu_dq_offset, qs_cu_dq_offset_item>(s, args, count);
+    case QS_CU_K_DQ_CENTER: return items<qs_cu_dq_quant, qs_cu_dq_center_item>(s, args, count);
+    case QS_CU_K_DQ_BLOCK:
+        return items<qs_cu_dq_quant, qs_cu_dq_block_item, true>(s, args, count);
     case QS_CU_K_INT8_PARAMS:
-        grid<qs_cu_int8_params, qs_cu_int8_params_item>(s, args, count);
-        break;
-    case QS_CU_K_INT8_QUANT: grid<qs_cu_int8_quant, qs_cu_int8_quant_item>(s, args, count); break;
-    case QS_CU_K_INT8_DEQUANT:
-        grid<qs_cu_int8_dequant, qs_cu_int8_dequant_item>(s, args, count);
-        break;
+        return items<qs_cu_int8_params, qs_cu_int8_params_item>(s, args, count);
     case QS_CU_K_TENSOR_SCALE:
-        grid<qs_cu_tensor_scale, qs_cu_tensor_scale_item>(s, args, count);
-        break;
-    case QS_CU_K_FP8_QUANT: grid<qs_cu_fp8, qs_cu_fp8_quant_item>(s, args, count); break;
-    case QS_CU_K_FP8_DEQUANT: grid<qs_cu_fp8, qs_cu_fp8_dequant_item>(s, args, count); break;
-    case QS_CU_K_ROWS_QUANT: grid<qs_cu_rows, qs_cu_rows_quant_item>(s, args, count); break;
-    case QS_CU_K_ROWS_DEQUANT: grid<qs_cu_rows, qs_cu_rows_dequant_item>(s, args, count); break;
-    case QS_CU_K_GEMV:
-        gemv_kernel<<<blocks_for(s, count, THREADS / 32), THREADS, 0, s->stream>>>(
-            *(const qs_cu_gemv *)args, count);
-        break;
-    case QS_CU_K_SP24_CHECK:
-        sp24_check_kernel<<<blocks_for(s, count, THREADS), THREADS, 0, s->stream>>>(
-            *(const qs_cu_sp24_check *)args, count);
-        break;
-    case QS_CU_K_SP24_COMPRESS: grid<qs_cu_sp24, qs_cu_sp24_compress_item>(s, args, count); break;
+        return items<qs_cu_tensor_scale, qs_cu_tensor_scale_item>(s, args, count);
+    case QS_CU_K_ROWS_QUANT: return items<qs_cu_rows, qs_cu_rows_quant_item>(s, args, count);
+    case QS_CU_K_BQ: return launch_bq(s, args, count);
+    case QS_CU_K_EWQ_TILE: {
+        qs_cu_ewq a = *(const qs_cu_ewq *)args;
+        return launch_tiles(s, a.fp8 >= 0 && a.fp8 < 2 && a.dtype >= 0 && a.dtype < 3
+                                   ? ewq_kernels[a.fp8][a.dtype]
+                                   : NULL,
+                            &a, count);
+    }
+    case QS_CU_K_EWQ_ELEM: return items<qs_cu_ewq, qs_cu_ewq_elem>(s, args, count);
+    case QS_CU_K_DEQ_TILE: {
+        qs_cu_deq a = *(const qs_cu_deq *)args;
+        return launch_tiles(s, a.rule >= 0 && a.rule < 5 && (a.sub == 0 || a.sub == 1) &&
+                                       a.dtype >= 0 && a.dtype < 3
+                                   ? deq_kernels[a.rule][a.sub][a.dtype]
+                                   : NULL,
+                            &a, count);
+    }
+    case QS_CU_K_DEQ_ELEM: return items<qs_cu_deq, qs_cu_deq_elem, true>(s, args, count);
+    case QS_CU_K_MV: return launch_mv(s, args);
+    case QS_CU_K_MM: {
+        qs_cu_mm a = *(const qs_cu_mm *)args;
+        void *p[] = {&a, &count};
+        int64_t cap = (int64_t)s->sm_count * 8;
+        dim3 grid((unsigned)(count < cap ? count : cap));
+        return note(s, cudaLaunchKernel((const void *)mm_kernel, grid, dim3(QS_CU_MM_THREADS), p, 0,
+                                        s->stream),
+                    "a kernel launch");
+    }
+    case QS_CU_K_SP24_CHECK: {
+        qs_cu_sp24_check c = *(const qs_cu_sp24_check *)args;
+        void *p[] = {&c, &count};
+        return go(s, (const void *)sp24_check_kernel, (count + QS_CU_THREADS - 1) / QS_CU_THREADS,
+                  p);
+    }
+    case QS_CU_K_SP24_COMPRESS: return items<qs_cu_sp24, qs_cu_sp24_compress_item>(s, args, count);
     case QS_CU_K_SP24_DECOMPRESS:
-        grid<qs_cu_sp24, qs_cu_sp24_decompress_item>(s, args, count);
-        break;
+        return items<qs_cu_sp24, qs_cu_sp24_decompress_item>(s, args, count);
     default: return 1;
     }
-    s->err = cudaGetLastError();
-    return s->err != cudaSuccess;
 }
 
+// Scratch: stream-ordered where the device has memory pools; cudaMalloc / cudaFree (which wait)
+// where it has not.
 static void *dev_alloc(void *user, size_t bytes)
 {
     exec_state *s = (exec_state *)user;
     void *p = NULL;
 
-    s->err = cudaMallocAsync(&p, bytes, s->stream);
-    return s->err == cudaSuccess ? p : NULL;
+    if (note(s, s->pools ? cudaMallocAsync(&p, bytes, s->stream) : cudaMalloc(&p, bytes),
+             s->pools ? "cudaMallocAsync of scratch memory" : "cudaMalloc of scratch memory"))
+        return NULL;
+    return p;
 }
 
 static void dev_release(void *user, void *p)
 {
     exec_state *s = (exec_state *)user;
-    (void)cudaFreeAsync(p, s->stream);
+
+    (void)note(s, s->pools ? cudaFreeAsync(p, s->stream) : cudaFree(p), "freeing scratch memory");
 }
 
 static int copy_wait(exec_state *s, void *dst, const void *src, size_t bytes, cudaMemcpyKind k)
 {
-    s->err = cudaMemcpyAsync(dst, src, bytes, k, s->stream);
-    if (s->err == cudaSuccess)
-        s->err = cudaStreamSynchronize(s->stream);
-    return s->err != cudaSuccess;
+    if (note(s, cudaMemcpyAsync(dst, src, bytes, k, s->stream), "a copy"))
+        return 1;
+    // an error here may come from any work queued on the stream before, the caller's included
+    return note(s, cudaStreamSynchronize(s->stream), "waiting for the stream");
 }
 
 static int to_host(void *user, void *dst, const void *src, size_t bytes)
@@ -225,60 +250,59 @@ static int to_device(void *user, void *dst, const void *src, size_t bytes)
     return copy_wait((exec_state *)user, dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
-// ---- device tables: one copy per device, made on first use ---------------------------------
-
-#define MAX_DEVICES 64
-#define TABLE_FLOATS (16 + 16 + 256 + 16)
-
-static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
-static float *device_tables[MAX_DEVICES];
-
-static cudaError_t tables_for(int dev, float **out)
+// Fill an executor for the current device and `stream`. `what` names the call; `waits` says
+// whether it will wait for the stream (qs_cu_*_waits), which graph capture cannot take.
+static qs_status exec_init(qs_backend_ctx *ctx, exec_state *s, qs_cu_exec *x, void *stream,
+                           const char *what, int waits)
 {
-    cudaError_t e = cudaSuccess;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e;
 
-    if (dev < 0 || dev >= MAX_DEVICES)
-        return cudaErrorInvalidDevice;
-    pthread_mutex_lock(&tables_lock);
-    if (!device_tables[dev]) {
-        float host[TABLE_FLOATS], *d = NULL;
-        memcpy(host, qs_nf4_codebook, sizeof qs_nf4_codebook);
-        memcpy(host + 16, qs_fp4_codebook, sizeof qs_fp4_codebook);
-        memcpy(host + 32, qs_dyn8_map, sizeof qs_dyn8_map);
-        memcpy(host + 288, qs_e2m1_values, sizeof qs_e2m1_values);
-        e = cudaMalloc(&d, sizeof host);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(d, host, sizeof host, cudaMemcpyHostToDevice);
-        if (e == cudaSuccess)
-            device_tables[dev] = d; // kept for the life of the process, like the module
-        else if (d)
-            cudaFree(d);
-    }
-    *out = device_tables[dev];
-    pthread_mutex_unlock(&tables_lock);
-    return e;
-}
-
-// Fill an executor for the current device and `stream`; a status and message on failure.
-static qs_status exec_init(qs_backend_ctx *ctx, exec_state *s, qs_cu_exec *x, void *stream)
-{
-    int dev = 0;
-    float *t = NULL;
-    cudaError_t e = cudaGetDevice(&dev);
-
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess)
-        e = tables_for(dev, &t);
-    if (e != cudaSuccess)
-        return plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: %s", cudaGetErrorString(e));
+    memset(s, 0, sizeof *s);
     s->stream = (cudaStream_t)stream;
-    s->err = cudaSuccess;
+    s->pending = cudaPeekAtLastError() != cudaSuccess;
+    e = cudaGetDevice(&s->device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, s->device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&s->pools, cudaDevAttrMemoryPoolsSupported, s->device);
+    if (e == cudaSuccess && (e = cudaStreamIsCapturing(s->stream, &cs)) != cudaSuccess) {
+        if (!s->pending)
+            (void)cudaGetLastError();
+        return plugin_fail(ctx, QS_ERR_INVALID_ARG,
+                           "cuda backend: %s: the stream is not usable on device %d: %s", what,
+                           s->device, cudaGetErrorString(e));
+    }
+    if (e != cudaSuccess) {
+        if (!s->pending)
+            (void)cudaGetLastError();
+        return plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: %s", cudaGetErrorString(e));
+    }
+    s->capturing = cs != cudaStreamCaptureStatusNone;
+    if (s->pending && !s->capturing) {
+        // A sticky error (a fault of earlier work) breaks every call: say so, not ours.
+        e = cudaStreamQuery(s->stream);
+        if (e != cudaSuccess && e != cudaErrorNotReady)
+            return plugin_fail(ctx, QS_ERR_BACKEND,
+                               "cuda backend: %s did not run: the CUDA context holds an error of "
+                               "earlier work on device %d: %s",
+                               what, s->device, cudaGetErrorString(e));
+    }
+    if (s->capturing && waits)
+        return plugin_fail(ctx, QS_ERR_UNSUPPORTED,
+                           "cuda backend: %s waits for the stream once (its result is a host "
+                           "value: a tensor scale or offset, or a validation's verdict), so it "
+                           "cannot run while the stream captures a CUDA graph; run it before the "
+                           "capture (or give NVFP4 a scale, or use another non-finite policy)",
+                           what);
+    if (s->capturing && !s->pools)
+        return plugin_fail(ctx, QS_ERR_UNSUPPORTED,
+                           "cuda backend: device %d has no memory pools (cudaMallocAsync), so "
+                           "its scratch memory cannot be allocated inside a CUDA graph capture",
+                           s->device);
+    memset(x, 0, sizeof *x);
     x->user = s;
-    x->tables.nf4 = t;
-    x->tables.fp4 = t + 16;
-    x->tables.dyn8 = t + 32;
-    x->tables.e2m1 = t + 288;
+    x->tab = NULL; // the kernels read constant memory
     x->launch = launch;
     x->alloc = dev_alloc;
     x->release = dev_release;
@@ -287,14 +311,73 @@ static qs_status exec_init(qs_backend_ctx *ctx, exec_state *s, qs_cu_exec *x, vo
     return QS_OK;
 }
 
-// The executor's CUDA error, if any, replaces the driver's generic message.
+// The call's CUDA error, if any, with the driver's message.
 static qs_status finish(qs_backend_ctx *ctx, const exec_state *s, qs_status st, const char *err)
 {
-    if (st == QS_OK)
+    if (st == QS_OK && s->err == cudaSuccess)
         return QS_OK;
+    if (st == QS_OK)
+        st = QS_ERR_BACKEND; // e.g. a failed release after the work
     if (s->err != cudaSuccess)
-        return plugin_fail(ctx, st, "%s: %s", err, cudaGetErrorString(s->err));
+        return plugin_fail(ctx, st, "%s: %s (%s)", err[0] ? err : "cuda backend",
+                           cudaGetErrorString(s->err), s->where);
     return plugin_fail(ctx, st, "%s", err);
+}
+
+// Where a device pointer lives: device memory of the current device, managed memory, or host
+// memory pinned and mapped at the same address; anything else cannot be read by the kernels.
+static qs_status check_ptr(qs_backend_ctx *ctx, exec_state *s, const void *p, int64_t bytes,
+                           const char *name)
+{
+    cudaPointerAttributes at;
+    cudaError_t e;
+
+    if (!p || bytes <= 0)
+        return QS_OK;
+    e = cudaPointerGetAttributes(&at, p);
+    if (e != cudaSuccess) {
+        if (!s->pending)
+            (void)cudaGetLastError();
+        return plugin_fail(ctx, QS_ERR_INVALID_ARG, "cuda backend: %s (%p): %s", name, p,
+                           cudaGetErrorString(e));
+    }
+    switch (at.type) {
+    case cudaMemoryTypeDevice:
+        if (at.device != s->device)
+            return plugin_fail(ctx, QS_ERR_INVALID_ARG,
+                               "cuda backend: %s is memory of device %d; the current device is "
+                               "%d (cudaSetDevice)",
+                               name, at.device, s->device);
+        return QS_OK;
+    case cudaMemoryTypeManaged: return QS_OK;
+    case cudaMemoryTypeHost:
+        if (at.devicePointer == p)
+            return QS_OK;
+        return plugin_fail(ctx, QS_ERR_INVALID_ARG,
+                           "cuda backend: %s is pinned host memory not mapped at the same "
+                           "address on the device",
+                           name);
+    default:
+        return plugin_fail(ctx, QS_ERR_INVALID_ARG,
+                           "cuda backend: %s is host memory CUDA does not know (pageable); the "
+                           "device API takes device memory (qs_quantize and friends take host "
+                           "arrays)",
+                           name);
+    }
+}
+
+static qs_status check_planes(qs_backend_ctx *ctx, exec_state *s, const qs_backend_layout *l,
+                              const qs_qtensor *q)
+{
+    const void *const ptr[QS_PLANE_COUNT] = {q->data, q->scale, q->zero_point, q->nested_scale};
+    static const char *const names[QS_PLANE_COUNT] = {"the data plane", "the scale plane",
+                                                      "the zero-point plane",
+                                                      "the nested-scale plane"};
+    qs_status st = QS_OK;
+
+    for (int k = 0; st == QS_OK && k < QS_PLANE_COUNT; k++)
+        st = check_ptr(ctx, s, ptr[k], l->plane[k].bytes, names[k]);
+    return st;
 }
 
 // ---- backend operations ----------------------------------------------------------------------
@@ -332,46 +415,85 @@ static int32_t cuda_available(char *why, size_t why_len)
     return 1;
 }
 
-static qs_status quantize_dev(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
-                              const void *src, int32_t src_dtype, qs_qtensor *q, void *stream)
+static qs_status quantize_dev(qs_backend_ctx *ctx, const qs_backend_layout *l,
+                              const qs_quant_params *p, const void *src, int32_t src_dtype,
+                              qs_qtensor *q, void *stream)
 {
     exec_state s;
     qs_cu_exec x;
     char err[256];
-    qs_status st = exec_init(ctx, &s, &x, stream);
+    int32_t reject = host_api->nonfinite(ctx) == QS_NONFINITE_REJECT;
+    qs_status st = exec_init(ctx, &s, &x, stream, "quantize",
+                             qs_cu_quantize_waits(l, p, reject));
 
+    if (st == QS_OK)
+        st = check_ptr(ctx, &s, src, l->n * (int64_t)dtype_size(src_dtype), "src");
+    if (st == QS_OK)
+        st = check_planes(ctx, &s, l, q);
     if (st != QS_OK)
         return st;
-    st = qs_cu_quantize(&x, l, p, src, src_dtype, q,
-                        host_api->nonfinite(ctx) == QS_NONFINITE_REJECT, err, sizeof err);
+    st = qs_cu_quantize(&x, l, p, src, src_dtype, q, reject, err, sizeof err);
     return finish(ctx, &s, st, err);
 }
 
-static qs_status dequantize_dev(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
-                                const qs_qtensor *q, void *dst, int32_t dst_dtype, void *stream)
+static qs_status dequantize_dev(qs_backend_ctx *ctx, const qs_backend_layout *l,
+                                const qs_quant_params *p, const qs_qtensor *q, void *dst,
+                                int32_t dst_dtype, void *stream)
 {
     exec_state s;
     qs_cu_exec x;
     char err[256];
-    qs_status st = exec_init(ctx, &s, &x, stream);
+    qs_status st = exec_init(ctx, &s, &x, stream, "dequantize", 0);
 
+    if (st == QS_OK)
+        st = check_planes(ctx, &s, l, q);
+    if (st == QS_OK)
+        st = check_ptr(ctx, &s, dst, l->n * (int64_t)dtype_size(dst_dtype), "dst");
     if (st != QS_OK)
         return st;
     st = qs_cu_dequantize(&x, l, p, q, dst, dst_dtype, err, sizeof err);
     return finish(ctx, &s, st, err);
 }
 
-static qs_status gemv_dev(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
-                          const qs_qtensor *w, const float *xv, float *y, void *stream)
+// The bytes of each device buffer of a matmul weight (data or planes, meta).
+static qs_status check_weight(qs_backend_ctx *ctx, exec_state *s, const qs_weight *w,
+                              const qs_backend_layout *wl, int64_t N, int64_t K)
+{
+    int sparse = w->kind == QS_WEIGHT_SP24 || w->kind == QS_WEIGHT_SP24_QUANT;
+    int64_t cols = sparse ? K / 2 : K;
+    qs_status st = QS_OK;
+
+    if (sparse)
+        st = check_ptr(ctx, s, w->meta, N * ((K + 15) / 16) * 2, "the weight's meta");
+    if (st == QS_OK && (w->kind == QS_WEIGHT_DENSE || w->kind == QS_WEIGHT_SP24))
+        st = check_ptr(ctx, s, w->data, N * cols * (int64_t)dtype_size(w->dtype),
+                       "the weight's data");
+    else if (st == QS_OK && wl)
+        st = check_planes(ctx, s, wl, w->q);
+    return st;
+}
+
+static qs_status matmul_dev(qs_backend_ctx *ctx, const qs_matmul_params *p, const void *xv,
+                            int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w,
+                            const qs_backend_layout *wl, int64_t N, const float *bias, float *y,
+                            void *stream)
 {
     exec_state s;
     qs_cu_exec x;
     char err[256];
-    qs_status st = exec_init(ctx, &s, &x, stream);
+    qs_status st = exec_init(ctx, &s, &x, stream, "matmul", qs_cu_matmul_waits(w, M, N, K));
 
+    if (st == QS_OK)
+        st = check_ptr(ctx, &s, xv, M * K * (int64_t)dtype_size(x_dtype), "x");
+    if (st == QS_OK)
+        st = check_ptr(ctx, &s, y, M * N * 4, "y");
+    if (st == QS_OK)
+        st = check_ptr(ctx, &s, bias, N * 4, "bias");
+    if (st == QS_OK && M > 0)
+        st = check_weight(ctx, &s, w, wl, N, K);
     if (st != QS_OK)
         return st;
-    st = qs_cu_gemv_run(&x, l, p, w, xv, y, err, sizeof err);
+    st = qs_cu_matmul(&x, p, xv, x_dtype, M, K, w, wl, N, bias, y, err, sizeof err);
     return finish(ctx, &s, st, err);
 }
 
@@ -381,8 +503,17 @@ static qs_status sp24_dev(qs_backend_ctx *ctx, const qs_backend_sp24 *d, void *s
     qs_cu_exec x;
     qs_cu_sp24 a;
     char err[256];
-    qs_status st = exec_init(ctx, &s, &x, stream);
+    int64_t n = d->rows * d->cols, words = d->rows * ((d->cols + 15) / 16);
+    qs_status st = exec_init(ctx, &s, &x, stream, "2:4",
+                             d->op != QS_BACKEND_SP24_PRUNE && words > 0);
+    const void *const ptr[9] = {d->w, d->norms, d->mask_in, d->values, d->meta, d->mask_out,
+                                d->values_in, d->meta_in, d->dst};
+    const int64_t bytes[9] = {n * 4, d->cols * 4, n, n * 2, words * 2, n, n * 2, words * 2, n * 4};
+    static const char *const names[9] = {"w", "norms", "mask", "values", "meta", "mask",
+                                         "values", "meta", "dst"};
 
+    for (int i = 0; st == QS_OK && i < 9; i++)
+        st = check_ptr(ctx, &s, ptr[i], bytes[i], names[i]);
     if (st != QS_OK)
         return st;
     memset(&a, 0, sizeof a);
@@ -404,100 +535,8 @@ static qs_status sp24_dev(qs_backend_ctx *ctx, const qs_backend_sp24 *d, void *s
     return finish(ctx, &s, st, err);
 }
 
-// Host-pointer calls of a context created for the CUDA backend: through device copies on the
-// default stream, then back. Planes are copied both ways (a plane's bytes come from the layout).
-struct staged {
-    void *dev[QS_PLANE_COUNT + 1];
-};
+#include "cuda_host_ops.cuh"
 
-static void staged_free(staged *g)
-{
-    for (int i = 0; i <= QS_PLANE_COUNT; i++)
-        if (g->dev[i])
-            cudaFree(g->dev[i]);
-}
-
-static qs_status stage_planes(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_qtensor *q, staged *g,
-                              qs_qtensor *dq, int upload)
-{
-    void *const host[QS_PLANE_COUNT] = {q->data, q->scale, q->zero_point, q->nested_scale};
-    void **dev[QS_PLANE_COUNT] = {&dq->data, &dq->scale, &dq->zero_point, &dq->nested_scale};
-
-    for (int k = 0; k < QS_PLANE_COUNT; k++) {
-        cudaError_t e;
-        *dev[k] = NULL;
-        if (l->plane[k].bytes == 0)
-            continue;
-        e = cudaMalloc(&g->dev[k], (size_t)l->plane[k].bytes);
-        if (e == cudaSuccess && upload)
-            e = cudaMemcpy(g->dev[k], host[k], (size_t)l->plane[k].bytes, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess)
-            return plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: staging plane %d: %s", k,
-                           cudaGetErrorString(e));
-        *dev[k] = g->dev[k];
-    }
-    return QS_OK;
-}
-
-static qs_status quantize_host(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
-                               const void *src, int32_t src_dtype, qs_qtensor *q)
-{
-    staged g;
-    qs_qtensor dq = *q;
-    size_t in = (size_t)l->n * dtype_size(src_dtype);
-    qs_status st;
-    cudaError_t e = cudaSuccess;
-
-    memset(&g, 0, sizeof g);
-    if ((st = stage_planes(ctx, l, q, &g, &dq, 0)) == QS_OK) {
-        e = cudaMalloc(&g.dev[QS_PLANE_COUNT], in > 0 ? in : 4);
-        if (e == cudaSuccess && in > 0)
-            e = cudaMemcpy(g.dev[QS_PLANE_COUNT], src, in, cudaMemcpyHostToDevice);
-        st = e == cudaSuccess ? quantize_dev(ctx, l, p, g.dev[QS_PLANE_COUNT], src_dtype, &dq, 0)
-                              : plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: staging the input: "
-                                        "%s", cudaGetErrorString(e));
-    }
-    // The caller's planes are written only after the device work succeeded.
-    void *const host[QS_PLANE_COUNT] = {q->data, q->scale, q->zero_point, q->nested_scale};
-    for (int k = 0; st == QS_OK && k < QS_PLANE_COUNT; k++)
-        if (l->plane[k].bytes && (e = cudaMemcpy(host[k], g.dev[k], (size_t)l->plane[k].bytes,
-                                           cudaMemcpyDeviceToHost)) != cudaSuccess)
-            st = plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: copying plane %d back: %s", k,
-                         cudaGetErrorString(e));
-    if (st == QS_OK) {
-        q->global_scale = dq.global_scale;
-        q->nested_offset = dq.nested_offset;
-    }
-    staged_free(&g);
-    return st;
-}
-
-static qs_status dequantize_host(qs_backend_ctx *ctx, const qs_backend_layout *l, const qs_quant_params *p,
-                                 const qs_qtensor *q, void *dst, int32_t dst_dtype)
-{
-    staged g;
-    qs_qtensor dq = *q;
-    size_t out = (size_t)l->n * dtype_size(dst_dtype);
-    qs_status st;
-    cudaError_t e = cudaSuccess;
-
-    memset(&g, 0, sizeof g);
-    if ((st = stage_planes(ctx, l, q, &g, &dq, 1)) == QS_OK) {
-        e = cudaMalloc(&g.dev[QS_PLANE_COUNT], out > 0 ? out : 4);
-        st = e == cudaSuccess
-                 ? dequantize_dev(ctx, l, p, &dq, g.dev[QS_PLANE_COUNT], dst_dtype, 0)
-                 : plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: %s", cudaGetErrorString(e));
-    }
-    if (st == QS_OK && out > 0 &&
-        (e = cudaMemcpy(dst, g.dev[QS_PLANE_COUNT], out, cudaMemcpyDeviceToHost)) != cudaSuccess)
-        st = plugin_fail(ctx, QS_ERR_BACKEND, "cuda backend: copying the output back: %s",
-                     cudaGetErrorString(e));
-    staged_free(&g);
-    return st;
-}
-
-// Host arrays: quantize and dequantize through device copies. Matmul, 2:4 and act_sumsq on host
-// arrays are not this backend's yet (NULL): a CUDA context refuses them by name.
 static qs_backend_ops make_ops()
 {
     qs_backend_ops o;
@@ -508,9 +547,10 @@ static qs_backend_ops make_ops()
     o.available = cuda_available;
     o.quantize = quantize_host;
     o.dequantize = dequantize_host;
+    o.matmul = matmul_host;
     o.quantize_dev = quantize_dev;
     o.dequantize_dev = dequantize_dev;
-    o.gemv_dev = gemv_dev;
+    o.matmul_dev = matmul_dev;
     o.sp24_dev = sp24_dev;
     return o;
 }

@@ -35,6 +35,96 @@
             0x1.aaaaaap-1f,                                                                        \
     }
 #define QS_FP4_RANK_CODE_INIT {0x0, 0x1, 0x6, 0x7, 0x4, 0x5, 0x2, 0x3}
+#define QS_FP4_RANK_CODE_WORD 0x32547610u /* nibble r = QS_FP4_RANK_CODE_INIT[r] */
+
+/* The codebooks and maps as literals (tables_ref.c defines its arrays from them; the CUDA plugin
+ * puts the same values in constant memory): §2 NF4, §4 FP4, §6.3 the dynamic map, §11 E2M1. */
+#define QS_NF4_CODEBOOK_INIT \
+    { \
+    -0x1p+0f, -0x1.647362p-1f, -0x1.0cd66p-1f, -0x1.94654p-2f, \
+    -0x1.23449ap-2f, -0x1.7a6a7ep-3f, -0x1.74f0e2p-4f, 0.0f, \
+    0x1.45f5fep-4f, 0x1.4995c6p-3f, 0x1.f809bap-3f, 0x1.5a0674p-2f, \
+    0x1.c3497p-2f, 0x1.200f56p-1f, 0x1.722766p-1f, 0x1p+0f, \
+    }
+#define QS_FP4_CODEBOOK_INIT \
+    { \
+    0.0f, 0x1.555556p-8f, 0x1.555556p-1f, 0x1p+0f, \
+    0x1.555556p-2f, 0x1p-1f, 0x1.555556p-3f, 0x1p-2f, \
+    -0.0f, -0x1.555556p-8f, -0x1.555556p-1f, -0x1p+0f, \
+    -0x1.555556p-2f, -0x1p-1f, -0x1.555556p-3f, -0x1p-2f, \
+    }
+#define QS_DYN8_MAP_INIT \
+    { \
+    -0x1.fc6666p-1f, -0x1.f53334p-1f, -0x1.eep-1f, -0x1.e6ccccp-1f, \
+    -0x1.df999ap-1f, -0x1.d86666p-1f, -0x1.d13334p-1f, -0x1.cap-1f, \
+    -0x1.c2ccccp-1f, -0x1.bb999ap-1f, -0x1.b46666p-1f, -0x1.ad3334p-1f, \
+    -0x1.a6p-1f, -0x1.9eccccp-1f, -0x1.97999ap-1f, -0x1.906666p-1f, \
+    -0x1.893334p-1f, -0x1.82p-1f, -0x1.7accccp-1f, -0x1.73999ap-1f, \
+    -0x1.6c6668p-1f, -0x1.653334p-1f, -0x1.5ep-1f, -0x1.56ccccp-1f, \
+    -0x1.4f999ap-1f, -0x1.486668p-1f, -0x1.413334p-1f, -0x1.3ap-1f, \
+    -0x1.32ccccp-1f, -0x1.2b999ap-1f, -0x1.246668p-1f, -0x1.1d3334p-1f, \
+    -0x1.16p-1f, -0x1.0eccccp-1f, -0x1.079998p-1f, -0x1.006666p-1f, \
+    -0x1.f26664p-2f, -0x1.e4p-2f, -0x1.d59998p-2f, -0x1.c73334p-2f, \
+    -0x1.b8ccccp-2f, -0x1.aa6666p-2f, -0x1.9cp-2f, -0x1.8d9998p-2f, \
+    -0x1.7f3334p-2f, -0x1.70ccccp-2f, -0x1.626666p-2f, -0x1.54p-2f, \
+    -0x1.459998p-2f, -0x1.373334p-2f, -0x1.28ccccp-2f, -0x1.1a6668p-2f, \
+    -0x1.0cp-2f, -0x1.fb3332p-3f, -0x1.de6666p-3f, -0x1.c1999ap-3f, \
+    -0x1.a4ccccp-3f, -0x1.88p-3f, -0x1.6b3334p-3f, -0x1.4e6666p-3f, \
+    -0x1.31999ap-3f, -0x1.14ccccp-3f, -0x1.fp-4f, -0x1.b66668p-4f, \
+    -0x1.93d70ap-4f, -0x1.8851eep-4f, -0x1.7ccccep-4f, -0x1.7147aep-4f, \
+    -0x1.65c29p-4f, -0x1.5a3d7p-4f, -0x1.4eb854p-4f, -0x1.433334p-4f, \
+    -0x1.37ae14p-4f, -0x1.2c28f6p-4f, -0x1.20a3d6p-4f, -0x1.151ebap-4f, \
+    -0x1.09999ap-4f, -0x1.fc28f6p-5f, -0x1.e51ebap-5f, -0x1.ce147ap-5f, \
+    -0x1.b70a3ep-5f, -0x1.ap-5f, -0x1.88f5c2p-5f, -0x1.71eb86p-5f, \
+    -0x1.5ae146p-5f, -0x1.43d70ap-5f, -0x1.2ccccep-5f, -0x1.15c29p-5f, \
+    -0x1.fd70a4p-6f, -0x1.cf5c2ap-6f, -0x1.a147aep-6f, -0x1.733334p-6f, \
+    -0x1.451ebap-6f, -0x1.170a3ep-6f, -0x1.d1eb86p-7f, -0x1.75c29p-7f, \
+    -0x1.3e76c8p-7f, -0x1.2c083p-7f, -0x1.19999ap-7f, -0x1.072b02p-7f, \
+    -0x1.e978d4p-8f, -0x1.c49ba6p-8f, -0x1.9fbe76p-8f, -0x1.7ae148p-8f, \
+    -0x1.56041ap-8f, -0x1.3126e8p-8f, -0x1.0c49bap-8f, -0x1.ced914p-9f, \
+    -0x1.851eb8p-9f, -0x1.3b645ap-9f, -0x1.e353f8p-10f, -0x1.4fdf3ap-10f, \
+    -0x1.eecbfep-11f, -0x1.b3d07cp-11f, -0x1.78d5p-11f, -0x1.3dd982p-11f, \
+    -0x1.02de02p-11f, -0x1.8fc506p-12f, -0x1.19ce0ap-12f, -0x1.47ae16p-13f, \
+    -0x1.743e96p-14f, -0x1.15df66p-14f, -0x1.6f0068p-15f, -0x1.64840cp-16f, \
+    -0x1.040bfep-17f, -0x1.b43528p-19f, -0x1.27476ep-21f, 0.0f, \
+    0x1.27476ep-21f, 0x1.b43528p-19f, 0x1.040bfep-17f, 0x1.64840cp-16f, \
+    0x1.6f0068p-15f, 0x1.15df66p-14f, 0x1.743e96p-14f, 0x1.47ae16p-13f, \
+    0x1.19ce0ap-12f, 0x1.8fc506p-12f, 0x1.02de02p-11f, 0x1.3dd982p-11f, \
+    0x1.78d5p-11f, 0x1.b3d07cp-11f, 0x1.eecbfep-11f, 0x1.4fdf3ap-10f, \
+    0x1.e353f8p-10f, 0x1.3b645ap-9f, 0x1.851eb8p-9f, 0x1.ced914p-9f, \
+    0x1.0c49bap-8f, 0x1.3126e8p-8f, 0x1.56041ap-8f, 0x1.7ae148p-8f, \
+    0x1.9fbe76p-8f, 0x1.c49ba6p-8f, 0x1.e978d4p-8f, 0x1.072b02p-7f, \
+    0x1.19999ap-7f, 0x1.2c083p-7f, 0x1.3e76c8p-7f, 0x1.75c29p-7f, \
+    0x1.d1eb86p-7f, 0x1.170a3ep-6f, 0x1.451ebap-6f, 0x1.733334p-6f, \
+    0x1.a147aep-6f, 0x1.cf5c2ap-6f, 0x1.fd70a4p-6f, 0x1.15c29p-5f, \
+    0x1.2ccccep-5f, 0x1.43d70ap-5f, 0x1.5ae146p-5f, 0x1.71eb86p-5f, \
+    0x1.88f5c2p-5f, 0x1.ap-5f, 0x1.b70a3ep-5f, 0x1.ce147ap-5f, \
+    0x1.e51ebap-5f, 0x1.fc28f6p-5f, 0x1.09999ap-4f, 0x1.151ebap-4f, \
+    0x1.20a3d6p-4f, 0x1.2c28f6p-4f, 0x1.37ae14p-4f, 0x1.433334p-4f, \
+    0x1.4eb854p-4f, 0x1.5a3d7p-4f, 0x1.65c29p-4f, 0x1.7147aep-4f, \
+    0x1.7ccccep-4f, 0x1.8851eep-4f, 0x1.93d70ap-4f, 0x1.b66668p-4f, \
+    0x1.fp-4f, 0x1.14ccccp-3f, 0x1.31999ap-3f, 0x1.4e6666p-3f, \
+    0x1.6b3334p-3f, 0x1.88p-3f, 0x1.a4ccccp-3f, 0x1.c1999ap-3f, \
+    0x1.de6666p-3f, 0x1.fb3332p-3f, 0x1.0cp-2f, 0x1.1a6668p-2f, \
+    0x1.28ccccp-2f, 0x1.373334p-2f, 0x1.459998p-2f, 0x1.54p-2f, \
+    0x1.626666p-2f, 0x1.70ccccp-2f, 0x1.7f3334p-2f, 0x1.8d9998p-2f, \
+    0x1.9cp-2f, 0x1.aa6666p-2f, 0x1.b8ccccp-2f, 0x1.c73334p-2f, \
+    0x1.d59998p-2f, 0x1.e4p-2f, 0x1.f26664p-2f, 0x1.006666p-1f, \
+    0x1.079998p-1f, 0x1.0eccccp-1f, 0x1.16p-1f, 0x1.1d3334p-1f, \
+    0x1.246668p-1f, 0x1.2b999ap-1f, 0x1.32ccccp-1f, 0x1.3ap-1f, \
+    0x1.413334p-1f, 0x1.486668p-1f, 0x1.4f999ap-1f, 0x1.56ccccp-1f, \
+    0x1.5ep-1f, 0x1.653334p-1f, 0x1.6c6668p-1f, 0x1.73999ap-1f, \
+    0x1.7accccp-1f, 0x1.82p-1f, 0x1.893334p-1f, 0x1.906666p-1f, \
+    0x1.97999ap-1f, 0x1.9eccccp-1f, 0x1.a6p-1f, 0x1.ad3334p-1f, \
+    0x1.b46666p-1f, 0x1.bb999ap-1f, 0x1.c2ccccp-1f, 0x1.cap-1f, \
+    0x1.d13334p-1f, 0x1.d86666p-1f, 0x1.df999ap-1f, 0x1.e6ccccp-1f, \
+    0x1.eep-1f, 0x1.f53334p-1f, 0x1.fc6666p-1f, 0x1p+0f, \
+    }
+#define QS_E2M1_VALUES_INIT \
+    { \
+    0.0f, 0x1p-1f, 0x1p+0f, 0x1.8p+0f, 0x1p+1f, 0x1.8p+1f, 0x1p+2f, 0x1.8p+2f, \
+    -0.0f, -0x1p-1f, -0x1p+0f, -0x1.8p+0f, -0x1p+1f, -0x1.8p+1f, -0x1p+2f, -0x1.8p+2f, \
+    }
 
 /* ---- bits, NaN rule, max/min ------------------------------------------------------------------ */
 
@@ -170,14 +260,15 @@ QS_HD static inline uint8_t qs_hd_nf4_encode(float x)
 QS_HD static inline uint8_t qs_hd_fp4_encode(float x)
 {
     const float t[7] = QS_FP4_THRESHOLDS_INIT;
-    const uint8_t rank_code[8] = QS_FP4_RANK_CODE_INIT;
     uint8_t s = x < 0.0f ? 0x8 : 0x0; /* -0.0 is not < 0: it gives 0b0000 (§4) */
     float a = fabsf(x);
     int r = 0;
 
     for (int k = 0; k < 7; k++)
         r += a > t[k];
-    return (uint8_t)(s | rank_code[r]);
+    /* R[r] of QS_FP4_RANK_CODE_INIT as nibble r of one word: no table indexed by a variable
+     * (a GPU would put it in local memory) */
+    return (uint8_t)(s | ((QS_FP4_RANK_CODE_WORD >> (4 * r)) & 0x7u));
 }
 
 /* One NF4 (fp4 == 0) or FP4 (fp4 == 1) block of len elements (odd only for the last block):
@@ -377,19 +468,27 @@ QS_HD static inline uint8_t qs_hd_mx_scale(const float *v, int64_t len, int32_t 
     return qs_hd_mx_scale_from_amax(amax, rounding, emax, elem_max);
 }
 
-/* NVFP4 block scale byte (§14 step 2): UE4M3 of amax / fl(6 * s_global), at least 2^-9. */
-QS_HD static inline uint8_t qs_hd_nvfp4_block_scale(const float *v, int64_t len, float s_global)
+/* NVFP4 block scale byte (§14 step 2) from the block's amax (NaN ignored): UE4M3 of
+ * amax / fl(6 * s_global), at least 2^-9. */
+QS_HD static inline uint8_t qs_hd_nvfp4_scale_from_amax(float amax, float s_global)
 {
-    float amax = 0.0f, s;
+    float s = amax / (6.0f * s_global);
 
-    for (int64_t i = 0; i < len; i++)
-        amax = qs_hd_absmax_step(amax, qs_hd_ld(v + i)); /* NaN ignored */
-    s = amax / (6.0f * s_global);
     if (s == 0.0f)
         return 0x38; /* all-zero block: 1.0 */
     if (s < 0x1p-9f)
         s = 0x1p-9f; /* a comparison, not fmaxf, so that NaN stays NaN */
     return (uint8_t)(qs_hd_e4m3_encode(s) & 0x7F); /* unsigned: NaN S gives 0x7F, never 0xFF */
+}
+
+/* The NVFP4 block scale byte of one block of len elements. */
+QS_HD static inline uint8_t qs_hd_nvfp4_block_scale(const float *v, int64_t len, float s_global)
+{
+    float amax = 0.0f;
+
+    for (int64_t i = 0; i < len; i++)
+        amax = qs_hd_absmax_step(amax, qs_hd_ld(v + i)); /* NaN ignored */
+    return qs_hd_nvfp4_scale_from_amax(amax, s_global);
 }
 
 /* ---- INT8 (§8, §9) and the per-tensor scale rules -------------------------------------------- */
@@ -532,7 +631,8 @@ QS_HD static inline unsigned qs_hd_sp24_nibble(unsigned keep)
 }
 
 /* Double quantization's mean offset (§6.1): a double sum in index order, one rounding to f32.
- * Sequential by definition, so the CUDA plugin evaluates it on the host. */
+ * Sequential by definition; the CUDA plugin sums in parallel only where every partial sum is
+ * exact in double (src/cuda/cuda_vec.h), and in this order otherwise. */
 QS_HD static inline float qs_hd_dq_offset(const float *absmax, int64_t nb)
 {
     double sum = 0.0;

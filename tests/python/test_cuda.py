@@ -14,11 +14,11 @@ class FakeDevice:
     """An object with __cuda_array_interface__ over host memory: enough for the checks that
     happen before any device access."""
 
-    def __init__(self, arr, offset=0):
+    def __init__(self, arr, offset=0, stream=None):
         self.arr = arr
         self.__cuda_array_interface__ = {
             "shape": arr.shape, "typestr": arr.dtype.str, "version": 3,
-            "data": (arr.ctypes.data + offset, False), "strides": None}
+            "data": (arr.ctypes.data + offset, False), "strides": None, "stream": stream}
 
 
 def test_plane_bytes_match_quantize():
@@ -53,6 +53,11 @@ def test_without_gpu_every_call_says_why():
         qs.cuda.sp24_decompress(FakeDevice(np.zeros((4, 32), np.float32)),
                                 FakeDevice(np.zeros((4, 4), np.uint16)), out)
     assert e.value.status == _lib.QS_ERR_BACKEND
+    with pytest.raises(qs.QsparseError) as e:  # every format reaches the plugin
+        qs.cuda.matmul(FakeDevice(np.zeros((1, 64), np.float32)),
+                       FakeDevice(np.zeros((1, 4), np.float32)), planes=planes, shape=w.shape,
+                       format="nf4")
+    assert e.value.status == _lib.QS_ERR_BACKEND
 
 
 def test_checks_come_before_the_plugin():
@@ -67,10 +72,17 @@ def test_checks_come_before_the_plugin():
     with pytest.raises(qs.QsparseError) as e:
         qs.cuda.quantize(FakeDevice(w), "nf4", short)
     assert e.value.status == _lib.QS_ERR_BUFFER_TOO_SMALL
-    with pytest.raises(qs.QsparseError) as e:
-        qs.cuda.gemv(planes, w.shape, "mxfp4", FakeDevice(np.zeros(64, np.float32)),
-                     FakeDevice(np.zeros(4, np.float32)))
-    assert e.value.status == _lib.QS_ERR_UNSUPPORTED
+    with pytest.raises(qs.QsparseError) as e:  # y holds 3 of 4 outputs
+        qs.cuda.matmul(FakeDevice(np.zeros((1, 64), np.float32)),
+                       FakeDevice(np.zeros((1, 3), np.float32)),
+                       w=FakeDevice(np.zeros((4, 64), np.float32)))
+    assert e.value.status == _lib.QS_ERR_BUFFER_TOO_SMALL
+    with pytest.raises(qs.QsparseError) as e:  # 2:4 needs K % 4 == 0
+        qs.cuda.matmul(FakeDevice(np.zeros((1, 6), np.float32)),
+                       FakeDevice(np.zeros((1, 4), np.float32)),
+                       w=FakeDevice(np.zeros((4, 3), np.float32)),
+                       meta=FakeDevice(np.zeros((4, 1), np.uint16)))
+    assert e.value.status == _lib.QS_ERR_SHAPE
     vals = FakeDevice(np.zeros((4, 32), np.float32))
     meta = FakeDevice(np.zeros((4, 4), np.uint16))
     with pytest.raises(qs.QsparseError) as e:  # cols % 4
@@ -81,3 +93,25 @@ def test_checks_come_before_the_plugin():
     assert e.value.status == _lib.QS_ERR_BUFFER_TOO_SMALL
     with pytest.raises(ValueError, match="not a CUDA array"):
         qs.cuda.quantize(w, "nf4", planes)
+
+
+def test_the_stream_of_a_call():
+    """stream= wins (an int or a stream object); else the array's __cuda_array_interface__
+    stream (1: legacy, 2: per-thread); else the legacy default stream (NULL)."""
+    a = FakeDevice(np.zeros(4, np.float32), stream=0x1234)
+    b = FakeDevice(np.zeros(4, np.float32))
+
+    class TorchLikeStream:
+        cuda_stream = 0x77
+
+    class CupyLikeStream:
+        ptr = 0x88
+
+    assert qs.cuda._stream(None, a).value == 0x1234
+    assert qs.cuda._stream(None, b, a).value is None  # the first array's field decides
+    assert qs.cuda._stream(None, None, a).value == 0x1234
+    assert qs.cuda._stream(5, a).value == 5
+    assert qs.cuda._stream(TorchLikeStream(), a).value == 0x77
+    assert qs.cuda._stream(CupyLikeStream(), a).value == 0x88
+    assert qs.cuda._stream(None, FakeDevice(np.zeros(1, np.float32), stream=2)).value == 2
+    assert qs.cuda._stream(None).value is None
