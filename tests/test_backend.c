@@ -827,6 +827,16 @@ static void test_device_api(void **state)
         assert_int_equal(qs_cuda_matmul(ctx, NULL, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
                                         sizeof y, NULL),
                          QS_ERR_UNSUPPORTED);
+        mp.activations = QS_MATMUL_ACT_BF16; /* a known mode the GPU does not run */
+        assert_int_equal(qs_cuda_matmul(ctx, &mp, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
+                                        sizeof y, NULL),
+                         QS_ERR_UNSUPPORTED);
+        assert_non_null(strstr(qs_ctx_last_error(ctx), "bf16 activations are not implemented"));
+        mp.activations = 3;
+        assert_int_equal(qs_cuda_matmul(ctx, &mp, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
+                                        sizeof y, NULL),
+                         QS_ERR_INVALID_ARG);
+        mp.activations = QS_MATMUL_ACT_F32;
         mp.threshold = 6.0f; /* needs int8 activations */
         assert_int_equal(qs_cuda_matmul(ctx, &mp, x, QS_DTYPE_F32, 1, COLS, &w, ROWS, NULL, y,
                                         sizeof y, NULL),

@@ -68,8 +68,8 @@ QS_API qs_status qs_cuda_dequantize(qs_ctx *ctx, const qs_quant_params *params,
  * weight of any kind qs_matmul takes but QS_WEIGHT_PACKED (plain f32 / f16 / bf16, quantized in
  * every format and option, 2:4 plain or quantized), with every pointer of x, y, bias and w on
  * the device (the qs_weight, its quant params and qtensor struct in host memory). params may be
- * NULL for the defaults; int8 activations (QS_MATMUL_ACT_INT8) are QS_ERR_UNSUPPORTED on the
- * GPU. The same checks and statuses as qs_matmul (2:4 meta nibbles on the device, with one wait:
+ * NULL for the defaults; int8 and bf16 activations (QS_MATMUL_ACT_INT8, QS_MATMUL_ACT_BF16) are
+ * QS_ERR_UNSUPPORTED on the GPU (a bf16 x is read as it is with QS_MATMUL_ACT_F32). The same checks and statuses as qs_matmul (2:4 meta nibbles on the device, with one wait:
  * QS_ERR_BAD_DATA, y untouched).
  *
  * The sum (the plugin's src/cuda/cuda_mv.h): each stored row is cut into 16-byte tiles, lane l

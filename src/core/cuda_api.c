@@ -137,10 +137,15 @@ static qs_status check_mm_params(qs_ctx *ctx, const qs_matmul_params *p)
         if (p->reserved[i] != 0)
             return qs_fail(ctx, QS_ERR_INVALID_ARG,
                            "qs_matmul_params reserved fields must be zero");
-    if (p->activations != QS_MATMUL_ACT_F32 && p->activations != QS_MATMUL_ACT_INT8)
+    if (p->activations != QS_MATMUL_ACT_F32 && p->activations != QS_MATMUL_ACT_INT8 &&
+        p->activations != QS_MATMUL_ACT_BF16)
         return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                       "unknown activations %d (QS_MATMUL_ACT_F32 or QS_MATMUL_ACT_INT8)",
+                       "unknown activations %d (QS_MATMUL_ACT_F32, _INT8 or _BF16)",
                        p->activations);
+    if (p->activations == QS_MATMUL_ACT_BF16) /* a known mode the GPU does not run: say so */
+        return qs_fail(ctx, QS_ERR_UNSUPPORTED,
+                       "cuda backend: bf16 activations are not implemented (QS_MATMUL_ACT_F32 "
+                       "reads a bf16 x as it is)");
     if (!(p->threshold >= 0.0f) || p->threshold > 3.4028235e38f)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "threshold must be finite and >= 0, got %g",
                        (double)p->threshold);

@@ -218,9 +218,10 @@ qs_status qs_cu_matmul(const struct qs_cu_exec *x, const qs_matmul_params *p, co
     err[0] = '\0';
     if (p->activations != QS_MATMUL_ACT_F32)
         return qs_cu_fail(&r, QS_ERR_UNSUPPORTED,
-                          "cuda backend: int8 activations (QS_MATMUL_ACT_INT8) are not "
-                          "implemented on the GPU; use f32 / f16 / bf16 activations or a CPU "
-                          "context");
+                          "cuda backend: %s activations are not implemented on the GPU; use "
+                          "QS_MATMUL_ACT_F32 (f32 / f16 / bf16 x read as they are) or a CPU "
+                          "context",
+                          p->activations == QS_MATMUL_ACT_INT8 ? "int8" : "bf16");
     if ((st = qs_cu_mv_setup(w, wl, N, K, &mv, err, err_len)) != QS_OK)
         return st;
     if (M == 0 || N == 0)
