@@ -15,12 +15,12 @@
  * each of them one pass of OpenBLAS, one pass of qs_matmul over the copies (after one untimed
  * call: the steady state of a decode loop, see wake_latency) and one read pass at every thread
  * count, and keeps each one's minimum: the ratios of a row (to OpenBLAS, to the read
- * bandwidth, to the 1-thread time) come from the same rounds. Columns: time per call, GFLOP/s
- * (2 M N K), GB/s of weight bytes (every plane), that rate as a fraction of the read bandwidth
- * (GEMV rows: the case's own read passes; GEMM rows: the header's), the same by the calling
- * thread's CPU clock ("(tcpu)", 1 thread: what the call itself costs on a shared machine),
- * OpenBLAS's time over ours
- * (> 1: faster) by wall time and by process CPU time, the speed over the case's 1-thread
+ * bandwidth, to the 1-thread time) come from the same rounds. Columns: time per call (wall, and
+ * on 1 thread the calling thread's CPU time), GFLOP/s (2 M N K), GB/s of weight bytes (every
+ * plane), that rate as a fraction of the read bandwidth (GEMV rows: the case's own read passes;
+ * GEMM rows: the header's; "(tcpu)": by thread CPU time), OpenBLAS's time over ours (> 1:
+ * faster) by wall time, by process CPU time and (1 thread) by the calling thread's CPU time, the
+ * figure a loaded machine disturbs least, the speed over the case's 1-thread
  * speed ("x 1T"), and the same ratio of the fastest single calls ("(1 call)": a pass of 10 to 20
  * calls needs both cores free for its whole length, one call for a millisecond or so, so on a
  * loaded machine this one still says how the call itself scales), and the kernel the call's plan
@@ -102,12 +102,30 @@ static const bcase cases[] = {
     {"2:4 + NF4", {QS_FORMAT_NF4, 0, 1, 0, 1, 0, 64}, 1, QS_MATMUL_ACT_F32},
     {"NF4 M=4", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 4, QS_MATMUL_ACT_F32},
     {"NF4 M=8", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 8, QS_MATMUL_ACT_F32},
+    {"MXFP4, int8 activations", {QS_FORMAT_MXFP4, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_INT8},
+    {"NVFP4, int8 activations", {QS_FORMAT_NVFP4, 0, 0, 0, 1, 0, 0}, 1, QS_MATMUL_ACT_INT8},
+    {"FP8 E4M3, int8 activations", {QS_FORMAT_FP8_E4M3, 0, 0, 0, 1, 0, 0}, 1,
+     QS_MATMUL_ACT_INT8},
+    /* small M with int8 activations: each W block decoded once for every x row */
+    {"NF4 M=2, int8 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 2, QS_MATMUL_ACT_INT8},
     {"NF4 M=4, int8 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 4, QS_MATMUL_ACT_INT8},
+    {"NF4 M=8, int8 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 8, QS_MATMUL_ACT_INT8},
+    {"NF4 M=16, int8 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 16, QS_MATMUL_ACT_INT8},
+    {"W8A8 M=2", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 2, QS_MATMUL_ACT_INT8},
+    {"W8A8 M=4", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 4, QS_MATMUL_ACT_INT8},
     {"W8A8 M=8", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 8, QS_MATMUL_ACT_INT8},
+    {"W8A8 M=16", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, 16, QS_MATMUL_ACT_INT8},
     {"NF4 M=4, bf16 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 4, QS_MATMUL_ACT_BF16},
     {"NF4 M=16, bf16 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, 16, QS_MATMUL_ACT_BF16},
     {"NF4 GEMM", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_F32},
     {"INT8 row W8A8 GEMM", {QS_FORMAT_INT8, 0, 0, QS_GRAN_ROW, 1, 0, 0}, GEMM_M,
+     QS_MATMUL_ACT_INT8},
+    /* int8 activations at M = 512: integer products per block (VNNI, AMX) */
+    {"NF4 GEMM, int8 act.", {QS_FORMAT_NF4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_INT8},
+    {"FP4 GEMM, int8 act.", {QS_FORMAT_FP4, 0, 0, 0, 1, 0, 64}, GEMM_M, QS_MATMUL_ACT_INT8},
+    {"MXFP4 GEMM, int8 act.", {QS_FORMAT_MXFP4, 0, 0, 0, 1, 0, 0}, GEMM_M, QS_MATMUL_ACT_INT8},
+    {"NVFP4 GEMM, int8 act.", {QS_FORMAT_NVFP4, 0, 0, 0, 1, 0, 0}, GEMM_M, QS_MATMUL_ACT_INT8},
+    {"FP8 E4M3 GEMM, int8 act.", {QS_FORMAT_FP8_E4M3, 0, 0, 0, 1, 0, 0}, GEMM_M,
      QS_MATMUL_ACT_INT8},
     /* The tiled f32 GEMM path (src/gemm/gemm_tiled.c): every format family at M = 512, NF4 at
      * the smallest GEMM M and between. */
@@ -361,7 +379,7 @@ static void pass_qs(qs_ctx *ctx, const qs_matmul_params *mp, const float *x, int
 static void pass_blas(float *const *wf, int fcopies, const float *x, int64_t M, int64_t K,
                       int64_t N, float *y, tpair *best)
 {
-    double t0 = now(), c0 = cpu_now();
+    double t0 = now(), c0 = cpu_now(), tc0 = tcpu_now();
     for (int i = 0; i < fcopies; i++) {
         if (M == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, 1.0f, wf[i], (int)K, x, 1,
@@ -370,6 +388,7 @@ static void pass_blas(float *const *wf, int fcopies, const float *x, int64_t M, 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, x,
                         (int)K, wf[i], (int)K, 0.0f, y, (int)N);
     }
+    keep_min_t(best, (tcpu_now() - tc0) / fcopies);
     keep_min(best, (now() - t0) / fcopies, (cpu_now() - c0) / fcopies);
 }
 
@@ -610,9 +629,9 @@ int main(int argc, char **argv)
     printf("%% read: weight bytes per second over the %d-stream read's, in the case's own rounds; "
            "(thread cpu): the same by the calling thread's CPU clock (1 thread)\n",
            READ_STREAMS);
-    printf("\n%-26s %4s %3s %9s %8s %11s %7s %7s %8s %10s %6s %9s  %s\n", "case", "M", "thr",
-           "ms/call", "GFLOP/s", "weight GB/s", "% read", "(tcpu)", "vs BLAS", "(cpu time)",
-           "x 1T", "(1 call)", "kernel (the plan's entry)");
+    printf("\n%-26s %4s %3s %9s %9s %8s %11s %7s %7s %8s %10s %7s %6s %9s  %s\n", "case", "M",
+           "thr", "ms/call", "(tcpu ms)", "GFLOP/s", "weight GB/s", "% read", "(tcpu)", "vs BLAS",
+           "(cpu time)", "(tcpu)", "x 1T", "(1 call)", "kernel (the plan's entry)");
     for (int c = 0; c < NCASES; c++) {
         const bcase *bc = &cases[c];
         wcopy first, *wc;
@@ -636,7 +655,8 @@ int main(int argc, char **argv)
         qs_matmul_params_init(&mp);
         mp.activations = bc->act;
         for (int t = 0; t < max_threads; t++) {
-            tq[t].wall = tq[t].cpu = tq[t].call = tq[t].tcpu = tb[t].wall = tb[t].cpu = 1e30;
+            tq[t].wall = tq[t].cpu = tq[t].call = tq[t].tcpu = 1e30;
+            tb[t].wall = tb[t].cpu = tb[t].tcpu = 1e30;
             rd[t].wall = rd[t].tcpu = 1e30;
         }
         char kernel[96];
@@ -661,19 +681,22 @@ int main(int argc, char **argv)
             double q = tq[t - 1].wall, gbs = (double)first.bytes / q;
             const tpair *rp = rd[t - 1].wall < 1e30 ? &rd[t - 1] : &bw8[t - 1];
             double bwt = (double)fbytes / rp->wall;
-            char speedup[16] = "-", call[16] = "-", tshare[16] = "-";
-            if (t == 1) /* both on the calling thread's clock */
+            char speedup[16] = "-", call[16] = "-", tshare[16] = "-", tblas[16] = "-";
+            if (t == 1) { /* both on the calling thread's clock */
                 snprintf(tshare, sizeof tshare, "%.0f%%",
                          100.0 * ((double)first.bytes / tq[0].tcpu) / ((double)fbytes / rp->tcpu));
+                snprintf(tblas, sizeof tblas, "%.2f", tb[0].tcpu / tq[0].tcpu);
+            }
             if (t > 1) {
                 snprintf(speedup, sizeof speedup, "%.2f", tq[0].wall / q);
                 snprintf(call, sizeof call, "%.2f", tq[0].call / tq[t - 1].call);
             }
-            printf("%-26s %4lld %3d %9.3f %8.1f %11.1f %6.0f%% %7s %8.2f %10.2f %6s %9s  %s\n",
-                   bc->name, (long long)bc->M, t, q * 1e3,
+            printf("%-26s %4lld %3d %9.3f %9.3f %8.1f %11.1f %6.0f%% %7s %8.2f %10.2f %7s %6s "
+                   "%9s  %s\n",
+                   bc->name, (long long)bc->M, t, q * 1e3, t == 1 ? tq[0].tcpu * 1e3 : 0.0,
                    2.0 * (double)(bc->M * N * K) / q * 1e-9, gbs * 1e-9, 100.0 * gbs / bwt,
-                   tshare, tb[t - 1].wall / q, tb[t - 1].cpu / tq[t - 1].cpu, speedup, call,
-                   t == 1 ? kernel : "");
+                   tshare, tb[t - 1].wall / q, tb[t - 1].cpu / tq[t - 1].cpu, tblas, speedup,
+                   call, t == 1 ? kernel : "");
             fflush(stdout);
         }
         for (int i = 0; i < copies; i++)

@@ -795,9 +795,9 @@ static int bench_kernels(const options *o, int check)
         const char *tier = tier_name(&e[i]);
         if (e[i].isa != 0 && !bench_name_in_list(tier, o->isa))
             continue;
-        if ((e[i].isa & ~cpu) != 0) {
-            printf("%-36s %-12s skipped: this CPU lacks ISA bits 0x%x\n", e[i].name, tier,
-                   e[i].isa & ~cpu);
+        if (!kc_entry_runs(&e[i])) {
+            printf("%-36s %-12s skipped: this CPU lacks ISA bits 0x%x%s\n", e[i].name, tier,
+                   e[i].isa & ~cpu, (e[i].isa & ~cpu) ? "" : " (the OS refused the AMX state)");
             continue;
         }
         kc_case c;

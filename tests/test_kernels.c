@@ -93,7 +93,7 @@ static void sp24_bound(const kc_gemv *g, float *bound)
  * Returns the bytes used. */
 static size_t run_case(const kc_case *c, kc_fn *fn, uint8_t *out)
 {
-    if (c->rule == KC_RULE_FAMILY)
+    if (c->rule == KC_RULE_FAMILY || c->rule == KC_RULE_EXACT)
         return kc_call(c, fn, out);
 
     const kc_gemv *g = &c->gemv;
@@ -324,7 +324,9 @@ static int64_t sweep(const struct qs_kernel_entry *impl, k_inputs *bufs, t_buf *
     t_rng r = {0x5EED0000ull + (uint64_t)impl->slot};
     size_t dirty = o_ref->bytes, win = 0; /* the bytes the last call may have written */
     kc_rule rule = kc_slot_rule(impl->slot);
-    k_compare_fn *compare = rule != KC_RULE_FAMILY ? compare_gemv : family_compare[impl->family];
+    k_compare_fn *compare = rule == KC_RULE_EXACT    ? compare_exact
+                            : rule != KC_RULE_FAMILY ? compare_gemv
+                                                     : family_compare[impl->family];
     int64_t compared = 0;
 
     assert_non_null(ref);
@@ -506,8 +508,10 @@ static void test_entry(void **state)
     const struct qs_kernel_entry *e = *state;
     uint32_t cpu = qs_cpu_isa();
 
-    if ((e->isa & ~cpu) != 0) {
-        print_message("  %s needs ISA bits 0x%x, this CPU has 0x%x\n", e->name, e->isa, cpu);
+    if (!kc_entry_runs(e)) {
+        print_message("  %s needs ISA bits 0x%x, this CPU has 0x%x (AMX: the OS may refuse the "
+                      "tile state)\n",
+                      e->name, e->isa, cpu);
         skip();
     }
     int64_t c = sweep(e, &g_bufs, &g_out_ref, &g_out_impl, e->isa == 0);
@@ -515,7 +519,10 @@ static void test_entry(void **state)
     if (e->isa != 0)
         exhaustive_dequant(e);
     print_message("  %-34s %s vs ref: %lld comparisons\n", e->name,
-                  e->family == QS_FAMILY_MATMUL ? "within tolerance" : "bit-exact", (long long)c);
+                  e->family == QS_FAMILY_MATMUL && kc_slot_rule(e->slot) != KC_RULE_EXACT
+                      ? "within tolerance"
+                      : "bit-exact",
+                  (long long)c);
 }
 
 /* ---- the tier table ----------------------------------------------------------------------------- */

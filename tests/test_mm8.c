@@ -31,9 +31,16 @@ static int entries_of(int32_t slot, const struct qs_kernel_entry **out, int max)
     int32_t count = 0, k = 0;
     const struct qs_kernel_entry *e = qs_kernel_entries(&count);
 
-    for (int32_t i = 0; i < count && k < max; i++)
-        if (e[i].slot == slot && (e[i].isa & ~isa) == 0)
-            out[k++] = &e[i];
+    for (int32_t i = 0; i < count && k < max; i++) {
+        if (e[i].slot != slot || (e[i].isa & ~isa) != 0)
+            continue;
+#if defined(__x86_64__)
+        /* AMX entries run once the OS granted the tile state, as src/gemm/plan.c asks for it */
+        if ((e[i].isa & (QS_ISA_AMX_TILE | QS_ISA_AMX_INT8)) && !qs_x86_amx_request())
+            continue;
+#endif
+        out[k++] = &e[i];
+    }
     qs_ctx_destroy(ctx);
     assert_true(k >= 1 && out[0]->rank == 0);
     return k;

@@ -10,6 +10,8 @@
 
 #include <math.h>
 
+#include "core/internal.h"
+#include "core/kernels.h"
 #include "qsparse/matmul.h"
 #include "qsparse/recommend.h"
 
@@ -147,8 +149,11 @@ static void test_errors_match_direct(void **state)
             assert_string_equal(c->kernel, kernel_of(ctx, "mm_gemv_nf4"));
         }
         if (c->int8_activations && c->format == QS_FORMAT_INT8) {
+            /* the GEMV's entry of the slot: the context's table holds the one for the largest
+             * shapes (AMX where the CPU has it), which a one-row probe does not run */
             seen++;
-            assert_string_equal(c->kernel, kernel_of(ctx, "mm_w8a8"));
+            assert_string_equal(c->kernel,
+                                qs_ctx_kernel_select(ctx, QS_SLOT_mm_w8a8, 1, N, K)->name);
         }
     }
     assert_int_equal(seen, 2);

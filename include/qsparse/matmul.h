@@ -53,8 +53,8 @@
  * multiplied by s) and after the scale (the SIMD kernels scale each lane's partial sum, the
  * reference the segment's total: one subnormal ulp apart where y is below 2^-126). Fused GEMV
  * kernels (2:4 ones included) sum in another order than the reference; with int8 activations
- * they run on x^ for weights other than INT8, LLM_INT8, NF4 and FP4 (same bound, x^ for x); the
- * integer paths and the 2:4 GEMM are bit-identical on every tier.
+ * they run on x^ for the weights without an integer path (FP8 E5M2, MXFP8, plain, 2:4; same
+ * bound, x^ for x); the integer paths and the 2:4 GEMM are bit-identical on every tier.
  *
  * int8 activations (params.activations = QS_MATMUL_ACT_INT8): x is quantized per token (row) as
  * qs_int8_vectorwise_quant does: r_m = max |x[m, k]| over the non-outlier elements,
@@ -76,17 +76,34 @@
  *   the row) a_s = sum q_x * w8 exactly in int32; t = sum over segments of fl(a_s * absmax_b)
  *   (ascending; absmax decoded as for f32 activations), y = fl(t * fl(r_m / 16129)).
  *   Outlier columns are multiplied with the weight as qs_dequantize gives it (codebook * absmax).
- * - For these four formats K is limited to QS_MATMUL_INT8_MAX_K (the int32 sums cannot
+ * - MXFP4 and NVFP4 weights (dense): each E2M1 element stands for twice its value, the integer
+ *   w2 = 2 v of 0, +-1, +-2, +-3, +-4, +-6, +-8, +-12 (exact). Per block b of the row (32
+ *   columns for MXFP4, 16 for NVFP4, the row's last block shorter where K is not a multiple)
+ *   a_b = sum q_x * w2 exactly in int32, and t = fmaf(a_b, d_b, t) in ascending blocks from +0
+ *   (one rounding per block), d_b half the block scale: 2^(E - 128) for an E8M0 byte E (NaN for
+ *   0xFF), value(S & 0x7F) / 2 for an NVFP4 E4M3 byte S (NaN for 0x7F). MXFP4:
+ *   y = fl(t * fl(r_m / 127)); NVFP4, with its tensor scale g: y = fl(fl(t * g) * fl(r_m / 127)).
+ *   (a_b d_b is exact but where it overflows or falls below 2^-149, so the fused step rounds
+ *   only the sum.)
+ * - FP8 E4M3 weights (dense; per-tensor scale s): each code stands for 2^9 times its value, an
+ *   integer c of -229376 ... 229376 (exact). Per piece j of 64 columns of the row (the last one
+ *   shorter) a_j = sum q_x * c exactly in int32 (|a_j| <= 64 * 127 * 229376 < 2^31), then
+ *   t = fmaf((float)a_j, fl(s * 2^-9), t) in ascending pieces from +0 ((float)a_j rounds to
+ *   nearest even beyond 2^24); a piece holding a NaN code (0x7F, 0xFF) makes t NaN.
+ *   y = fl(t * fl(r_m / 127)).
+ * - For these seven formats K is limited to QS_MATMUL_INT8_MAX_K (the int32 sums cannot
  *   overflow); larger K returns QS_ERR_UNSUPPORTED. The integer sums are the same on every ISA
  *   tier and on the GEMV and GEMM paths, so these results are identical everywhere.
- * - Every other weight (FP8, MX, NVFP4, plain, 2:4 of any kind including 2:4 + INT8):
+ * - Every other weight (FP8 E5M2, MXFP8, plain, 2:4 of any kind including 2:4 + INT8):
  *   the f32 path above applied to x^ = the dequantized codes, fl(fl(q * r_m) * fl(1/127)) (the
  *   LLM.int8 row-statistic rule of qs_dequantize), with outlier columns kept exact. This defines
  *   the result; kernels may use integer arithmetic only where they reproduce it.
  * Error bound of int8 activations, against the f32-activation result y32 with the same weight:
  *   |y[m, n] - y32[m, n]| <= 1.001 * (r_m / 254) * sum_k |W[n, k]| + 1e-5 * sum_k |x[m, k] W[n, k]|
  * (W dequantized; the first term is the rounding of x to 127 steps of r_m, the second the f32
- * rounding of both paths). NF4 and FP4 add the weight rounding:
+ * rounding of both paths, for rows of a few thousand elements of moderate range; INT8, MXFP4,
+ * NVFP4 and FP8 E4M3 enter the integer sums with their exact values). NF4 and FP4 add the
+ * weight rounding:
  *   + 1.001 * (1/254) * sum_k absmax_b(k) * (|x[m, k]| + r_m / 254)
  * (absmax_b(k) the scale of W[n, k]'s block). Outlier columns add no quantization error.
  *
@@ -161,8 +178,9 @@ typedef struct qs_weight {
 
 /* bitsandbytes' default LLM.int8 outlier threshold. */
 #define QS_LLM_INT8_THRESHOLD 6.0f
-/* Largest K for int8 activations against INT8, LLM_INT8, NF4, FP4 weights: 65536 * 127 * 255 <
- * 2^31, so int32 sums are exact (SIMD kernels add 128 to a weight code: still 255 at most). */
+/* Largest K for int8 activations against INT8, LLM_INT8, NF4, FP4, MXFP4, NVFP4 and FP8 E4M3
+ * weights: 65536 * 127 * 255 < 2^31, so int32 sums are exact (SIMD kernels add 128 to a weight
+ * code: still 255 at most; FP8 E4M3 sums a byte of its integer value at a time). */
 #define QS_MATMUL_INT8_MAX_K 65536
 /* Rows of x from which the GEMM (dequantized tiles) path is taken. */
 #define QS_MATMUL_GEMM_MIN_M 16

@@ -149,10 +149,11 @@ def matmul(x: Any, w: Any, bias: Any = None, *, activations: str = "f32",
     ml_dtypes too, as x and w).
 
     activations="int8" quantizes x per token on the fly (LLM.int8 vector-wise, integer dot
-    products against INT8 / LLM_INT8 weights, and against NF4 / FP4 through their codebooks
-    scaled to int8); threshold > 0 (bitsandbytes uses 6.0) sends every column of x holding an
-    |x| >= threshold through float32 instead. See docs/int8_activations.md for the definition
-    and the error bound.
+    products against INT8 / LLM_INT8 weights, NF4 / FP4 through their codebooks scaled to int8,
+    MXFP4 / NVFP4 through doubled E2M1 values and FP8 E4M3 through its values times 2**9; the
+    other weights multiply the dequantized codes in float32); threshold > 0 (bitsandbytes uses
+    6.0) sends every column of x holding an |x| >= threshold through float32 instead. See
+    docs/int8_activations.md for the definition and the error bound.
 
     activations="bf16" rounds x to bfloat16 and multiplies bf16 values with float32 sums, as
     AVX512-BF16 does (NF4 / FP4 codebooks rounded to bf16); up to 16 rows of x run the bf16

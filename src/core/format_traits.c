@@ -105,7 +105,7 @@ static const struct qs_format_traits traits[] = {
         .check = check_bnb4, .quant_slot = QS_SLOT_nf4_quant, .dequant_slot = QS_SLOT_nf4_dequant,
         .codebook = qs_nf4_codebook, .encode = qs_ref_nf4_encode,
         .mm = {QS_SLOT_mm_gemv_nf4, QS_SLOT_mm_gemv_sp24_nf4, QS_SLOT_mm_nf4a8, QS_A8_CODEBOOK_I8,
-               QS_SLOT_mm_nf4abf16},
+               QS_SLOT_mm_nf4abf16, 64},
     },
     [QS_FORMAT_FP4] = {
         .name = "fp4", .bits = 4, .block_default = 64, .block_min = 2, .block_max = QS_TILE,
@@ -118,7 +118,7 @@ static const struct qs_format_traits traits[] = {
         .check = check_bnb4, .quant_slot = QS_SLOT_fp4_quant, .dequant_slot = QS_SLOT_fp4_dequant,
         .codebook = qs_fp4_codebook, .encode = qs_ref_fp4_encode,
         .mm = {QS_SLOT_mm_gemv_fp4, -1, QS_SLOT_mm_fp4a8, QS_A8_CODEBOOK_I8,
-               QS_SLOT_mm_fp4abf16},
+               QS_SLOT_mm_fp4abf16, 64},
     },
     [QS_FORMAT_INT8] = {
         .name = "int8", .bits = 8, .block_min = 1, .block_max = INT32_MAX,
@@ -148,7 +148,8 @@ static const struct qs_format_traits traits[] = {
         .plane = CODES_F32_SCALE(U8),
         .check = check_scale, .quant_slot = QS_SLOT_e4m3_quant,
         .dequant_slot = QS_SLOT_e4m3_dequant,
-        .mm = {QS_SLOT_mm_gemv_e4m3, -1, -1, QS_A8_NONE, QS_SLOT_mm_e4m3abf16},
+        .mm = {QS_SLOT_mm_gemv_e4m3, -1, QS_SLOT_mm_e4m3a8, QS_A8_UNIT_SCALES,
+               QS_SLOT_mm_e4m3abf16, QS_MM_E4M3A8_SEG},
     },
     [QS_FORMAT_FP8_E5M2] = {
         .name = "fp8_e5m2", .bits = 8, .blocks = QS_BLOCKS_NONE, .options = QS_OPT_SCALE,
@@ -164,7 +165,8 @@ static const struct qs_format_traits traits[] = {
         .units = QS_UNITS_ROW_BLOCKS, .driver = QS_DRIVER_MX, .element = QS_ELEMENT_E2M1, .elem_max = 6.0f,
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 4)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_mx, .quant_slot = QS_SLOT_mxfp4_quant, .dequant_slot = QS_SLOT_mxfp4_dequant,
-        .mm = {QS_SLOT_mm_gemv_mxfp4, -1, -1, QS_A8_NONE, QS_SLOT_mm_mxfp4abf16},
+        .mm = {QS_SLOT_mm_gemv_mxfp4, -1, QS_SLOT_mm_mxfp4a8, QS_A8_UNIT_SCALES,
+               QS_SLOT_mm_mxfp4abf16, 0},
     },
     [QS_FORMAT_MXFP8] = {
         .name = "mxfp8", .bits = 8, .block_default = 32, .block_min = 32, .block_max = 32,
@@ -182,7 +184,8 @@ static const struct qs_format_traits traits[] = {
         .plane = {{RULE(ROW_ELEMENTS, ALWAYS, U8, 4)}, {RULE(UNITS, ALWAYS, U8, 8)}, NONE, NONE},
         .check = check_nvfp4, .quant_slot = QS_SLOT_nvfp4_quant,
         .dequant_slot = QS_SLOT_nvfp4_dequant,
-        .mm = {QS_SLOT_mm_gemv_nvfp4, -1, -1, QS_A8_NONE, QS_SLOT_mm_nvfp4abf16},
+        .mm = {QS_SLOT_mm_gemv_nvfp4, -1, QS_SLOT_mm_nvfp4a8, QS_A8_UNIT_SCALES,
+               QS_SLOT_mm_nvfp4abf16, 0},
     },
 };
 

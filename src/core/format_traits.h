@@ -57,7 +57,8 @@ enum qs_driver {
  * is in include/qsparse/matmul.h, "int8 activations"). */
 enum qs_a8_rule {
     QS_A8_NONE = 0,     /* no integer kernel: int8 activations run the f32 path on x^ */
-    QS_A8_UNIT_SCALES,  /* INT8: t = sum fl(a_s * scale_s), y = fl(t * fl(r_m / 127)) */
+    QS_A8_UNIT_SCALES,  /* INT8: t = sum fl(a_s * scale_s), y = fl(t * fl(r_m / 127)); the
+                           kernels of MXFP4, NVFP4, FP8 E4M3 give their t the same way */
     QS_A8_CODEBOOK_I8,  /* NF4/FP4 codes as int8 codebook values: y = fl(t * fl(r_m / 16129)) */
     QS_A8_ROWSTAT,      /* LLM.int8: y = fl(fl(a * fl(r_m * SCB[n])) * c) (bitsandbytes) */
 };
@@ -72,6 +73,8 @@ struct qs_mm_traits {
     int32_t a8_rule;        /* enum qs_a8_rule */
     int32_t bf16_slot;      /* qs_mm_gemv_xbf16_fn: bf16 activations, the GEMV path; -1: the f32
                                path on x^ (x rounded to bf16 and widened) */
+    int32_t a8_xsum;        /* elements per x sum the a8 kernel reads (qs_mm_a8_fn); 0: the
+                               weight's scale unit (w.group, the whole row for LLM.int8) */
 };
 
 /* The element rule of a format's codes (qs_format_traits.element; the plugin ABI's

@@ -227,13 +227,24 @@ typedef qs_mm_gemv_fn qs_mm_gemv_nvfp4_fn;
  *   driver hands LLM.int8 a view of one unit scale 1 and applies SCB itself).
  * - nf4a8 / fp4a8: each 4-bit code stands for its codebook entry scaled to int8
  *   (qs_nf4_codebook_i8); the unit scale is the block's absmax.
- * xsum[i * ceil(k / u) + c] is the sum of x row i over elements [c u, c u + u), u = w->group for
- * w8a8 and 64 for the 4-bit formats (the offset and zero-point corrections of SIMD kernels). */
+ * The formats whose int8 path came later fuse each segment's step, t = fmaf(a_s, sc_s, t):
+ * - mxfp4a8 / nvfp4a8: each E2M1 code stands for twice its value (qs_e2m1_i8x2), sc_s is half
+ *   the block's scale (2^(E - 128); value(S & 0x7F) / 2); NVFP4 returns fl(t * s_global).
+ * - e4m3a8: each code stands for 2^9 times its value (qs_e4m3_int9), segments of
+ *   QS_MM_E4M3A8_SEG columns, sc_s = fl(scale * 2^-9) for all of them; a NaN code's segment
+ *   makes t NaN.
+ * xsum[i * ceil(k / u) + c] is the sum of x row i over elements [c u, c u + u), u the format's
+ * xsum unit (struct qs_mm_traits.a8_xsum: w->group for w8a8, mxfp4a8 and nvfp4a8; 64 for the
+ * others), for the offset and zero-point corrections of SIMD kernels. */
 typedef void qs_mm_a8_fn(const int8_t *xq, const int32_t *xsum, int64_t m, const qs_mm_weight *w,
                          int64_t r0, int64_t rows, float *out, int64_t ldo);
 typedef qs_mm_a8_fn qs_mm_w8a8_fn;
 typedef qs_mm_a8_fn qs_mm_nf4a8_fn;
 typedef qs_mm_a8_fn qs_mm_fp4a8_fn;
+typedef qs_mm_a8_fn qs_mm_mxfp4a8_fn;
+typedef qs_mm_a8_fn qs_mm_nvfp4a8_fn;
+typedef qs_mm_a8_fn qs_mm_e4m3a8_fn;
+#define QS_MM_E4M3A8_SEG 64 /* columns per integer segment of e4m3a8 (64 * 127 * 229376 < 2^31) */
 
 /* Multi-row GEMV with bf16 activations: x holds bf16 bits (row i at x + i * ldx, w->k values),
  * otherwise as qs_mm_gemv_fn: y[i * ldy + r] for i < m, r < rows is row i of x against row

@@ -192,21 +192,50 @@ QS_API qs_status qs_int8_vectorwise_quant(qs_ctx *ctx, const void *x, int32_t dt
 /* ---- the matmul with int8 activations ---------------------------------------------------------
  */
 
-#define MM8_XROWS 64 /* x rows per kernel call on the GEMM path */
+/* Row m of y, columns [n0, n0 + rows), from the a8 kernel's sums a (overwritten): the activation
+ * scale by the descriptor's a8 rule, the outlier columns, the bias, the NaN rule. One rule per
+ * loop over the row, so that the compiler vectorizes each (at M = 512 this runs for every one
+ * of the M x N outputs). */
+static void a8_row(const struct qs_mm_job *j, int64_t m, int64_t n0, int64_t rows, float *a)
+{
+    const int32_t rule = j->mt->a8_rule;
+    const float rm = j->rstat[m];
+    float *y = j->y + m * j->N + n0;
 
-/* The a8 kernel's sums into scratch, then per element the activation scale (the descriptor's
- * a8 rule), the outlier columns and the bias. */
+    if (rule == QS_A8_ROWSTAT) { /* bitsandbytes' CUDA rule, its order and constant */
+        const float *scb = (const float *)j->w.scale + n0;
+        for (int64_t n = 0; n < rows; n++)
+            a[n] = ((a[n] * rm) * qs_ld_f32(scb + n)) * QS_MM_INV16129;
+    } else {
+        const float f = rule == QS_A8_CODEBOOK_I8 ? rm / 16129.0f : rm / 127.0f;
+        for (int64_t n = 0; n < rows; n++)
+            a[n] = a[n] * f;
+    }
+    if (j->nout > 0)
+        for (int64_t n = 0; n < rows; n++) {
+            float o = 0.0f;
+            for (int64_t c = 0; c < j->nout; c++)
+                o = o + j->xo[m * j->nout + c] * j->wo[(n0 + n) * j->nout + c];
+            a[n] = a[n] + o;
+        }
+    if (j->bias)
+        for (int64_t n = 0; n < rows; n++)
+            a[n] = a[n] + qs_ld_f32(j->bias + n0 + n);
+    for (int64_t n = 0; n < rows; n++)
+        qs_st_f32(y + n, qs_ref_nan_canon(a[n]));
+}
+
+/* The a8 kernel's sums into scratch, x rows in blocks of the plan's x_rows, then y by a8_row. */
 static void a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
 {
     int64_t nb = j->plan.task_rows, n0 = t * nb, n1 = n0 + nb < j->N ? n0 + nb : j->N, K = j->K;
-    int64_t rows = n1 - n0, xr = j->M < MM8_XROWS ? j->M : MM8_XROWS;
+    int64_t rows = n1 - n0, xr = j->M < j->plan.x_rows ? j->M : j->plan.x_rows;
     int64_t xs = qs_ceil_div(K, j->xsum_unit);
     qs_mm_a8_fn *fn = (qs_mm_a8_fn *)j->plan.entry->fn;
-    int32_t rule = j->mt->a8_rule;
     qs_mm_weight w = j->w;
     static const float one = 1.0f;
 
-    if (rule == QS_A8_ROWSTAT) { /* the kernel's raw integer sums; SCB is applied below */
+    if (j->mt->a8_rule == QS_A8_ROWSTAT) { /* the kernel's raw integer sums; SCB is applied below */
         w.scale = &one;
         w.sstride = 0;
         w.group = K;
@@ -215,33 +244,28 @@ static void a8_task(const struct qs_mm_job *j, int64_t t, float *scratch)
         int64_t mc = j->M - m0 < xr ? j->M - m0 : xr;
         fn(j->xq + m0 * K, j->xsum + m0 * xs, mc, &w, n0, rows, scratch, rows);
         for (int64_t m = m0; m < m0 + mc; m++)
-            for (int64_t n = n0; n < n1; n++) {
-                float a = scratch[(m - m0) * rows + (n - n0)], v, o = 0.0f;
-                if (rule == QS_A8_ROWSTAT) /* bitsandbytes' CUDA rule, its order and constant */
-                    v = ((a * j->rstat[m]) * qs_ld_f32((const float *)j->w.scale + n)) *
-                        QS_MM_INV16129;
-                else if (rule == QS_A8_CODEBOOK_I8)
-                    v = a * (j->rstat[m] / 16129.0f);
-                else
-                    v = a * (j->rstat[m] / 127.0f);
-                if (j->nout > 0) {
-                    for (int64_t c = 0; c < j->nout; c++)
-                        o = o + j->xo[m * j->nout + c] * j->wo[n * j->nout + c];
-                    v = v + o;
-                }
-                v = j->bias ? v + qs_ld_f32(j->bias + n) : v;
-                qs_st_f32(j->y + m * j->N + n, qs_ref_nan_canon(v));
-            }
+            a8_row(j, m, n0, rows, scratch + (m - m0) * rows);
     }
 }
 
-/* Outlier weight columns: W[n, cols[c]] dequantized by the format's rule. */
+/* Outlier weight columns: W[n, cols[c]] dequantized by the format's rule. Blocks along the rows
+ * (MX, NVFP4: 4-bit codes whose blocks the dequantize kernels start at a block's first element)
+ * are decoded whole, from the block's start, into the second half of the scratch. */
 static void wo_task(const struct qs_mm_job *j, int64_t n, float *scratch)
 {
     float *wo = (float *)j->wo + n * j->nout;
+    int64_t g = j->w.group;
 
-    for (int64_t c = 0; c < j->nout; c++)
-        qs_mm_span_dequant(j, n, j->ocols[c], 1, wo + c, scratch);
+    for (int64_t c = 0; c < j->nout; c++) {
+        int64_t col = j->ocols[c];
+        if (j->t->units == QS_UNITS_ROW_BLOCKS) {
+            int64_t b0 = col - col % g, len = j->K - b0 < g ? j->K - b0 : g;
+            qs_mm_span_dequant(j, n, b0, len, scratch + QS_TILE, scratch);
+            wo[c] = scratch[QS_TILE + col - b0];
+        } else {
+            qs_mm_span_dequant(j, n, col, 1, wo + c, scratch);
+        }
+    }
 }
 
 /* Sums of each x row's codes over units of j->xsum_unit elements (the kernels' corrections). */
@@ -296,12 +320,15 @@ qs_status qs_mm_run_int8(qs_ctx *ctx, struct qs_mm_job *j, float threshold)
             nout += flags[k];
     }
     if (integer) {
-        /* the 4-bit codebook kernels correct per 64 elements, the INT8 ones per scale unit */
-        j->xsum_unit = j->mt->a8_rule == QS_A8_CODEBOOK_I8 ? 64
-                       : j->mt->a8_rule == QS_A8_ROWSTAT   ? K
-                                                           : j->w.group;
+        /* the descriptor says per how many elements the kernels correct (NF4/FP4 and FP8 per
+         * 64, INT8 per scale unit, LLM.int8 per row, MX and NVFP4 per block) */
+        j->xsum_unit = j->mt->a8_xsum > 0                ? j->mt->a8_xsum
+                       : j->mt->a8_rule == QS_A8_ROWSTAT ? K
+                                                         : j->w.group;
         /* the kernel's output tile, and a decode tile for the outlier columns' blocks */
-        per_thread = (M < MM8_XROWS ? M : MM8_XROWS) * j->plan.task_rows + QS_TILE;
+        per_thread = (M < j->plan.x_rows ? M : j->plan.x_rows) * j->plan.task_rows + QS_TILE;
+        if (per_thread < 2 * QS_TILE) /* wo_task: a decode tile and a row block */
+            per_thread = 2 * QS_TILE;
         xsum = qs_scratch_alloc(ctx, (size_t)(M * qs_ceil_div(K, j->xsum_unit)) * sizeof(int32_t));
         scratch = qs_scratch_alloc(ctx, (size_t)(threads * per_thread) * sizeof(float));
         if (!xsum || !scratch)

@@ -38,6 +38,7 @@ struct qs_mm_plan {
     int32_t slot;                        /* the inner loop's kernel slot (profiling), or -1 */
     const struct qs_kernel_entry *entry; /* its entry (NULL for sgemm on the caller's W) */
     int64_t task_rows;                   /* rows of W per task (GEMV, A8 paths) */
+    int64_t x_rows;                      /* rows of x per kernel call (A8 path) */
 };
 
 /* A validated weight and one call's inputs, outputs and scratch. */

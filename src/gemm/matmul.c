@@ -204,8 +204,8 @@ static qs_status matmul_check(qs_ctx *ctx, const qs_matmul_params *params, const
     if (params->activations == QS_MATMUL_ACT_INT8 && j->kind == QS_WEIGHT_QUANT &&
         j->mt->a8_slot >= 0 && K > QS_MATMUL_INT8_MAX_K)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED,
-                       "int8 activations with INT8, LLM_INT8, NF4 or FP4 weights support "
-                       "K <= %d, got %lld",
+                       "int8 activations with INT8, LLM_INT8, NF4, FP4, MXFP4, NVFP4 or "
+                       "FP8 E4M3 weights support K <= %d, got %lld",
                        QS_MATMUL_INT8_MAX_K, (long long)K);
     return QS_OK;
 }

@@ -25,10 +25,15 @@
 
 /* Register tiles of W rows per task: GEMV and A8-GEMV tasks are small, for load balance (handed
  * out dynamically, a few microseconds each); A8 GEMM tasks keep a block of W rows in cache while
- * blocks of x rows go by. */
+ * blocks of x rows go by. Kernels that decode their W rows into a panel per call (QS_PACK_B) get
+ * tasks of 4 panels and 256 x rows a call (the decode amortized over many x rows, the call's
+ * totals still in L2), the others 64 x rows a call. */
 #define GEMV_TILES_PER_TASK 16
 #define A8_GEMV_TILES_PER_TASK 4
 #define A8_GEMM_TILES_PER_TASK 16
+#define A8_PACKED_TILES_PER_TASK 4
+#define A8_X_ROWS 64
+#define A8_PACKED_X_ROWS 256
 
 static int blas_shape(const struct qs_mm_job *j)
 {
@@ -99,6 +104,24 @@ void qs_mm_plan_f32(const qs_ctx *ctx, struct qs_mm_job *j)
     p->task_rows = GEMV_TILES_PER_TASK * tile_rows(p->entry);
 }
 
+/* The entry of `slot` for the call's shape. One that runs AMX tiles only once the OS has granted
+ * this process the tile state (qs_x86_amx_request; Linux asks for it per process): refused, the
+ * best entry without the AMX bits runs instead. */
+static const struct qs_kernel_entry *select_entry(const qs_ctx *ctx, int32_t slot,
+                                                  const struct qs_mm_job *j)
+{
+    const struct qs_kernel_entry *e = qs_ctx_kernel_select(ctx, slot, j->M, j->N, j->K);
+#if defined(__x86_64__)
+    const uint32_t amx = QS_ISA_AMX_TILE | QS_ISA_AMX_INT8 | QS_ISA_AMX_BF16;
+    if (e && (e->isa & amx) && !qs_x86_amx_request()) {
+        int32_t count;
+        const struct qs_kernel_entry *all = qs_kernel_entries(&count);
+        e = qs_kernel_select(all, count, slot, ctx->isa & ~amx, j->M, j->N, j->K);
+    }
+#endif
+    return e;
+}
+
 void qs_mm_plan_make(const qs_ctx *ctx, struct qs_mm_job *j, int32_t activations)
 {
     struct qs_mm_plan *p = &j->plan;
@@ -120,9 +143,15 @@ void qs_mm_plan_make(const qs_ctx *ctx, struct qs_mm_job *j, int32_t activations
         int gemv = !qs_ctx_kernel_select(ctx, QS_SLOT_mm_gemm_f32, j->M, j->N, j->K);
         p->path = QS_MM_A8;
         p->slot = j->mt->a8_slot;
-        p->entry = qs_ctx_kernel_select(ctx, p->slot, j->M, j->N, j->K);
-        p->task_rows =
-            (gemv ? A8_GEMV_TILES_PER_TASK : A8_GEMM_TILES_PER_TASK) * tile_rows(p->entry);
+        p->entry = select_entry(ctx, p->slot, j);
+        if (p->entry && p->entry->tile.packing == QS_PACK_B) {
+            p->task_rows = A8_PACKED_TILES_PER_TASK * tile_rows(p->entry);
+            p->x_rows = A8_PACKED_X_ROWS;
+        } else {
+            p->task_rows =
+                (gemv ? A8_GEMV_TILES_PER_TASK : A8_GEMM_TILES_PER_TASK) * tile_rows(p->entry);
+            p->x_rows = A8_X_ROWS;
+        }
         return;
     }
     qs_mm_plan_f32(ctx, j);

@@ -9,5 +9,9 @@
  * uses (an extra rounding of at most 1/254 of absmax per element; include/qsparse/matmul.h). */
 extern const int8_t qs_nf4_codebook_i8[16];
 extern const int8_t qs_fp4_codebook_i8[16];
+/* 2 * the E2M1 value of each code (MXFP4, NVFP4 elements): -12 ... 12, exact. */
+extern const int8_t qs_e2m1_i8x2[16];
+/* 2^9 * the E4M3 value of code c (not a NaN code): an integer of -229376 ... 229376. */
+int32_t qs_e4m3_int9(uint8_t c);
 
 #endif /* QS_REF_MM8_REF_H */

@@ -89,16 +89,27 @@ uint32_t qs_cpu_detect(void)
 }
 
 /* Linux (5.16 and later) enables the AMX tile data state per process on request (XFD): without
- * it the first tile load faults. Other systems enable it with XCR0. */
+ * it the first tile load faults. Other systems enable it with XCR0. The answer is kept (granting
+ * is per process and lasts), so the matmul plan, which asks before every AMX call, pays the CPUID
+ * and the system call once: 0 not asked yet, 1 granted, -1 refused or no AMX. */
 int qs_x86_amx_request(void)
 {
+    static int cached;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+
+    if (v != 0)
+        return v > 0;
     if (!(qs_cpu_detect() & QS_ISA_AMX_TILE))
-        return 0;
+        v = -1;
+    else {
 #if defined(__linux__)
-    /* ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (state component 18); granting it twice is
-     * harmless, so no once-flag is needed */
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        /* ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (state component 18); granting it twice
+         * is harmless, so threads that race here agree */
+        v = syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1;
 #else
-    return 1;
+        v = 1;
 #endif
+    }
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    return v > 0;
 }

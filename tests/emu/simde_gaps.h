@@ -49,6 +49,7 @@
     }
 
 QS_EMU_MASKZ_LOAD(qs_emu_mm_maskz_loadu_epi8, simde__m128i, int8_t, 16, simde__mmask16)
+QS_EMU_MASKZ_LOAD(qs_emu_mm256_maskz_loadu_epi8, simde__m256i, int8_t, 32, simde__mmask32)
 QS_EMU_MASKZ_LOAD(qs_emu_mm256_maskz_loadu_epi16, simde__m256i, int16_t, 16, simde__mmask16)
 QS_EMU_MASKZ_LOAD(qs_emu_mm256_maskz_loadu_ps, simde__m256, float, 8, simde__mmask8)
 QS_EMU_MASKZ_LOAD(qs_emu_mm512_maskz_loadu_epi8, simde__m512i, int8_t, 64, simde__mmask64)
@@ -62,6 +63,7 @@ QS_EMU_MASK_STORE(qs_emu_mm512_mask_storeu_epi32, simde__m512i, int32_t, 16, sim
 QS_EMU_MASK_STORE(qs_emu_mm512_mask_storeu_ps, simde__m512, float, 16, simde__mmask16)
 QS_EMU_MASK_STORE(qs_emu_mm512_mask_storeu_pd, simde__m512d, double, 8, simde__mmask8)
 #define _mm_maskz_loadu_epi8(k, p) qs_emu_mm_maskz_loadu_epi8((k), (p))
+#define _mm256_maskz_loadu_epi8(k, p) qs_emu_mm256_maskz_loadu_epi8((k), (p))
 #define _mm256_maskz_loadu_epi16(k, p) qs_emu_mm256_maskz_loadu_epi16((k), (p))
 #define _mm256_maskz_loadu_ps(k, p) qs_emu_mm256_maskz_loadu_ps((k), (p))
 #define _mm512_maskz_loadu_epi8(k, p) qs_emu_mm512_maskz_loadu_epi8((k), (p))
@@ -158,9 +160,11 @@ static inline void qs_emu_mm512_mask_cvtepi64_storeu_epi8(void *p, simde__mmask8
 QS_EMU_WIDEN(qs_emu_mm512_cvtepi8_epi32, simde__m128i, int8_t, int32_t)
 QS_EMU_WIDEN(qs_emu_mm512_cvtepu8_epi32, simde__m128i, uint8_t, uint32_t)
 QS_EMU_WIDEN(qs_emu_mm512_cvtepu16_epi32, simde__m256i, uint16_t, uint32_t)
+QS_EMU_WIDEN(qs_emu_mm512_cvtepu8_epi16, simde__m256i, uint8_t, uint16_t)
 #define _mm512_cvtepi8_epi32(v) qs_emu_mm512_cvtepi8_epi32(v)
 #define _mm512_cvtepu8_epi32(v) qs_emu_mm512_cvtepu8_epi32(v)
 #define _mm512_cvtepu16_epi32(v) qs_emu_mm512_cvtepu16_epi32(v)
+#define _mm512_cvtepu8_epi16(v) qs_emu_mm512_cvtepu8_epi16(v)
 
 /* ---- float conversions: the two 256-bit halves through this machine's own AVX / F16C, whose
  * rounding and out-of-range rules are those of the 512-bit forms ---- */

@@ -63,6 +63,8 @@ static void test_masked_memory(void **state)
     t_check_bytes("maskz_loadu_epi8", gotb, wantb, 64, 1);
     _mm_storeu_si128((__m128i *)gotb, _mm_maskz_loadu_epi8(0x03FF, b));
     t_check_bytes("mm_maskz_loadu_epi8", gotb, wantb, 16, 1);
+    _mm256_storeu_si256((__m256i *)gotb, _mm256_maskz_loadu_epi8(0x03FF, b));
+    t_check_bytes("mm256_maskz_loadu_epi8", gotb, wantb, 32, 1);
 
     /* merge-masked 16-bit load: lanes outside the mask keep the source */
     int16_t src16[32], got16[32], want16[32];
@@ -281,6 +283,12 @@ static void test_lane_moves(void **state)
     const int32_t s8[16] = {-128, 127, -1, 1}, u8[16] = {128, 127, 255, 1};
     check_i32("cvtepi8_epi32", _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)by)), s8);
     check_i32("cvtepu8_epi32", _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)by)), u8);
+    uint8_t by32[32] = {0x80, 0x7F, 0xFF, 0x01};
+    uint16_t w16[32], want_w16[32] = {128, 127, 255, 1};
+    by32[31] = 0xFE;
+    want_w16[31] = 254;
+    _mm512_storeu_si512(w16, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)by32)));
+    t_check_bytes("cvtepu8_epi16", w16, want_w16, sizeof w16, 1);
     uint16_t hw[16] = {0xFFFF, 0x8000, 1};
     const int32_t u16[16] = {65535, 32768, 1};
     check_i32("cvtepu16_epi32", _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)hw)),

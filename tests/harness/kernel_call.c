@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/internal.h"
 #include "ref/ref.h"
 
 typedef int kc_setup_fn(kc_case *c);
@@ -1033,15 +1034,20 @@ static size_t call_gemv_bf16(const kc_case *c, kc_fn *fn, uint8_t *out)
 
 /* ---- matmul: int8 activations (src/ref/mm8_ref.c) ---------------------------------------------
  * Variant mode: m x rows outputs over rows of length kk cut from the n inputs, x codes in
- * [-127, 127] (the quantizer's range; -128 becomes -127) with their sums per unit, INT8 groups of
- * 1 ... kk from row 0 or 1 where the buffers hold it, NF4/FP4 from row 0, 1, 2 (rows on whole
- * blocks) or, with an odd row length, from row 1 (rows starting on the low nibble: the reference
- * fallback). Typical: one x row against 4 W rows of n / 4, one scale per row, blocks of 64. */
+ * [-127, 127] (the quantizer's range; -128 becomes -127) with their sums per xsum unit, INT8
+ * groups of 1 ... kk from row 0 or 1 where the buffers hold it, NF4/FP4 from row 0, 1, 2 (rows on
+ * whole blocks) or, with an odd row length, from row 1 (rows starting on the low nibble: the
+ * reference fallback); MXFP4 / NVFP4 rows with random scale bytes (E8M0 0x00, 0x01, 0xFE, NaN
+ * 0xFF; E4M3 zero, subnormal, NaN 0x7F) and NVFP4 tensor scales of every class; FP8 E4M3 rows
+ * with NaN codes in one variant of three and tensor scales of every class. Typical: one x row
+ * against 4 W rows of n / 4, one scale per row, blocks of 64. */
 static int setup_mm8(kc_case *c)
 {
     static const int32_t blocks[] = {64, 128, 32, 6, 256, 64};
+    const float tscales[] = {1.0f, 0.037f, 3.0e-39f, 1e30f, INFINITY, NAN, 0.0f, -2.5f};
     const kc_in *in = &c->in;
     int v = in->variant, typ = in->typical;
+    int32_t s = c->slot;
     int64_t n = in->n, m = typ ? 1 : 1 + v % 5, rows = typ ? 4 : 1 + (v * 5) % 7;
     int64_t kk = typ ? min64(n / 4, (int64_t)1 << 22) : n / (m > rows ? m : rows) / 2;
     int64_t unit, r0 = 0;
@@ -1052,7 +1058,7 @@ static int setup_mm8(kc_case *c)
         return -1;
     for (int64_t i = 0; i < m * kk; i++)
         c->xq[i] = (int8_t)(in->sbytes[i] == 0x80 ? 0x81 : in->sbytes[i]);
-    if (c->slot == QS_SLOT_mm_w8a8) {
+    if (s == QS_SLOT_mm_w8a8) {
         int64_t group = typ || v % 3 == 0 ? (kk > 0 ? kk : 1) : 1 + (v * 37) % 130;
         int64_t ng = kk > 0 ? (kk + group - 1) / group : 0;
         r0 = !typ && ((v >> 2) & 1) && (rows + 1) * kk <= n;
@@ -1067,6 +1073,38 @@ static int setup_mm8(kc_case *c)
                                                       : ng,
                               .group = group,
                               .zp = !typ && (v & 1) ? (const int8_t *)in->half : NULL,
+                              .scale_mul = 1.0f};
+    } else if (s == QS_SLOT_mm_mxfp4a8 || s == QS_SLOT_mm_nvfp4a8) {
+        int64_t block = s == QS_SLOT_mm_mxfp4a8 ? 32 : 16, rb = (kk + 1) / 2;
+        r0 = !typ && (v & 1) && (rows + 1) * rb <= n / 2;
+        unit = block;
+        c->w = (qs_mm_weight){.n = r0 + rows,
+                              .k = kk,
+                              .data = in->codes,
+                              .row_bytes = rb,
+                              .scale = in->sbytes + n / 2,
+                              .sstride = (kk + block - 1) / block,
+                              .group = block,
+                              .scale_mul = 1.0f,
+                              .s_global = typ ? 0.37f : tscales[v % 8]};
+    } else if (s == QS_SLOT_mm_e4m3a8) {
+        uint8_t *codes = scratch(c, (size_t)n + 1);
+        if (!codes)
+            return -1;
+        /* NaN codes (0x7F, 0xFF) make their segment NaN: kept in one variant of three */
+        for (int64_t i = 0; i < n; i++)
+            codes[i] = !typ && v % 3 == 2              ? in->codes[i]
+                       : (in->codes[i] & 0x7F) == 0x7F ? in->codes[i] ^ 0x01
+                                                       : in->codes[i];
+        c->scale = typ ? 0.01f : tscales[v % 8];
+        r0 = !typ && (v & 1) && (rows + 1) * kk <= n;
+        unit = QS_MM_E4M3A8_SEG;
+        c->w = (qs_mm_weight){.n = r0 + rows,
+                              .k = kk,
+                              .data = codes,
+                              .row_bytes = kk,
+                              .scale = &c->scale,
+                              .group = kk > 0 ? kk : 1,
                               .scale_mul = 1.0f};
     } else {
         r0 = typ ? 0 : v % 6 == 5 ? 1 : v % 3;
@@ -1169,9 +1207,12 @@ static const struct kc_entry entries[] = {
     {QS_SLOT_mm_gemv_mxfp4, KC_RULE_GEMV, setup_gemv, call_gemv},
     {QS_SLOT_mm_gemv_mxfp8, KC_RULE_GEMV, setup_gemv, call_gemv},
     {QS_SLOT_mm_gemv_nvfp4, KC_RULE_GEMV, setup_gemv, call_gemv},
-    {QS_SLOT_mm_w8a8, FAM, setup_mm8, call_mm8},
-    {QS_SLOT_mm_nf4a8, FAM, setup_mm8, call_mm8},
-    {QS_SLOT_mm_fp4a8, FAM, setup_mm8, call_mm8},
+    {QS_SLOT_mm_w8a8, KC_RULE_EXACT, setup_mm8, call_mm8},
+    {QS_SLOT_mm_nf4a8, KC_RULE_EXACT, setup_mm8, call_mm8},
+    {QS_SLOT_mm_fp4a8, KC_RULE_EXACT, setup_mm8, call_mm8},
+    {QS_SLOT_mm_mxfp4a8, KC_RULE_EXACT, setup_mm8, call_mm8},
+    {QS_SLOT_mm_nvfp4a8, KC_RULE_EXACT, setup_mm8, call_mm8},
+    {QS_SLOT_mm_e4m3a8, KC_RULE_EXACT, setup_mm8, call_mm8},
     {QS_SLOT_mm_nf4abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
     {QS_SLOT_mm_fp4abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
     {QS_SLOT_mm_int8abf16, KC_RULE_GEMV, setup_gemv_bf16, call_gemv_bf16},
@@ -1234,4 +1275,15 @@ void kc_release(kc_case *c)
     for (int i = 0; i < c->nmem; i++)
         free(c->mem[i]);
     c->nmem = 0;
+}
+
+int kc_entry_runs(const struct qs_kernel_entry *e)
+{
+    if ((e->isa & ~qs_cpu_isa()) != 0)
+        return 0;
+#if defined(__x86_64__)
+    if ((e->isa & (QS_ISA_AMX_TILE | QS_ISA_AMX_INT8 | QS_ISA_AMX_BF16)) && !qs_x86_amx_request())
+        return 0;
+#endif
+    return 1;
 }

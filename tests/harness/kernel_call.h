@@ -39,6 +39,8 @@ typedef struct {
 /* How tests/test_kernels.c compares a call's output with the reference's. */
 typedef enum {
     KC_RULE_FAMILY, /* the slot family's rule (bit for bit, or the matmul tolerance) */
+    KC_RULE_EXACT,  /* bit for bit in any family (the int8-activation matmul: exact integers,
+                       then the same float steps as the reference) */
     KC_RULE_GEMV,   /* y within the GEMV error scale of sum |x w| (multi-row GEMV) */
     KC_RULE_SP24,   /* one 2:4 row's y within the GEMV error scale over its kept products */
 } kc_rule;
@@ -94,5 +96,9 @@ int kc_setup(kc_case *c, int32_t slot, const kc_in *in);
 size_t kc_call(const kc_case *c, kc_fn *fn, uint8_t *out);
 
 void kc_release(kc_case *c);
+
+/* Whether this process may call entry e: the CPU has its ISA bits and, for an AMX entry, the OS
+ * granted the tile state (asked for here, as src/gemm/plan.c does before it picks one). */
+int kc_entry_runs(const struct qs_kernel_entry *e);
 
 #endif /* QS_TESTS_HARNESS_KERNEL_CALL_H */

@@ -63,7 +63,7 @@ def test_int8_activations_bound():
     n, k, m = 16, 128, 6
     w = (RNG.standard_normal((n, k)) * 0.05).astype(np.float32)
     x = RNG.standard_normal((m, k)).astype(np.float32)
-    for fmt in ("int8", "llm_int8", "nf4", "fp4"):
+    for fmt in ("int8", "llm_int8", "nf4", "fp4", "mxfp4", "nvfp4", "fp8_e4m3"):
         q = qs.quantize(w, fmt)
         dense = qs.dequantize(q).astype(np.float64)
         y8 = qs.matmul(x, q, activations="int8")
