@@ -146,6 +146,7 @@ int qs_model_dir_open(struct qs_model_dir *m, const char *dir, char *err, size_t
                 json_decref(idx);
                 goto oom;
             }
+            m->nshards = n; /* so that a later refusal frees the names so far */
         }
         /* kept: each tensor's shard is checked against the shards' headers */
         m->weight_map = json_incref(map);
