@@ -474,11 +474,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (i > 0) {
             int64_t d = y_diff(y0.p, y1.p, (int64_t)(y0.cap / 4));
             /* int8 activations take the integer kernels (bit-exact across tiers) for INT8,
-             * LLM.int8, NF4 and FP4 weights; other weights run the f32 kernels on x^ */
+             * LLM.int8, NF4, FP4, MXFP4, NVFP4 and FP8 E4M3 weights; other weights run the f32
+             * kernels on x^ */
             int fmt = w.quant ? w.quant->format : 0;
             int integer = w.kind == QS_WEIGHT_QUANT &&
                           (fmt == QS_FORMAT_INT8 || fmt == QS_FORMAT_LLM_INT8 ||
-                           fmt == QS_FORMAT_NF4 || fmt == QS_FORMAT_FP4);
+                           fmt == QS_FORMAT_NF4 || fmt == QS_FORMAT_FP4 ||
+                           fmt == QS_FORMAT_MXFP4 || fmt == QS_FORMAT_NVFP4 ||
+                           fmt == QS_FORMAT_FP8_E4M3);
             if (d >= 0 && st == QS_OK && (mp.activations != QS_MATMUL_ACT_INT8 || !integer)) {
                 int64_t r = y_diff_reordered(t->ctx[0], (const float *)y0.p,
                                              (const float *)y1.p, x.p, x_dtype, &w, M, K, N,
