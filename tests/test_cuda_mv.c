@@ -98,7 +98,8 @@ static void make_weight(qs_ctx *ctx, const struct wcase *c, const float *w0, int
         assert_int_equal(qs_convert(ctx, src, QS_DTYPE_F32, conv, c->dtype, cnt, cnt * esz), QS_OK);
         assert_int_equal(qs_convert(ctx, conv, c->dtype, back, QS_DTYPE_F32, cnt, cnt * 4), QS_OK);
         b->w.dtype = c->dtype;
-        b->w.data = copy_at(conv, cnt * esz, shift, &b->data);
+        /* off 16-byte alignment by one element: a device load must stay element-aligned */
+        b->w.data = copy_at(conv, cnt * esz, (int)(shift * esz), &b->data);
         b->w.data_bytes = cnt * esz;
         if (sparse)
             assert_int_equal(qs_sp24_decompress(ctx, back, QS_DTYPE_F32, b->meta, mc, N, K,
