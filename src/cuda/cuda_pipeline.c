@@ -168,7 +168,8 @@ static qs_status quant_bnb4(struct qs_cu_run *r, const qs_backend_layout *l,
     }
     t.block = l->block;
     t.fp4 = fp4;
-    if (qs_cu_aligned(src, 16) && qs_cu_aligned(q->data, 8) && l->block % per == 0) {
+    /* an empty tensor's planes may be NULL: no offset is taken from them (l->n > 0) */
+    if (l->n > 0 && qs_cu_aligned(src, 16) && qs_cu_aligned(q->data, 8) && l->block % per == 0) {
         struct qs_cu_bq a;
         int64_t start = full * l->block;
         bq_init(&a, QS_CU_BQ_BNB4, dtype, src, l->block, full, q->data);

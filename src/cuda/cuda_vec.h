@@ -340,7 +340,8 @@ QS_HD static inline void qs_cu_deq_tile(const struct qs_cu_deq *a, int64_t t)
     int64_t e0 = t * per, u = qs_cu_div(e0, a->unit), next = (u + 1) * a->unit;
     struct qs_cu_v16 v = qs_cu_ld16(a->data + 16 * t), o = qs_cu_v16_zero();
     float s = qs_cu_deq_scale(a, u);
-    char *dst = (char *)a->dst + e0 * qs_cu_dsize(a->dtype);
+    /* a scan has no dst: no offset is taken from NULL */
+    char *dst = a->dst ? (char *)a->dst + e0 * qs_cu_dsize(a->dtype) : NULL;
 
     int bad = 0;
 
