@@ -99,6 +99,9 @@ QS_INTERNAL qs_status qs_cpu_quantize(qs_ctx *ctx, const struct qs_layout *l,
 QS_INTERNAL qs_status qs_cpu_dequantize(qs_ctx *ctx, const struct qs_layout *l,
                                         const qs_quant_params *p, const qs_qtensor *q, void *dst,
                                         int32_t dst_dtype);
+/* qs_matmul_params' rules (reserved fields, activation mode, outlier threshold), for every
+ * entry point that takes them (src/gemm/matmul.c). */
+QS_INTERNAL qs_status qs_matmul_check_params(qs_ctx *ctx, const qs_matmul_params *p);
 QS_INTERNAL qs_status qs_cpu_matmul(qs_ctx *ctx, const struct qs_mm_job *checked,
                                     const qs_matmul_params *params, const void *x,
                                     int32_t x_dtype, int64_t M, int64_t K, const qs_weight *w,

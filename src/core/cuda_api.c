@@ -130,29 +130,16 @@ QS_API qs_status qs_cuda_dequantize(qs_ctx *ctx, const qs_quant_params *params,
 
 /* ---- matmul ---------------------------------------------------------------------------------- */
 
-/* qs_matmul's parameter rules (src/gemm/matmul.c). */
+/* qs_matmul's parameter rules, and the activation modes the GPU does not run. */
 static qs_status check_mm_params(qs_ctx *ctx, const qs_matmul_params *p)
 {
-    for (size_t i = 0; i < sizeof p->reserved / sizeof p->reserved[0]; i++)
-        if (p->reserved[i] != 0)
-            return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                           "qs_matmul_params reserved fields must be zero");
-    if (p->activations != QS_MATMUL_ACT_F32 && p->activations != QS_MATMUL_ACT_INT8 &&
-        p->activations != QS_MATMUL_ACT_BF16)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                       "unknown activations %d (QS_MATMUL_ACT_F32, _INT8 or _BF16)",
-                       p->activations);
-    if (p->activations == QS_MATMUL_ACT_BF16) /* a known mode the GPU does not run: say so */
+    qs_status st = qs_matmul_check_params(ctx, p);
+
+    if (st == QS_OK && p->activations == QS_MATMUL_ACT_BF16)
         return qs_fail(ctx, QS_ERR_UNSUPPORTED,
                        "cuda backend: bf16 activations are not implemented (QS_MATMUL_ACT_F32 "
                        "reads a bf16 x as it is)");
-    if (!(p->threshold >= 0.0f) || p->threshold > 3.4028235e38f)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG, "threshold must be finite and >= 0, got %g",
-                       (double)p->threshold);
-    if (p->threshold > 0.0f && p->activations != QS_MATMUL_ACT_INT8)
-        return qs_fail(ctx, QS_ERR_INVALID_ARG,
-                       "an outlier threshold needs int8 activations (QS_MATMUL_ACT_INT8)");
-    return QS_OK;
+    return st;
 }
 
 /* A device weight for an N x K product: its fields and capacities (qs_matmul's rules), its

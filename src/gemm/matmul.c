@@ -102,7 +102,7 @@ void qs_mm_parallel_dynamic(const struct qs_mm_job *j, int64_t count, qs_mm_task
 /* ---- checks -----------------------------------------------------------------------------------
  */
 
-static qs_status check_params(qs_ctx *ctx, const qs_matmul_params *p)
+qs_status qs_matmul_check_params(qs_ctx *ctx, const qs_matmul_params *p)
 {
     for (size_t i = 0; i < sizeof p->reserved / sizeof p->reserved[0]; i++)
         if (p->reserved[i] != 0)
@@ -172,7 +172,7 @@ static qs_status matmul_check(qs_ctx *ctx, const qs_matmul_params *params, const
     int64_t mk, nk, mn;
     int meta_later = 0;
 
-    if ((st = check_params(ctx, params)) != QS_OK)
+    if ((st = qs_matmul_check_params(ctx, params)) != QS_OK)
         return st;
     if (!w)
         return qs_fail(ctx, QS_ERR_INVALID_ARG, "w is NULL");
